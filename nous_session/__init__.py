@@ -1,0 +1,49 @@
+"""nous_session: an append-only event log for AI-agent sessions, and the runtime around it.
+
+How the layers stack (imports only point down):
+
+    cli / examples / benchmarks
+    SessionActor (actor.py)  -- compaction policy + summarizers
+    stores (memory, sqlite, postgres) -- codec (orjson)
+    Log (log.py)  -- Transcript (transcript.py)
+    Event (event.py)
+    Message, ToolCall, messages helpers (message.py, messages.py)
+
+Log, Transcript, Event and Message are pure and synchronous: no I/O, no event loop.
+"""
+
+from nous_session import messages, transcript
+from nous_session.errors import (
+    ConflictError,
+    CorruptRecordError,
+    InvalidEventError,
+    NousSessionError,
+    SessionClosedError,
+    StoreError,
+)
+from nous_session.event import SURFACE_TYPES, Event, EventType, Replace
+from nous_session.log import Log
+from nous_session.message import ContentPart, Message, Role, ToolCall
+from nous_session.transcript import Compacted, Unchanged
+
+__all__ = [
+    "Compacted",
+    "ConflictError",
+    "ContentPart",
+    "CorruptRecordError",
+    "Event",
+    "EventType",
+    "InvalidEventError",
+    "Log",
+    "Message",
+    "NousSessionError",
+    "Replace",
+    "Role",
+    "SURFACE_TYPES",
+    "SessionClosedError",
+    "StoreError",
+    "ToolCall",
+    "Unchanged",
+    "messages",
+    "transcript",
+]

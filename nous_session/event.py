@@ -1,0 +1,298 @@
+"""Events: the entries of the append-only log, and how a surface event becomes a Message.
+
+An :class:`Event` is a frozen value: its ``seq``, its :class:`EventType`, its JSON ``data`` and
+its ``time``. Events are made by the log (``Log.append`` and friends) through :func:`make_event`,
+which validates them and keeps its own deep copy of the data. A surface event may carry a
+``surface_op``: ``["replace", start, stop]``, which puts it on the surface in place of the range
+of positions ``start..stop`` (see :mod:`nous_session.log` for the fold).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Final
+
+import attrs
+
+from nous_session._json import JSON, NotJSONError, copy_json
+from nous_session.errors import InvalidEventError
+from nous_session.message import Message, Role, ToolCall, utc_datetime
+
+__all__ = [
+    "SURFACE_TYPES",
+    "Event",
+    "EventType",
+    "Replace",
+    "make_event",
+    "message_event",
+    "to_message",
+]
+
+
+class EventType(enum.StrEnum):
+    """What an event records. A ``str`` enum: ``EventType.USER_MESSAGE == "user_message"``."""
+
+    # Surface types: these become messages.
+    SYSTEM_MESSAGE = "system_message"
+    USER_MESSAGE = "user_message"
+    ASSISTANT_MESSAGE = "assistant_message"
+    TOOL_RESULT = "tool_result"
+    # Bookkeeping types: recorded, never shown to the model.
+    TOOL_CALL = "tool_call"
+    TURN_START = "turn_start"
+    TURN_END = "turn_end"
+    STEP_START = "step_start"
+    STEP_END = "step_end"
+    REQUEST_HEADER = "request_header"
+
+
+SURFACE_TYPES: Final = (
+    EventType.SYSTEM_MESSAGE,
+    EventType.USER_MESSAGE,
+    EventType.ASSISTANT_MESSAGE,
+    EventType.TOOL_RESULT,
+)
+"""The event types that project into messages, in this order."""
+
+_SURFACE: Final = frozenset(SURFACE_TYPES)
+# Lookup by value or by member (a StrEnum member hashes and compares as its value).
+_TYPES: Final[dict[object, EventType]] = {member.value: member for member in EventType}
+_ROLE_OF: Final = {
+    EventType.SYSTEM_MESSAGE: Role.SYSTEM,
+    EventType.USER_MESSAGE: Role.USER,
+    EventType.ASSISTANT_MESSAGE: Role.ASSISTANT,
+    EventType.TOOL_RESULT: Role.TOOL,
+}
+_TYPE_OF: Final = {role: event_type for event_type, role in _ROLE_OF.items()}
+
+
+def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if type(value) is not int:
+        raise ValueError(f"Replace.{attribute.name} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"Replace.{attribute.name} must be >= 0, got {value}")
+
+
+@attrs.frozen
+class Replace:
+    """The one surface op: put the event in place of the positions ``start..stop`` (inclusive).
+
+    Raises:
+        ValueError: ``start`` or ``stop`` is not an int, is negative, or ``start > stop``.
+    """
+
+    start: int = attrs.field(validator=_non_negative_int)
+    stop: int = attrs.field(validator=_non_negative_int)
+
+    def __attrs_post_init__(self) -> None:
+        if self.start > self.stop:
+            raise ValueError(f"Replace start {self.start} is after stop {self.stop}")
+
+    def to_json(self) -> list[JSON]:
+        """The form stored in event data: ``["replace", start, stop]``."""
+        return ["replace", self.start, self.stop]
+
+
+@attrs.frozen(unsafe_hash=False)  # holds read-only mappings, which cannot hash
+class Event:
+    """One entry of the log.
+
+    Attributes:
+        seq: its place in the log; contiguous as appended, with gaps only after a snapshot.
+        type: what it records.
+        data: its JSON payload, read-only at the top level; nested containers belong to the log
+            and must not be mutated.
+        time: when it happened, timezone-aware UTC.
+    """
+
+    seq: int
+    type: EventType
+    data: Mapping[str, JSON]
+    time: datetime
+
+    @property
+    def surface_op(self) -> Replace | None:
+        """The event's :class:`Replace`, or None."""
+        op = self.data.get("surface_op")
+        return None if op is None else Replace(op[1], op[2])  # type: ignore[index,arg-type]
+
+    @property
+    def position(self) -> int:
+        """Where the event sits on the surface: ``start`` of its replace, else its ``seq``."""
+        op = self.data.get("surface_op")
+        return self.seq if op is None else op[1]  # type: ignore[index,return-value]
+
+    @property
+    def is_surface(self) -> bool:
+        """True for the types that become messages."""
+        return self.type in _SURFACE
+
+
+# Validation ---------------------------------------------------------------------------------
+
+
+def _op_list(value: object, seq: int) -> list[JSON] | None:
+    """Normalise a ``surface_op`` to ``["replace", start, stop]`` (or None), or say why not."""
+    if value is None:
+        return None
+    if isinstance(value, Replace):
+        start, stop = value.start, value.stop
+    else:
+        if (
+            type(value) not in (list, tuple)
+            or len(value) != 3  # type: ignore[arg-type]
+            or value[0] != "replace"  # type: ignore[index]
+        ):
+            raise _Refusal(
+                f'malformed surface_op {value!r}: the only op is ["replace", start, stop]'
+            )
+        _, start, stop = value  # type: ignore[misc]
+        if type(start) is not int or type(stop) is not int:
+            raise _Refusal(f"malformed surface_op {value!r}: start and stop must be ints")
+        if start < 0 or start > stop:
+            raise _Refusal(f"malformed surface_op {value!r}: needs 0 <= start <= stop")
+    if start >= seq:
+        raise _Refusal(
+            f"surface_op replaces from position {start}, which is not below the event's own seq"
+        )
+    return ["replace", start, stop]
+
+
+class _Refusal(Exception):
+    """Internal: why an event is invalid, before the event's identity is prefixed."""
+
+
+def _check_surface_fields(data: dict[str, JSON]) -> None:
+    """Refuse message fields the projection could not turn into a Message."""
+    for key in ("reasoning_content", "tool_call_id", "name"):
+        value = data.get(key)
+        if value is not None and type(value) is not str:
+            raise _Refusal(f'data["{key}"] must be a string or null')
+    content = data.get("content")
+    if content is not None and type(content) is not str:
+        if type(content) is not list:
+            raise _Refusal('data["content"] must be a string, null, or a list of content parts')
+        for index, part in enumerate(content):
+            if type(part) is not dict or type(part.get("type")) is not str:
+                raise _Refusal(f'data["content"][{index}] must be an object with a string "type"')
+            if part["type"] == "text" and type(part.get("text")) is not str:
+                raise _Refusal(f'data["content"][{index}] is a text part without a string "text"')
+    calls = data.get("tool_calls")
+    if calls is not None:
+        if type(calls) is not list:
+            raise _Refusal('data["tool_calls"] must be a list of tool calls')
+        for index, call in enumerate(calls):
+            try:
+                ToolCall.coerce(call)
+            except ValueError as e:
+                raise _Refusal(f'data["tool_calls"][{index}]: {e}') from None
+    metadata = data.get("metadata")
+    if metadata is not None and type(metadata) is not dict:
+        raise _Refusal('data["metadata"] must be an object or null')
+
+
+def _copy_item(copy: dict[str, JSON], key: object, value: object) -> None:
+    if type(key) is not str:
+        if not isinstance(key, str):
+            raise _Refusal(f"data key {key!r} ({type(key).__name__}) is not a string")
+        key = str.__str__(key)
+    if key == "surface_op":
+        copy[key] = value  # type: ignore[assignment]  # normalised by the caller
+        return
+    try:
+        copy[key] = copy_json(value)
+    except NotJSONError as e:
+        e.path.append(key)
+        raise _Refusal(f"{e.where('data')}: {e.reason}") from None
+
+
+def make_event(seq: int, kind: object, data: object = None, time: object = None) -> Event:
+    """Validate and build the event that would take ``seq``.
+
+    The event keeps a deep copy of ``data`` (tuples become lists, a surface op becomes
+    ``["replace", start, stop]``); ``time`` defaults to now and is stored in UTC.
+
+    Raises:
+        InvalidEventError: naming the event and what is wrong with it.
+    """
+    event_type = _TYPES.get(kind)
+    if event_type is None:
+        known = ", ".join(member.value for member in EventType)
+        raise InvalidEventError(f"event {seq}: unknown event type {kind!r}; known types: {known}")
+    try:
+        if time is None:
+            when = datetime.now(UTC)
+        elif type(time) is datetime and time.tzinfo is UTC:
+            when = time
+        else:
+            try:
+                when = utc_datetime(time)
+            except (TypeError, ValueError) as e:
+                raise _Refusal(str(e)) from None
+        copy: dict[str, JSON] = {}
+        if type(data) is dict or (data is not None and isinstance(data, Mapping)):
+            for key, value in data.items():
+                t = type(value)
+                # The common case first: a string key with a scalar value is copied as is.
+                if type(key) is str and (t is str or value is None or t is bool):
+                    copy[key] = value
+                else:
+                    _copy_item(copy, key, value)
+            if "surface_op" in copy:
+                op = copy["surface_op"] = _op_list(copy["surface_op"], seq)
+                if op is not None and event_type not in _SURFACE:
+                    raise _Refusal(
+                        f"a {event_type.value} event cannot carry a surface_op; "
+                        "only surface types can replace"
+                    )
+        elif data is not None:
+            raise _Refusal(f"data must be a mapping, not {data.__class__.__name__}")
+        # Most chat events are exactly {"content": str}; anything else gets the full check.
+        if event_type in _SURFACE and (len(copy) != 1 or type(copy.get("content")) is not str):
+            _check_surface_fields(copy)
+    except _Refusal as e:
+        raise InvalidEventError(f"event {seq} ({event_type.value}): {e}") from None
+    return Event(seq, event_type, MappingProxyType(copy), when)
+
+
+# Messages <-> events ------------------------------------------------------------------------
+
+
+def message_event(message: object) -> tuple[EventType, dict[str, JSON]]:
+    """The surface event type and data that stand for ``message`` (what ``Log.seed`` appends).
+
+    Tool calls are stored in the flat ``{"id", "name", "arguments"}`` form, so projecting the
+    event gives back an equal message. The event's time should be ``message.created_at``.
+
+    Raises:
+        InvalidEventError: ``message`` is not a Message.
+    """
+    if not isinstance(message, Message):
+        raise InvalidEventError(f"expected a Message, got {type(message).__name__}")
+    return _TYPE_OF[message.role], message.to_json()
+
+
+def to_message(event: Event) -> Message:
+    """Project a surface event into its Message, field by field.
+
+    The role comes from the type; ``content``, ``reasoning_content``, ``tool_calls``,
+    ``tool_call_id``, ``name`` and ``metadata`` from the data keys of the same names (missing
+    keys give the defaults); ``created_at`` is the event's time. Other keys never reach the
+    message.
+
+    Raises:
+        ValueError: ``event`` is a bookkeeping event.
+    """
+    role = _ROLE_OF.get(event.type)
+    if role is None:
+        raise ValueError(f"event {event.seq} is a {event.type.value} event, not a surface event")
+    data = event.data
+    fields: dict[str, Any] = {}
+    for key in ("content", "reasoning_content", "tool_calls", "tool_call_id", "name", "metadata"):
+        value = data.get(key)
+        if value is not None:
+            fields[key] = value
+    return Message(role, created_at=event.time, **fields)

@@ -1,0 +1,501 @@
+"""The log: an immutable, append-only sequence of events, and the surface folded from it.
+
+A :class:`Log` is a value. ``append`` returns a new Log and leaves the old one valid and
+unchanged, so any Log a caller holds is a consistent snapshot and a fork point. Underneath,
+a value and its successor share one append-only list of events: appending to the newest value
+costs O(1) amortised; appending to an older value copies its prefix once (a fork).
+
+The fold
+--------
+* The *position* of an event is ``start`` when it carries ``Replace(start, stop)``, else its seq.
+* Event C is *shadowed* when some replace event R (shadowed or not) has ``C.seq < R.seq`` and
+  ``R.start <= position(C) <= R.stop``. A replace never shadows events appended after it.
+* The *surface* is the surface-typed events that are not shadowed, in order of position.
+
+Because shadowing only ever looks backwards, the fold is incremental in seq order: an ordinary
+surface event lands at the end of the surface (its position is the highest so far), and a replace
+removes the surface entries whose positions fall in its range and takes their place. The fold is
+memoised per value (keyed by the log's count): an ordinary append extends the memo, a replace
+rebuilds the surface list once, and every sequence returned is a read-only view over
+append-only storage, so it never changes after it is returned.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from itertools import islice
+from operator import attrgetter
+from typing import Any, Final, TypeVar, overload
+
+import structlog
+
+from nous_session.errors import InvalidEventError
+from nous_session.event import (
+    SURFACE_TYPES,
+    Event,
+    EventType,
+    make_event,
+    message_event,
+    to_message,
+)
+from nous_session.message import Message
+
+__all__ = ["Log"]
+
+_logger = structlog.get_logger("nous_session")
+
+T = TypeVar("T")
+_SEQ: Final = attrgetter("seq")
+_SURFACE: Final = frozenset(SURFACE_TYPES)
+
+
+class _View(Sequence[T]):
+    """A read-only window ``items[start:stop]`` over an append-only list.
+
+    The list only ever grows past ``stop`` (forks copy instead of overwriting), so the window's
+    contents never change: making one is O(1), whatever the length.
+    """
+
+    __slots__ = ("_items", "_start", "_stop")
+
+    def __init__(self, items: list[T], start: int, stop: int) -> None:
+        self._items = items
+        self._start = start
+        self._stop = stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        size = self._stop - self._start
+        if isinstance(index, slice):
+            start, stop, step = index.indices(size)
+            if step == 1:
+                return _View(self._items, self._start + start, self._start + max(start, stop))
+            return [self._items[self._start + i] for i in range(start, stop, step)]
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("index out of range")
+        return self._items[self._start + index]
+
+    def __iter__(self) -> Iterator[T]:
+        if self._start == 0:
+            return islice(self._items, self._stop)
+        # islice would walk the skipped prefix; a slice copy costs only what is returned.
+        return iter(self._items[self._start : self._stop])
+
+    def __reversed__(self) -> Iterator[T]:
+        return reversed(self._items[self._start : self._stop])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes | bytearray):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=False))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+class _Surface:
+    """Append-only storage shared by the folds of related Log values.
+
+    ``events[i]`` sits at ``positions[i]``; ``messages[i]`` and ``pairs[i]`` are its projection,
+    filled in lazily (the lists may be shorter than ``events``). A fold owns the prefix
+    ``[:length]``; the lock makes extending in place safe when values are read from threads.
+    """
+
+    __slots__ = ("events", "lock", "messages", "pairs", "positions")
+
+    def __init__(
+        self,
+        events: list[Event],
+        positions: list[int],
+        messages: list[Message],
+        pairs: list[tuple[int, Message]],
+    ) -> None:
+        self.events = events
+        self.positions = positions
+        self.messages = messages
+        self.pairs = pairs
+        self.lock = threading.Lock()
+
+    def fork(self, length: int) -> _Surface:
+        """A private copy of the first ``length`` entries (projections included)."""
+        projected = min(length, len(self.messages))
+        return _Surface(
+            self.events[:length],
+            self.positions[:length],
+            self.messages[:projected],
+            self.pairs[:projected],
+        )
+
+
+class _Fold:
+    """The surface of every held event with seq < ``count``: ``surface``'s first ``length``."""
+
+    __slots__ = ("count", "length", "surface")
+
+    def __init__(self, count: int, surface: _Surface, length: int) -> None:
+        self.count = count
+        self.surface = surface
+        self.length = length
+
+    def extended(self, events: Iterable[Event], count: int) -> _Fold:
+        """Fold ``events`` (all with seq >= self.count, in seq order) into a new fold."""
+        surface, length = self.surface, self.length
+        pending: list[Event] = []
+        for event in events:
+            op = event.data.get("surface_op")
+            if op is None:
+                if event.type in _SURFACE:
+                    pending.append(event)
+                continue
+            if pending:
+                surface, length = _extend(surface, length, pending)
+                pending = []
+            surface, length = _replace(surface, length, event, op[1], op[2])  # type: ignore[index,arg-type]
+        if pending:
+            surface, length = _extend(surface, length, pending)
+        return _Fold(count, surface, length)
+
+    def messages(self) -> None:
+        """Make sure every surface entry of this fold is projected."""
+        surface, length = self.surface, self.length
+        if len(surface.messages) < length:
+            with surface.lock:
+                done = len(surface.messages)
+                if done < length:
+                    events = surface.events[done:length]
+                    new = [to_message(event) for event in events]
+                    surface.messages.extend(new)
+                    surface.pairs.extend(zip([event.seq for event in events], new, strict=True))
+
+
+def _extend(surface: _Surface, length: int, new: list[Event]) -> tuple[_Surface, int]:
+    # Ordinary events go after everything already on the surface: their positions are their
+    # seqs, which are higher than any position so far.
+    with surface.lock:
+        if len(surface.events) == length:
+            surface.events.extend(new)
+            surface.positions.extend([event.seq for event in new])
+            return surface, length + len(new)
+    forked = surface.fork(length)
+    forked.events.extend(new)
+    forked.positions.extend([event.seq for event in new])
+    return forked, length + len(new)
+
+
+def _replace(
+    surface: _Surface, length: int, event: Event, start: int, stop: int
+) -> tuple[_Surface, int]:
+    # Positions are sorted and unique, so the shadowed entries are one contiguous slice.
+    with surface.lock:
+        positions = surface.positions
+        low = bisect_left(positions, start, 0, length)
+        high = bisect_right(positions, stop, 0, length)
+        events = [*surface.events[:low], event, *surface.events[high:length]]
+        new_positions = [*positions[:low], start, *positions[high:length]]
+        if len(surface.messages) >= length:
+            # Keep every projection already made; only the replacing event is new.
+            message = to_message(event)
+            messages = [*surface.messages[:low], message, *surface.messages[high:length]]
+            pairs = [*surface.pairs[:low], (event.seq, message), *surface.pairs[high:length]]
+        else:
+            kept = min(low, len(surface.messages))
+            messages = surface.messages[:kept]
+            pairs = surface.pairs[:kept]
+    return _Surface(events, new_positions, messages, pairs), len(events)
+
+
+class _Coverage:
+    """A union of closed integer intervals, for the backwards sweep of :meth:`Log.shadowed`."""
+
+    __slots__ = ("_starts", "_stops")
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._stops: list[int] = []
+
+    def covers(self, point: int) -> bool:
+        index = bisect_right(self._starts, point) - 1
+        return index >= 0 and point <= self._stops[index]
+
+    def add(self, start: int, stop: int) -> None:
+        starts, stops = self._starts, self._stops
+        low = bisect_left(stops, start - 1)  # first interval that could touch or overlap
+        high = bisect_right(starts, stop + 1)  # one past the last such interval
+        if low < high:
+            start = min(start, starts[low])
+            stop = max(stop, stops[high - 1])
+        starts[low:high] = [start]
+        stops[low:high] = [stop]
+
+
+_EMPTY_FOLD: Final = _Fold(0, _Surface([], [], [], []), 0)
+
+
+class Log:
+    """An immutable, append-only event log with a memoised surface fold.
+
+    ``Log()`` is empty. Every method that "changes" the log returns a new Log; the old value
+    stays valid and unchanged. See the module docstring for the fold's rules and costs.
+    """
+
+    __slots__ = ("_count", "_events", "_fold", "_held")
+
+    _events: list[Event]  # shared and append-only; this value owns the prefix [:_held]
+    _held: int
+    _count: int  # the next seq: 1 + the highest seq ever assigned
+    _fold: _Fold | None  # memo: the fold of a prefix of this value's events (a cache)
+
+    def __init__(self) -> None:
+        self._events = []
+        self._held = 0
+        self._count = 0
+        self._fold = None
+
+    @classmethod
+    def _make(cls, events: list[Event], held: int, count: int, fold: _Fold | None) -> Log:
+        log = object.__new__(cls)
+        log._events = events
+        log._held = held
+        log._count = count
+        log._fold = fold
+        return log
+
+    # Appending ------------------------------------------------------------------------------
+
+    def append(
+        self, type: EventType | str, data: Any = None, *, time: datetime | None = None
+    ) -> Log:
+        """Append an event; it takes seq ``count``.
+
+        Args:
+            type: an :class:`EventType` or its string value.
+            data: a JSON mapping (the log keeps a deep copy); may hold ``surface_op``.
+            time: when it happened (aware; stored in UTC); default now. Pass a message's
+                ``created_at`` when recording a message that already exists.
+
+        Returns:
+            The new log; this one is unchanged.
+
+        Raises:
+            InvalidEventError: naming what is wrong; nothing is appended.
+        """
+        return self._push(make_event(self._count, type, data, time))
+
+    def try_append(
+        self, type: EventType | str, data: Any = None, *, time: datetime | None = None
+    ) -> Log:
+        """Append an event, or log a warning and return this same log when it is invalid.
+
+        For call sites where losing one bookkeeping event beats failing the run. The failure
+        is never silent: a ``"dropping invalid event"`` warning names the reason.
+        """
+        try:
+            return self._push(make_event(self._count, type, data, time))
+        except InvalidEventError as e:
+            _logger.warning("dropping invalid event", reason=str(e), event_type=str(type))
+            return self
+
+    def append_at(
+        self, seq: int, type: EventType | str, data: Any = None, *, time: datetime
+    ) -> Log:
+        """Restore an event under the seq it was persisted with.
+
+        Seqs may leap forward (a snapshot leaves gaps) but never go back: restoring behind the
+        head would duplicate a seq or reorder history. Validation is as for :meth:`append`.
+
+        Raises:
+            InvalidEventError: ``seq`` is not an int at or past ``count``, ``time`` is None,
+                or the event is invalid.
+        """
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise InvalidEventError(f"append_at needs an int seq, not {seq!r}")
+        if seq < self._count:
+            raise InvalidEventError(
+                f"cannot restore event {seq} behind the head: the log's count is {self._count}"
+            )
+        if time is None:
+            raise InvalidEventError(f"event {seq}: append_at needs the event's time")
+        return self._push(make_event(seq, type, data, time))
+
+    def _push(self, event: Event) -> Log:
+        events, held = self._events, self._held
+        if len(events) == held:
+            events.append(event)
+            if events[held] is not event:  # another thread appended to this value first
+                events = [*events[:held], event]
+        else:  # appending to an older value: fork
+            events = [*events[:held], event]
+        # Inlined _make: this is the hot path of every append.
+        log = object.__new__(Log)
+        log._events = events
+        log._held = held + 1
+        log._count = event.seq + 1
+        log._fold = self._fold
+        return log
+
+    @classmethod
+    def seed(cls, messages: Iterable[object]) -> Log:
+        """A log with one surface event per message, in order, each timed at its ``created_at``.
+
+        Lossless: ``Log.seed(ms).derive_messages() == ms``, timestamps included. A value that
+        is not a :class:`Message` is dropped with a warning and takes no seq.
+        """
+        log = cls()
+        for message in messages:
+            if not isinstance(message, Message):
+                _logger.warning(
+                    "dropping a value that is not a message",
+                    value_type=type(message).__name__,
+                    seq=log._count,
+                )
+                continue
+            event_type, data = message_event(message)
+            log = log.append(event_type, data, time=message.created_at)
+        return log
+
+    # Reading --------------------------------------------------------------------------------
+
+    @property
+    def count(self) -> int:
+        """The next seq: 1 + the highest seq ever assigned, 0 when none. Never lowered."""
+        return self._count
+
+    @property
+    def last(self) -> Event | None:
+        """The newest held event, or None."""
+        return self._events[self._held - 1] if self._held else None
+
+    def events(self) -> Sequence[Event]:
+        """Every held event, oldest first, shadowed ones included."""
+        return _View(self._events, 0, self._held)
+
+    def since(self, seq: int) -> Sequence[Event]:
+        """The held events with seq >= ``seq``, oldest first; O(log n) plus what is returned.
+
+        Correct across the gaps a snapshot leaves; ``seq`` at or past ``count`` gives ``[]``.
+
+        Raises:
+            ValueError: ``seq`` is negative.
+            TypeError: ``seq`` is not an int.
+        """
+        return _View(self._events, self._index(_check_seq(seq)), self._held)
+
+    def _index(self, seq: int) -> int:
+        """The index of the first held event with seq >= ``seq``."""
+        if self._held == self._count:
+            # No gaps: held seqs are exactly 0..count-1, so the seq is the index.
+            return min(seq, self._held)
+        return bisect_left(self._events, seq, 0, self._held, key=_SEQ)
+
+    def _folded(self) -> _Fold:
+        fold = self._fold or _EMPTY_FOLD
+        if fold.count != self._count:
+            fold = fold.extended(self.since(fold.count), self._count)
+            self._fold = fold  # a cache: any thread may fill it; every result is equal
+        return fold
+
+    def surface(self) -> Sequence[Event]:
+        """The surface events, in the order the model sees them."""
+        fold = self._folded()
+        return _View(fold.surface.events, 0, fold.length)
+
+    def derive_indexed(self) -> Sequence[tuple[int, Message]]:
+        """``(seq, Message)`` for each surface event, in model order.
+
+        The seq is the event's own: a summary appended at seq 8 over 0..5 pairs with 8. To name
+        a range for a new replace, use the surface events' :attr:`~Event.position`.
+        """
+        fold = self._folded()
+        fold.messages()
+        return _View(fold.surface.pairs, 0, fold.length)
+
+    def derive_messages(self) -> Sequence[Message]:
+        """The messages the model sees: :meth:`derive_indexed` without the seqs."""
+        fold = self._folded()
+        fold.messages()
+        return _View(fold.surface.messages, 0, fold.length)
+
+    def shadowed(self) -> Sequence[Event]:
+        """The held events that a replace has shadowed (what :meth:`snapshot` would drop)."""
+        return self._partition()[1]
+
+    def _partition(self) -> tuple[list[Event], list[Event]]:
+        # Sweep newest to oldest, so the coverage holds exactly the replaces appended after
+        # the event in hand.
+        coverage = _Coverage()
+        live: list[Event] = []
+        dropped: list[Event] = []
+        for index in range(self._held - 1, -1, -1):
+            event = self._events[index]
+            op = event.data.get("surface_op")
+            position = event.seq if op is None else op[1]  # type: ignore[index]
+            (dropped if coverage.covers(position) else live).append(event)  # type: ignore[arg-type]
+            if op is not None:
+                coverage.add(op[1], op[2])  # type: ignore[index,arg-type]
+        live.reverse()
+        dropped.reverse()
+        return live, dropped
+
+    # Deriving new values --------------------------------------------------------------------
+
+    def snapshot(self) -> Log:
+        """Drop every shadowed event, keeping the survivors' seqs and the count.
+
+        The surface is unchanged (a shadowed event contributes nothing to it), so the memoised
+        fold carries over. After a snapshot, the dropped history is gone from this value:
+        :meth:`upto` and forks can no longer see it.
+        """
+        fold = self._folded()
+        live, dropped = self._partition()
+        if not dropped:
+            return self
+        return Log._make(live, len(live), self._count, fold)
+
+    def upto(self, seq: int) -> Log:
+        """The log as it was when ``seq`` was its newest event.
+
+        Holds the events with seq <= ``seq`` (as far as a snapshot has not dropped them), and
+        its count is ``seq + 1``: time travel and audit ("what did the model see at step N").
+
+        Raises:
+            ValueError: ``seq`` is not in ``0 <= seq < count``.
+        """
+        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < self._count:
+            raise ValueError(f"upto needs 0 <= seq < {self._count}, got {seq!r}")
+        fold = self._fold
+        if fold is not None and fold.count > seq + 1:
+            fold = None
+        return Log._make(self._events, self._index(seq + 1), seq + 1, fold)
+
+    # Dunder ---------------------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Log):
+            return NotImplemented
+        return self._count == other._count and self.events() == other.events()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<Log count={self._count} held={self._held}>"
+
+
+def _check_seq(seq: object) -> int:
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise TypeError(f"seq must be an int, not {type(seq).__name__}")
+    if seq < 0:
+        raise ValueError(f"seq must be >= 0, got {seq}")
+    return seq
