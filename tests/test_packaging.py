@@ -21,13 +21,18 @@ def test_every_public_name_of_every_module_is_exported() -> None:
         name = module_info.name
         if any(part.startswith("_") for part in name.split(".")[1:]):
             continue
-        if name.endswith(("__main__", ".cli")) or ".stores." in name or name == "nous_session.testing":
+        if (
+            name.endswith(("__main__", ".cli"))
+            or ".stores." in name
+            or name == "nous_session.testing"
+        ):
             continue  # entry points, optional backends and the test kit are reached by path
         module = importlib.import_module(name)
         missing = {
             item
             for item in getattr(module, "__all__", ())
-            if item not in exported and getattr(nous_session, item, None) is not getattr(module, item)
+            if item not in exported
+            and getattr(nous_session, item, None) is not getattr(module, item)
         }
         # Module-level helpers may stay in their module; classes and errors must be exported.
         missing = {item for item in missing if isinstance(getattr(module, item), type)}
