@@ -42,13 +42,12 @@ def utc_datetime(value: object, what: str = "time") -> datetime:
     """Return ``value`` as a timezone-aware UTC datetime (microseconds kept).
 
     Raises:
-        TypeError: ``value`` is not a datetime.
-        ValueError: ``value`` is naive (has no UTC offset).
+        ValueError: ``value`` is not a datetime, or is naive (has no UTC offset).
     """
     if type(value) is datetime and value.tzinfo is UTC:
         return value
     if not isinstance(value, datetime):
-        raise TypeError(f"{what} must be a datetime, not {type(value).__name__}")
+        raise ValueError(f"{what} must be a datetime, not {type(value).__name__}")
     if value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware, got the naive {value.isoformat()}")
     return value.astimezone(UTC)

@@ -33,6 +33,8 @@ __all__ = [
     "estimate_tokens",
     "maybe_compact",
     "maybe_compact_async",
+    "message_bytes",
+    "plan_compaction",
     "prune_tool_results",
     "should_compact",
     "start_compaction",
@@ -54,12 +56,18 @@ def estimate_tokens(text: str | None) -> int:
     return len(text.encode()) // 4 if text else 0
 
 
-def _message_bytes(message: Message) -> int:
+def message_bytes(message: Message) -> int:
+    """The UTF-8 bytes :func:`estimate_messages_tokens` counts for one message."""
     size = len(message.text.encode())
     for call in message.tool_calls:
         arguments = call.arguments
         size += len(call.name.encode())
-        size += len(arguments.encode() if isinstance(arguments, str) else orjson.dumps(arguments))
+        size += len(
+            arguments.encode()
+            if isinstance(arguments, str)
+            # The mapping is read-only (a mappingproxy): let orjson see it as the dict it is.
+            else orjson.dumps(arguments, default=dict)
+        )
     return size
 
 
@@ -69,7 +77,7 @@ def estimate_messages_tokens(messages: Sequence[Message]) -> int:
     Summing bytes and dividing once matches :func:`estimate_tokens` of the concatenation, with
     no rounding error per message.
     """
-    return sum(_message_bytes(message) for message in messages) // 4
+    return sum(message_bytes(message) for message in messages) // 4
 
 
 def should_compact(messages: Sequence[Message], n: int) -> bool:
@@ -109,8 +117,12 @@ def _valid_keep_last(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _split(messages: Sequence[Message], keep_last: object) -> tuple[int, int] | None:
-    """Where compaction would cut: ``(lead, cut)`` with old = [lead:cut], or None if unchanged.
+def plan_compaction(messages: Sequence[Message], keep_last: object) -> tuple[int, int] | None:
+    """Where :func:`compact` would cut: ``(lead, cut)``, or None when it would change nothing.
+
+    ``messages[:lead]`` is the leading run of system messages, ``messages[lead:cut]`` is what
+    the summary replaces, and ``messages[cut:]`` is the kept tail (tool results at its head
+    already moved into the summarised part).
 
     Raises:
         ValueError: compaction would happen and ``keep_last`` is not an int > 0.
@@ -168,9 +180,9 @@ def compact(messages: Sequence[Message], keep_last: int) -> list[Message]:
     Raises:
         ValueError: compaction would happen and ``keep_last`` is not an int > 0.
     """
-    split = _split(messages, keep_last)
+    split = plan_compaction(messages, keep_last)
     if split is None:
-        return messages if isinstance(messages, list) else list(messages)
+        return list(messages)
     lead, cut = split
     return [*messages[:lead], summarize(messages[lead:cut]), *messages[cut:]]
 
@@ -244,7 +256,7 @@ def maybe_compact(
     _check_trigger_options(every, token_budget, threshold)
     if _triggered(messages, every, token_budget, threshold):
         return compact(messages, keep_last)
-    return messages if isinstance(messages, list) else list(messages)
+    return list(messages)
 
 
 # Async --------------------------------------------------------------------------------------
@@ -274,8 +286,8 @@ async def compact_async(messages: Sequence[Message], keep_last: int) -> list[Mes
     Raises:
         ValueError: as :func:`compact`, before any thread is started.
     """
-    if _split(messages, keep_last) is None:
-        return messages if isinstance(messages, list) else list(messages)
+    if plan_compaction(messages, keep_last) is None:
+        return list(messages)
     snapshot = list(messages)  # the worker must not see later changes to the caller's list
     return await anyio.to_thread.run_sync(compact, snapshot, keep_last)
 
@@ -292,7 +304,7 @@ async def _compact_task(
     def work() -> Outcome:
         if trigger is not None and not _triggered(messages, **trigger):
             return Unchanged(messages)
-        if _split(messages, keep_last) is None:
+        if plan_compaction(messages, keep_last) is None:
             return Unchanged(messages)
         return Compacted(compact(messages, keep_last))
 
