@@ -13,6 +13,8 @@ Log, Transcript, Event and Message are pure and synchronous: no I/O, no event lo
 """
 
 from nous_session import messages, transcript
+from nous_session.actor import SessionActor, SessionStatistics, Subscription
+from nous_session.compaction import CompactionPolicy, Summarizer
 from nous_session.errors import (
     ConflictError,
     CorruptRecordError,
@@ -24,10 +26,12 @@ from nous_session.errors import (
 from nous_session.event import SURFACE_TYPES, Event, EventType, Replace
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
+from nous_session.stores import MemoryStore, Store
 from nous_session.transcript import Compacted, Unchanged
 
 __all__ = [
     "Compacted",
+    "CompactionPolicy",
     "ConflictError",
     "ContentPart",
     "CorruptRecordError",
@@ -35,13 +39,19 @@ __all__ = [
     "EventType",
     "InvalidEventError",
     "Log",
+    "MemoryStore",
     "Message",
     "NousSessionError",
     "Replace",
     "Role",
     "SURFACE_TYPES",
+    "SessionActor",
     "SessionClosedError",
+    "SessionStatistics",
+    "Store",
     "StoreError",
+    "Subscription",
+    "Summarizer",
     "ToolCall",
     "Unchanged",
     "messages",

@@ -1,0 +1,789 @@
+"""SessionActor: one writer per session, committed-event streams, background compaction.
+
+One actor task owns a session's :class:`~nous_session.log.Log`. Callers put requests into a
+bounded queue; the actor takes every request waiting as one batch, applies them in arrival
+order (each validated against the log the requests before it left), commits the batch to the
+store in one call (group commit), and only then publishes the new Log value, wakes subscribers
+and acknowledges each request with its result or error. Readers therefore never see an event
+that is not committed.
+
+Backpressure: the queue holds ``queue_size`` requests. A caller whose request does not fit
+waits for space (a cancelled wait sends nothing). Subscribers never slow the actor: each reads
+the published, immutable Log by cursor and waits on one shared notification, so publishing is
+O(1) whatever the number of subscribers, and a subscriber that stops reading holds nothing
+but its cursor and the Log value it last read.
+
+Compaction runs in a child task on a committed Log value and posts its result back through the
+queue, where it is applied only if the surface it planned over is still exactly there.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, nullcontext
+from datetime import datetime
+from operator import attrgetter
+from types import TracebackType
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import anyio.to_thread
+import attrs
+import structlog
+
+from nous_session.compaction import (
+    CompactionPolicy,
+    Replacement,
+    TokenMeter,
+    plan_pruning,
+    plan_summary,
+    structural_summary,
+    summary_replacement,
+)
+from nous_session.errors import (
+    InvalidEventError,
+    NousSessionError,
+    SessionClosedError,
+    StoreError,
+)
+from nous_session.event import Event, EventType, message_event
+from nous_session.log import Log
+from nous_session.message import Message
+from nous_session.stores.base import Store
+from nous_session.stores.memory import MemoryStore
+
+__all__ = ["SessionActor", "SessionStatistics", "Subscription"]
+
+_logger = structlog.get_logger("nous_session")
+
+_APPEND: Final = 0
+_SNAPSHOT: Final = 1
+_COMPACTION: Final = 2
+_RELOAD: Final = 3
+
+_POSITION: Final = attrgetter("position")
+# A subscriber that never has to wait still yields to the event loop this often.
+_YIELD_EVERY: Final = 128
+
+
+class _Request:
+    """One queued call and the slot its answer goes into."""
+
+    __slots__ = ("done", "error", "kind", "payload", "result")
+
+    def __init__(self, kind: int, payload: Any) -> None:
+        self.kind = kind
+        self.payload = payload
+        self.done = anyio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def resolve(self, result: Any) -> None:
+        self.result = result
+        self.done.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
+def _closed_error() -> SessionClosedError:
+    return SessionClosedError("the session is closed")
+
+
+def _store_error(error: BaseException) -> StoreError:
+    """A fresh StoreError (of the same class) for one caller, chained to the store's error."""
+    if isinstance(error, StoreError):
+        copy = type(error)(*error.args)
+    else:
+        copy = StoreError(f"the store failed: {error!r}")
+    copy.__cause__ = error
+    return copy
+
+
+@attrs.frozen
+class SessionStatistics:
+    """A point-in-time view of a session actor.
+
+    Attributes:
+        queue_depth: requests accepted into the queue and not yet taken by the actor.
+        count: the published Log's count (the next seq).
+        subscribers: open subscriptions.
+        batches: batches committed so far (store commits).
+        requests: requests applied in committed batches (``requests / batches`` is the mean
+            batch size).
+        compactions_run: compactions whose result was applied (a summary, or pruning alone).
+        compactions_stale: compaction results dropped because the surface changed meanwhile.
+        compactions_failed: compactions that failed (summarizer error, empty summary, timeout,
+            or a store failure while committing the result).
+        compaction_in_flight: whether a compaction is running now.
+    """
+
+    queue_depth: int
+    count: int
+    subscribers: int
+    batches: int
+    requests: int
+    compactions_run: int
+    compactions_stale: int
+    compactions_failed: int
+    compaction_in_flight: bool
+
+
+class Subscription:
+    """Committed events of one session, from a seq onward: catch up, then follow live appends.
+
+    Use it as ``async with session.subscribe(since) as events: async for event in events``.
+    Each committed event with seq >= ``since`` is yielded at most once, in seq order; every
+    event the latest Log still holds when the subscriber reaches it is yielded (an event a
+    snapshot dropped before the subscriber got to it is skipped). Iteration ends after the
+    session closes and everything it committed has been yielded.
+    """
+
+    __slots__ = ("_actor", "_cursor", "_pending", "_streak")
+
+    def __init__(self, actor: SessionActor, since: int) -> None:
+        self._actor = actor
+        self._cursor = since
+        self._pending: Iterator[Event] = iter(())
+        self._streak = 0
+
+    @property
+    def cursor(self) -> int:
+        """The seq the next event will have at least."""
+        return self._cursor
+
+    async def __aenter__(self) -> Subscription:
+        self._actor._subscribers += 1
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._actor._subscribers -= 1
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Event:
+        actor = self._actor
+        while True:
+            event = next(self._pending, None)
+            if event is not None:
+                self._cursor = event.seq + 1
+                self._streak += 1
+                if self._streak >= _YIELD_EVERY:
+                    # A long catch-up must not starve the actor or the other subscribers.
+                    self._streak = 0
+                    await anyio.lowlevel.checkpoint()
+                return event
+            # Take the notification before reading the log: a publish in between sets it.
+            changed = actor._changed
+            fresh = actor._log.since(self._cursor)
+            if fresh:
+                self._pending = iter(fresh)
+                continue
+            if actor._closed:
+                raise StopAsyncIteration
+            self._streak = 0
+            await changed.wait()
+
+
+_OPEN_KEY: Final = object()
+
+
+class SessionActor:
+    """The runtime of one session: an actor task that owns its Log.
+
+    Open it with :meth:`open`; the constructor is not public. Every call is safe from any task
+    of the event loop the actor runs in.
+    """
+
+    __slots__ = (
+        "_admit",
+        "_batches",
+        "_changed",
+        "_closed",
+        "_closing",
+        "_compaction_scope",
+        "_compactions_failed",
+        "_compactions_run",
+        "_compactions_stale",
+        "_in_flight",
+        "_log",
+        "_logger",
+        "_meter",
+        "_policy",
+        "_receive",
+        "_requests",
+        "_retry_at",
+        "_send",
+        "_session_id",
+        "_store",
+        "_subscribers",
+        "_task_group",
+    )
+
+    def __init__(
+        self,
+        key: object,
+        *,
+        session_id: str,
+        store: Store,
+        log: Log,
+        compaction: CompactionPolicy | None,
+        queue_size: int,
+        task_group: anyio.abc.TaskGroup,
+    ) -> None:
+        if key is not _OPEN_KEY:
+            raise TypeError("use `async with SessionActor.open(session_id=...) as session`")
+        self._session_id = session_id
+        self._store = store
+        self._log = log
+        self._policy = compaction
+        self._task_group = task_group
+        self._send, self._receive = anyio.create_memory_object_stream[_Request](queue_size)
+        self._changed = anyio.Event()
+        self._closing = False  # no new requests; set when leaving the `async with` block
+        self._closed = False  # the actor task has finished; nothing more will be committed
+        self._admit = 0  # while closing: queued requests still to apply
+        self._subscribers = 0
+        self._batches = 0
+        self._requests = 0
+        self._compactions_run = 0
+        self._compactions_stale = 0
+        self._compactions_failed = 0
+        self._in_flight = False
+        self._compaction_scope: anyio.CancelScope | None = None
+        self._retry_at = 0  # compaction waits for the surface to reach this size
+        self._meter = TokenMeter(compaction.token_counter) if compaction is not None else None
+        # Bind once: a bound logger filters debug lines at almost no cost per commit.
+        self._logger = _logger.bind(session_id=session_id)
+
+    # Opening and closing ----------------------------------------------------------------------
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        *,
+        session_id: str,
+        store: Store | None = None,
+        compaction: CompactionPolicy | None = None,
+        queue_size: int = 1024,
+    ) -> AsyncIterator[SessionActor]:
+        """Load the session and run its actor for the duration of the ``async with`` block.
+
+        Args:
+            session_id: the session's id, a non-empty string.
+            store: where the log is persisted; None means a private in-memory store.
+            compaction: when and how to compact in the background; None never compacts.
+            queue_size: how many requests may wait for the actor before callers wait too.
+
+        On leaving the block, requests already in the queue are applied and acknowledged;
+        callers still waiting for queue space, and every later call, get
+        :class:`SessionClosedError`; a running compaction is cancelled; subscriptions end once
+        they have yielded everything committed. If the block is cancelled or raises, pending
+        callers get :class:`SessionClosedError` (a batch already being committed completes).
+
+        Raises:
+            ValueError: a bad argument.
+            StoreError: the session could not be loaded.
+        """
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError(f"session_id must be a non-empty string, got {session_id!r}")
+        if not isinstance(queue_size, int) or isinstance(queue_size, bool) or queue_size < 1:
+            raise ValueError(f"queue_size must be an int >= 1, got {queue_size!r}")
+        if compaction is not None and not isinstance(compaction, CompactionPolicy):
+            raise ValueError(f"compaction must be a CompactionPolicy, got {compaction!r}")
+        owned = store is None
+        if store is None:
+            store = MemoryStore()
+        elif not isinstance(store, Store):
+            raise ValueError(f"store must implement the Store protocol, got {store!r}")
+        try:
+            log = await _load(store, session_id)
+            async with anyio.create_task_group() as task_group:
+                actor = cls(
+                    _OPEN_KEY,
+                    session_id=session_id,
+                    store=store,
+                    log=log,
+                    compaction=compaction,
+                    queue_size=queue_size,
+                    task_group=task_group,
+                )
+                await task_group.start(actor._run)
+                try:
+                    yield actor
+                finally:
+                    actor._begin_close()
+        finally:
+            if owned:
+                await store.aclose()
+
+    def _begin_close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        # Exactly the requests whose send has completed are still applied.
+        self._admit = self._receive.statistics().current_buffer_used
+        self._send.close()
+        if self._compaction_scope is not None:
+            self._compaction_scope.cancel()
+
+    # The actor task ---------------------------------------------------------------------------
+
+    async def _run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        batch: list[_Request] = []
+        try:
+            while True:
+                batch = await self._take()
+                if not batch:
+                    break
+                await self._process(batch)
+                batch = []
+        finally:
+            # Whatever ends the loop (closing, cancellation, a bug), nobody may hang.
+            for request in batch:
+                if not request.done.is_set():
+                    request.fail(_closed_error())
+            self._refuse_the_rest()
+            self._closing = True
+            self._closed = True
+            self._notify()
+
+    async def _take(self) -> list[_Request]:
+        """The next batch: every request waiting in the queue. Empty when the actor must stop."""
+        receive = self._receive
+        if not (self._closing and self._admit == 0):
+            try:
+                first = await receive.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return []
+            batch = [first]
+            while True:
+                try:
+                    batch.append(receive.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            if not self._closing:
+                return batch
+            # Closing: the first `_admit` requests were queued before the close; any later
+            # ones came from callers that were still waiting for space.
+            admitted, late = batch[: self._admit], batch[self._admit :]
+            self._admit -= len(admitted)
+            for request in late:
+                request.fail(_closed_error())
+            if admitted:
+                return admitted
+        return []
+
+    def _refuse_the_rest(self) -> None:
+        receive = self._receive
+        while True:
+            try:
+                receive.receive_nowait().fail(_closed_error())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        # Wakes callers still waiting for queue space: their send raises BrokenResourceError.
+        receive.close()
+
+    async def _process(self, batch: list[_Request]) -> None:
+        base = log = self._log
+        dropped: list[int] = []
+        applied: list[tuple[_Request, Any]] = []
+        rebuilt = False  # did the surface change other than by growing at the end?
+        for request in batch:
+            kind = request.kind
+            try:
+                if kind == _APPEND:
+                    log, events, replaced = _apply_append(log, request.payload)
+                    rebuilt = rebuilt or replaced
+                    applied.append((request, events))
+                elif kind == _SNAPSHOT:
+                    dropped.extend(e.seq for e in log.shadowed() if e.seq < base.count)
+                    log = log.snapshot()
+                    applied.append((request, log))
+                elif kind == _COMPACTION:
+                    log, outcome = self._apply_compaction(log, request.payload)
+                    rebuilt = rebuilt or any(outcome)
+                    applied.append((request, outcome))
+                else:  # _RELOAD: a barrier; what came before is committed first
+                    await self._commit(base, log, dropped, applied, rebuilt)
+                    await self._reload(request)
+                    base = log = self._log
+                    dropped, applied, rebuilt = [], [], False
+            except InvalidEventError as error:
+                request.fail(error)
+        await self._commit(base, log, dropped, applied, rebuilt)
+
+    async def _commit(
+        self,
+        base: Log,
+        log: Log,
+        dropped: list[int],
+        applied: list[tuple[_Request, Any]],
+        rebuilt: bool,
+    ) -> None:
+        if not applied:
+            return
+        if log is not base:
+            events = log.since(base.count)
+            try:
+                # Shielded: once the store has the batch, its callers must hear about it.
+                with anyio.CancelScope(shield=True):
+                    await self._store.commit(
+                        self._session_id,
+                        expected_count=base.count,
+                        events=events,
+                        dropped=dropped,
+                    )
+            except Exception as error:
+                self._logger.warning(
+                    "nous_session.commit_failed",
+                    error=repr(error),
+                    requests=len(applied),
+                    expected_count=base.count,
+                )
+                for request, _ in applied:
+                    request.fail(_store_error(error))
+                return
+            self._log = log
+            self._batches += 1
+            self._notify()
+            self._logger.debug(
+                "nous_session.commit", events=len(events), dropped=len(dropped), count=log.count
+            )
+        self._requests += len(applied)
+        for request, result in applied:
+            request.resolve(result)
+        self._maybe_compact(rebuilt)
+
+    def _notify(self) -> None:
+        # One Event per publish, shared by every subscriber: O(1) for the actor.
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    async def _reload(self, request: _Request) -> None:
+        try:
+            log = await _load(self._store, self._session_id)
+        except NousSessionError as error:
+            request.fail(_store_error(error))
+            return
+        self._log = log
+        self._notify()
+        self._logger.info("nous_session.reloaded", count=log.count)
+        request.resolve(log)
+        self._maybe_compact(rebuilt=True)
+
+    # Compaction -------------------------------------------------------------------------------
+
+    def _apply_compaction(
+        self, log: Log, replacements: Sequence[Replacement]
+    ) -> tuple[Log, list[bool]]:
+        outcome = []
+        for replacement in replacements:
+            surface = log.surface()
+            low = bisect_left(surface, replacement.start, key=_POSITION)
+            high = bisect_right(surface, replacement.stop, key=_POSITION)
+            current = tuple(event.seq for event in surface[low:high])
+            if current != replacement.expected:
+                self._logger.info(
+                    "nous_session.compaction_stale",
+                    source=replacement.source,
+                    start=replacement.start,
+                    stop=replacement.stop,
+                )
+                outcome.append(False)
+                continue
+            event_type, _ = message_event(replacement.message)
+            log = log.append(event_type, replacement.data(), time=replacement.message.created_at)
+            outcome.append(True)
+        return log, outcome
+
+    def _maybe_compact(self, rebuilt: bool) -> None:
+        policy, meter = self._policy, self._meter
+        if policy is None or meter is None:
+            return
+        messages = self._log.derive_messages()
+        # The meter must see every commit, or an unseen replace would corrupt its running sum.
+        tokens = meter.update(messages, extended=not rebuilt) if policy.counts_tokens else 0
+        if self._in_flight or self._closing or len(messages) < self._retry_at:
+            return
+        if policy.triggered(len(messages), tokens):
+            self._in_flight = True
+            self._task_group.start_soon(self._compact, self._log, len(messages), tokens)
+
+    async def _compact(self, log: Log, size: int, tokens: int) -> None:
+        policy = self._policy
+        assert policy is not None
+        logger = self._logger.bind(count=log.count, surface=size, tokens=tokens)
+        logger.info("nous_session.compaction_started")
+        outcome = "failed"
+        try:
+            with anyio.CancelScope() as scope:
+                self._compaction_scope = scope
+                outcome = await self._compaction(policy, log)
+            if scope.cancelled_caught:
+                outcome = "cancelled"
+        except SessionClosedError:
+            outcome = "cancelled"
+        except Exception as error:
+            logger.warning("nous_session.compaction_failed", error=repr(error))
+        finally:
+            self._compaction_scope = None
+            self._in_flight = False
+        if outcome == "applied":
+            self._compactions_run += 1
+            logger.info("nous_session.compaction_finished", new_count=self._log.count)
+        elif outcome == "stale":
+            self._compactions_stale += 1
+        elif outcome == "failed":
+            self._compactions_failed += 1
+        if outcome in ("failed", "nothing"):
+            # Do not retry on every commit: wait until the surface has grown.
+            self._retry_at = size + 1
+        if outcome != "cancelled":
+            self._maybe_compact(rebuilt=False)
+
+    async def _compaction(self, policy: CompactionPolicy, log: Log) -> str:
+        pruned = False
+        if policy.prune_tool_results is not None:
+            replacements = await anyio.to_thread.run_sync(
+                plan_pruning, log, policy.prune_tool_results
+            )
+            if replacements:
+                outcome: list[bool] = await self._call(_COMPACTION, replacements)
+                pruned = any(outcome)
+                log = self._log
+                messages = log.derive_messages()
+                tokens = (
+                    await anyio.to_thread.run_sync(policy.token_counter, messages)
+                    if policy.counts_tokens
+                    else 0
+                )
+                if pruned and not policy.triggered(len(messages), tokens):
+                    return "applied"  # pruning was enough
+        planned = await anyio.to_thread.run_sync(plan_summary, log, policy.keep_last)
+        if planned is None:
+            return "applied" if pruned else "nothing"
+        events, old = planned
+        if policy.summarizer is None:
+            summary = await anyio.to_thread.run_sync(structural_summary, old)
+        else:
+            timeout = policy.summarizer_timeout
+            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+                text = await policy.summarizer(list(old))
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"the summarizer returned an empty summary: {text!r}")
+            summary = Message.system(text, created_at=old[0].created_at)
+        (applied,) = await self._call(_COMPACTION, [summary_replacement(events, summary)])
+        if applied:
+            return "applied"
+        return "applied" if pruned else "stale"
+
+    # Calls ------------------------------------------------------------------------------------
+
+    async def _call(self, kind: int, payload: Any) -> Any:
+        if self._closing:
+            raise _closed_error()
+        request = _Request(kind, payload)
+        try:
+            self._send.send_nowait(request)
+        except anyio.WouldBlock:
+            try:
+                await self._send.send(request)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                raise _closed_error() from None
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise _closed_error() from None
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    async def append(
+        self,
+        type: EventType | str,
+        data: Mapping[str, Any] | None = None,
+        *,
+        time: datetime | None = None,
+    ) -> Event:
+        """Append one event and return it once it is committed.
+
+        Raises:
+            InvalidEventError: the event is invalid (nothing was appended).
+            StoreError: the store failed to commit the batch (nothing was appended).
+            SessionClosedError: the session is closed.
+        """
+        events = await self._call(_APPEND, ((type, data, time),))
+        return events[0]  # type: ignore[no-any-return]
+
+    async def append_many(self, items: Iterable[Sequence[Any]]) -> tuple[Event, ...]:
+        """Append several events atomically (all or none) and return them once committed.
+
+        Each item is ``(type, data)`` or ``(type, data, time)``.
+
+        Raises:
+            InvalidEventError: an item is malformed or an event is invalid (nothing appended).
+            StoreError: the store failed to commit (nothing appended).
+            SessionClosedError: the session is closed.
+        """
+        normalised = []
+        for index, item in enumerate(items):
+            if not isinstance(item, tuple | list) or len(item) not in (2, 3):
+                raise InvalidEventError(
+                    f"append_many item {index} must be (type, data) or (type, data, time), "
+                    f"got {item!r}"
+                )
+            normalised.append((item[0], item[1], item[2] if len(item) == 3 else None))
+        if not normalised:
+            return ()
+        return await self._call(_APPEND, tuple(normalised))  # type: ignore[no-any-return]
+
+    async def add_message(self, message: Message) -> Event:
+        """Append the surface event that stands for ``message`` (as ``Log.seed`` maps it).
+
+        The event's time is the message's ``created_at``.
+
+        Raises:
+            InvalidEventError: ``message`` is not a Message.
+            StoreError, SessionClosedError: as :meth:`append`.
+        """
+        event_type, data = message_event(message)
+        return await self.append(event_type, data, time=message.created_at)
+
+    async def replace(self, start: int, stop: int, message: Message) -> Event:
+        """Put ``message`` on the surface in place of the positions ``start..stop``.
+
+        Name positions with the surface events' :attr:`~Event.position`. The event's time is
+        ``message.created_at``; every replaced event stays in the log.
+
+        Raises:
+            InvalidEventError: a malformed range, a range not below the new event's seq, or
+                ``message`` is not a Message.
+            StoreError, SessionClosedError: as :meth:`append`.
+        """
+        event_type, data = message_event(message)
+        data["surface_op"] = ["replace", start, stop]
+        return await self.append(event_type, data, time=message.created_at)
+
+    async def snapshot(self) -> Log:
+        """Drop every shadowed event, in memory and in the store, in one commit.
+
+        Returns:
+            The log right after the snapshot.
+
+        Raises:
+            StoreError, SessionClosedError: as :meth:`append`.
+        """
+        return await self._call(_SNAPSHOT, None)  # type: ignore[no-any-return]
+
+    async def reload(self) -> Log:
+        """Reload the session from the store, after a :class:`ConflictError` for instance.
+
+        Requests queued before it are committed first; later ones apply to the reloaded log.
+
+        Raises:
+            StoreError, SessionClosedError: as :meth:`append`.
+        """
+        return await self._call(_RELOAD, None)  # type: ignore[no-any-return]
+
+    def subscribe(self, since: int = 0) -> Subscription:
+        """Follow the committed events with seq >= ``since``.
+
+        ``async with session.subscribe(since) as events: async for event in events: ...``
+
+        Raises:
+            ValueError: ``since`` is negative.
+            TypeError: ``since`` is not an int.
+        """
+        if not isinstance(since, int) or isinstance(since, bool):
+            raise TypeError(f"since must be an int, not {type(since).__name__}")
+        if since < 0:
+            raise ValueError(f"since must be >= 0, got {since}")
+        return Subscription(self, since)
+
+    # Reading ----------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+        return self._session_id
+
+    @property
+    def log(self) -> Log:
+        """The latest committed Log value (an immutable snapshot)."""
+        return self._log
+
+    @property
+    def closed(self) -> bool:
+        """True once the actor has stopped (nothing more will be committed)."""
+        return self._closed
+
+    def messages(self) -> Sequence[Message]:
+        """The messages the model sees now (the committed log's surface)."""
+        return self._log.derive_messages()
+
+    def statistics(self) -> SessionStatistics:
+        """Counters and gauges; see :class:`SessionStatistics`."""
+        return SessionStatistics(
+            queue_depth=self._receive.statistics().current_buffer_used,
+            count=self._log.count,
+            subscribers=self._subscribers,
+            batches=self._batches,
+            requests=self._requests,
+            compactions_run=self._compactions_run,
+            compactions_stale=self._compactions_stale,
+            compactions_failed=self._compactions_failed,
+            compaction_in_flight=self._in_flight,
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "closing" if self._closing else "open"
+        return f"<SessionActor {self._session_id!r} {state} count={self._log.count}>"
+
+
+def _apply_append(
+    log: Log, items: Sequence[tuple[Any, Any, Any]]
+) -> tuple[Log, tuple[Event, ...], bool]:
+    """Append every item or none; report whether any of them replaced a range."""
+    if len(items) == 1:
+        kind, data, time = items[0]
+        log = log.append(kind, data, time=time)
+        event = log.last
+        assert event is not None
+        return log, (event,), event.data.get("surface_op") is not None
+    events = []
+    replaced = False
+    candidate = log
+    for index, (kind, data, time) in enumerate(items):
+        try:
+            candidate = candidate.append(kind, data, time=time)
+        except InvalidEventError as error:
+            raise InvalidEventError(f"append_many item {index}: {error}") from None
+        event = candidate.last
+        assert event is not None
+        replaced = replaced or event.data.get("surface_op") is not None
+        events.append(event)
+    return candidate, tuple(events), replaced
+
+
+async def _load(store: Store, session_id: str) -> Log:
+    """Rebuild a session's Log from its stored events, seqs and gaps verbatim."""
+    log = Log()
+    for event in await store.load(session_id):
+        log = log.append_at(event.seq, event.type, event.data, time=event.time)
+    # No count to restore separately: the newest event is never shadowed, so a snapshot
+    # never drops it, and the held events always end at count - 1.
+    return log

@@ -1,0 +1,83 @@
+"""The store contract: how a SessionActor persists its log.
+
+A store holds many sessions. Each session is its held events, in seq order, and its count
+(1 + the highest seq ever committed, never lowered). The actor is the only thing that calls
+``commit`` for a session in a process; the ``expected_count`` check is what stops two actors
+(in one process or many) from both extending a session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from nous_session.event import Event
+
+__all__ = ["Store"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What a SessionActor needs from persistence.
+
+    Every method may be called from any task; implementations serialise what needs it.
+    """
+
+    async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
+        """The session's held events with seq >= ``since``, in seq order.
+
+        An unknown session is empty (``[]``), not an error.
+
+        Raises:
+            StoreError: the store could not be read.
+            CorruptRecordError: a stored record could not be decoded (it names the record).
+        """
+        ...
+
+    async def commit(
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        dropped: Sequence[int] = (),
+    ) -> None:
+        """Write ``events`` and delete the ``dropped`` seqs in one atomic, durable step.
+
+        Returns only once the step is durable (as durable as the store promises). ``events``
+        have seqs >= ``expected_count``, in increasing order; afterwards the session's count is
+        1 + the highest seq written (unchanged when ``events`` is empty).
+
+        Raises:
+            ConflictError: the session's stored count is not ``expected_count`` (another
+                writer got there first); nothing was written.
+            StoreError: any other failure; nothing was written.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release the store's resources. Idempotent."""
+        ...
+
+
+def check_commit_arguments(
+    session_id: str, expected_count: int, events: Sequence[Event], dropped: Sequence[int]
+) -> None:
+    """Refuse a malformed commit before anything is written (shared by every backend).
+
+    Raises:
+        ValueError: the session id is not a non-empty string, or the events' seqs are not
+            increasing from ``expected_count``, or a dropped seq is not below it.
+    """
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError(f"a session id must be a non-empty string, got {session_id!r}")
+    previous = expected_count - 1
+    for event in events:
+        if event.seq <= previous:
+            raise ValueError(
+                f"commit events must have increasing seqs from {expected_count}; got {event.seq}"
+            )
+        previous = event.seq
+    for seq in dropped:
+        if not 0 <= seq < expected_count:
+            raise ValueError(f"a dropped seq must be below {expected_count}, got {seq}")

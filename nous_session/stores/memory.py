@@ -1,0 +1,87 @@
+"""MemoryStore: the reference store, holding sessions in process memory.
+
+It keeps the Event values themselves (they are immutable), so nothing is encoded. It is the
+default store of a SessionActor and the behaviour every other backend must match.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from operator import attrgetter
+
+import attrs
+
+from nous_session.errors import ConflictError, StoreError
+from nous_session.event import Event
+from nous_session.stores.base import check_commit_arguments
+
+__all__ = ["MemoryStore"]
+
+_SEQ = attrgetter("seq")
+
+
+@attrs.define
+class _Session:
+    events: list[Event] = attrs.Factory(list)
+    count: int = 0
+
+
+@attrs.define
+class MemoryStore:
+    """Sessions in a dict, in this process. Durable only as long as the process lives."""
+
+    _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
+
+    async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
+        """The held events with seq >= ``since``, in seq order."""
+        self._check_open()
+        session = self._sessions.get(session_id)
+        if session is None:
+            return []
+        return session.events[bisect_left(session.events, since, key=_SEQ) :]
+
+    async def commit(
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        dropped: Sequence[int] = (),
+    ) -> None:
+        """Append ``events`` and delete ``dropped`` atomically (nothing here can fail halfway)."""
+        self._check_open()
+        check_commit_arguments(session_id, expected_count, events, dropped)
+        session = self._sessions.get(session_id)
+        stored = 0 if session is None else session.count
+        if stored != expected_count:
+            raise ConflictError(
+                f"session {session_id!r} has count {stored}, expected {expected_count}"
+            )
+        if session is None:
+            session = self._sessions[session_id] = _Session()
+        if dropped:
+            gone = set(dropped)
+            session.events = [event for event in session.events if event.seq not in gone]
+        if events:
+            session.events.extend(events)
+            session.count = events[-1].seq + 1
+
+    async def sessions(self) -> list[str]:
+        """Every session id with at least one committed event or a nonzero count, sorted."""
+        self._check_open()
+        return sorted(sid for sid, session in self._sessions.items() if session.count)
+
+    async def delete(self, session_id: str) -> bool:
+        """Forget a session; True when it existed."""
+        self._check_open()
+        return self._sessions.pop(session_id, None) is not None
+
+    async def aclose(self) -> None:
+        """Close the store; later calls raise StoreError."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
