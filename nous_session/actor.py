@@ -781,9 +781,6 @@ def _apply_append(
 
 async def _load(store: Store, session_id: str) -> Log:
     """Rebuild a session's Log from its stored events, seqs and gaps verbatim."""
-    log = Log()
-    for event in await store.load(session_id):
-        log = log.append_at(event.seq, event.type, event.data, time=event.time)
     # No count to restore separately: the newest event is never shadowed, so a snapshot
     # never drops it, and the held events always end at count - 1.
-    return log
+    return Log.restore(await store.load(session_id))

@@ -209,11 +209,17 @@ def _copy_item(copy: dict[str, JSON], key: object, value: object) -> None:
         raise _Refusal(f"{e.where('data')}: {e.reason}") from None
 
 
-def make_event(seq: int, kind: object, data: object = None, time: object = None) -> Event:
+def make_event(
+    seq: int, kind: object, data: object = None, time: object = None, *, decoded: bool = False
+) -> Event:
     """Validate and build the event that would take ``seq``.
 
     The event keeps a deep copy of ``data`` (tuples become lists, a surface op becomes
     ``["replace", start, stop]``); ``time`` defaults to now and is stored in UTC.
+
+    ``decoded=True`` is for a dict fresh from a JSON decoder, owned by nobody else and JSON by
+    construction (the caller has checked that no integer can exceed 64 bits): it is taken as
+    is, and only the event's own rules (type, surface op, message fields) are checked.
 
     Raises:
         InvalidEventError: naming the event and what is wrong with it.
@@ -233,7 +239,16 @@ def make_event(seq: int, kind: object, data: object = None, time: object = None)
             except (TypeError, ValueError) as e:
                 raise _Refusal(str(e)) from None
         copy: dict[str, JSON] = {}
-        if type(data) is dict or (data is not None and isinstance(data, Mapping)):
+        if decoded and type(data) is dict:
+            copy = data
+            if "surface_op" in copy:
+                op = copy["surface_op"] = _op_list(copy["surface_op"], seq)
+                if op is not None and event_type not in _SURFACE:
+                    raise _Refusal(
+                        f"a {event_type.value} event cannot carry a surface_op; "
+                        "only surface types can replace"
+                    )
+        elif type(data) is dict or (data is not None and isinstance(data, Mapping)):
             for key, value in data.items():
                 t = type(value)
                 # The common case first: a string key with a scalar value is copied as is.

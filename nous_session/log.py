@@ -366,6 +366,29 @@ class Log:
             log = log.append(event_type, data, time=message.created_at)
         return log
 
+    @classmethod
+    def restore(cls, events: Iterable[Event]) -> Log:
+        """A log holding ``events`` exactly as they were persisted: seqs and gaps verbatim.
+
+        The bulk form of :meth:`append_at`, for rebuilding a session from a store. The events
+        must come from a Log or from :func:`nous_session.codec.decode`, which have validated
+        them already; only their order is checked here, so restoring costs O(n) with no copy.
+
+        Raises:
+            InvalidEventError: an item is not an Event, or the seqs do not increase.
+        """
+        held = list(events)
+        previous = -1
+        for event in held:
+            if type(event) is not Event:
+                raise InvalidEventError(f"restore needs Events, got {type(event).__name__}")
+            if event.seq <= previous:
+                raise InvalidEventError(
+                    f"restore needs increasing seqs: {event.seq} follows {previous}"
+                )
+            previous = event.seq
+        return cls._make(held, len(held), previous + 1, None)
+
     # Reading --------------------------------------------------------------------------------
 
     @property

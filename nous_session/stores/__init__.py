@@ -1,10 +1,98 @@
 """Stores: where a session's log is persisted.
 
-``Store`` is the contract (see :mod:`nous_session.stores.base`); ``MemoryStore`` is the
-in-process reference implementation and the SessionActor's default.
+``Store`` is the contract (:mod:`nous_session.stores.base`); ``MemoryStore`` is the in-process
+reference; ``SQLiteStore`` is the embedded default; ``PostgresStore`` (the ``postgres`` extra)
+serves many processes and machines. :func:`open_store` picks one from a URL, importing the
+backend only when it is asked for.
 """
 
-from nous_session.stores.base import Store
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from nous_session.stores.base import SessionInfo, Store
 from nous_session.stores.memory import MemoryStore
 
-__all__ = ["MemoryStore", "Store"]
+__all__ = [
+    "DEFAULT_PATH_ENV",
+    "STORE_ENV",
+    "MemoryStore",
+    "SessionInfo",
+    "Store",
+    "default_path",
+    "open_store",
+]
+
+STORE_ENV: Final = "NOUS_SESSION_STORE"
+"""The environment variable :func:`open_store` reads when given no URL."""
+
+DEFAULT_PATH_ENV: Final = "NOUS_SESSION_HOME"
+"""A directory that overrides where the default SQLite file lives."""
+
+_logger = structlog.get_logger("nous_session")
+
+
+def default_path() -> Path:
+    """Where the default SQLite file lives.
+
+    ``$NOUS_SESSION_HOME/sessions.sqlite3`` when set, else
+    ``$XDG_DATA_HOME/nous_session/sessions.sqlite3`` (``~/.local/share/...`` by default).
+    """
+    home = os.environ.get(DEFAULT_PATH_ENV)
+    if home:
+        return Path(home).expanduser() / "sessions.sqlite3"
+    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data) / "nous_session" / "sessions.sqlite3"
+
+
+def open_store(url: str | None = None, **options: object) -> Store:
+    """Make the store a URL names; nothing is opened until first use.
+
+    * ``memory:`` -> :class:`MemoryStore`
+    * ``sqlite:///relative/path``, ``sqlite:////absolute/path``, ``sqlite:///:memory:`` ->
+      :class:`~nous_session.stores.sqlite.SQLiteStore`
+    * ``postgresql://...`` (or ``postgres://``) ->
+      :class:`~nous_session.stores.postgres.PostgresStore` (needs the ``postgres`` extra)
+
+    With no URL, ``$NOUS_SESSION_STORE`` is used when set, else the default SQLite file
+    (:func:`default_path`); which one is logged at info level. ``options`` go to the store's
+    constructor (``synchronous="NORMAL"``, ``min_size=...``).
+
+    Raises:
+        ValueError: the URL's scheme is unknown, or the URL is malformed.
+    """
+    if url is None:
+        url = os.environ.get(STORE_ENV) or None
+        if url is None:
+            path = default_path()
+            _logger.info("nous_session.default_store", url=f"sqlite:///{path}", path=str(path))
+            url = f"sqlite:///{path}"
+    if not isinstance(url, str):
+        raise ValueError(f"a store URL must be a string, got {url!r}")
+    scheme, sep, rest = url.partition(":")
+    if not sep:
+        raise ValueError(f"not a store URL (no scheme): {url!r}; try memory:, sqlite:///path")
+    scheme = scheme.lower()
+    if scheme == "memory":
+        if rest not in ("", "//"):
+            raise ValueError(f"memory: takes no path, got {url!r}")
+        return MemoryStore(**options)  # type: ignore[arg-type]
+    if scheme == "sqlite":
+        if not rest.startswith("///") or len(rest) == 3:
+            raise ValueError(
+                f"a SQLite URL is sqlite:///relative/path or sqlite:////absolute/path, got {url!r}"
+            )
+        from nous_session.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(rest[3:], **options)  # type: ignore[arg-type]
+    if scheme in ("postgresql", "postgres"):
+        from nous_session.stores.postgres import PostgresStore
+
+        return PostgresStore(url, **options)  # type: ignore[arg-type]
+    raise ValueError(
+        f"unknown store URL scheme {scheme!r} in {url!r}; known: memory:, sqlite:///, postgresql://"
+    )

@@ -11,9 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+import attrs
+
 from nous_session.event import Event
 
-__all__ = ["Store"]
+__all__ = ["SessionInfo", "Store"]
+
+
+@attrs.frozen
+class SessionInfo:
+    """One stored session: its id, its count (the next seq) and how many events it holds."""
+
+    session_id: str
+    count: int
+    held: int
 
 
 @runtime_checkable
@@ -29,6 +40,7 @@ class Store(Protocol):
         An unknown session is empty (``[]``), not an error.
 
         Raises:
+            ValueError: ``since`` is not an int >= 0.
             StoreError: the store could not be read.
             CorruptRecordError: a stored record could not be decoded (it names the record).
         """
@@ -55,8 +67,24 @@ class Store(Protocol):
         """
         ...
 
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session with a nonzero count, sorted by id.
+
+        Raises:
+            StoreError: the store could not be read.
+        """
+        ...
+
+    async def delete(self, session_id: str) -> bool:
+        """Delete a session and all its events at once; True when it existed.
+
+        Raises:
+            StoreError: the store could not be written.
+        """
+        ...
+
     async def aclose(self) -> None:
-        """Release the store's resources. Idempotent."""
+        """Release the store's resources. Idempotent; later calls raise StoreError."""
         ...
 
 

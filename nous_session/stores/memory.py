@@ -14,7 +14,7 @@ import attrs
 
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
-from nous_session.stores.base import check_commit_arguments
+from nous_session.stores.base import SessionInfo, check_commit_arguments
 
 __all__ = ["MemoryStore"]
 
@@ -37,6 +37,8 @@ class MemoryStore:
     async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
         """The held events with seq >= ``since``, in seq order."""
         self._check_open()
+        if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+            raise ValueError(f"since must be an int >= 0, got {since!r}")
         session = self._sessions.get(session_id)
         if session is None:
             return []
@@ -68,15 +70,30 @@ class MemoryStore:
             session.events.extend(events)
             session.count = events[-1].seq + 1
 
-    async def sessions(self) -> list[str]:
-        """Every session id with at least one committed event or a nonzero count, sorted."""
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session with a nonzero count, sorted by id."""
         self._check_open()
-        return sorted(sid for sid, session in self._sessions.items() if session.count)
+        return [
+            SessionInfo(sid, session.count, len(session.events))
+            for sid, session in sorted(self._sessions.items())
+            if session.count
+        ]
 
     async def delete(self, session_id: str) -> bool:
         """Forget a session; True when it existed."""
         self._check_open()
         return self._sessions.pop(session_id, None) is not None
+
+    @property
+    def url(self) -> str:
+        """``memory:``: each MemoryStore is its own private space."""
+        return "memory:"
+
+    async def __aenter__(self) -> MemoryStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the store; later calls raise StoreError."""

@@ -1,0 +1,156 @@
+"""Event <-> bytes, with orjson: the record format every persistent store writes.
+
+A record is a versioned JSON envelope::
+
+    [1, seq, "user_message", 1764456701123456, {"content": "hi"}]
+     |   |        |                 |                  |
+     |   |        |                 |                  data (surface_op as ["replace", s, e])
+     |   |        |                 time: microseconds since the Unix epoch, UTC
+     |   |        type
+     |   seq
+     format version
+
+Times are stored as integer microseconds because every event time is UTC with microsecond
+precision: the integer is exact, shorter than an ISO string, and faster to decode. Decoding
+validates the record as ``Log.append`` validates an event, so a store never hands the log
+something it would have refused; any problem raises :class:`CorruptRecordError` naming the
+record, never a bare ``KeyError``.
+
+:func:`to_json` / :func:`from_json` give the readable form used for JSON-lines export, with an
+ISO 8601 time.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import orjson
+
+from nous_session._json import JSON
+from nous_session.errors import CorruptRecordError, InvalidEventError
+from nous_session.event import Event, make_event
+
+__all__ = ["FORMAT_VERSION", "decode", "encode", "from_json", "to_json"]
+
+FORMAT_VERSION: Final = 1
+"""The record format this version writes (and the newest it reads)."""
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_INT_MAX: Final = 2**63 - 1
+_NESTED: Final = frozenset({dict, list, int})
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+def _micros(time: datetime) -> int:
+    return (time - _EPOCH) // _MICROSECOND
+
+
+def encode(event: Event) -> bytes:
+    """The record for ``event``: compact UTF-8 JSON bytes."""
+    return orjson.dumps(
+        [FORMAT_VERSION, event.seq, event.type.value, _micros(event.time), event.data],
+        # Event.data is a read-only mappingproxy; orjson is told to see it as the dict it is.
+        default=dict,
+    )
+
+
+def decode(record: bytes | bytearray | memoryview | str, *, where: str = "record") -> Event:
+    """The event a record holds.
+
+    Args:
+        record: the bytes :func:`encode` made.
+        where: how to name the record in an error, e.g. ``'session "a", seq 5'``.
+
+    Raises:
+        CorruptRecordError: the record is not JSON (garbage or truncated), is not an envelope,
+            has a format version this code does not read, or holds an invalid event.
+    """
+    try:
+        value = orjson.loads(record)
+    except orjson.JSONDecodeError as error:
+        raise CorruptRecordError(
+            f"{where}: not a valid record (garbage or truncated): {error}"
+        ) from None
+    if type(value) is not list or not value:
+        raise CorruptRecordError(f"{where}: not a record envelope: {_preview(record)}")
+    version = value[0]
+    if version != FORMAT_VERSION or type(version) is not int:
+        if type(version) is int and version > FORMAT_VERSION:
+            raise CorruptRecordError(
+                f"{where}: written in record format {version} by a newer nous_session; "
+                f"this one reads format {FORMAT_VERSION}"
+            )
+        raise CorruptRecordError(f"{where}: unknown record format {version!r}")
+    if len(value) != 5:
+        raise CorruptRecordError(
+            f"{where}: a format-1 record has 5 fields, this one has {len(value)}"
+        )
+    _, seq, kind, micros, data = value
+    if type(seq) is not int or seq < 0:
+        raise CorruptRecordError(f"{where}: bad seq {seq!r}")
+    if type(micros) is not int:
+        raise CorruptRecordError(f"{where}: bad time {micros!r}")
+    if type(data) is not dict:
+        raise CorruptRecordError(f"{where}: data is not an object")
+    try:
+        time = _EPOCH + timedelta(microseconds=micros)
+    except OverflowError:
+        raise CorruptRecordError(f"{where}: time {micros} is out of range") from None
+    # orjson yields only JSON types; the one rule it does not enforce is the signed 64-bit
+    # integer range (it reads unsigned 64-bit too).
+    return _validated(seq, kind, data, time, where, decoded=_ints_fit(data))
+
+
+def to_json(event: Event) -> dict[str, JSON]:
+    """A readable JSON object for ``event``: ``{"seq", "type", "time" (ISO 8601), "data"}``."""
+    return {
+        "seq": event.seq,
+        "type": event.type.value,
+        "time": event.time.isoformat(),
+        "data": dict(event.data),
+    }
+
+
+def from_json(value: Any, *, where: str = "record") -> Event:
+    """The event a :func:`to_json` object describes.
+
+    Raises:
+        CorruptRecordError: the object is malformed or holds an invalid event.
+    """
+    if not isinstance(value, dict):
+        raise CorruptRecordError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    missing = [key for key in ("seq", "type", "time", "data") if key not in value]
+    if missing:
+        raise CorruptRecordError(f"{where}: missing {', '.join(missing)}")
+    seq, time = value["seq"], value["time"]
+    if type(seq) is not int or seq < 0:
+        raise CorruptRecordError(f"{where}: bad seq {seq!r}")
+    try:
+        when = datetime.fromisoformat(time)
+    except (TypeError, ValueError):
+        raise CorruptRecordError(f"{where}: bad time {time!r}") from None
+    return _validated(seq, value["type"], value["data"], when, where)
+
+
+def _validated(
+    seq: int, kind: object, data: object, time: datetime, where: str, *, decoded: bool = False
+) -> Event:
+    try:
+        return make_event(seq, kind, data, time, decoded=decoded)
+    except InvalidEventError as error:
+        raise CorruptRecordError(f"{where}: {error}") from None
+
+
+def _ints_fit(value: object) -> bool:
+    """Whether every int in decoded JSON is in the signed 64-bit range."""
+    if type(value) is dict:
+        return all(_ints_fit(item) for item in value.values() if type(item) in _NESTED)
+    if type(value) is list:
+        return all(_ints_fit(item) for item in value if type(item) in _NESTED)
+    return type(value) is not int or value <= _INT_MAX  # type: ignore[operator]
+
+
+def _preview(record: object, size: int = 60) -> str:
+    text = repr(record)
+    return text if len(text) <= size else text[:size] + "..."

@@ -1,0 +1,286 @@
+"""A store conformance suite, written once, run against every backend.
+
+Third-party stores prove themselves with one subclass::
+
+    import pytest
+    from nous_session.testing import StoreConformance
+
+    class TestMyStore(StoreConformance):
+        @pytest.fixture
+        def anyio_backend(self):
+            return "asyncio"  # or parametrise over ("asyncio", "trio")
+
+        @pytest.fixture
+        async def store(self):
+            store = MyStore(...)  # fresh and empty for every test
+            yield store
+            await store.aclose()
+
+        @pytest.fixture
+        def reopen(self, store):
+            # A new store object over the same persisted data (or the same object for an
+            # in-memory store); the suite closes what it opens.
+            return lambda: MyStore(...)
+
+It needs pytest and anyio's pytest plugin (``pip install nous_session[test]``). Each test
+asserts one rule of the :class:`~nous_session.stores.Store` contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+
+from nous_session.actor import SessionActor
+from nous_session.errors import ConflictError, StoreError
+from nous_session.log import Log
+from nous_session.message import Message, ToolCall
+from nous_session.stores.base import SessionInfo, Store
+
+__all__ = ["StoreConformance", "sample_log"]
+
+_T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+
+ODD_SESSION_IDS = (
+    "plain",
+    'it\'s "quoted"',
+    "x'); DROP TABLE nous_events; --",
+    "ünïcødé 🚀",
+    "a" * 300,
+    "with\nnewline and\ttab",
+)
+
+
+def sample_log(size: int = 12, *, start: datetime = _T0) -> Log:
+    """A log with every kind of event: messages, tool pairs, bookkeeping, a replace."""
+    log = Log()
+    for index in range(size):
+        time = start + timedelta(seconds=index, microseconds=index)
+        kind = index % 6
+        if kind == 0:
+            log = log.append("user_message", {"content": f"question {index} ✓"}, time=time)
+        elif kind == 1:
+            log = log.append("turn_start", {"turn": index}, time=time)
+        elif kind == 2:
+            call = ToolCall(f"call_{index}", "lookup", {"q": index, "deep": {"x": [1, 2.5, None]}})
+            log = log.append(
+                "assistant_message",
+                Message.assistant("checking", tool_calls=[call]).to_json(),
+                time=time,
+            )
+        elif kind == 3:
+            log = log.append(
+                "tool_result",
+                Message.tool(f"call_{index - 1}", {"ok": True}, name="lookup").to_json(),
+                time=time,
+            )
+        elif kind == 4:
+            log = log.append(
+                "assistant_message",
+                {
+                    "content": [{"type": "text", "text": f"answer {index}"}],
+                    "reasoning_content": "r",
+                },
+                time=time,
+            )
+        else:
+            log = log.append(
+                "system_message",
+                {"content": f"summary up to {index - 2}", "surface_op": ["replace", 0, index - 2]},
+                time=time,
+            )
+    return log
+
+
+class StoreConformance:
+    """The Store contract as tests. Subclass and provide ``store`` and ``reopen`` fixtures."""
+
+    @pytest.fixture
+    def reopen(self, store: Store) -> Callable[[], Store]:
+        """A fresh store object over the same data; the default reuses ``store`` itself."""
+        return lambda: store
+
+    # Loading and committing ------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_unknown_session_is_empty(self, store: Store) -> None:
+        assert list(await store.load("nobody")) == []
+        assert await store.sessions() == []
+
+    @pytest.mark.anyio
+    async def test_commit_then_load_round_trips_every_event(self, store: Store) -> None:
+        log = sample_log()
+        await store.commit("s", expected_count=0, events=log.events())
+        assert list(await store.load("s")) == list(log.events())
+
+    @pytest.mark.anyio
+    async def test_load_since_returns_the_tail_in_seq_order(self, store: Store) -> None:
+        log = sample_log()
+        await store.commit("s", expected_count=0, events=log.events()[:5])
+        await store.commit("s", expected_count=5, events=log.events()[5:])
+        for since in (0, 3, 5, 11, 12, 50):
+            assert list(await store.load("s", since=since)) == list(log.since(since))
+
+    @pytest.mark.anyio
+    async def test_load_refuses_a_negative_since(self, store: Store) -> None:
+        with pytest.raises(ValueError, match="since"):
+            await store.load("s", since=-1)
+
+    @pytest.mark.anyio
+    async def test_a_clash_raises_conflict_and_writes_nothing(self, store: Store) -> None:
+        log = sample_log(6)
+        await store.commit("s", expected_count=0, events=log.events()[:3])
+        for expected in (0, 1, 2):
+            with pytest.raises(ConflictError):
+                await store.commit("s", expected_count=expected, events=log.events()[3:])
+        assert list(await store.load("s")) == list(log.events()[:3])
+        await store.commit("s", expected_count=3, events=log.events()[3:])
+        assert list(await store.load("s")) == list(log.events())
+
+    @pytest.mark.anyio
+    async def test_concurrent_writers_with_one_expected_count_one_wins(self, store: Store) -> None:
+        log = sample_log(4)
+        outcomes: list[str] = []
+
+        async def write(events: Any) -> None:
+            try:
+                await store.commit("s", expected_count=0, events=events)
+                outcomes.append("won")
+            except ConflictError:
+                outcomes.append("lost")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write, log.events()[:2])
+            tg.start_soon(write, log.events()[:3])
+        assert sorted(outcomes) == ["lost", "won"]
+        stored = list(await store.load("s"))
+        assert stored in (list(log.events()[:2]), list(log.events()[:3]))
+
+    @pytest.mark.anyio
+    async def test_malformed_commits_are_refused_before_writing(self, store: Store) -> None:
+        log = sample_log(4)
+        await store.commit("s", expected_count=0, events=log.events()[:2])
+        with pytest.raises(ValueError, match="increasing"):
+            await store.commit("s", expected_count=2, events=[log.events()[3], log.events()[2]])
+        with pytest.raises(ValueError, match="increasing"):
+            await store.commit("s", expected_count=2, events=[log.events()[1]])
+        with pytest.raises(ValueError, match="dropped"):
+            await store.commit("s", expected_count=2, events=[], dropped=[5])
+        with pytest.raises(ValueError, match="session id"):
+            await store.commit("", expected_count=0, events=log.events()[:1])
+        assert list(await store.load("s")) == list(log.events()[:2])
+
+    @pytest.mark.anyio
+    async def test_dropped_seqs_go_in_the_same_step_as_new_events(self, store: Store) -> None:
+        log = sample_log(12)
+        await store.commit("s", expected_count=0, events=log.events())
+        snapshot = log.snapshot()
+        dropped = [event.seq for event in log.shadowed()]
+        assert dropped, "the sample must shadow something"
+        extra = snapshot.append("user_message", {"content": "after"}, time=_T0)
+        await store.commit("s", expected_count=12, events=extra.since(12), dropped=dropped)
+        assert list(await store.load("s")) == list(extra.events())
+        # A clash on the same step deletes nothing either.
+        with pytest.raises(ConflictError):
+            await store.commit("s", expected_count=12, events=[], dropped=[extra.events()[0].seq])
+        assert list(await store.load("s")) == list(extra.events())
+
+    @pytest.mark.anyio
+    async def test_a_drop_only_commit_keeps_the_count(self, store: Store) -> None:
+        log = sample_log(12)
+        await store.commit("s", expected_count=0, events=log.events())
+        dropped = [event.seq for event in log.shadowed()]
+        await store.commit("s", expected_count=12, events=[], dropped=dropped)
+        assert [info.count for info in await store.sessions()] == [12]
+        with pytest.raises(ConflictError):
+            await store.commit("s", expected_count=len(log.events()) - len(dropped), events=[])
+        await store.commit("s", expected_count=12, events=[])
+
+    # Sessions ----------------------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_sessions_never_see_each_other(self, store: Store) -> None:
+        logs = {sid: sample_log(3 + index) for index, sid in enumerate(ODD_SESSION_IDS)}
+        for sid, log in logs.items():
+            await store.commit(sid, expected_count=0, events=log.events())
+        for sid, log in logs.items():
+            assert list(await store.load(sid)) == list(log.events())
+        assert await store.sessions() == [
+            SessionInfo(sid, log.count, len(log.events())) for sid, log in sorted(logs.items())
+        ]
+
+    @pytest.mark.anyio
+    async def test_delete_removes_one_session_only(self, store: Store) -> None:
+        await store.commit("keep", expected_count=0, events=sample_log(3).events())
+        await store.commit("drop", expected_count=0, events=sample_log(4).events())
+        assert await store.delete("drop") is True
+        assert await store.delete("drop") is False
+        assert list(await store.load("drop")) == []
+        assert [info.session_id for info in await store.sessions()] == ["keep"]
+        assert len(await store.load("keep")) == 3
+        await store.commit("drop", expected_count=0, events=sample_log(2).events())
+
+    # Persistence ---------------------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_reopen_restores_events_surface_and_count(
+        self, store: Store, reopen: Callable[[], Store]
+    ) -> None:
+        async with SessionActor.open(session_id="chat", store=store) as session:
+            for index in range(6):
+                await session.add_message(Message.user(f"m{index}"))
+            await session.append("step_end", {"step": 1})
+            first = session.log.surface()[1].position
+            await session.replace(first, first + 2, Message.system("summary"))
+            await session.snapshot()
+            await session.append("assistant_message", {"content": "after the snapshot"})
+            expected = session.log
+        again = reopen()
+        try:
+            async with SessionActor.open(session_id="chat", store=again) as session:
+                assert session.log.count == expected.count
+                assert list(session.log.events()) == list(expected.events())
+                assert list(session.log.surface()) == list(expected.surface())
+                assert list(session.messages()) == list(expected.derive_messages())
+                await session.append("user_message", {"content": "continues"})
+                assert session.log.last is not None
+                assert session.log.last.seq == expected.count
+        finally:
+            if again is not store:
+                await again.aclose()
+
+    @pytest.mark.anyio
+    async def test_two_actors_on_one_session_conflict_instead_of_corrupting(
+        self, store: Store, reopen: Callable[[], Store]
+    ) -> None:
+        other = reopen()
+        try:
+            async with (
+                SessionActor.open(session_id="shared", store=store) as first,
+                SessionActor.open(session_id="shared", store=other) as second,
+            ):
+                await first.append("user_message", {"content": "first wins"})
+                with pytest.raises(ConflictError):
+                    await second.append("user_message", {"content": "second clashes"})
+                await second.reload()
+                await second.append("user_message", {"content": "second after reload"})
+                stored = list(await store.load("shared"))
+                assert [e.seq for e in stored] == [0, 1]
+                assert [e.data["content"] for e in stored] == ["first wins", "second after reload"]
+        finally:
+            if other is not store:
+                await other.aclose()
+
+    @pytest.mark.anyio
+    async def test_a_closed_store_refuses_calls(self, reopen: Callable[[], Store]) -> None:
+        store = reopen()
+        await store.aclose()
+        await store.aclose()  # idempotent
+        with pytest.raises(StoreError):
+            await store.load("s")
+        with pytest.raises(StoreError):
+            await store.commit("s", expected_count=0, events=sample_log(1).events())
