@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
+	@echo
+	$(BIN)/python -m nous_session demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

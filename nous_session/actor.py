@@ -553,8 +553,21 @@ class SessionActor:
         if outcome in ("failed", "nothing"):
             # Do not retry on every commit: wait until the surface has grown.
             self._retry_at = size + 1
+        elif outcome == "applied" and policy.triggered(*self._surface_figures()):
+            # Still over the trigger: what remains is the kept tail, which another compaction
+            # cannot shrink. Wait until enough has scrolled out of the tail to be worth it.
+            size_now = len(self._log.derive_messages())
+            self._retry_at = size_now + max(1, policy.keep_last // 2)
+            logger.info("nous_session.compaction_insufficient", retry_at=self._retry_at)
         if outcome != "cancelled":
             self._maybe_compact(rebuilt=False)
+
+    def _surface_figures(self) -> tuple[int, int]:
+        """The surface's size and token count, as the trigger sees them."""
+        assert self._policy is not None and self._meter is not None
+        messages = self._log.derive_messages()
+        tokens = self._meter.update(messages, extended=True) if self._policy.counts_tokens else 0
+        return len(messages), tokens
 
     async def _compaction(self, policy: CompactionPolicy, log: Log) -> str:
         pruned = False

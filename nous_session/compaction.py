@@ -193,15 +193,25 @@ def plan_pruning(log: Log, cap: int) -> list[Replacement]:
 def plan_summary(log: Log, keep_last: int) -> tuple[Sequence[Event], Sequence[Message]] | None:
     """The surface events and messages a summary would replace, or None when nothing would.
 
-    Leading system messages and the kept tail (``keep_last``, tool pairs never split) are
-    excluded, exactly as :func:`~nous_session.transcript.compact` cuts.
+    The kept tail (``keep_last``, tool pairs never split) and the leading system messages are
+    excluded, as :func:`~nous_session.transcript.compact` cuts, with one difference: an earlier
+    compaction summary is not part of that leading run. It is summarised again with what came
+    after it, so each new summary supersedes the last instead of piling up beside it.
     """
     messages = log.derive_messages()
-    split = plan_compaction(messages, keep_last)
+    surface = log.surface()
+    lead = 0
+    while (
+        lead < len(messages)
+        and messages[lead].role is Role.SYSTEM
+        and surface[lead].data.get("source") != COMPACTION
+    ):
+        lead += 1
+    split = plan_compaction(messages, keep_last, keep_leading=lead)
     if split is None:
         return None
     lead, cut = split
-    return log.surface()[lead:cut], messages[lead:cut]
+    return surface[lead:cut], messages[lead:cut]
 
 
 def summary_replacement(events: Sequence[Event], message: Message) -> Replacement:

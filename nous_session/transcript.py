@@ -117,17 +117,20 @@ def _valid_keep_last(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def plan_compaction(messages: Sequence[Message], keep_last: object) -> tuple[int, int] | None:
+def plan_compaction(
+    messages: Sequence[Message], keep_last: object, *, keep_leading: int | None = None
+) -> tuple[int, int] | None:
     """Where :func:`compact` would cut: ``(lead, cut)``, or None when it would change nothing.
 
-    ``messages[:lead]`` is the leading run of system messages, ``messages[lead:cut]`` is what
-    the summary replaces, and ``messages[cut:]`` is the kept tail (tool results at its head
-    already moved into the summarised part).
+    ``messages[:lead]`` survives verbatim (by default the leading run of system messages, or
+    the first ``keep_leading`` messages), ``messages[lead:cut]`` is what the summary replaces,
+    and ``messages[cut:]`` is the kept tail (tool results at its head already moved into the
+    summarised part).
 
     Raises:
         ValueError: compaction would happen and ``keep_last`` is not an int > 0.
     """
-    lead = _leading_system(messages)
+    lead = _leading_system(messages) if keep_leading is None else keep_leading
     rest = len(messages) - lead
     if _is_number(keep_last):
         if len(messages) <= keep_last or rest <= keep_last:  # type: ignore[operator]

@@ -9,11 +9,14 @@ backend only when it is asked for.
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
+import anyio
 import structlog
 
+from nous_session.event import Event
 from nous_session.stores.base import SessionInfo, Store
 from nous_session.stores.memory import MemoryStore
 
@@ -96,3 +99,28 @@ def open_store(url: str | None = None, **options: object) -> Store:
     raise ValueError(
         f"unknown store URL scheme {scheme!r} in {url!r}; known: memory:, sqlite:///, postgresql://"
     )
+
+
+async def follow(
+    store: Store, session_id: str, *, since: int = 0, interval: float = 0.2
+) -> AsyncIterator[Event]:
+    """Yield a session's stored events from ``since`` on, then new ones as other processes
+    commit them, for ever (until cancelled).
+
+    A store with its own change feed (a ``follow`` method, as PostgreSQL's LISTEN/NOTIFY gives)
+    is used as is; any other store is polled every ``interval`` seconds with
+    ``load(since=cursor)``, which costs one indexed range read per poll.
+    """
+    native = getattr(store, "follow", None)
+    if native is not None:
+        async for event in native(session_id, since=since):
+            yield event
+        return
+    cursor = since
+    while True:
+        events = await store.load(session_id, since=cursor)
+        for event in events:
+            cursor = event.seq + 1
+            yield event
+        if not events:
+            await anyio.sleep(interval)
