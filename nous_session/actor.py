@@ -211,12 +211,14 @@ class SessionActor:
         "_changed",
         "_closed",
         "_closing",
+        "_compaction_done",
         "_compaction_scope",
         "_compactions_failed",
         "_compactions_run",
         "_compactions_stale",
         "_in_flight",
         "_log",
+        "_log_commits",
         "_logger",
         "_meter",
         "_policy",
@@ -261,10 +263,16 @@ class SessionActor:
         self._compactions_failed = 0
         self._in_flight = False
         self._compaction_scope: anyio.CancelScope | None = None
+        self._compaction_done = anyio.Event()
+        self._compaction_done.set()
         self._retry_at = 0  # compaction waits for the surface to reach this size
         self._meter = TokenMeter(compaction.token_counter) if compaction is not None else None
         # Bind once: a bound logger filters debug lines at almost no cost per commit.
         self._logger = _logger.bind(session_id=session_id)
+        # structlog's unconfigured default prints every level to stdout; a line per commit
+        # there would drown the application's output, so commits are only logged once the
+        # application has configured structlog (and so chosen its own level filter).
+        self._log_commits = structlog.is_configured()
 
     # Opening and closing ----------------------------------------------------------------------
 
@@ -461,9 +469,10 @@ class SessionActor:
             self._log = log
             self._batches += 1
             self._notify()
-            self._logger.debug(
-                "nous_session.commit", events=len(events), dropped=len(dropped), count=log.count
-            )
+            if self._log_commits:
+                self._logger.debug(
+                    "nous_session.commit", events=len(events), dropped=len(dropped), count=log.count
+                )
         self._requests += len(applied)
         for request, result in applied:
             request.resolve(result)
@@ -522,6 +531,7 @@ class SessionActor:
             return
         if policy.triggered(len(messages), tokens):
             self._in_flight = True
+            self._compaction_done = anyio.Event()
             self._task_group.start_soon(self._compact, self._log, len(messages), tokens)
 
     async def _compact(self, log: Log, size: int, tokens: int) -> None:
@@ -543,6 +553,7 @@ class SessionActor:
         finally:
             self._compaction_scope = None
             self._in_flight = False
+            self._compaction_done.set()
         if outcome == "applied":
             self._compactions_run += 1
             logger.info("nous_session.compaction_finished", new_count=self._log.count)
@@ -564,7 +575,8 @@ class SessionActor:
 
     def _surface_figures(self) -> tuple[int, int]:
         """The surface's size and token count, as the trigger sees them."""
-        assert self._policy is not None and self._meter is not None
+        assert self._policy is not None
+        assert self._meter is not None
         messages = self._log.derive_messages()
         tokens = self._meter.update(messages, extended=True) if self._policy.counts_tokens else 0
         return len(messages), tokens
@@ -711,6 +723,15 @@ class SessionActor:
             StoreError, SessionClosedError: as :meth:`append`.
         """
         return await self._call(_RELOAD, None)  # type: ignore[no-any-return]
+
+    async def wait_for_compaction(self) -> None:
+        """Wait until no compaction is running (return at once when none is).
+
+        A compaction that starts while the previous one finishes is waited for too, so on
+        return the background work that the commits so far triggered has landed.
+        """
+        while self._in_flight:
+            await self._compaction_done.wait()
 
     def subscribe(self, since: int = 0) -> Subscription:
         """Follow the committed events with seq >= ``since``.

@@ -206,9 +206,8 @@ async def _tail(store: Store, args: argparse.Namespace, out: TextIO) -> None:
 async def _export(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     log = await _read(store, args.session)
     if args.output:
-        with open(args.output, "wb") as file:
-            for event in log.events():
-                file.write(orjson.dumps(to_json(event), option=orjson.OPT_APPEND_NEWLINE))
+        lines = [orjson.dumps(to_json(e), option=orjson.OPT_APPEND_NEWLINE) for e in log.events()]
+        await anyio.Path(args.output).write_bytes(b"".join(lines))
         sys.stderr.write(f"wrote {len(log.events())} events to {args.output}\n")
     else:
         for event in log.events():

@@ -175,38 +175,36 @@ async def run_demo(
                     say(line)
 
     try:
-        async with anyio.create_task_group() as watchers:
-            async with SessionActor.open(
-                session_id=session_id, store=store, compaction=policy
-            ) as session:
-                await watchers.start(watch, session)
-                if session.log.count == 0:
-                    await session.add_message(
-                        Message.system("You are a terse assistant with weather and docs tools.")
+        async with anyio.create_task_group() as watchers, SessionActor.open(
+            session_id=session_id, store=store, compaction=policy
+        ) as session:
+            await watchers.start(watch, session)
+            if session.log.count == 0:
+                await session.add_message(
+                    Message.system("You are a terse assistant with weather and docs tools.")
+                )
+            for turn in range(1, turns + 1):
+                await session.append(EventType.TURN_START, {"turn": turn})
+                await session.add_message(Message.user(f"Question {turn}: what's new?"))
+                reply = model.reply(turn, len(session.messages()))
+                await session.add_message(reply)
+                if reply.tool_calls:
+                    results = [run_tool(call) for call in reply.tool_calls]
+                    await session.append_many(
+                        [
+                            (EventType.TOOL_CALL, {"id": call.id, "name": call.name})
+                            for call in reply.tool_calls
+                        ]
                     )
-                for turn in range(1, turns + 1):
-                    await session.append(EventType.TURN_START, {"turn": turn})
-                    await session.add_message(Message.user(f"Question {turn}: what's new?"))
-                    reply = model.reply(turn, len(session.messages()))
-                    await session.add_message(reply)
-                    if reply.tool_calls:
-                        results = [run_tool(call) for call in reply.tool_calls]
-                        await session.append_many(
-                            [
-                                (EventType.TOOL_CALL, {"id": call.id, "name": call.name})
-                                for call in reply.tool_calls
-                            ]
-                        )
-                        for result in results:
-                            await session.add_message(result)
-                        await session.add_message(model.answer_after_tools(turn, results))
-                    await session.append(EventType.TURN_END, {"turn": turn})
-                # Let a compaction that is still running land before closing.
-                with anyio.fail_after(30):
-                    while session.statistics().compaction_in_flight:
-                        await anyio.sleep(0.01)
-                before = session.log
-                stats = session.statistics()
+                    for result in results:
+                        await session.add_message(result)
+                    await session.add_message(model.answer_after_tools(turn, results))
+                await session.append(EventType.TURN_END, {"turn": turn})
+            # Let a compaction that is still running land before closing.
+            with anyio.fail_after(30):
+                await session.wait_for_compaction()
+            before = session.log
+            stats = session.statistics()
         elapsed = time.perf_counter() - started
 
         say("\nrestarting: reopening the session from the store ...")

@@ -133,8 +133,11 @@ class SQLiteStore:
         except sqlite3.Error as error:
             raise StoreError(f"cannot open {self.path}: {_describe(error)}") from error
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(f"PRAGMA synchronous={self.synchronous}")
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute(f"PRAGMA synchronous={self.synchronous}")
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot open {self.path}: {_describe(error)}") from error
             _migrate(connection, self.path)
         except BaseException:
             connection.close()

@@ -1,0 +1,229 @@
+"""The command line, run as a separate process against a real SQLite file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from nous_session import Message, SessionActor, ToolCall
+from nous_session.codec import from_json
+from nous_session.stores.sqlite import SQLiteStore
+
+
+def cli(*args: str, store: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "nous_session", "--store", store, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A SQLite file with one conversation: messages, a tool pair, a summary."""
+    path = tmp_path_factory.mktemp("cli") / "sessions.sqlite3"
+
+    async def fill() -> None:
+        async with (
+            SQLiteStore(path) as store,
+            SessionActor.open(session_id="chat", store=store) as s,
+        ):
+            await s.add_message(Message.system("be brief"))
+            await s.add_message(Message.user("weather in Paris?"))
+            await s.add_message(
+                Message.assistant(
+                    "checking", tool_calls=[ToolCall("c1", "get_weather", {"city": "Paris"})]
+                )
+            )
+            await s.add_message(Message.tool("c1", {"celsius": 18}, name="get_weather"))
+            await s.append("turn_end", {"turn": 1})
+            await s.add_message(Message.assistant("18C"))
+            await s.replace(1, 5, Message.system("summary: Paris is 18C"))
+            await s.add_message(Message.user("thanks"))
+
+    anyio.run(fill)
+    yield f"sqlite:///{path}", path
+
+
+def test_sessions_lists_ids_counts_and_held(stored: tuple[str, Path]) -> None:
+    url, _ = stored
+    out = cli("sessions", store=url).stdout
+    assert "chat" in out
+    assert out.splitlines()[1].split() == ["chat", "8", "8"]
+    assert [
+        orjson.loads(line) for line in cli("sessions", "--json", store=url).stdout.splitlines()
+    ] == [{"session_id": "chat", "count": 8, "held": 8}]
+
+
+def test_events_prints_every_event_or_json_from_since(stored: tuple[str, Path]) -> None:
+    url, _ = stored
+    lines = cli("events", "chat", store=url).stdout.splitlines()
+    assert len(lines) == 8
+    assert lines[4].split()[0] == "4"
+    assert "turn_end" in lines[4]
+    records = [
+        orjson.loads(line)
+        for line in cli("events", "chat", "--since", "6", "--json", store=url).stdout.splitlines()
+    ]
+    assert [r["seq"] for r in records] == [6, 7]
+    assert records[0]["data"]["surface_op"] == ["replace", 1, 5]
+
+
+def test_messages_shows_the_surface_and_time_travels(stored: tuple[str, Path]) -> None:
+    url, _ = stored
+    now = [
+        orjson.loads(line)
+        for line in cli("messages", "chat", "--json", store=url).stdout.splitlines()
+    ]
+    assert [(m["role"], m["content"]) for m in now] == [
+        ("system", "be brief"),
+        ("system", "summary: Paris is 18C"),
+        ("user", "thanks"),
+    ]
+    then = cli("messages", "chat", "--as-of", "3", store=url).stdout.splitlines()
+    assert len(then) == 4
+    assert "get_weather(c1)" in then[2]
+    assert "[c1]" in then[3]
+
+
+def test_export_writes_json_lines_that_decode_to_the_events(
+    stored: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, path = stored
+    target = tmp_path / "chat.jsonl"
+    result = cli("export", "chat", "--output", str(target), store=url)
+    assert "wrote 8 events" in result.stderr
+    events = [from_json(orjson.loads(line)) for line in target.read_bytes().splitlines()]
+
+    async def load() -> list:  # type: ignore[type-arg]
+        async with SQLiteStore(path) as store:
+            return list(await store.load("chat"))
+
+    assert events == anyio.run(load)
+    assert cli("export", "chat", store=url).stdout.encode() == target.read_bytes()
+
+
+def test_stats_reports_the_figures(stored: tuple[str, Path]) -> None:
+    url, _ = stored
+    figures = orjson.loads(cli("stats", "chat", "--json", store=url).stdout)
+    assert figures["count"] == 8
+    assert figures["held"] == 8
+    assert figures["shadowed"] == 5
+    assert figures["surface_messages"] == 3
+    assert figures["types"]["turn_end"] == 1
+
+
+def test_snapshot_drops_shadowed_events_in_the_store(
+    tmp_path: Path, stored: tuple[str, Path]
+) -> None:
+    _, source = stored
+    copy = tmp_path / "copy.sqlite3"
+    copy.write_bytes(source.read_bytes())
+    url = f"sqlite:///{copy}"
+    assert (
+        "dropped 5 shadowed events; 3 held, count 8"
+        in cli("snapshot", "chat", "--vacuum", store=url).stdout
+    )
+    assert orjson.loads(cli("stats", "chat", "--json", store=url).stdout)["held"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("events", "nobody"), "no session 'nobody'"),
+        (("messages", "chat", "--as-of", "99"), "--as-of 99 is past the newest seq (7)"),
+    ],
+)
+def test_errors_are_one_line_and_a_nonzero_exit(
+    stored: tuple[str, Path], args: tuple[str, ...], message: str
+) -> None:
+    url, _ = stored
+    result = cli(*args, store=url, check=False)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"nous-session: error: {message}")
+
+
+def test_a_bad_store_url_is_one_clear_line() -> None:
+    result = cli("sessions", store="ftp://nowhere", check=False)
+    assert result.returncode == 1
+    assert result.stderr.startswith("nous-session: error: unknown store URL scheme 'ftp'")
+
+
+def test_bad_arguments_exit_with_usage() -> None:
+    result = cli("events", "chat", "--since", "-4", store="memory:", check=False)
+    assert result.returncode == 2
+    assert "a seq is >= 0" in result.stderr
+
+
+def test_tail_follows_appends_from_another_process(tmp_path: Path) -> None:
+    path = tmp_path / "live.sqlite3"
+    url = f"sqlite:///{path}"
+
+    async def write(contents: list[str]) -> None:
+        async with (
+            SQLiteStore(path) as store,
+            SessionActor.open(session_id="live", store=store) as s,
+        ):
+            for content in contents:
+                await s.append("user_message", {"content": content})
+
+    anyio.run(write, ["one", "two"])
+    with subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nous_session",
+            "--store",
+            url,
+            "tail",
+            "live",
+            "--json",
+            "--interval",
+            "0.05",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as tail:
+        assert tail.stdout is not None
+        seen = [orjson.loads(tail.stdout.readline())["data"]["content"] for _ in range(2)]
+        assert seen == ["one", "two"]
+        anyio.run(write, ["three", "four"])  # this process writes; the tail process follows
+        seen += [orjson.loads(tail.stdout.readline())["data"]["content"] for _ in range(2)]
+        assert seen == ["one", "two", "three", "four"]
+        tail.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 10
+        while tail.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tail.returncode == 0
+
+
+def test_demo_runs_and_comes_back_intact(tmp_path: Path) -> None:
+    env = {**os.environ, "NOUS_SESSION_HOME": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "nous_session", "demo", "--turns", "40", "--session", "d"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "full history intact after the restart: yes" in result.stdout
+    assert (tmp_path / "sessions.sqlite3").exists()
+    assert "python -m nous_session stats d" in result.stdout

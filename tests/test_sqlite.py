@@ -1,0 +1,268 @@
+"""SQLiteStore beyond the conformance suite: crashes, faults, bad files, migrations, vacuum."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from nous_session import (
+    CorruptRecordError,
+    Log,
+    Message,
+    SessionActor,
+    StoreError,
+)
+from nous_session.codec import encode
+from nous_session.stores import open_store
+from nous_session.stores.memory import MemoryStore
+from nous_session.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+
+HERE = Path(__file__).parent
+CRASHES = int(os.environ.get("NOUS_CRASH_ROUNDS", "20"))
+
+
+def test_sigkill_never_loses_an_acknowledged_event(tmp_path: Path) -> None:
+    """Kill a writer with SIGKILL at random moments; every acknowledged event survives, byte-equal."""
+    path = tmp_path / "crash.sqlite3"
+    rng = random.Random(20261129)
+    acknowledged: dict[int, str] = {}
+    for _ in range(CRASHES):
+        with subprocess.Popen(
+            [sys.executable, str(HERE / "crash_writer.py"), str(path), "crashy", "8"],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as child:
+            assert child.stdout is not None
+            ready = child.stdout.readline()
+            assert ready.startswith("ready"), ready
+            # Let it run for a random number of acknowledgements, then kill it mid-flight.
+            for _ in range(rng.randrange(1, 400)):
+                line = child.stdout.readline()
+                if not line:
+                    break
+                seq, digest = line.split()
+                acknowledged[int(seq)] = digest
+            child.send_signal(signal.SIGKILL)
+            for line in child.stdout:  # acknowledgements printed before the kill landed
+                if line.strip():
+                    seq, digest = line.split()
+                    acknowledged[int(seq)] = digest
+        assert child.returncode == -signal.SIGKILL
+
+        stored = anyio.run(_load_all, path, "crashy")
+        by_seq = {event.seq: event for event in stored}
+        assert [event.seq for event in stored] == list(range(len(stored))), (
+            "seqs must be contiguous"
+        )
+        for seq, digest in acknowledged.items():
+            assert seq in by_seq, f"acknowledged event {seq} was lost"
+            assert hashlib.sha256(encode(by_seq[seq])).hexdigest() == digest
+        log = Log.restore(stored)
+        assert len(log.derive_messages()) == len(stored)  # the surface derives
+    assert len(acknowledged) > CRASHES
+
+
+async def _load_all(path: Path, session_id: str) -> list:  # type: ignore[type-arg]
+    async with SQLiteStore(path) as store:
+        return list(await store.load(session_id))
+
+
+async def _on_connection(store: SQLiteStore, sql: str) -> None:
+    await store._run(lambda connection: connection.execute(sql))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("fault", "repair", "message"),
+    [
+        ("PRAGMA max_page_count = {pages}", "PRAGMA max_page_count = 1073741823", "full"),
+        ("PRAGMA query_only = ON", "PRAGMA query_only = OFF", "readonly"),
+    ],
+    ids=["disk-full", "read-only"],
+)
+async def test_a_fault_fails_the_batch_and_the_session_recovers(
+    tmp_path: Path, fault: str, repair: str, message: str
+) -> None:
+    async with SQLiteStore(tmp_path / "f.sqlite3") as store:
+        async with SessionActor.open(session_id="s", store=store) as session:
+            for index in range(20):
+                await session.add_message(Message.user(f"before {index} " + "y" * 500))
+            pages = await store._run(
+                lambda connection: connection.execute("PRAGMA page_count").fetchone()[0]
+            )
+            await _on_connection(store, fault.format(pages=pages))
+            with pytest.raises(StoreError, match=message):
+                await session.append_many(
+                    [("user_message", {"content": "z" * 5000}) for _ in range(40)]
+                )
+            # Memory equals the store: nothing of the failed batch is anywhere.
+            assert list(session.log.events()) == list(await store.load("s"))
+            assert session.log.count == 20
+            await _on_connection(store, repair)
+            event = await session.append("user_message", {"content": "after the fault"})
+            assert event.seq == 20
+            assert list(session.log.events()) == list(await store.load("s"))
+
+
+@pytest.mark.anyio
+async def test_a_locked_database_fails_the_batch_then_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "locked.sqlite3"
+    async with SQLiteStore(path, busy_timeout=0.05) as store:
+        async with SessionActor.open(session_id="s", store=store) as session:
+            await session.append("user_message", {"content": "first"})
+            other = sqlite3.connect(path, isolation_level=None)
+            try:
+                other.execute("BEGIN EXCLUSIVE")
+                with pytest.raises(StoreError, match="locked"):
+                    await session.append("user_message", {"content": "blocked"})
+                other.execute("ROLLBACK")
+            finally:
+                other.close()
+            assert (await session.append("user_message", {"content": "then"})).seq == 1
+            assert [e.data["content"] for e in await store.load("s")] == ["first", "then"]
+
+
+@pytest.mark.anyio
+async def test_a_corrupted_row_names_itself_and_spoils_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "corrupt.sqlite3"
+    async with SQLiteStore(path) as store:
+        for sid in ("good", "bad"):
+            async with SessionActor.open(session_id=sid, store=store) as session:
+                for index in range(3):
+                    await session.append("user_message", {"content": f"{sid} {index}"})
+    raw = sqlite3.connect(path)
+    raw.execute(
+        "UPDATE nous_events SET record = ? WHERE seq = 1 AND sid ="
+        " (SELECT id FROM nous_sessions WHERE name = 'bad')",
+        (b'[1,1,"user_mess',),
+    )
+    raw.commit()
+    raw.close()
+    async with SQLiteStore(path) as store:
+        with pytest.raises(CorruptRecordError, match=r"session 'bad' seq 1 .*truncated"):
+            await store.load("bad")
+        with pytest.raises(CorruptRecordError):
+            async with SessionActor.open(session_id="bad", store=store):
+                pass
+        assert [e.data["content"] for e in await store.load("good")] == [
+            "good 0",
+            "good 1",
+            "good 2",
+        ]
+
+
+@pytest.mark.anyio
+async def test_a_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "future.sqlite3"
+    async with SQLiteStore(path) as store:
+        await store.sessions()
+    raw = sqlite3.connect(path)
+    raw.execute("UPDATE nous_schema SET version = ?", (SCHEMA_VERSION + 1,))
+    raw.commit()
+    raw.close()
+    async with SQLiteStore(path) as store:
+        with pytest.raises(StoreError, match="newer than this nous_session"):
+            await store.load("s")
+
+
+@pytest.mark.anyio
+async def test_an_empty_version_zero_file_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE nous_schema (version INTEGER NOT NULL)")
+    raw.execute("INSERT INTO nous_schema VALUES (0)")
+    raw.commit()
+    raw.close()
+    async with SQLiteStore(path) as store:
+        async with SessionActor.open(session_id="s", store=store) as session:
+            await session.append("user_message", {"content": "hello"})
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT version FROM nous_schema").fetchall() == [(SCHEMA_VERSION,)]
+    raw.close()
+
+
+@pytest.mark.anyio
+async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"these are my notes, not a database" * 100)
+    async with SQLiteStore(path) as store:
+        with pytest.raises(StoreError, match="cannot open"):
+            await store.sessions()
+    assert path.read_bytes().startswith(b"these are my notes")
+
+
+@pytest.mark.anyio
+async def test_snapshot_deletes_rows_and_vacuum_shrinks_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "big.sqlite3"
+    async with SQLiteStore(path) as store:
+        async with SessionActor.open(session_id="s", store=store) as session:
+            await session.append_many(
+                [("user_message", {"content": f"{i} " + "w" * 400}) for i in range(2000)]
+            )
+            await session.replace(0, 999, Message.system("the first thousand, summarised"))
+            await store._run(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+            before = path.stat().st_size
+            log = await session.snapshot()
+            assert len(log.events()) == 1001
+            assert len(await store.load("s")) == 1001
+        await store.vacuum()
+    assert path.stat().st_size < 0.6 * before
+    async with (
+        SQLiteStore(path) as store,
+        SessionActor.open(session_id="s", store=store) as session,
+    ):
+        assert session.log.count == 2001
+        assert session.messages()[0].text == "the first thousand, summarised"
+
+
+def test_open_store_picks_the_backend_from_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert isinstance(open_store("memory:"), MemoryStore)
+    store = open_store(f"sqlite:///{tmp_path}/a.sqlite3")
+    assert isinstance(store, SQLiteStore)
+    assert store.path == f"{tmp_path}/a.sqlite3"
+    assert isinstance(open_store("sqlite:///relative.sqlite3"), SQLiteStore)
+    monkeypatch.setenv("NOUS_SESSION_STORE", "memory:")
+    assert isinstance(open_store(), MemoryStore)
+    monkeypatch.delenv("NOUS_SESSION_STORE")
+    monkeypatch.setenv("NOUS_SESSION_HOME", str(tmp_path / "home"))
+    default = open_store()
+    assert isinstance(default, SQLiteStore)
+    assert default.path == str(tmp_path / "home" / "sessions.sqlite3")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ftp://example.com/x", "unknown store URL scheme 'ftp'"),
+        ("sessions.db", "no scheme"),
+        ("sqlite:/x.db", "sqlite:///relative/path"),
+        ("sqlite:///", "sqlite:///relative/path"),
+        ("memory:/somewhere", "takes no path"),
+    ],
+)
+def test_open_store_refuses_bad_urls_clearly(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        open_store(url)
+
+
+def test_an_unclosed_store_warns(tmp_path: Path) -> None:
+    async def leak() -> None:
+        store = SQLiteStore(tmp_path / "leak.sqlite3")
+        await store.sessions()
+
+    with pytest.warns(ResourceWarning, match="was not closed"):
+        anyio.run(leak)
+        import gc
+
+        gc.collect()
