@@ -26,7 +26,7 @@ from nous_session.errors import (
 from nous_session.event import SURFACE_TYPES, Event, EventType, Replace
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
-from nous_session.stores import MemoryStore, Store
+from nous_session.stores import MemoryStore, SessionInfo, Store, open_store
 from nous_session.transcript import Compacted, Unchanged
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "SURFACE_TYPES",
     "SessionActor",
     "SessionClosedError",
+    "SessionInfo",
     "SessionStatistics",
     "Store",
     "StoreError",
@@ -55,5 +56,6 @@ __all__ = [
     "ToolCall",
     "Unchanged",
     "messages",
+    "open_store",
     "transcript",
 ]

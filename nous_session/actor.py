@@ -44,6 +44,7 @@ from nous_session.compaction import (
     summary_replacement,
 )
 from nous_session.errors import (
+    ConflictError,
     InvalidEventError,
     NousSessionError,
     SessionClosedError,
@@ -52,6 +53,7 @@ from nous_session.errors import (
 from nous_session.event import Event, EventType, message_event
 from nous_session.log import Log
 from nous_session.message import Message
+from nous_session.stores import open_store
 from nous_session.stores.base import Store
 from nous_session.stores.memory import MemoryStore
 
@@ -63,6 +65,7 @@ _APPEND: Final = 0
 _SNAPSHOT: Final = 1
 _COMPACTION: Final = 2
 _RELOAD: Final = 3
+_CATCH_UP: Final = 4  # internal: the store says another process committed
 
 _POSITION: Final = attrgetter("position")
 # A subscriber that never has to wait still yields to the event loop this often.
@@ -143,12 +146,13 @@ class Subscription:
     session closes and everything it committed has been yielded.
     """
 
-    __slots__ = ("_actor", "_cursor", "_pending", "_streak")
+    __slots__ = ("_actor", "_cursor", "_pending", "_snapshots", "_streak")
 
     def __init__(self, actor: SessionActor, since: int) -> None:
         self._actor = actor
         self._cursor = since
         self._pending: Iterator[Event] = iter(())
+        self._snapshots = actor._snapshots
         self._streak = 0
 
     @property
@@ -174,6 +178,10 @@ class Subscription:
     async def __anext__(self) -> Event:
         actor = self._actor
         while True:
+            if self._snapshots != actor._snapshots:
+                # A snapshot dropped events: what was read ahead may hold some of them.
+                self._snapshots = actor._snapshots
+                self._pending = iter(())
             event = next(self._pending, None)
             if event is not None:
                 self._cursor = event.seq + 1
@@ -208,6 +216,7 @@ class SessionActor:
     __slots__ = (
         "_admit",
         "_batches",
+        "_catch_up_queued",
         "_changed",
         "_closed",
         "_closing",
@@ -227,9 +236,11 @@ class SessionActor:
         "_retry_at",
         "_send",
         "_session_id",
+        "_snapshots",
         "_store",
         "_subscribers",
         "_task_group",
+        "_watch_scope",
     )
 
     def __init__(
@@ -266,6 +277,9 @@ class SessionActor:
         self._compaction_done = anyio.Event()
         self._compaction_done.set()
         self._retry_at = 0  # compaction waits for the surface to reach this size
+        self._catch_up_queued = False
+        self._snapshots = 0  # bumped when a published Log has dropped events
+        self._watch_scope: anyio.CancelScope | None = None
         self._meter = TokenMeter(compaction.token_counter) if compaction is not None else None
         # Bind once: a bound logger filters debug lines at almost no cost per commit.
         self._logger = _logger.bind(session_id=session_id)
@@ -282,17 +296,22 @@ class SessionActor:
         cls,
         *,
         session_id: str,
-        store: Store | None = None,
+        store: Store | str | None = None,
         compaction: CompactionPolicy | None = None,
         queue_size: int = 1024,
+        follow: bool | None = None,
     ) -> AsyncIterator[SessionActor]:
         """Load the session and run its actor for the duration of the ``async with`` block.
 
         Args:
             session_id: the session's id, a non-empty string.
-            store: where the log is persisted; None means a private in-memory store.
+            store: where the log is persisted: a Store, or a URL for :func:`open_store` (the
+                actor then owns and closes it); None means a private in-memory store.
             compaction: when and how to compact in the background; None never compacts.
             queue_size: how many requests may wait for the actor before callers wait too.
+            follow: whether to follow commits that other processes make to this session, so
+                the log and its subscribers see them; None (the default) follows when the
+                store has a change feed (PostgreSQL), False never does.
 
         On leaving the block, requests already in the queue are applied and acknowledged;
         callers still waiting for queue space, and every later call, get
@@ -310,14 +329,19 @@ class SessionActor:
             raise ValueError(f"queue_size must be an int >= 1, got {queue_size!r}")
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise ValueError(f"compaction must be a CompactionPolicy, got {compaction!r}")
-        owned = store is None
+        owned = store is None or isinstance(store, str)
         if store is None:
             store = MemoryStore()
-        elif not isinstance(store, Store):
-            raise ValueError(f"store must implement the Store protocol, got {store!r}")
+        elif isinstance(store, str):
+            store = open_store(store)
+        elif not all(callable(getattr(store, name, None)) for name in ("load", "commit", "aclose")):
+            raise ValueError(f"store must have async load, commit and aclose; got {store!r}")
+        watch = getattr(store, "watch", None) if follow is not False else None
+        if follow and watch is None:
+            raise ValueError(f"follow=True needs a store with a change feed; {store!r} has none")
         try:
             log = await _load(store, session_id)
-            async with anyio.create_task_group() as task_group:
+            async with _unwrapped(), anyio.create_task_group() as task_group:
                 actor = cls(
                     _OPEN_KEY,
                     session_id=session_id,
@@ -328,6 +352,8 @@ class SessionActor:
                     task_group=task_group,
                 )
                 await task_group.start(actor._run)
+                if watch is not None:
+                    await task_group.start(actor._watch, watch)
                 try:
                     yield actor
                 finally:
@@ -345,6 +371,8 @@ class SessionActor:
         self._send.close()
         if self._compaction_scope is not None:
             self._compaction_scope.cancel()
+        if self._watch_scope is not None:
+            self._watch_scope.cancel()
 
     # The actor task ---------------------------------------------------------------------------
 
@@ -426,7 +454,7 @@ class SessionActor:
                     log, outcome = self._apply_compaction(log, request.payload)
                     rebuilt = rebuilt or any(outcome)
                     applied.append((request, outcome))
-                else:  # _RELOAD: a barrier; what came before is committed first
+                else:  # _RELOAD, _CATCH_UP: barriers; what came before is committed first
                     await self._commit(base, log, dropped, applied, rebuilt)
                     await self._reload(request)
                     base = log = self._log
@@ -465,9 +493,14 @@ class SessionActor:
                 )
                 for request, _ in applied:
                     request.fail(_store_error(error))
+                if isinstance(error, ConflictError):
+                    # Another writer is ahead: read what it wrote, so that retries can land.
+                    await self._reload(None)
                 return
             self._log = log
             self._batches += 1
+            if dropped:
+                self._snapshots += 1
             self._notify()
             if self._log_commits:
                 self._logger.debug(
@@ -483,17 +516,54 @@ class SessionActor:
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
 
-    async def _reload(self, request: _Request) -> None:
+    async def _reload(self, request: _Request | None) -> None:
+        """Catch up with events other writers committed after our count."""
+        if request is None or request.kind == _CATCH_UP:
+            self._catch_up_queued = False
+        log = self._log
         try:
-            log = await _load(self._store, self._session_id)
+            events = await self._store.load(self._session_id, since=log.count)
+            replaced = False
+            for event in events:
+                log = log.append_at(event.seq, event.type, event.data, time=event.time)
+                replaced = replaced or event.data.get("surface_op") is not None
         except NousSessionError as error:
-            request.fail(_store_error(error))
+            self._logger.warning("nous_session.catch_up_failed", error=repr(error))
+            if request is not None:
+                request.fail(_store_error(error))
             return
-        self._log = log
-        self._notify()
-        self._logger.info("nous_session.reloaded", count=log.count)
-        request.resolve(log)
-        self._maybe_compact(rebuilt=True)
+        if log is not self._log:
+            self._log = log
+            self._notify()
+            self._logger.info("nous_session.caught_up", count=log.count, events=len(events))
+            self._maybe_compact(rebuilt=replaced)
+        if request is not None:
+            request.resolve(log)
+
+    async def _watch(
+        self,
+        watch: Any,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Turn the store's change feed into catch-up requests (at most one queued at a time)."""
+        with anyio.CancelScope() as scope:
+            self._watch_scope = scope
+            task_status.started()
+            heads = watch(self._session_id)
+            try:
+                async for head in heads:
+                    if (head == -1 or head > self._log.count) and not self._catch_up_queued:
+                        self._catch_up_queued = True
+                        try:
+                            self._send.send_nowait(_Request(_CATCH_UP, None))
+                        except anyio.WouldBlock:
+                            await self._send.send(_Request(_CATCH_UP, None))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # the session is closing
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await heads.aclose()
 
     # Compaction -------------------------------------------------------------------------------
 
@@ -532,17 +602,20 @@ class SessionActor:
         if policy.triggered(len(messages), tokens):
             self._in_flight = True
             self._compaction_done = anyio.Event()
-            self._task_group.start_soon(self._compact, self._log, len(messages), tokens)
+            # The scope exists from now on, so a close before the task first runs cancels it.
+            self._compaction_scope = anyio.CancelScope()
+            self._task_group.start_soon(
+                self._compact, self._compaction_scope, self._log, len(messages), tokens
+            )
 
-    async def _compact(self, log: Log, size: int, tokens: int) -> None:
+    async def _compact(self, scope: anyio.CancelScope, log: Log, size: int, tokens: int) -> None:
         policy = self._policy
         assert policy is not None
         logger = self._logger.bind(count=log.count, surface=size, tokens=tokens)
         logger.info("nous_session.compaction_started")
         outcome = "failed"
         try:
-            with anyio.CancelScope() as scope:
-                self._compaction_scope = scope
+            with scope:
                 outcome = await self._compaction(policy, log)
             if scope.cancelled_caught:
                 outcome = "cancelled"
@@ -715,9 +788,11 @@ class SessionActor:
         return await self._call(_SNAPSHOT, None)  # type: ignore[no-any-return]
 
     async def reload(self) -> Log:
-        """Reload the session from the store, after a :class:`ConflictError` for instance.
+        """Catch up with what other writers committed to this session's store since our count.
 
-        Requests queued before it are committed first; later ones apply to the reloaded log.
+        The actor does this by itself after a :class:`ConflictError` (and continuously when it
+        follows the store); call it to be sure before acting on the log. Requests queued before
+        it are committed first; later ones apply to the caught-up log.
 
         Raises:
             StoreError, SessionClosedError: as :meth:`append`.
@@ -811,6 +886,22 @@ def _apply_append(
         replaced = replaced or event.data.get("surface_op") is not None
         events.append(event)
     return candidate, tuple(events), replaced
+
+
+@asynccontextmanager
+async def _unwrapped() -> AsyncIterator[None]:
+    """Let a single exception out of the actor's task group as itself, not in a group.
+
+    The block's own exception (or the actor's) is what the caller should catch; a group of one
+    would make every ``except ValueError`` around ``async with SessionActor.open(...)`` miss.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        error = group.exceptions[0]
+        raise error from error.__cause__
 
 
 async def _load(store: Store, session_id: str) -> Log:

@@ -22,7 +22,7 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import suppress
+from contextlib import aclosing, suppress
 from typing import Any, TextIO
 
 import anyio
@@ -195,12 +195,13 @@ async def _tail(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if cursor is None:
         held = await store.load(args.session)
         cursor = held[-10].seq if len(held) >= 10 else 0
-    async for event in follow(store, args.session, since=cursor, interval=args.interval):
-        if args.json:
-            _emit(out, to_json(event))
-        else:
-            out.write(_event_line(event) + "\n")
-        out.flush()
+    async with aclosing(follow(store, args.session, since=cursor, interval=args.interval)) as feed:
+        async for event in feed:
+            if args.json:
+                _emit(out, to_json(event))
+            else:
+                out.write(_event_line(event) + "\n")
+            out.flush()
 
 
 async def _export(store: Store, args: argparse.Namespace, out: TextIO) -> None:
@@ -253,7 +254,8 @@ async def _stats(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     for key, value in figures.items():
         if key == "types":
             out.write("types:\n")
-            for name, number in value.items():  # type: ignore[attr-defined]
+            assert isinstance(value, dict)
+            for name, number in value.items():
                 out.write(f"  {name:<18} {number}\n")
         else:
             out.write(f"{key + ':':<18} {value}\n")

@@ -148,7 +148,7 @@ def _ints_fit(value: object) -> bool:
         return all(_ints_fit(item) for item in value.values() if type(item) in _NESTED)
     if type(value) is list:
         return all(_ints_fit(item) for item in value if type(item) in _NESTED)
-    return type(value) is not int or value <= _INT_MAX  # type: ignore[operator]
+    return type(value) is not int or value <= _INT_MAX
 
 
 def _preview(record: object, size: int = 60) -> str:

@@ -194,9 +194,11 @@ def plan_summary(log: Log, keep_last: int) -> tuple[Sequence[Event], Sequence[Me
     """The surface events and messages a summary would replace, or None when nothing would.
 
     The kept tail (``keep_last``, tool pairs never split) and the leading system messages are
-    excluded, as :func:`~nous_session.transcript.compact` cuts, with one difference: an earlier
-    compaction summary is not part of that leading run. It is summarised again with what came
-    after it, so each new summary supersedes the last instead of piling up beside it.
+    excluded, as :func:`~nous_session.transcript.compact` cuts, with two differences for a live
+    session. An earlier compaction summary is not part of that leading run: it is summarised
+    again with what came after it, so each new summary supersedes the last instead of piling up
+    beside it. And an assistant message whose tool calls do not all have their results yet
+    ends the summarised range, since its results are still to come.
     """
     messages = log.derive_messages()
     surface = log.surface()
@@ -211,6 +213,18 @@ def plan_summary(log: Log, keep_last: int) -> tuple[Sequence[Event], Sequence[Me
     if split is None:
         return None
     lead, cut = split
+    # A tool call whose results are not all in yet stays on the surface with what follows it:
+    # summarising it now would leave its late results with no call before them.
+    answered = {m.tool_call_id for m in messages[lead:cut] if m.role is Role.TOOL}
+    for index in range(lead, cut):
+        message = messages[index]
+        if message.role is Role.ASSISTANT and any(
+            call.id not in answered for call in message.tool_calls
+        ):
+            cut = index
+            break
+    if cut <= lead:
+        return None
     return surface[lead:cut], messages[lead:cut]
 
 

@@ -96,9 +96,9 @@ def _line(event: Event) -> str | None:
     if event.type is EventType.USER_MESSAGE:
         return f"  user       {_clip(event.data.get('content'))}"
     if event.type is EventType.ASSISTANT_MESSAGE:
-        calls = event.data.get("tool_calls") or []
-        if calls:
-            names = ", ".join(call["name"] for call in calls)  # type: ignore[index,union-attr]
+        calls = event.data.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            names = ", ".join(str(call["name"]) for call in calls if isinstance(call, dict))
             return f"  assistant  -> calls {names}"
         return f"  assistant  {_clip(event.data.get('content'))}"
     if event.type is EventType.TOOL_RESULT:
@@ -175,9 +175,10 @@ async def run_demo(
                     say(line)
 
     try:
-        async with anyio.create_task_group() as watchers, SessionActor.open(
-            session_id=session_id, store=store, compaction=policy
-        ) as session:
+        async with (
+            anyio.create_task_group() as watchers,
+            SessionActor.open(session_id=session_id, store=store, compaction=policy) as session,
+        ):
             await watchers.start(watch, session)
             if session.log.count == 0:
                 await session.add_message(

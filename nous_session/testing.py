@@ -259,9 +259,11 @@ class StoreConformance:
     ) -> None:
         other = reopen()
         try:
+            # follow=False: with a change feed the second actor would catch up before it
+            # appends, and there would be no clash to observe.
             async with (
-                SessionActor.open(session_id="shared", store=store) as first,
-                SessionActor.open(session_id="shared", store=other) as second,
+                SessionActor.open(session_id="shared", store=store, follow=False) as first,
+                SessionActor.open(session_id="shared", store=other, follow=False) as second,
             ):
                 await first.append("user_message", {"content": "first wins"})
                 with pytest.raises(ConflictError):

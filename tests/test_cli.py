@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -33,7 +34,7 @@ def cli(*args: str, store: str, check: bool = True) -> subprocess.CompletedProce
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """A SQLite file with one conversation: messages, a tool pair, a summary."""
     path = tmp_path_factory.mktemp("cli") / "sessions.sqlite3"
 
@@ -56,7 +57,7 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
             await s.add_message(Message.user("thanks"))
 
     anyio.run(fill)
-    yield f"sqlite:///{path}", path
+    return f"sqlite:///{path}", path
 
 
 def test_sessions_lists_ids_counts_and_held(stored: tuple[str, Path]) -> None:
@@ -171,6 +172,21 @@ def test_bad_arguments_exit_with_usage() -> None:
     assert "a seq is >= 0" in result.stderr
 
 
+class Lines:
+    """A child's stdout, read line by line with a deadline (a stuck child fails, never hangs)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        assert process.stdout is not None
+        stdout = process.stdout
+        threading.Thread(
+            target=lambda: [self._queue.put(line) for line in stdout], daemon=True
+        ).start()
+
+    def next(self, timeout: float = 20) -> str:
+        return self._queue.get(timeout=timeout)
+
+
 def test_tail_follows_appends_from_another_process(tmp_path: Path) -> None:
     path = tmp_path / "live.sqlite3"
     url = f"sqlite:///{path}"
@@ -200,11 +216,11 @@ def test_tail_follows_appends_from_another_process(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         text=True,
     ) as tail:
-        assert tail.stdout is not None
-        seen = [orjson.loads(tail.stdout.readline())["data"]["content"] for _ in range(2)]
+        lines = Lines(tail)
+        seen = [orjson.loads(lines.next())["data"]["content"] for _ in range(2)]
         assert seen == ["one", "two"]
         anyio.run(write, ["three", "four"])  # this process writes; the tail process follows
-        seen += [orjson.loads(tail.stdout.readline())["data"]["content"] for _ in range(2)]
+        seen += [orjson.loads(lines.next())["data"]["content"] for _ in range(2)]
         assert seen == ["one", "two", "three", "four"]
         tail.send_signal(signal.SIGINT)
         deadline = time.monotonic() + 10

@@ -22,7 +22,7 @@ def test_every_public_name_of_every_module_is_exported() -> None:
         if any(part.startswith("_") for part in name.split(".")[1:]):
             continue
         if (
-            name.endswith(("__main__", ".cli"))
+            name.endswith(("__main__", ".cli", ".demo"))
             or ".stores." in name
             or name == "nous_session.testing"
         ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import random
@@ -31,7 +32,7 @@ CRASHES = int(os.environ.get("NOUS_CRASH_ROUNDS", "20"))
 
 
 def test_sigkill_never_loses_an_acknowledged_event(tmp_path: Path) -> None:
-    """Kill a writer with SIGKILL at random moments; every acknowledged event survives, byte-equal."""
+    """Kill a writer with SIGKILL at random moments: acknowledged events survive, byte-equal."""
     path = tmp_path / "crash.sqlite3"
     rng = random.Random(20261129)
     acknowledged: dict[int, str] = {}
@@ -261,8 +262,9 @@ def test_an_unclosed_store_warns(tmp_path: Path) -> None:
         store = SQLiteStore(tmp_path / "leak.sqlite3")
         await store.sessions()
 
-    with pytest.warns(ResourceWarning, match="was not closed"):
+    def leak_and_collect() -> None:
         anyio.run(leak)
-        import gc
-
         gc.collect()
+
+    with pytest.warns(ResourceWarning, match="was not closed"):
+        leak_and_collect()

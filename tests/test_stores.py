@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,9 @@ import pytest
 from nous_session.stores import MemoryStore, Store
 from nous_session.stores.sqlite import SQLiteStore
 from nous_session.testing import StoreConformance
+
+psycopg = pytest.importorskip("psycopg")
+from nous_session.stores.postgres import PostgresStore  # noqa: E402
 
 
 class TestMemoryStore(StoreConformance):
@@ -42,3 +47,33 @@ class TestSQLiteStoreNormalDurability(TestSQLiteStore):
         store = SQLiteStore(path, synchronous="NORMAL")
         yield store
         await store.aclose()
+
+
+POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
+needs_postgres = pytest.mark.skipif(
+    not POSTGRES_URL,
+    reason="no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://... "
+    "(`. .ci/postgres` starts one on loopback and sets it)",
+)
+
+
+@needs_postgres
+class TestPostgresStore(StoreConformance):
+    """The same suite on PostgreSQL, each test in a schema of its own."""
+
+    @pytest.fixture
+    def schema(self) -> Iterator[str]:
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        yield name
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:  # type: ignore[arg-type]
+            connection.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+    @pytest.fixture
+    async def store(self, schema: str) -> AsyncIterator[Store]:
+        store = PostgresStore(POSTGRES_URL, schema=schema)  # type: ignore[arg-type]
+        yield store
+        await store.aclose()
+
+    @pytest.fixture
+    def reopen(self, schema: str) -> Callable[[], Store]:
+        return lambda: PostgresStore(POSTGRES_URL, schema=schema)  # type: ignore[arg-type]

@@ -9,7 +9,8 @@ backend only when it is asked for.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Final
 
@@ -81,9 +82,11 @@ def open_store(url: str | None = None, **options: object) -> Store:
         raise ValueError(f"not a store URL (no scheme): {url!r}; try memory:, sqlite:///path")
     scheme = scheme.lower()
     if scheme == "memory":
+        if options:
+            raise ValueError(f"memory: takes no options, got {sorted(options)}")
         if rest not in ("", "//"):
             raise ValueError(f"memory: takes no path, got {url!r}")
-        return MemoryStore(**options)  # type: ignore[arg-type]
+        return MemoryStore()
     if scheme == "sqlite":
         if not rest.startswith("///") or len(rest) == 3:
             raise ValueError(
@@ -103,7 +106,7 @@ def open_store(url: str | None = None, **options: object) -> Store:
 
 async def follow(
     store: Store, session_id: str, *, since: int = 0, interval: float = 0.2
-) -> AsyncIterator[Event]:
+) -> AsyncGenerator[Event, None]:
     """Yield a session's stored events from ``since`` on, then new ones as other processes
     commit them, for ever (until cancelled).
 
@@ -113,8 +116,9 @@ async def follow(
     """
     native = getattr(store, "follow", None)
     if native is not None:
-        async for event in native(session_id, since=since):
-            yield event
+        async with aclosing(native(session_id, since=since)) as events:
+            async for event in events:
+                yield event
         return
     cursor = since
     while True:

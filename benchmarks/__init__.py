@@ -1,0 +1,1 @@
+"""The nous_session benchmark harness: ``python benchmarks/run.py`` (see benchmarks/README.md)."""

@@ -1,0 +1,466 @@
+"""PostgresStore: many processes and machines on one session store, with a live change feed.
+
+Needs the ``postgres`` extra (``pip install nous_session[postgres]``: psycopg 3 and its pool).
+psycopg's async API runs only on asyncio, so this store drives the synchronous driver in worker
+threads, as the SQLite store does; it therefore works on asyncio and trio alike.
+
+Schema (version 1), in the schema given to the store (``public`` by default)::
+
+    nous_schema   (version)
+    nous_sessions (name text PRIMARY KEY, count bigint, held bigint)
+    nous_events   (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
+
+The primary key on (session, seq) is what makes the database itself enforce one writer per seq.
+A commit locks its session row (``SELECT ... FOR UPDATE``), checks the expected count, writes
+and deletes in one transaction, and sends ``NOTIFY`` with the session and its new head (never
+the payload): other processes :meth:`~PostgresStore.watch` that channel and read the rows.
+
+A connection lost during a commit fails that commit with :class:`StoreError`; it is never
+retried behind the caller's back (a retry could duplicate a batch whose COMMIT did land).
+The pool replaces broken connections, so the next commit works once the server is back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import suppress
+from types import TracebackType
+from typing import Any, Final, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import anyio
+import anyio.to_thread
+import structlog
+
+from nous_session.codec import decode, encode
+from nous_session.errors import ConflictError, CorruptRecordError, StoreError
+from nous_session.event import Event
+from nous_session.stores.base import SessionInfo, check_commit_arguments
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg_pool import ConnectionPool
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the PostgreSQL store needs psycopg 3 and psycopg-pool: "
+        "pip install 'nous_session[postgres]'"
+    ) from error
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+SCHEMA_VERSION: Final = 1
+T = TypeVar("T")
+
+_logger = structlog.get_logger("nous_session")
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_APPLICATION = "nous_session"
+_LISTENER_APPLICATION = "nous_session listener"
+# Any 64-bit key works; it only has to be the same for every process migrating this schema.
+_MIGRATION_LOCK: Final = 0x6E6F7573  # "nous"
+
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    0: (
+        """CREATE TABLE {schema}.nous_sessions (
+               name  text PRIMARY KEY,
+               count bigint NOT NULL,
+               held  bigint NOT NULL
+           )""",
+        """CREATE TABLE {schema}.nous_events (
+               session text NOT NULL,
+               seq     bigint NOT NULL,
+               record  bytea NOT NULL,
+               PRIMARY KEY (session, seq)
+           )""",
+    ),
+}
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).strip()}"
+
+
+class PostgresStore:
+    """Sessions in a PostgreSQL database, shared by any number of processes.
+
+    Args:
+        url: a libpq connection URL, ``postgresql://user:password@host:port/database``.
+        min_size, max_size: the connection pool's bounds (connections for commits and reads;
+            each :meth:`watch` holds one more of its own).
+        schema: the PostgreSQL schema holding the tables (created if missing); a plain
+            identifier. A ``schema=`` query parameter in the URL sets it too (and is not passed
+            on to libpq), so a URL alone can name it: ``postgresql://host/db?schema=tenant_a``.
+        connect_timeout: seconds to wait for a connection before failing with StoreError.
+
+    Nothing connects until first use. Close with :meth:`aclose` (or ``async with``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        schema: str = "public",
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError(f"a PostgreSQL URL starts with postgresql://, got {url!r}")
+        url, from_url = _pop_schema(url)
+        if from_url is not None and schema == "public":
+            schema = from_url
+        if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+            raise ValueError(f"schema must be a plain identifier, got {schema!r}")
+        if (
+            not isinstance(min_size, int)
+            or not isinstance(max_size, int)
+            or not 0 <= min_size <= max_size
+            or max_size < 1
+        ):
+            raise ValueError(
+                f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}"
+            )
+        self.url = url
+        self.schema = schema
+        self._connect_timeout = connect_timeout
+        self._channel = f"nous_session.{schema}"
+        self._pool = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            timeout=connect_timeout,
+            kwargs={
+                "application_name": _APPLICATION,
+                "connect_timeout": max(1, int(connect_timeout)),
+            },
+            name=f"nous_session[{schema}]",
+        )
+        self._limiter: anyio.CapacityLimiter | None = None
+        self._max_size = max_size
+        self._opened = False
+        self._open_lock = threading.Lock()
+        self._closed = False
+        self._events = sql.Identifier(schema, "nous_events")
+        self._sessions = sql.Identifier(schema, "nous_sessions")
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore {self._redacted()} schema={self.schema!r}>"
+
+    def _redacted(self) -> str:
+        return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", self.url)
+
+    # Plumbing ---------------------------------------------------------------------------------
+
+    async def _run(self, function: Callable[[], T]) -> T:
+        if self._closed:
+            raise StoreError(f"the store {self._redacted()} is closed")
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self._max_size)
+        if not self._opened:
+            await anyio.to_thread.run_sync(self._open)
+        return await anyio.to_thread.run_sync(function, limiter=self._limiter)
+
+    def _open(self) -> None:
+        with self._open_lock:  # first calls may race from several worker threads
+            if not self._opened:
+                self._open_pool()
+
+    def _open_pool(self) -> None:
+        try:
+            self._pool.open(wait=True, timeout=self._connect_timeout)
+        except psycopg.Error as error:
+            raise StoreError(f"cannot connect to {self._redacted()}: {_describe(error)}") from error
+        except Exception as error:  # the pool's own timeout error
+            raise StoreError(f"cannot connect to {self._redacted()}: {_describe(error)}") from error
+        try:
+            with self._pool.connection() as connection:
+                self._migrate(connection)
+        except psycopg.Error as error:
+            raise StoreError(
+                f"cannot set up the schema in {self._redacted()}: {_describe(error)}"
+            ) from error
+        self._opened = True
+
+    def _migrate(self, connection: psycopg.Connection[Any]) -> None:
+        schema = sql.Identifier(self.schema)
+        with connection.transaction():
+            # Serialise migrations across processes; released at the end of the transaction.
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            connection.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.nous_schema (version integer NOT NULL)"
+                ).format(schema)
+            )
+            rows = connection.execute(
+                sql.SQL("SELECT version FROM {}.nous_schema").format(schema)
+            ).fetchall()
+            if len(rows) > 1:
+                raise StoreError(f"{self.schema}.nous_schema holds {len(rows)} rows; expected one")
+            version = rows[0][0] if rows else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"schema {self.schema!r} has version {version}, newer than this nous_session "
+                    f"understands ({SCHEMA_VERSION}); upgrade nous_session to open it"
+                )
+            for step in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[step]:
+                    connection.execute(sql.SQL(statement).format(schema=schema))
+            if not rows:
+                connection.execute(
+                    sql.SQL("INSERT INTO {}.nous_schema (version) VALUES (%s)").format(schema),
+                    (SCHEMA_VERSION,),
+                )
+            elif version != SCHEMA_VERSION:
+                connection.execute(
+                    sql.SQL("UPDATE {}.nous_schema SET version = %s").format(schema),
+                    (SCHEMA_VERSION,),
+                )
+
+    # The Store protocol -----------------------------------------------------------------------
+
+    async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
+        """The session's held events with seq >= ``since``, in seq order.
+
+        Raises:
+            CorruptRecordError: a row cannot be decoded (the error names session and seq).
+            StoreError: the database cannot be read.
+        """
+        if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+            raise ValueError(f"since must be an int >= 0, got {since!r}")
+        query = sql.SQL(
+            "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s ORDER BY seq"
+        ).format(self._events)
+
+        def load() -> list[Event]:
+            try:
+                with self._pool.connection() as connection:
+                    rows = connection.execute(query, (session_id, since)).fetchall()
+            except psycopg.Error as error:
+                raise StoreError(
+                    f"cannot read session {session_id!r}: {_describe(error)}"
+                ) from error
+            events = []
+            for seq, record in rows:
+                event = decode(record, where=f"session {session_id!r} seq {seq} in {self.schema}")
+                if event.seq != seq:
+                    raise CorruptRecordError(
+                        f"session {session_id!r} row {seq} holds seq {event.seq}"
+                    )
+                events.append(event)
+            return events
+
+        return await self._run(load)
+
+    async def commit(
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        dropped: Sequence[int] = (),
+    ) -> None:
+        """Insert ``events`` and delete ``dropped`` in one transaction, then notify watchers.
+
+        Raises:
+            ConflictError: the stored count is not ``expected_count``; nothing was written.
+            StoreError: the database failed or the connection was lost; nothing was written,
+                unless the connection was lost during COMMIT itself, when the outcome is
+                unknown (:meth:`load` tells).
+        """
+        check_commit_arguments(session_id, expected_count, events, dropped)
+        rows = list(events)
+        lock = sql.SQL("SELECT count FROM {} WHERE name = %s FOR UPDATE").format(self._sessions)
+        create = sql.SQL(
+            "INSERT INTO {} (name, count, held) VALUES (%s, 0, 0) ON CONFLICT (name) DO NOTHING"
+        ).format(self._sessions)
+        delete = sql.SQL("DELETE FROM {} WHERE session = %s AND seq = ANY(%s)").format(self._events)
+        insert = sql.SQL("INSERT INTO {} (session, seq, record) VALUES (%s, %s, %s)").format(
+            self._events
+        )
+        update = sql.SQL("UPDATE {} SET count = %s, held = held + %s WHERE name = %s").format(
+            self._sessions
+        )
+
+        def commit() -> None:
+            records = [(session_id, event.seq, encode(event)) for event in rows]
+            try:
+                with self._pool.connection() as connection, connection.transaction():
+                    row = connection.execute(lock, (session_id,)).fetchone()
+                    if row is None and expected_count == 0:
+                        connection.execute(create, (session_id,))
+                        row = connection.execute(lock, (session_id,)).fetchone()
+                    stored = 0 if row is None else row[0]
+                    if stored != expected_count:
+                        raise ConflictError(
+                            f"session {session_id!r} has count {stored}, expected {expected_count}:"
+                            " another writer committed first"
+                        )
+                    deleted = 0
+                    if dropped:
+                        deleted = connection.execute(delete, (session_id, list(dropped))).rowcount
+                    if records:
+                        with connection.cursor() as cursor:
+                            cursor.executemany(insert, records)
+                    count = records[-1][1] + 1 if records else stored
+                    connection.execute(update, (count, len(records) - deleted, session_id))
+                    connection.execute(
+                        "SELECT pg_notify(%s, %s)",
+                        (self._channel, json.dumps({"session": session_id, "head": count})),
+                    )
+            except psycopg.errors.UniqueViolation as error:
+                raise ConflictError(
+                    f"session {session_id!r}: another writer holds one of these seqs"
+                    f" ({_describe(error)})"
+                ) from error
+            except psycopg.Error as error:
+                raise StoreError(
+                    f"commit to session {session_id!r} failed: {_describe(error)}"
+                ) from error
+
+        await self._run(commit)
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session with a nonzero count, by id."""
+        query = sql.SQL(
+            'SELECT name, count, held FROM {} WHERE count > 0 ORDER BY name COLLATE "C"'
+        ).format(self._sessions)
+
+        def sessions() -> list[SessionInfo]:
+            try:
+                with self._pool.connection() as connection:
+                    rows = connection.execute(query).fetchall()
+            except psycopg.Error as error:
+                raise StoreError(f"cannot list sessions: {_describe(error)}") from error
+            return [SessionInfo(name, count, held) for name, count, held in rows]
+
+        return await self._run(sessions)
+
+    async def delete(self, session_id: str) -> bool:
+        """Delete a session and all its events in one transaction; True when it existed."""
+        events = sql.SQL("DELETE FROM {} WHERE session = %s").format(self._events)
+        session = sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sessions)
+
+        def delete() -> bool:
+            try:
+                with self._pool.connection() as connection, connection.transaction():
+                    connection.execute(events, (session_id,))
+                    return connection.execute(session, (session_id,)).rowcount > 0
+            except psycopg.Error as error:
+                raise StoreError(
+                    f"cannot delete session {session_id!r}: {_describe(error)}"
+                ) from error
+
+        return await self._run(delete)
+
+    # The change feed --------------------------------------------------------------------------
+
+    async def watch(self, session_id: str, *, poll: float = 0.25) -> AsyncGenerator[int, None]:
+        """Yield the session's new head whenever a commit (from any process) lands.
+
+        The first value is yielded as soon as the listener is connected, and again after every
+        reconnection: the caller should read what it has missed then (``load(since=...)``).
+        Each notification's head follows; a lost listener reconnects with a backoff.
+
+        Holds one connection of its own. Close the generator (``aclosing``) to release it.
+        """
+        await self._run(lambda: None)  # connect and migrate first
+        backoff = 0.05
+        while True:
+            try:
+                connection = await anyio.to_thread.run_sync(self._listen)
+            except psycopg.Error as error:
+                _logger.warning("nous_session.listener_connect_failed", error=_describe(error))
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            backoff = 0.05
+            try:
+                yield -1  # (re)connected: whatever happened meanwhile must be read now
+                while True:
+                    heads = await anyio.to_thread.run_sync(self._wait, connection, session_id, poll)
+                    for head in heads:
+                        yield head
+            except psycopg.Error as error:
+                _logger.warning(
+                    "nous_session.listener_lost", session_id=session_id, error=_describe(error)
+                )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(_close_quietly, connection)
+
+    def _listen(self) -> psycopg.Connection[Any]:
+        connection = psycopg.connect(
+            self.url,
+            autocommit=True,
+            application_name=_LISTENER_APPLICATION,
+            connect_timeout=max(1, int(self._connect_timeout)),
+        )
+        connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        return connection
+
+    @staticmethod
+    def _wait(connection: psycopg.Connection[Any], session_id: str, timeout: float) -> list[int]:
+        heads = []
+        for notification in connection.notifies(timeout=timeout):
+            with suppress(ValueError, KeyError, TypeError):
+                payload = json.loads(notification.payload)
+                if payload["session"] == session_id:
+                    heads.append(int(payload["head"]))
+                    break
+        return heads
+
+    async def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
+        """Yield the session's events from ``since`` on, then each one committed later by any
+        process, in seq order and at most once, across listener reconnections."""
+        cursor = since
+        watcher = self.watch(session_id)
+        try:
+            async for head in watcher:
+                if head != -1 and head <= cursor:
+                    continue
+                for event in await self.load(session_id, since=cursor):
+                    cursor = event.seq + 1
+                    yield event
+        finally:
+            await watcher.aclose()
+
+    # Lifecycle --------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await anyio.to_thread.run_sync(self._pool.close)
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _pop_schema(url: str) -> tuple[str, str | None]:
+    """Split a ``schema=`` query parameter (ours, not libpq's) off a URL."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    if not schemas:
+        return url, None
+    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schemas[-1]
+
+
+def _close_quietly(connection: psycopg.Connection[Any]) -> None:
+    with suppress(Exception):
+        connection.close()

@@ -1,0 +1,282 @@
+"""PostgresStore across processes: one writer per seq, live tails across reconnects, crashes.
+
+Skipped without a server; `.ci/run` starts one. To run them locally:
+`. .ci/postgres && make test` (needs PostgreSQL's Debian packages; the script installs them).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
+from pathlib import Path
+
+import anyio
+import pytest
+
+from nous_session import ConflictError, CorruptRecordError, SessionActor, StoreError
+from nous_session.stores import open_store
+
+psycopg = pytest.importorskip("psycopg")
+from nous_session.stores.postgres import PostgresStore  # noqa: E402
+
+URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES", "")
+pytestmark = pytest.mark.skipif(
+    not URL,
+    reason="no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://... "
+    "(`. .ci/postgres` starts one on loopback and sets it)",
+)
+WORKER = Path(__file__).parent / "pg_worker.py"
+
+
+def sql(statement: str, *params: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(URL, autocommit=True) as connection:
+        cursor = connection.execute(statement, params or None)
+        return cursor.fetchall() if cursor.description else []
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield name
+    sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+@pytest.fixture
+async def store(schema: str) -> AsyncIterator[PostgresStore]:
+    async with PostgresStore(URL, schema=schema) as store:
+        yield store
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, text=True)
+
+
+class Lines:
+    """A child's stdout, read line by line with a deadline (a stuck child fails, never hangs)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        assert process.stdout is not None
+        stdout = process.stdout
+        threading.Thread(
+            target=lambda: [self._queue.put(line) for line in stdout], daemon=True
+        ).start()
+
+    def next(self, timeout: float = 20) -> str:
+        return self._queue.get(timeout=timeout)
+
+
+def close(process: subprocess.Popen[str]) -> None:
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def test_open_store_picks_postgres_and_a_schema_from_the_url() -> None:
+    assert isinstance(open_store(URL), PostgresStore)
+    store = PostgresStore(f"{URL}?schema=tenant_a&connect_timeout=3")
+    assert store.schema == "tenant_a"
+    assert "schema" not in store.url
+    assert "connect_timeout=3" in store.url
+
+
+def test_four_processes_share_one_session_without_losing_or_reordering(schema: str) -> None:
+    writers = [spawn("write", URL, schema, "shared", f"w{i}", "5", "40") for i in range(4)]
+    acks: list[tuple[int, str]] = []
+    try:
+        for writer in writers:
+            assert writer.stdout is not None
+            for line in writer.stdout:
+                if line.startswith("ack "):
+                    _, seq, content = line.rstrip("\n").split(" ", 2)
+                    acks.append((int(seq), content))
+    finally:
+        for writer in writers:
+            writer.wait(timeout=120)
+            close(writer)
+    assert all(writer.returncode == 0 for writer in writers)
+    assert len(acks) == 4 * 5 * 40
+
+    rows = anyio.run(_load, schema, "shared")
+    stored = [(event.seq, event.data["content"]) for event in rows]
+    assert [seq for seq, _ in stored] == list(range(len(acks))), "seqs must be contiguous"
+    assert sorted(acks) == stored, "every acknowledged event is stored once, as acknowledged"
+    order: dict[str, list[int]] = defaultdict(list)
+    for _, content in stored:
+        writer, producer, n = content.split()
+        order[f"{writer} {producer}"].append(int(n))
+    assert all(ns == list(range(40)) for ns in order.values()), "each producer's order is kept"
+
+
+async def _load(schema: str, session_id: str) -> list:  # type: ignore[type-arg]
+    async with PostgresStore(URL, schema=schema) as store:
+        return list(await store.load(session_id))
+
+
+def test_a_subscriber_in_another_process_sees_everything_across_a_reconnect(schema: str) -> None:
+    total = 2 * 3 * 30
+    subscriber = spawn("subscribe", URL, schema, "live", str(total))
+    assert subscriber.stdout is not None
+    assert subscriber.stdout.readline().strip() == "ready"
+    writers = [spawn("write", URL, schema, "live", f"w{i}", "3", "30") for i in range(2)]
+    seen: list[tuple[int, str]] = []
+    terminated = False
+    try:
+        for line in subscriber.stdout:
+            if line.startswith("event "):
+                _, seq, content = line.rstrip("\n").split(" ", 2)
+                seen.append((int(seq), content))
+                if len(seen) == total // 3 and not terminated:
+                    # Cut the subscriber's LISTEN connection from the server side.
+                    killed = sql(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE application_name = 'nous_session listener'"
+                    )
+                    assert killed, "a listener connection must exist"
+                    terminated = True
+            elif line.startswith("done"):
+                break
+    finally:
+        subscriber.wait(timeout=60)
+        close(subscriber)
+        for writer in writers:
+            writer.wait(timeout=60)
+            close(writer)
+    assert terminated
+    assert subscriber.returncode == 0
+    assert [seq for seq, _ in seen] == list(range(total)), "in seq order, each exactly once"
+    stored = anyio.run(_load, schema, "live")
+    assert seen == [(event.seq, event.data["content"]) for event in stored]
+
+
+def test_sigkill_mid_batch_leaves_no_partial_batch_and_loses_nothing(schema: str) -> None:
+    acknowledged: set[int] = set()
+    for round_ in range(5):
+        writer = spawn("write", URL, schema, "crashy", f"r{round_}", "8", "100000")
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "ready"
+        for _ in range(50 + 37 * round_):
+            line = writer.stdout.readline()
+            acknowledged.add(int(line.split()[1]))
+        writer.send_signal(signal.SIGKILL)
+        for line in writer.stdout:
+            if line.startswith("ack "):
+                acknowledged.add(int(line.split()[1]))
+        writer.wait()
+        writer.stdout.close()
+        stored = anyio.run(_load, schema, "crashy")
+        seqs = [event.seq for event in stored]
+        assert seqs == list(range(len(seqs))), "no gap: batches are all or nothing"
+        assert acknowledged <= set(seqs), "nothing acknowledged is lost"
+        count = sql(f"SELECT count FROM {schema}.nous_sessions WHERE name = 'crashy'")[0][0]
+        assert count == len(seqs), "the stored count matches the rows: no partial batch"
+
+
+@pytest.mark.anyio
+async def test_a_lost_connection_fails_only_the_batch_in_flight(store: PostgresStore) -> None:
+    async with SessionActor.open(session_id="s", store=store, follow=False) as session:
+        await session.append("user_message", {"content": "before"})
+        sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'nous_session' AND pid <> pg_backend_pid()"
+        )
+        outcomes = []
+        for index in range(3):
+            try:
+                await session.append("user_message", {"content": f"after {index}"})
+                outcomes.append("ok")
+            except ConflictError:
+                outcomes.append("conflict")
+            except StoreError:
+                outcomes.append("failed")
+        assert "conflict" not in outcomes
+        assert outcomes[-1] == "ok"
+        assert outcomes.count("failed") <= 1
+        stored = await store.load("s")
+        assert list(session.log.events()) == list(stored)
+        contents = [event.data["content"] for event in stored]
+        assert len(contents) == len(set(contents)), "never retried into a duplicate"
+
+
+@pytest.mark.anyio
+async def test_a_corrupted_row_and_a_newer_schema_are_clear_errors(
+    store: PostgresStore, schema: str
+) -> None:
+    async with SessionActor.open(session_id="s", store=store) as session:
+        await session.append("user_message", {"content": "fine"})
+    sql(f"UPDATE {schema}.nous_events SET record = %s WHERE session = 's'", b"[1,0,")
+    with pytest.raises(CorruptRecordError, match="session 's' seq 0"):
+        await store.load("s")
+    sql(f"UPDATE {schema}.nous_schema SET version = 99")
+    async with PostgresStore(URL, schema=schema) as newer:
+        with pytest.raises(StoreError, match="newer than this nous_session"):
+            await newer.sessions()
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="plain identifier"):
+        PostgresStore(URL, schema="x; DROP TABLE y")
+    with pytest.raises(ValueError, match="postgresql://"):
+        PostgresStore("mysql://nope")
+    with pytest.raises(ValueError, match="min_size"):
+        PostgresStore(URL, min_size=5, max_size=2)
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_server_is_a_store_error() -> None:
+    async with PostgresStore("postgresql://nobody@127.0.0.1:1/none", connect_timeout=1) as store:
+        with pytest.raises(StoreError, match="cannot connect"):
+            await store.load("s")
+
+
+@pytest.mark.anyio
+async def test_follow_yields_history_then_live_events(store: PostgresStore) -> None:
+    async with SessionActor.open(session_id="f", store=store) as writer:
+        await writer.append("user_message", {"content": "old"})
+        seen: list[str] = []
+        async with anyio.create_task_group() as tg:
+
+            async def read() -> None:
+                async with aclosing(store.follow("f", since=0)) as events:
+                    async for event in events:
+                        seen.append(str(event.data["content"]))
+                        if len(seen) == 3:
+                            return
+
+            tg.start_soon(read)
+            await writer.append("user_message", {"content": "new 1"})
+            await writer.append("user_message", {"content": "new 2"})
+    assert seen == ["old", "new 1", "new 2"]
+
+
+def test_cli_tail_follows_a_postgres_session(schema: str) -> None:
+    async def write(contents: list[str]) -> None:
+        async with PostgresStore(URL, schema=schema) as store:
+            async with SessionActor.open(session_id="tailed", store=store) as session:
+                for content in contents:
+                    await session.append("user_message", {"content": content})
+
+    anyio.run(write, ["a"])
+    url = f"{URL}?schema={schema}"
+    with subprocess.Popen(
+        [sys.executable, "-m", "nous_session", "--store", url, "tail", "tailed", "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as tail:
+        lines = Lines(tail)
+        assert '"a"' in lines.next()
+        anyio.run(write, ["b"])
+        assert '"b"' in lines.next()
+        tail.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 10
+        while tail.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tail.returncode == 0
