@@ -8,10 +8,12 @@ and acknowledges each request with its result or error. Readers therefore never 
 that is not committed.
 
 Backpressure: the queue holds ``queue_size`` requests. A caller whose request does not fit
-waits for space (a cancelled wait sends nothing). Subscribers never slow the actor: each reads
-the published, immutable Log by cursor and waits on one shared notification, so publishing is
-O(1) whatever the number of subscribers, and a subscriber that stops reading holds nothing
-but its cursor and the Log value it last read.
+waits for space (a cancelled wait sends nothing). Subscribers never hold up the actor: each
+reads the published, immutable Log by cursor and waits on one shared notification, so the actor
+does the same work per commit (one ``Event.set``) whatever the number of subscribers; waking
+the waiting subscribers is the event loop's scheduling work, once per commit each, not once per
+event. A subscriber that stops reading holds nothing but its cursor and the Log value it last
+read.
 
 Compaction runs in a child task on a committed Log value and posts its result back through the
 queue, where it is applied only if the surface it planned over is still exactly there.
@@ -20,12 +22,12 @@ queue, where it is applied only if the surface it planned over is still exactly 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime
 from operator import attrgetter
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
@@ -40,7 +42,6 @@ from nous_session.compaction import (
     TokenMeter,
     plan_pruning,
     plan_summary,
-    structural_summary,
     summary_replacement,
 )
 from nous_session.errors import (
@@ -50,12 +51,13 @@ from nous_session.errors import (
     SessionClosedError,
     StoreError,
 )
-from nous_session.event import Event, EventType, message_event
+from nous_session.event import Event, EventType, message_event, to_message
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.stores import open_store
 from nous_session.stores.base import Store
 from nous_session.stores.memory import MemoryStore
+from nous_session.transcript import summary_line, summary_text
 
 __all__ = ["SessionActor", "SessionStatistics", "Subscription"]
 
@@ -70,6 +72,13 @@ _CATCH_UP: Final = 4  # internal: the store says another process committed
 _POSITION: Final = attrgetter("position")
 # A subscriber that never has to wait still yields to the event loop this often.
 _YIELD_EVERY: Final = 128
+# Compaction's loops over messages yield to the event loop after this many items.
+_CHUNK: Final = 256
+# A restored log longer than this is folded in a worker thread before the actor starts.
+_WARM_ABOVE: Final = 2048
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 class _Request:
@@ -193,10 +202,12 @@ class Subscription:
                 return event
             # Take the notification before reading the log: a publish in between sets it.
             changed = actor._changed
-            fresh = actor._log.since(self._cursor)
-            if fresh:
-                self._pending = iter(fresh)
-                continue
+            log = actor._log
+            if self._cursor < log.count:
+                fresh = log.since(self._cursor)
+                if fresh:
+                    self._pending = iter(fresh)
+                    continue
             if actor._closed:
                 raise StopAsyncIteration
             self._streak = 0
@@ -594,23 +605,24 @@ class SessionActor:
         policy, meter = self._policy, self._meter
         if policy is None or meter is None:
             return
-        messages = self._log.derive_messages()
+        surface = self._log.surface()  # the memoised fold; nothing is projected here
         # The meter must see every commit, or an unseen replace would corrupt its running sum.
-        tokens = meter.update(messages, extended=not rebuilt) if policy.counts_tokens else 0
-        if self._in_flight or self._closing or len(messages) < self._retry_at:
+        tokens = meter.update(surface, rebuilt=rebuilt) if policy.counts_tokens else 0
+        if self._in_flight or self._closing or len(surface) < self._retry_at:
             return
-        if policy.triggered(len(messages), tokens):
+        if policy.triggered(len(surface), tokens):
             self._in_flight = True
             self._compaction_done = anyio.Event()
             # The scope exists from now on, so a close before the task first runs cancels it.
             self._compaction_scope = anyio.CancelScope()
             self._task_group.start_soon(
-                self._compact, self._compaction_scope, self._log, len(messages), tokens
+                self._compact, self._compaction_scope, self._log, len(surface), tokens
             )
 
     async def _compact(self, scope: anyio.CancelScope, log: Log, size: int, tokens: int) -> None:
-        policy = self._policy
+        policy, meter = self._policy, self._meter
         assert policy is not None
+        assert meter is not None
         logger = self._logger.bind(count=log.count, surface=size, tokens=tokens)
         logger.info("nous_session.compaction_started")
         outcome = "failed"
@@ -634,54 +646,41 @@ class SessionActor:
             self._compactions_stale += 1
         elif outcome == "failed":
             self._compactions_failed += 1
+        size_now = len(self._log.surface())
         if outcome in ("failed", "nothing"):
             # Do not retry on every commit: wait until the surface has grown.
             self._retry_at = size + 1
-        elif outcome == "applied" and policy.triggered(*self._surface_figures()):
+        elif outcome == "applied" and policy.triggered(size_now, meter.total):
             # Still over the trigger: what remains is the kept tail, which another compaction
             # cannot shrink. Wait until enough has scrolled out of the tail to be worth it.
-            size_now = len(self._log.derive_messages())
             self._retry_at = size_now + max(1, policy.keep_last // 2)
             logger.info("nous_session.compaction_insufficient", retry_at=self._retry_at)
         if outcome != "cancelled":
             self._maybe_compact(rebuilt=False)
 
-    def _surface_figures(self) -> tuple[int, int]:
-        """The surface's size and token count, as the trigger sees them."""
-        assert self._policy is not None
-        assert self._meter is not None
-        messages = self._log.derive_messages()
-        tokens = self._meter.update(messages, extended=True) if self._policy.counts_tokens else 0
-        return len(messages), tokens
-
     async def _compaction(self, policy: CompactionPolicy, log: Log) -> str:
+        """Prune, then summarise; every long loop yields to the event loop as it goes."""
         pruned = False
         if policy.prune_tool_results is not None:
-            replacements = await anyio.to_thread.run_sync(
-                plan_pruning, log, policy.prune_tool_results
-            )
+            replacements = plan_pruning(log, policy.prune_tool_results)
             if replacements:
                 outcome: list[bool] = await self._call(_COMPACTION, replacements)
                 pruned = any(outcome)
                 log = self._log
-                messages = log.derive_messages()
-                tokens = (
-                    await anyio.to_thread.run_sync(policy.token_counter, messages)
-                    if policy.counts_tokens
-                    else 0
-                )
-                if pruned and not policy.triggered(len(messages), tokens):
+                assert self._meter is not None  # the commit above brought it up to date
+                if pruned and not policy.triggered(len(log.surface()), self._meter.total):
                     return "applied"  # pruning was enough
-        planned = await anyio.to_thread.run_sync(plan_summary, log, policy.keep_last)
-        if planned is None:
+        events = plan_summary(log, policy.keep_last)
+        if events is None:
             return "applied" if pruned else "nothing"
-        events, old = planned
+        old = await _cooperatively(to_message, events)
         if policy.summarizer is None:
-            summary = await anyio.to_thread.run_sync(structural_summary, old)
+            lines = await _cooperatively(summary_line, old)
+            summary = Message.system(summary_text(lines), created_at=old[0].created_at)
         else:
             timeout = policy.summarizer_timeout
             with anyio.fail_after(timeout) if timeout is not None else nullcontext():
-                text = await policy.summarizer(list(old))
+                text = await policy.summarizer(old)
             if not isinstance(text, str) or not text.strip():
                 raise ValueError(f"the summarizer returned an empty summary: {text!r}")
             summary = Message.system(text, created_at=old[0].created_at)
@@ -904,8 +903,22 @@ async def _unwrapped() -> AsyncIterator[None]:
         raise error from error.__cause__
 
 
+async def _cooperatively(function: Callable[[T], U], items: Sequence[T]) -> list[U]:
+    """``[function(item) for item in items]``, yielding to the event loop every few hundred
+    items, so a compaction of a long session never holds the loop for more than a moment."""
+    out: list[U] = []
+    for start in range(0, len(items), _CHUNK):
+        out.extend([function(item) for item in items[start : start + _CHUNK]])
+        await anyio.lowlevel.checkpoint()
+    return out
+
+
 async def _load(store: Store, session_id: str) -> Log:
     """Rebuild a session's Log from its stored events, seqs and gaps verbatim."""
     # No count to restore separately: the newest event is never shadowed, so a snapshot
     # never drops it, and the held events always end at count - 1.
-    return Log.restore(await store.load(session_id))
+    log = Log.restore(await store.load(session_id))
+    if len(log.events()) > _WARM_ABOVE:
+        # Fold the surface in a worker thread now, not on the event loop at the first commit.
+        await anyio.to_thread.run_sync(log.surface)
+    return log

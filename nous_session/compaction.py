@@ -12,18 +12,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeAlias
 
 import attrs
+import orjson
 
 from nous_session._json import JSON
-from nous_session.event import Event
+from nous_session.event import Event, EventType, to_message
 from nous_session.log import Log
-from nous_session.message import Message, Role
-from nous_session.transcript import (
-    estimate_messages_tokens,
-    message_bytes,
-    plan_compaction,
-    prune_tool_results,
-    summarize,
-)
+from nous_session.message import Message
+from nous_session.transcript import estimate_messages_tokens, prune_tool_results
 
 __all__ = ["CompactionPolicy", "Summarizer", "plan_pruning", "plan_summary"]
 
@@ -120,34 +115,78 @@ class CompactionPolicy:
 
 
 class TokenMeter:
-    """Counts the tokens of a growing surface incrementally.
+    """Counts the tokens of a session's surface incrementally, from its events.
 
-    ``update(messages, extended=True)`` counts only the messages past those seen before; a
-    surface that was rebuilt (a replace, a reload) is recounted from scratch.
+    Every surface event is counted once and remembered by seq, so a surface that grew costs
+    only its new events, and one rebuilt by a replace costs a dictionary lookup per event
+    (never a re-count of unchanged messages). The default counter is computed from the event
+    data without making Messages, exactly as
+    :func:`~nous_session.transcript.estimate_messages_tokens` would count them.
     """
 
-    __slots__ = ("_counter", "_exact_bytes", "_seen", "_total")
+    __slots__ = ("_by_seq", "_counter", "_exact_bytes", "_seen", "_total")
 
     def __init__(self, counter: TokenCounter) -> None:
         self._counter = counter
         # The default estimate divides once over the whole: sum bytes, divide at the end.
         self._exact_bytes = counter is estimate_messages_tokens
+        self._by_seq: dict[int, int] = {}
         self._seen = 0
         self._total = 0
 
-    def update(self, messages: Sequence[Message], *, extended: bool) -> int:
-        """The token count of ``messages``; ``extended`` says the earlier ones are unchanged."""
-        if not extended or len(messages) < self._seen:
-            self._seen = 0
-            self._total = 0
-        new = messages[self._seen :]
-        if new:
-            if self._exact_bytes:
-                self._total += sum(message_bytes(message) for message in new)
-            else:
-                self._total += self._counter(new)
-            self._seen = len(messages)
+    @property
+    def total(self) -> int:
+        """The token count at the last update."""
         return self._total // 4 if self._exact_bytes else self._total
+
+    def _count(self, event: Event) -> int:
+        if self._exact_bytes:
+            return event_bytes(event)
+        return self._counter([to_message(event)])
+
+    def update(self, surface: Sequence[Event], *, rebuilt: bool) -> int:
+        """The token count of ``surface``; ``rebuilt`` says it changed other than by growing."""
+        by_seq = self._by_seq
+        if rebuilt or len(surface) < self._seen:
+            kept: dict[int, int] = {}
+            total = 0
+            for event in surface:
+                value = by_seq.get(event.seq)
+                if value is None:
+                    value = self._count(event)
+                kept[event.seq] = value
+                total += value
+            self._by_seq, self._total = kept, total
+        else:
+            for event in surface[self._seen :]:
+                value = by_seq[event.seq] = self._count(event)
+                self._total += value
+        self._seen = len(surface)
+        return self.total
+
+
+def event_bytes(event: Event) -> int:
+    """:func:`~nous_session.transcript.message_bytes` of a surface event, from its data."""
+    data = event.data
+    content = data.get("content")
+    if type(content) is str:
+        size = len(content.encode())
+    elif type(content) is list:
+        size = len(
+            "".join(
+                part["text"]  # type: ignore[misc]
+                for part in content
+                if type(part) is dict and part.get("type") == "text"
+            ).encode()
+        )
+    else:
+        size = 0
+    for call in data.get("tool_calls") or ():  # type: ignore[union-attr]
+        source: Any = call.get("function", call)  # type: ignore[union-attr]
+        arguments = source.get("arguments", {})
+        size += len(source["name"].encode())
+        size += len(arguments.encode() if isinstance(arguments, str) else orjson.dumps(arguments))
+    return size
 
 
 @attrs.frozen
@@ -174,58 +213,58 @@ class Replacement:
 def plan_pruning(log: Log, cap: int) -> list[Replacement]:
     """In-place replacements for the surface's tool results longer than ``cap`` characters.
 
-    Results that are themselves products of pruning are left alone, so pruning is idempotent.
+    Works on the events; only the oversized results are turned into messages. Results that
+    are themselves products of pruning are left alone, so pruning is idempotent.
     """
     out: list[Replacement] = []
-    for event, message in zip(log.surface(), log.derive_messages(), strict=True):
-        if (
-            message.role is Role.TOOL
-            and isinstance(message.content, str)
-            and len(message.content) > cap
-            and event.data.get("source") != PRUNING
-        ):
-            (pruned,) = prune_tool_results([message], cap)
+    for event in log.surface():
+        if event.type is not EventType.TOOL_RESULT:
+            continue
+        content = event.data.get("content")
+        if type(content) is str and len(content) > cap and event.data.get("source") != PRUNING:
+            (pruned,) = prune_tool_results([to_message(event)], cap)
             position = event.position
             out.append(Replacement(position, position, pruned, (event.seq,), PRUNING))
     return out
 
 
-def plan_summary(log: Log, keep_last: int) -> tuple[Sequence[Event], Sequence[Message]] | None:
-    """The surface events and messages a summary would replace, or None when nothing would.
+def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
+    """The surface events a summary would replace, or None when nothing would.
 
-    The kept tail (``keep_last``, tool pairs never split) and the leading system messages are
-    excluded, as :func:`~nous_session.transcript.compact` cuts, with two differences for a live
-    session. An earlier compaction summary is not part of that leading run: it is summarised
-    again with what came after it, so each new summary supersedes the last instead of piling up
-    beside it. And an assistant message whose tool calls do not all have their results yet
-    ends the summarised range, since its results are still to come.
+    Cut as :func:`~nous_session.transcript.compact` cuts (leading system messages and the kept
+    tail of ``keep_last`` excluded, tool results at the head of the tail summarised with their
+    call), with two differences for a live session. An earlier compaction summary is not part
+    of the leading run: it is summarised again with what came after it, so each summary
+    supersedes the last instead of piling up beside it. And an assistant message whose tool
+    calls do not all have their results yet ends the summarised range: its results are still
+    to come. Works on the events alone, so nothing is projected.
     """
-    messages = log.derive_messages()
     surface = log.surface()
+    size = len(surface)
     lead = 0
     while (
-        lead < len(messages)
-        and messages[lead].role is Role.SYSTEM
+        lead < size
+        and surface[lead].type is EventType.SYSTEM_MESSAGE
         and surface[lead].data.get("source") != COMPACTION
     ):
         lead += 1
-    split = plan_compaction(messages, keep_last, keep_leading=lead)
-    if split is None:
+    if size - lead <= keep_last:
         return None
-    lead, cut = split
-    # A tool call whose results are not all in yet stays on the surface with what follows it:
-    # summarising it now would leave its late results with no call before them.
-    answered = {m.tool_call_id for m in messages[lead:cut] if m.role is Role.TOOL}
-    for index in range(lead, cut):
-        message = messages[index]
-        if message.role is Role.ASSISTANT and any(
-            call.id not in answered for call in message.tool_calls
+    cut = size - keep_last
+    while cut < size and surface[cut].type is EventType.TOOL_RESULT:
+        cut += 1
+    old = surface[lead:cut]
+    answered = {e.data.get("tool_call_id") for e in old if e.type is EventType.TOOL_RESULT}
+    for index, event in enumerate(old):
+        calls = event.data.get("tool_calls")
+        if (
+            calls
+            and event.type is EventType.ASSISTANT_MESSAGE
+            and any(call.get("id") not in answered for call in calls)  # type: ignore[union-attr]
         ):
-            cut = index
+            old = old[:index]
             break
-    if cut <= lead:
-        return None
-    return surface[lead:cut], messages[lead:cut]
+    return old or None
 
 
 def summary_replacement(events: Sequence[Event], message: Message) -> Replacement:
@@ -237,8 +276,3 @@ def summary_replacement(events: Sequence[Event], message: Message) -> Replacemen
         tuple(event.seq for event in events),
         COMPACTION,
     )
-
-
-def structural_summary(messages: Sequence[Message]) -> Message:
-    """The default summary: :func:`nous_session.transcript.summarize`."""
-    return summarize(messages)

@@ -304,10 +304,34 @@ def to_message(event: Event) -> Message:
     role = _ROLE_OF.get(event.type)
     if role is None:
         raise ValueError(f"event {event.seq} is a {event.type.value} event, not a surface event")
+    # The log validated these fields when the event was appended (make_event), so the message
+    # is assembled without running the constructor's checks and copies again. Its containers
+    # are read-only views of the log's own data, which nothing mutates.
     data = event.data
-    fields: dict[str, Any] = {}
-    for key in ("content", "reasoning_content", "tool_calls", "tool_call_id", "name", "metadata"):
-        value = data.get(key)
-        if value is not None:
-            fields[key] = value
-    return Message(role, created_at=event.time, **fields)
+    content: Any = data.get("content")
+    if type(content) is list:
+        content = tuple(MappingProxyType(part) for part in content)
+    calls = data.get("tool_calls")
+    metadata = data.get("metadata")
+    return Message._trusted(
+        role,
+        content,
+        data.get("reasoning_content"),  # type: ignore[arg-type]
+        tuple(_tool_call(call) for call in calls) if calls else (),  # type: ignore[union-attr]
+        data.get("tool_call_id"),  # type: ignore[arg-type]
+        data.get("name"),  # type: ignore[arg-type]
+        MappingProxyType(metadata) if metadata else _NO_METADATA,  # type: ignore[arg-type]
+        event.time,
+    )
+
+
+_NO_METADATA: Final[Mapping[str, JSON]] = MappingProxyType({})
+
+
+def _tool_call(call: Any) -> ToolCall:
+    if "function" in call:  # OpenAI's nested form, as appended
+        return ToolCall.coerce(call)
+    arguments = call.get("arguments", {})
+    if type(arguments) is dict:
+        arguments = MappingProxyType(arguments)
+    return ToolCall._trusted(call["id"], call["name"], arguments)

@@ -125,6 +125,16 @@ class ToolCall:
             raise ValueError(f"a tool call's id and name must be strings: {dict(obj)!r}")
         return cls(ident, name, source.get("arguments", {}))
 
+    @classmethod
+    def _trusted(cls, ident: str, name: str, arguments: Mapping[str, JSON] | str) -> ToolCall:
+        """Build without checks or copies, from fields the log has already validated."""
+        call = object.__new__(cls)
+        _set = object.__setattr__
+        _set(call, "id", ident)
+        _set(call, "name", name)
+        _set(call, "arguments", arguments)
+        return call
+
     def to_json(self) -> dict[str, JSON]:
         """The flat ``{"id", "name", "arguments"}`` form, as the log stores it."""
         arguments = self.arguments
@@ -309,6 +319,35 @@ class Message:
         if created_at is None:
             created_at = _now()
         return cls(role, content, created_at=created_at, **fields)
+
+    @classmethod
+    def _trusted(
+        cls,
+        role: Role,
+        content: str | tuple[ContentPart, ...] | None,
+        reasoning_content: str | None,
+        tool_calls: tuple[ToolCall, ...],
+        tool_call_id: str | None,
+        name: str | None,
+        metadata: Mapping[str, JSON],
+        created_at: datetime,
+    ) -> Message:
+        """Build without checks or copies, from fields the log has already validated.
+
+        Only for the projection of a logged event (``event.to_message``): every argument
+        must already have the type and form the constructor would give it.
+        """
+        message = object.__new__(cls)
+        _set = object.__setattr__
+        _set(message, "role", role)
+        _set(message, "content", content)
+        _set(message, "reasoning_content", reasoning_content)
+        _set(message, "tool_calls", tool_calls)
+        _set(message, "tool_call_id", tool_call_id)
+        _set(message, "name", name)
+        _set(message, "metadata", metadata)
+        _set(message, "created_at", created_at)
+        return message
 
     # Properties ----------------------------------------------------------------------------
 

@@ -39,6 +39,8 @@ __all__ = [
     "should_compact",
     "start_compaction",
     "summarize",
+    "summary_line",
+    "summary_text",
 ]
 
 PREVIEW_CHARS = 101
@@ -146,11 +148,18 @@ def plan_compaction(
     return lead, cut
 
 
-def _summary_line(message: Message) -> str:
-    if message.role is Role.TOOL:
+def summary_line(message: Message) -> str:
+    """The line :func:`summarize` writes for one message (see there)."""
+    role = message.role
+    if role is Role.TOOL:
         return f'  [tool] <result for "{message.name or "unknown"}" omitted from summary>'
     preview = message.text[:PREVIEW_CHARS].replace("\n", " ")
-    return f"  [{message.role.value}] {preview}"
+    return f"  [{role}] {preview}"  # a StrEnum formats as its value
+
+
+def summary_text(lines: Sequence[str]) -> str:
+    """The summary's text for the given :func:`summary_line` lines (one per message)."""
+    return "\n".join([f"[Compacted {len(lines)} earlier messages]", *lines])
 
 
 def summarize(old: Sequence[Message]) -> Message:
@@ -166,10 +175,8 @@ def summarize(old: Sequence[Message]) -> Message:
     """
     if not old:
         raise ValueError("nothing to summarise")
-    lines = "\n".join([_summary_line(message) for message in old])
-    return Message.system(
-        f"[Compacted {len(old)} earlier messages]\n{lines}", created_at=old[0].created_at
-    )
+    text = summary_text([summary_line(message) for message in old])
+    return Message.system(text, created_at=old[0].created_at)
 
 
 def compact(messages: Sequence[Message], keep_last: int) -> list[Message]:
