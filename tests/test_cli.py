@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import anyio
 import orjson
 import pytest
+from processes import Lines
 
 from nous_session import Message, SessionActor, ToolCall
 from nous_session.codec import from_json
@@ -170,21 +169,6 @@ def test_bad_arguments_exit_with_usage() -> None:
     result = cli("events", "chat", "--since", "-4", store="memory:", check=False)
     assert result.returncode == 2
     assert "a seq is >= 0" in result.stderr
-
-
-class Lines:
-    """A child's stdout, read line by line with a deadline (a stuck child fails, never hangs)."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self._queue: queue.Queue[str] = queue.Queue()
-        assert process.stdout is not None
-        stdout = process.stdout
-        threading.Thread(
-            target=lambda: [self._queue.put(line) for line in stdout], daemon=True
-        ).start()
-
-    def next(self, timeout: float = 20) -> str:
-        return self._queue.get(timeout=timeout)
 
 
 def test_tail_follows_appends_from_another_process(tmp_path: Path) -> None:

@@ -7,20 +7,17 @@ Skipped without a server; `.ci/run` starts one. To run them locally:
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
-from pathlib import Path
 
 import anyio
 import pytest
+from processes import Lines, check_shared_session, run_writers, spawn_worker
 
 from nous_session import ConflictError, CorruptRecordError, SessionActor, StoreError
 from nous_session.stores import open_store
@@ -34,7 +31,6 @@ pytestmark = pytest.mark.skipif(
     reason="no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://... "
     "(`. .ci/postgres` starts one on loopback and sets it)",
 )
-WORKER = Path(__file__).parent / "pg_worker.py"
 
 
 def sql(statement: str, *params: object) -> list[tuple[object, ...]]:
@@ -56,25 +52,6 @@ async def store(schema: str) -> AsyncIterator[PostgresStore]:
         yield store
 
 
-def spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, text=True)
-
-
-class Lines:
-    """A child's stdout, read line by line with a deadline (a stuck child fails, never hangs)."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self._queue: queue.Queue[str] = queue.Queue()
-        assert process.stdout is not None
-        stdout = process.stdout
-        threading.Thread(
-            target=lambda: [self._queue.put(line) for line in stdout], daemon=True
-        ).start()
-
-    def next(self, timeout: float = 20) -> str:
-        return self._queue.get(timeout=timeout)
-
-
 def close(process: subprocess.Popen[str]) -> None:
     if process.stdout is not None:
         process.stdout.close()
@@ -89,31 +66,12 @@ def test_open_store_picks_postgres_and_a_schema_from_the_url() -> None:
 
 
 def test_four_processes_share_one_session_without_losing_or_reordering(schema: str) -> None:
-    writers = [spawn("write", URL, schema, "shared", f"w{i}", "5", "40") for i in range(4)]
-    acks: list[tuple[int, str]] = []
-    try:
-        for writer in writers:
-            assert writer.stdout is not None
-            for line in writer.stdout:
-                if line.startswith("ack "):
-                    _, seq, content = line.rstrip("\n").split(" ", 2)
-                    acks.append((int(seq), content))
-    finally:
-        for writer in writers:
-            writer.wait(timeout=120)
-            close(writer)
-    assert all(writer.returncode == 0 for writer in writers)
+    acks = run_writers(f"{URL}?schema={schema}", "shared", writers=4, producers=5, each=40)
     assert len(acks) == 4 * 5 * 40
-
-    rows = anyio.run(_load, schema, "shared")
-    stored = [(event.seq, event.data["content"]) for event in rows]
-    assert [seq for seq, _ in stored] == list(range(len(acks))), "seqs must be contiguous"
-    assert sorted(acks) == stored, "every acknowledged event is stored once, as acknowledged"
-    order: dict[str, list[int]] = defaultdict(list)
-    for _, content in stored:
-        writer, producer, n = content.split()
-        order[f"{writer} {producer}"].append(int(n))
-    assert all(ns == list(range(40)) for ns in order.values()), "each producer's order is kept"
+    stored = [
+        (event.seq, str(event.data["content"])) for event in anyio.run(_load, schema, "shared")
+    ]
+    check_shared_session(acks, stored, producers=5, each=40)
 
 
 async def _load(schema: str, session_id: str) -> list:  # type: ignore[type-arg]
@@ -123,10 +81,11 @@ async def _load(schema: str, session_id: str) -> list:  # type: ignore[type-arg]
 
 def test_a_subscriber_in_another_process_sees_everything_across_a_reconnect(schema: str) -> None:
     total = 2 * 3 * 30
-    subscriber = spawn("subscribe", URL, schema, "live", str(total))
+    url = f"{URL}?schema={schema}"
+    subscriber = spawn_worker("subscribe", url, "live", str(total))
     assert subscriber.stdout is not None
     assert subscriber.stdout.readline().strip() == "ready"
-    writers = [spawn("write", URL, schema, "live", f"w{i}", "3", "30") for i in range(2)]
+    writers = [spawn_worker("write", url, "live", f"w{i}", "3", "30") for i in range(2)]
     seen: list[tuple[int, str]] = []
     terminated = False
     try:
@@ -160,7 +119,9 @@ def test_a_subscriber_in_another_process_sees_everything_across_a_reconnect(sche
 def test_sigkill_mid_batch_leaves_no_partial_batch_and_loses_nothing(schema: str) -> None:
     acknowledged: set[int] = set()
     for round_ in range(5):
-        writer = spawn("write", URL, schema, "crashy", f"r{round_}", "8", "100000")
+        writer = spawn_worker(
+            "write", f"{URL}?schema={schema}", "crashy", f"r{round_}", "8", "100000"
+        )
         assert writer.stdout is not None
         assert writer.stdout.readline().strip() == "ready"
         for _ in range(50 + 37 * round_):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from processes import check_shared_session, run_writers
 
 from nous_session import (
     CorruptRecordError,
@@ -223,6 +224,17 @@ async def test_snapshot_deletes_rows_and_vacuum_shrinks_the_file(tmp_path: Path)
     ):
         assert session.log.count == 2001
         assert session.messages()[0].text == "the first thousand, summarised"
+
+
+def test_four_processes_share_one_sqlite_session(tmp_path: Path) -> None:
+    """Processes clash on one session in one file: ConflictError, catch up, retry; nothing lost."""
+    url = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+    acks = run_writers(url, "shared", writers=4, producers=5, each=30)
+    stored = [
+        (e.seq, str(e.data["content"]))
+        for e in anyio.run(_load_all, tmp_path / "shared.sqlite3", "shared")
+    ]
+    check_shared_session(acks, stored, producers=5, each=30)
 
 
 def test_open_store_picks_the_backend_from_the_url(

@@ -1,0 +1,75 @@
+"""Helpers for tests that run child processes."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+WORKER = Path(__file__).parent / "store_worker.py"
+
+
+class Lines:
+    """A child's stdout, read line by line with a deadline (a stuck child fails, never hangs)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        assert process.stdout is not None
+        stdout = process.stdout
+        threading.Thread(target=self._pump, args=(stdout,), daemon=True).start()
+
+    def _pump(self, stdout: object) -> None:
+        for line in stdout:  # type: ignore[attr-defined]
+            self._queue.put(line)
+        self._queue.put("")  # end of output
+
+    def next(self, timeout: float = 30) -> str:
+        """The next line ("" at the end of output); raises queue.Empty after ``timeout``."""
+        return self._queue.get(timeout=timeout)
+
+
+def spawn_worker(*args: str) -> subprocess.Popen[str]:
+    """Start ``store_worker.py`` with ``args`` (see its docstring)."""
+    return subprocess.Popen([sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, text=True)
+
+
+def run_writers(
+    url: str, session_id: str, writers: int, producers: int, each: int
+) -> list[tuple[int, str]]:
+    """Run ``writers`` processes appending to one session; return every (seq, content) acked."""
+    children = [
+        spawn_worker("write", url, session_id, f"w{i}", str(producers), str(each))
+        for i in range(writers)
+    ]
+    acks: list[tuple[int, str]] = []
+    try:
+        for child in children:
+            lines = Lines(child)
+            while line := lines.next(timeout=120):
+                if line.startswith("ack "):
+                    _, seq, content = line.rstrip("\n").split(" ", 2)
+                    acks.append((int(seq), content))
+    finally:
+        for child in children:
+            child.wait(timeout=120)
+            assert child.stdout is not None
+            child.stdout.close()
+    assert all(child.returncode == 0 for child in children)
+    return acks
+
+
+def check_shared_session(
+    acks: list[tuple[int, str]], stored: list[tuple[int, str]], producers: int, each: int
+) -> None:
+    """Each acked event stored once as acked, seqs contiguous, per-producer order kept."""
+    assert [seq for seq, _ in stored] == list(range(len(stored))), "seqs must be contiguous"
+    assert sorted(acks) == stored, "every acknowledged event is stored once, as acknowledged"
+    order: dict[str, list[int]] = defaultdict(list)
+    for _, content in stored:
+        writer, producer, n = content.split()
+        order[f"{writer} {producer}"].append(int(n))
+    assert all(ns == list(range(each)) for ns in order.values()), "each producer's order is kept"
+    assert len(order) * each == len(stored)

@@ -1,0 +1,63 @@
+"""Child processes for the multi-process store tests (SQLite and PostgreSQL).
+
+    python store_worker.py write URL SESSION NAME PRODUCERS PER_PRODUCER
+        append PRODUCERS x PER_PRODUCER events, retrying each on ConflictError; print
+        "ack SEQ NAME PRODUCER N" after each acknowledgement, then "done".
+    python store_worker.py subscribe URL SESSION EXPECTED
+        follow the session from seq 0 through an actor; print "event SEQ CONTENT" for each
+        event, then "done" after EXPECTED events.
+
+URL is any store URL (``sqlite:///path``, ``postgresql://...?schema=name``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+
+from nous_session import ConflictError, SessionActor
+
+
+async def write(url: str, session_id: str, name: str, producers: int, each: int) -> None:
+    async with SessionActor.open(session_id=session_id, store=url) as session:
+        print("ready", flush=True)
+
+        async def produce(producer: int) -> None:
+            for n in range(each):
+                content = f"{name} {producer} {n}"
+                while True:
+                    try:
+                        event = await session.append("user_message", {"content": content})
+                        break
+                    except ConflictError:
+                        continue  # the actor has caught up with the winner; try again
+                print(f"ack {event.seq} {content}", flush=True)
+
+        async with anyio.create_task_group() as tg:
+            for producer in range(producers):
+                tg.start_soon(produce, producer)
+    print("done", flush=True)
+
+
+async def subscribe(url: str, session_id: str, expected: int) -> None:
+    async with SessionActor.open(session_id=session_id, store=url) as session:
+        print("ready", flush=True)
+        seen = 0
+        async with session.subscribe(0) as events:
+            async for event in events:
+                print(f"event {event.seq} {event.data.get('content')}", flush=True)
+                seen += 1
+                if seen == expected:
+                    break
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    if command == "write":
+        url, sid, name, producers, each = args
+        anyio.run(write, url, sid, name, int(producers), int(each))
+    else:
+        url, sid, expected = args
+        anyio.run(subscribe, url, sid, int(expected))
