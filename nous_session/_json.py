@@ -14,12 +14,15 @@ from typing import Any, TypeAlias
 
 import orjson
 
-__all__ = ["JSON", "NotJSONError", "copy_json", "copy_json_object", "format_path"]
+__all__ = ["JSON", "MAX_DEPTH", "NotJSONError", "copy_json", "copy_json_object", "format_path"]
 
 JSON: TypeAlias = "dict[str, JSON] | list[JSON] | str | int | float | bool | None"
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**63 - 1
+MAX_DEPTH = 100
+"""How deeply containers may nest: far beyond any real payload, well inside what orjson
+encodes (254) and what Python's recursion limit allows."""
 
 
 class NotJSONError(ValueError):
@@ -55,7 +58,7 @@ def _describe(value: object) -> str:
     return f"{type(value).__name__} is not JSON"
 
 
-def copy_json(value: object) -> JSON:
+def copy_json(value: object, depth: int = 0) -> JSON:
     """Return a deep, JSON-only copy of ``value``.
 
     Raises:
@@ -73,14 +76,16 @@ def copy_json(value: object) -> JSON:
             return value  # type: ignore[return-value]
         raise NotJSONError(_describe(value))
     if t is dict or isinstance(value, Mapping):
-        return copy_json_object(value)  # type: ignore[arg-type]
+        return copy_json_object(value, depth)  # type: ignore[arg-type]
     if t is list or t is tuple:
+        if depth >= MAX_DEPTH:
+            raise NotJSONError(f"containers nest deeper than {MAX_DEPTH} levels")
         out: list[JSON] = []
         index = 0
         try:
             items: list[object] = value  # type: ignore[assignment]
             for index, item in enumerate(items):  # noqa: B007
-                out.append(copy_json(item))
+                out.append(copy_json(item, depth + 1))
         except NotJSONError as e:
             e.path.append(index)
             raise
@@ -97,12 +102,14 @@ def copy_json(value: object) -> JSON:
     raise NotJSONError(_describe(value))
 
 
-def copy_json_object(value: Mapping[Any, object]) -> dict[str, JSON]:
+def copy_json_object(value: Mapping[Any, object], depth: int = 0) -> dict[str, JSON]:
     """Return a deep, JSON-only copy of a mapping with string keys.
 
     Raises:
         NotJSONError: naming the first offender.
     """
+    if depth >= MAX_DEPTH:
+        raise NotJSONError(f"containers nest deeper than {MAX_DEPTH} levels")
     out: dict[str, JSON] = {}
     for key, item in value.items():
         if type(key) is not str:
@@ -115,7 +122,7 @@ def copy_json_object(value: Mapping[Any, object]) -> dict[str, JSON]:
             out[key] = item  # type: ignore[assignment]
             continue
         try:
-            out[key] = copy_json(item)
+            out[key] = copy_json(item, depth + 1)
         except NotJSONError as e:
             e.path.append(key)
             raise

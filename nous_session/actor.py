@@ -47,15 +47,14 @@ from nous_session.compaction import (
 from nous_session.errors import (
     ConflictError,
     InvalidEventError,
-    NousSessionError,
     SessionClosedError,
     StoreError,
 )
-from nous_session.event import Event, EventType, message_event, to_message
+from nous_session.event import Event, EventType, message_event, prepare, to_message
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.stores import open_store
-from nous_session.stores.base import Store
+from nous_session.stores.base import Store, check_session_id
 from nous_session.stores.memory import MemoryStore
 from nous_session.transcript import summary_line, summary_text
 
@@ -79,6 +78,7 @@ _WARM_ABOVE: Final = 2048
 
 T = TypeVar("T")
 U = TypeVar("U")
+Prepared = tuple[EventType, dict[str, Any], datetime]
 
 
 class _Request:
@@ -108,9 +108,13 @@ def _closed_error() -> SessionClosedError:
 
 def _store_error(error: BaseException) -> StoreError:
     """A fresh StoreError (of the same class) for one caller, chained to the store's error."""
+    copy: StoreError | None = None
     if isinstance(error, StoreError):
-        copy = type(error)(*error.args)
-    else:
+        try:
+            copy = type(error)(*error.args)
+        except Exception:  # a third-party subclass with another signature
+            copy = None
+    if copy is None:
         copy = StoreError(f"the store failed: {error!r}")
     copy.__cause__ = error
     return copy
@@ -241,6 +245,7 @@ class SessionActor:
         "_log_commits",
         "_logger",
         "_meter",
+        "_parked",
         "_policy",
         "_receive",
         "_requests",
@@ -277,6 +282,7 @@ class SessionActor:
         self._closing = False  # no new requests; set when leaving the `async with` block
         self._closed = False  # the actor task has finished; nothing more will be committed
         self._admit = 0  # while closing: queued requests still to apply
+        self._parked = False  # the actor is waiting in receive()
         self._subscribers = 0
         self._batches = 0
         self._requests = 0
@@ -334,8 +340,10 @@ class SessionActor:
             ValueError: a bad argument.
             StoreError: the session could not be loaded.
         """
-        if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"session_id must be a non-empty string, got {session_id!r}")
+        try:
+            check_session_id(session_id)
+        except ValueError as error:
+            raise ValueError(f"bad session_id: {error}") from None
         if not isinstance(queue_size, int) or isinstance(queue_size, bool) or queue_size < 1:
             raise ValueError(f"queue_size must be an int >= 1, got {queue_size!r}")
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
@@ -377,8 +385,10 @@ class SessionActor:
         if self._closing:
             return
         self._closing = True
-        # Exactly the requests whose send has completed are still applied.
-        self._admit = self._receive.statistics().current_buffer_used
+        # Exactly the requests whose send has completed are still applied: those in the buffer,
+        # and the one a send may have handed straight to the actor parked in receive() (a
+        # memory stream gives an item to a waiting receiver without buffering it).
+        self._admit = self._receive.statistics().current_buffer_used + int(self._parked)
         self._send.close()
         if self._compaction_scope is not None:
             self._compaction_scope.cancel()
@@ -413,10 +423,13 @@ class SessionActor:
         """The next batch: every request waiting in the queue. Empty when the actor must stop."""
         receive = self._receive
         if not (self._closing and self._admit == 0):
+            self._parked = True
             try:
                 first = await receive.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 return []
+            finally:
+                self._parked = False
             batch = [first]
             while True:
                 try:
@@ -471,6 +484,10 @@ class SessionActor:
                     base = log = self._log
                     dropped, applied, rebuilt = [], [], False
             except InvalidEventError as error:
+                request.fail(error)
+            except Exception as error:
+                # A bug in applying one request must not take the session down with it.
+                self._logger.exception("nous_session.request_failed", kind=kind)
                 request.fail(error)
         await self._commit(base, log, dropped, applied, rebuilt)
 
@@ -538,7 +555,7 @@ class SessionActor:
             for event in events:
                 log = log.append_at(event.seq, event.type, event.data, time=event.time)
                 replaced = replaced or event.data.get("surface_op") is not None
-        except NousSessionError as error:
+        except Exception as error:
             self._logger.warning("nous_session.catch_up_failed", error=repr(error))
             if request is not None:
                 request.fail(_store_error(error))
@@ -639,10 +656,10 @@ class SessionActor:
             self._compaction_scope = None
             self._in_flight = False
             self._compaction_done.set()
-        if outcome == "applied":
+        if outcome in ("applied", "pruned, summary stale"):
             self._compactions_run += 1
             logger.info("nous_session.compaction_finished", new_count=self._log.count)
-        elif outcome == "stale":
+        if outcome in ("stale", "pruned, summary stale"):
             self._compactions_stale += 1
         elif outcome == "failed":
             self._compactions_failed += 1
@@ -650,7 +667,11 @@ class SessionActor:
         if outcome in ("failed", "nothing"):
             # Do not retry on every commit: wait until the surface has grown.
             self._retry_at = size + 1
-        elif outcome == "applied" and policy.triggered(size_now, meter.total):
+        elif (
+            outcome != "stale"
+            and outcome != "cancelled"
+            and policy.triggered(size_now, meter.total)
+        ):
             # Still over the trigger: what remains is the kept tail, which another compaction
             # cannot shrink. Wait until enough has scrolled out of the tail to be worth it.
             self._retry_at = size_now + max(1, policy.keep_last // 2)
@@ -687,7 +708,7 @@ class SessionActor:
         (applied,) = await self._call(_COMPACTION, [summary_replacement(events, summary)])
         if applied:
             return "applied"
-        return "applied" if pruned else "stale"
+        return "pruned, summary stale" if pruned else "stale"
 
     # Calls ------------------------------------------------------------------------------------
 
@@ -723,7 +744,9 @@ class SessionActor:
             StoreError: the store failed to commit the batch (nothing was appended).
             SessionClosedError: the session is closed.
         """
-        events = await self._call(_APPEND, ((type, data, time),))
+        # Validated and copied here, in the caller: its errors surface on the caller's stack,
+        # and changing `data` after the call (even a cancelled one) changes nothing.
+        events = await self._call(_APPEND, (prepare(type, data, time),))
         return events[0]  # type: ignore[no-any-return]
 
     async def append_many(self, items: Iterable[Sequence[Any]]) -> tuple[Event, ...]:
@@ -743,7 +766,10 @@ class SessionActor:
                     f"append_many item {index} must be (type, data) or (type, data, time), "
                     f"got {item!r}"
                 )
-            normalised.append((item[0], item[1], item[2] if len(item) == 3 else None))
+            try:
+                normalised.append(prepare(item[0], item[1], item[2] if len(item) == 3 else None))
+            except InvalidEventError as error:
+                raise InvalidEventError(f"append_many item {index}: {error}") from None
         if not normalised:
             return ()
         return await self._call(_APPEND, tuple(normalised))  # type: ignore[no-any-return]
@@ -758,7 +784,9 @@ class SessionActor:
             StoreError, SessionClosedError: as :meth:`append`.
         """
         event_type, data = message_event(message)
-        return await self.append(event_type, data, time=message.created_at)
+        # The message's JSON is a fresh copy that only holds valid fields: nothing to re-check.
+        events = await self._call(_APPEND, ((event_type, data, message.created_at),))
+        return events[0]  # type: ignore[no-any-return]
 
     async def replace(self, start: int, stop: int, message: Message) -> Event:
         """Put ``message`` on the surface in place of the positions ``start..stop``.
@@ -772,8 +800,9 @@ class SessionActor:
             StoreError, SessionClosedError: as :meth:`append`.
         """
         event_type, data = message_event(message)
-        data["surface_op"] = ["replace", start, stop]
-        return await self.append(event_type, data, time=message.created_at)
+        data["surface_op"] = ["replace", start, stop]  # checked when applied (see make_event)
+        events = await self._call(_APPEND, ((event_type, data, message.created_at),))
+        return events[0]  # type: ignore[no-any-return]
 
     async def snapshot(self) -> Log:
         """Drop every shadowed event, in memory and in the store, in one commit.
@@ -862,22 +891,19 @@ class SessionActor:
         return f"<SessionActor {self._session_id!r} {state} count={self._log.count}>"
 
 
-def _apply_append(
-    log: Log, items: Sequence[tuple[Any, Any, Any]]
-) -> tuple[Log, tuple[Event, ...], bool]:
-    """Append every item or none; report whether any of them replaced a range."""
+def _apply_append(log: Log, items: Sequence[Prepared]) -> tuple[Log, tuple[Event, ...], bool]:
+    """Append every prepared item or none; report whether any of them replaced a range."""
     if len(items) == 1:
-        kind, data, time = items[0]
-        log = log.append(kind, data, time=time)
+        log = log.append_prepared(items[0])
         event = log.last
         assert event is not None
         return log, (event,), event.data.get("surface_op") is not None
     events = []
     replaced = False
     candidate = log
-    for index, (kind, data, time) in enumerate(items):
+    for index, item in enumerate(items):
         try:
-            candidate = candidate.append(kind, data, time=time)
+            candidate = candidate.append_prepared(item)
         except InvalidEventError as error:
             raise InvalidEventError(f"append_many item {index}: {error}") from None
         event = candidate.last
@@ -917,7 +943,11 @@ async def _load(store: Store, session_id: str) -> Log:
     """Rebuild a session's Log from its stored events, seqs and gaps verbatim."""
     # No count to restore separately: the newest event is never shadowed, so a snapshot
     # never drops it, and the held events always end at count - 1.
-    log = Log.restore(await store.load(session_id))
+    events = await store.load(session_id)
+    try:
+        log = Log.restore(events)
+    except InvalidEventError as error:
+        raise StoreError(f"session {session_id!r}: the store returned {error}") from error
     if len(log.events()) > _WARM_ABOVE:
         # Fold the surface in a worker thread now, not on the event loop at the first commit.
         await anyio.to_thread.run_sync(log.surface)

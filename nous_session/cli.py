@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("session")
     tail.add_argument("--since", type=_seq, default=None, metavar="SEQ", help="default: last 10")
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
-    tail.add_argument("--interval", type=float, default=0.2, help="poll interval in seconds")
+    tail.add_argument(
+        "--interval", type=_positive, default=0.2, help="poll interval in seconds (SQLite)"
+    )
 
     export = commands.add_parser("export", help="write a session's events as JSON lines")
     export.add_argument("session")
@@ -90,16 +92,37 @@ def _parser() -> argparse.ArgumentParser:
     snapshot = commands.add_parser("snapshot", help="drop a session's shadowed events")
     snapshot.add_argument("session")
     snapshot.add_argument("--vacuum", action="store_true", help="then give the space back")
+    snapshot.add_argument("--json", action="store_true", help="as one JSON object")
 
     stats = commands.add_parser("stats", help="figures about one session")
     stats.add_argument("session")
     stats.add_argument("--json", action="store_true", help="as one JSON object")
 
     demo = commands.add_parser("demo", help="run the demo conversation on the store")
-    demo.add_argument("--turns", type=int, default=300)
+    demo.add_argument("--turns", type=_count, default=300)
     demo.add_argument("--session", default=None)
     demo.add_argument("--budget", type=int, default=6000, help="compaction token budget")
     return parser
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _seq(text: str) -> int:
@@ -192,8 +215,10 @@ async def _tail(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     from nous_session.stores import follow
 
     cursor = args.since
+    held = await store.load(args.session)
+    if not held:
+        sys.stderr.write(f"waiting for session {args.session!r} to appear ...\n")
     if cursor is None:
-        held = await store.load(args.session)
         cursor = held[-10].seq if len(held) >= 10 else 0
     async with aclosing(follow(store, args.session, since=cursor, interval=args.interval)) as feed:
         async for event in feed:
@@ -222,14 +247,19 @@ async def _snapshot(store: Store, args: argparse.Namespace, out: TextIO) -> None
     async with SessionActor.open(session_id=args.session, store=store) as session:
         after = await session.snapshot()
     dropped = len(before.events()) - len(after.events())
-    out.write(
-        f"dropped {dropped} shadowed events; {len(after.events())} held, count {after.count}\n"
-    )
+    held = len(after.events())
     if args.vacuum:
         vacuum = getattr(store, "vacuum", None)
         if vacuum is None:
             raise CommandError("this store has nothing to vacuum")
         await vacuum()
+    if args.json:
+        _emit(
+            out, {"dropped": dropped, "held": held, "count": after.count, "vacuumed": args.vacuum}
+        )
+        return
+    out.write(f"dropped {dropped} shadowed events; {held} held, count {after.count}\n")
+    if args.vacuum:
         out.write("vacuumed\n")
 
 
@@ -276,6 +306,8 @@ async def _demo(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         raise CommandError("the session did not come back intact after the restart")
 
 
+_CREATES = frozenset({"demo", "tail"})  # commands that may start from an empty store
+
 _COMMANDS: dict[str, Callable[[Store, argparse.Namespace, TextIO], Awaitable[None]]] = {
     "sessions": _sessions,
     "events": _events,
@@ -290,6 +322,16 @@ _COMMANDS: dict[str, Callable[[Store, argparse.Namespace, TextIO], Awaitable[Non
 
 async def _run(args: argparse.Namespace, out: TextIO) -> None:
     store = open_store(args.store)
+    path = getattr(store, "path", None)
+    # Reading commands never create a database: a mistyped path is an error, not a new file.
+    if (
+        args.command not in _CREATES
+        and isinstance(path, str)
+        and path != ":memory:"
+        and not await anyio.Path(path).exists()
+    ):
+        await store.aclose()
+        raise CommandError(f"no store file at {path}")
     try:
         await _COMMANDS[args.command](store, args, out)
     finally:
@@ -314,7 +356,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         anyio.run(_run, args, output)
     except KeyboardInterrupt:
         return 130 if args.command != "tail" else 0
-    except (CommandError, NousSessionError, ValueError, OSError) as error:
+    except (CommandError, NousSessionError, ValueError, OSError, ImportError) as error:
         sys.stderr.write(f"nous-session: error: {error}\n")
         return 1
     return 0

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import orjson
 
-from nous_session._json import JSON
+from nous_session._json import JSON, MAX_DEPTH
 from nous_session.errors import CorruptRecordError, InvalidEventError
 from nous_session.event import Event, make_event
 
@@ -87,7 +87,7 @@ def decode(record: bytes | bytearray | memoryview | str, *, where: str = "record
             f"{where}: a format-1 record has 5 fields, this one has {len(value)}"
         )
     _, seq, kind, micros, data = value
-    if type(seq) is not int or seq < 0:
+    if type(seq) is not int or not 0 <= seq <= _INT_MAX:
         raise CorruptRecordError(f"{where}: bad seq {seq!r}")
     if type(micros) is not int:
         raise CorruptRecordError(f"{where}: bad time {micros!r}")
@@ -124,7 +124,7 @@ def from_json(value: Any, *, where: str = "record") -> Event:
     if missing:
         raise CorruptRecordError(f"{where}: missing {', '.join(missing)}")
     seq, time = value["seq"], value["time"]
-    if type(seq) is not int or seq < 0:
+    if type(seq) is not int or not 0 <= seq <= _INT_MAX:
         raise CorruptRecordError(f"{where}: bad seq {seq!r}")
     try:
         when = datetime.fromisoformat(time)
@@ -142,12 +142,15 @@ def _validated(
         raise CorruptRecordError(f"{where}: {error}") from None
 
 
-def _ints_fit(value: object) -> bool:
-    """Whether every int in decoded JSON is in the signed 64-bit range."""
+def _ints_fit(value: object, depth: int = 0) -> bool:
+    """Whether every int in decoded JSON is in the signed 64-bit range (and nesting is sane:
+    a deeper record goes the slow way, where the copy refuses it by name)."""
+    if depth > MAX_DEPTH:
+        return False
     if type(value) is dict:
-        return all(_ints_fit(item) for item in value.values() if type(item) in _NESTED)
+        return all(_ints_fit(item, depth + 1) for item in value.values() if type(item) in _NESTED)
     if type(value) is list:
-        return all(_ints_fit(item) for item in value if type(item) in _NESTED)
+        return all(_ints_fit(item, depth + 1) for item in value if type(item) in _NESTED)
     return type(value) is not int or value <= _INT_MAX
 
 

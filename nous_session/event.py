@@ -26,8 +26,10 @@ __all__ = [
     "Event",
     "EventType",
     "Replace",
+    "event_type_of",
     "make_event",
     "message_event",
+    "prepare",
     "to_message",
 ]
 
@@ -58,6 +60,7 @@ SURFACE_TYPES: Final = (
 """The event types that project into messages, in this order."""
 
 _SURFACE: Final = frozenset(SURFACE_TYPES)
+_INT_MAX: Final = 2**63 - 1
 # Lookup by value or by member (a StrEnum member hashes and compares as its value).
 _TYPES: Final[dict[object, EventType]] = {member.value: member for member in EventType}
 _ROLE_OF: Final = {
@@ -152,6 +155,8 @@ def _op_list(value: object, seq: int) -> list[JSON] | None:
         _, start, stop = value  # type: ignore[misc]
         if type(start) is not int or type(stop) is not int:
             raise _Refusal(f"malformed surface_op {value!r}: start and stop must be ints")
+        if stop > _INT_MAX:
+            raise _Refusal(f"malformed surface_op {value!r}: stop is beyond 64 bits")
         if start < 0 or start > stop:
             raise _Refusal(f"malformed surface_op {value!r}: needs 0 <= start <= stop")
     if start >= seq:
@@ -209,6 +214,75 @@ def _copy_item(copy: dict[str, JSON], key: object, value: object) -> None:
         raise _Refusal(f"{e.where('data')}: {e.reason}") from None
 
 
+def event_type_of(kind: object, seq: int | None = None) -> EventType:
+    """The EventType ``kind`` names (a member or its string value).
+
+    Raises:
+        InvalidEventError: ``kind`` names no event type.
+    """
+    event_type = _TYPES.get(kind) if isinstance(kind, str) else None
+    if event_type is None:
+        known = ", ".join(member.value for member in EventType)
+        where = "" if seq is None else f"event {seq}: "
+        raise InvalidEventError(f"{where}unknown event type {kind!r}; known types: {known}")
+    return event_type
+
+
+def prepare(
+    kind: object, data: object = None, time: object = None
+) -> tuple[EventType, dict[str, JSON], datetime]:
+    """Validate and copy what :func:`make_event` needs, before the event's seq is known.
+
+    For a caller that hands the event to someone else (the SessionActor): the copy is taken
+    now, so changing ``data`` afterwards changes nothing, and errors surface in the caller.
+    Give the result to ``make_event(seq, *prepared, decoded=True)``, which checks what depends
+    on the seq (a surface op must start below it).
+
+    Raises:
+        InvalidEventError: the type, data or time is invalid.
+    """
+    event_type = event_type_of(kind)
+    try:
+        when = _time(time)
+        copy = _copy_data(event_type, data)
+        if event_type in _SURFACE and (len(copy) != 1 or type(copy.get("content")) is not str):
+            _check_surface_fields(copy)
+    except _Refusal as e:
+        raise InvalidEventError(f"{event_type.value} event: {e}") from None
+    return event_type, copy, when
+
+
+def _time(time: object) -> datetime:
+    if time is None:
+        return datetime.now(UTC)
+    if type(time) is datetime and time.tzinfo is UTC:
+        return time
+    try:
+        return utc_datetime(time)
+    except (TypeError, ValueError) as e:
+        raise _Refusal(str(e)) from None
+
+
+def _copy_data(event_type: EventType, data: object) -> dict[str, JSON]:
+    """A validated deep copy of event data; a surface op is kept as given, for _op_list."""
+    copy: dict[str, JSON] = {}
+    if type(data) is dict or (data is not None and isinstance(data, Mapping)):
+        for key, value in data.items():
+            t = type(value)
+            # The common case first: a string key with a scalar value is copied as is.
+            if type(key) is str and (t is str or value is None or t is bool):
+                copy[key] = value
+            else:
+                _copy_item(copy, key, value)
+    elif data is not None:
+        raise _Refusal(f"data must be a mapping, not {data.__class__.__name__}")
+    if "surface_op" in copy and copy["surface_op"] is not None and event_type not in _SURFACE:
+        raise _Refusal(
+            f"a {event_type.value} event cannot carry a surface_op; only surface types can replace"
+        )
+    return copy
+
+
 def make_event(
     seq: int, kind: object, data: object = None, time: object = None, *, decoded: bool = False
 ) -> Event:
@@ -224,47 +298,24 @@ def make_event(
     Raises:
         InvalidEventError: naming the event and what is wrong with it.
     """
-    event_type = _TYPES.get(kind)
-    if event_type is None:
-        known = ", ".join(member.value for member in EventType)
-        raise InvalidEventError(f"event {seq}: unknown event type {kind!r}; known types: {known}")
+    event_type = event_type_of(kind, seq)
     try:
-        if time is None:
-            when = datetime.now(UTC)
-        elif type(time) is datetime and time.tzinfo is UTC:
-            when = time
-        else:
-            try:
-                when = utc_datetime(time)
-            except (TypeError, ValueError) as e:
-                raise _Refusal(str(e)) from None
-        copy: dict[str, JSON] = {}
+        when = _time(time)
         if decoded and type(data) is dict:
-            copy = data
-            if "surface_op" in copy:
-                op = copy["surface_op"] = _op_list(copy["surface_op"], seq)
-                if op is not None and event_type not in _SURFACE:
-                    raise _Refusal(
-                        f"a {event_type.value} event cannot carry a surface_op; "
-                        "only surface types can replace"
-                    )
-        elif type(data) is dict or (data is not None and isinstance(data, Mapping)):
-            for key, value in data.items():
-                t = type(value)
-                # The common case first: a string key with a scalar value is copied as is.
-                if type(key) is str and (t is str or value is None or t is bool):
-                    copy[key] = value
-                else:
-                    _copy_item(copy, key, value)
-            if "surface_op" in copy:
-                op = copy["surface_op"] = _op_list(copy["surface_op"], seq)
-                if op is not None and event_type not in _SURFACE:
-                    raise _Refusal(
-                        f"a {event_type.value} event cannot carry a surface_op; "
-                        "only surface types can replace"
-                    )
-        elif data is not None:
-            raise _Refusal(f"data must be a mapping, not {data.__class__.__name__}")
+            copy: dict[str, JSON] = data
+            if (
+                "surface_op" in copy
+                and copy["surface_op"] is not None
+                and event_type not in _SURFACE
+            ):
+                raise _Refusal(
+                    f"a {event_type.value} event cannot carry a surface_op; "
+                    "only surface types can replace"
+                )
+        else:
+            copy = _copy_data(event_type, data)
+        if "surface_op" in copy:
+            copy["surface_op"] = _op_list(copy["surface_op"], seq)
         # Most chat events are exactly {"content": str}; anything else gets the full check.
         if event_type in _SURFACE and (len(copy) != 1 or type(copy.get("content")) is not str):
             _check_surface_fields(copy)

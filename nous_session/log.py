@@ -294,6 +294,18 @@ class Log:
         """
         return self._push(make_event(self._count, type, data, time))
 
+    def append_prepared(self, prepared: tuple[EventType, dict[str, Any], datetime]) -> Log:
+        """Append what :func:`nous_session.event.prepare` validated and copied earlier.
+
+        The prepared data is taken over, not copied again (it must not be used afterwards);
+        only what depends on the new seq (a surface op must start below it) is checked here.
+
+        Raises:
+            InvalidEventError: the surface op does not start below the new event's seq.
+        """
+        event_type, data, time = prepared
+        return self._push(make_event(self._count, event_type, data, time, decoded=True))
+
     def try_append(
         self, type: EventType | str, data: Any = None, *, time: datetime | None = None
     ) -> Log:

@@ -313,8 +313,9 @@ class Message:
         created_at: datetime | None,
         **fields: Any,
     ) -> Message:
-        if content is not None and not isinstance(content, str | list | tuple):
-            # Any other iterable of parts (a generator, say) is materialised here.
+        if content is not None and not isinstance(content, str | list | tuple | bytes | Mapping):
+            # Any other iterable of parts (a generator, say) is materialised here; a single
+            # part, bytes and other values go on to the constructor, which names the problem.
             content = list(content) if isinstance(content, Iterable) else content
         if created_at is None:
             created_at = _now()

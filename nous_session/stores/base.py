@@ -15,7 +15,7 @@ import attrs
 
 from nous_session.event import Event
 
-__all__ = ["SessionInfo", "Store"]
+__all__ = ["SessionInfo", "Store", "check_commit_arguments", "check_session_id"]
 
 
 @attrs.frozen
@@ -88,6 +88,20 @@ class Store(Protocol):
         ...
 
 
+def check_session_id(session_id: object) -> str:
+    """Refuse what cannot be a session id in every store: not a non-empty string, or holding
+    a NUL character (PostgreSQL text cannot store one).
+
+    Raises:
+        ValueError: naming what is wrong.
+    """
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError(f"a session id must be a non-empty string, got {session_id!r}")
+    if "\x00" in session_id:
+        raise ValueError(f"a session id cannot contain NUL characters: {session_id!r}")
+    return session_id
+
+
 def check_commit_arguments(
     session_id: str, expected_count: int, events: Sequence[Event], dropped: Sequence[int]
 ) -> None:
@@ -97,8 +111,7 @@ def check_commit_arguments(
         ValueError: the session id is not a non-empty string, or the events' seqs are not
             increasing from ``expected_count``, or a dropped seq is not below it.
     """
-    if not isinstance(session_id, str) or not session_id:
-        raise ValueError(f"a session id must be a non-empty string, got {session_id!r}")
+    check_session_id(session_id)
     previous = expected_count - 1
     for event in events:
         if event.seq <= previous:

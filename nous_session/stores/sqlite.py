@@ -116,21 +116,23 @@ class SQLiteStore:
         return await anyio.to_thread.run_sync(self._call, function, limiter=self._limiter)
 
     def _call(self, function: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:  # closed while this call waited for the limiter
+            raise StoreError(f"the store {self.url} is closed")
         if self._connection is None:
             self._connection = self._connect()
         return function(self._connection)
 
     def _connect(self) -> sqlite3.Connection:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(
                 self.path,
                 timeout=self.busy_timeout,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # worker threads take turns behind the limiter
             )
-        except sqlite3.Error as error:
+        except (sqlite3.Error, OSError) as error:
             raise StoreError(f"cannot open {self.path}: {_describe(error)}") from error
         try:
             try:

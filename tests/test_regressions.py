@@ -1,0 +1,197 @@
+"""Regression tests for bugs found by review: each failed before its fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from nous_session import (
+    CorruptRecordError,
+    InvalidEventError,
+    Log,
+    MemoryStore,
+    Message,
+    SessionActor,
+    StoreError,
+)
+from nous_session.codec import decode
+from nous_session.stores.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_request_handed_straight_to_the_parked_actor_is_applied_at_close() -> None:
+    """anyio gives an item to a waiting receiver without buffering it; it still counts."""
+    for _ in range(20):
+        await _close_right_after_a_handoff()
+
+
+async def _close_right_after_a_handoff() -> None:
+    sent = anyio.Event()
+    outcome: list[Any] = []
+    async with anyio.create_task_group() as outer:
+        async with SessionActor.open(session_id="s") as session:
+            send_nowait = session._send.send_nowait
+
+            def traced(item: Any) -> None:
+                send_nowait(item)
+                sent.set()
+
+            session._send.send_nowait = traced  # type: ignore[method-assign]
+
+            async def caller() -> None:
+                outcome.append(await session.append("user_message", {"content": "hi"}))
+
+            outer.start_soon(caller)
+            await sent.wait()
+            assert session.statistics().queue_depth == 0  # not buffered: handed over
+    assert session.log.count == 1
+    assert outcome[0].seq == 0
+
+
+@pytest.mark.parametrize("kind", [["user_message"], {"a": 1}, {1, 2}])
+async def test_an_unhashable_type_is_an_invalid_event_not_a_crash(kind: Any) -> None:
+    with pytest.raises(InvalidEventError, match="unknown event type"):
+        Log().append(kind)
+    log = Log()
+    assert log.try_append(kind) is log
+    async with SessionActor.open(session_id="s") as session:
+        with pytest.raises(InvalidEventError):
+            await session.append(kind)
+        assert (await session.append("user_message", {"content": "still serving"})).seq == 0
+
+
+async def test_unencodable_data_is_refused_up_front_not_at_commit(tmp_path: Path) -> None:
+    deep: Any = 1
+    for _ in range(300):
+        deep = [deep]
+    async with SQLiteStore(tmp_path / "s.sqlite3") as store:
+        async with SessionActor.open(session_id="s", store=store) as session:
+            with pytest.raises(InvalidEventError, match="nest deeper"):
+                await session.append("step_end", {"deep": deep})
+            with pytest.raises(InvalidEventError, match="beyond 64 bits"):
+                await session.append("user_message", {"surface_op": ["replace", 0, 2**64]})
+            assert (await session.append("user_message", {"content": "fine"})).seq == 0
+    for bad in (
+        b'[1,0,["user_message"],0,{}]',
+        b'[1,0,{"t":1},0,{}]',
+        b'[1,9223372036854775808,"user_message",0,{}]',
+    ):
+        with pytest.raises(CorruptRecordError):
+            decode(bad)
+
+
+class BrokenLoadStore(MemoryStore):
+    """Loads fail with a non-StoreError after the first one."""
+
+    loads = 0
+
+    async def load(self, session_id: str, *, since: int = 0) -> Any:
+        self.loads += 1
+        if self.loads > 1:
+            raise OSError("disk went away")
+        return await super().load(session_id, since=since)
+
+
+async def test_a_failing_load_during_reload_is_a_store_error_and_the_actor_lives() -> None:
+    async with SessionActor.open(session_id="s", store=BrokenLoadStore()) as session:
+        await session.append("user_message", {"content": "a"})
+        with pytest.raises(StoreError, match="disk went away"):
+            await session.reload()
+        assert (await session.append("user_message", {"content": "b"})).seq == 1
+
+
+async def test_sqlite_path_under_a_file_is_a_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    async with SQLiteStore(blocker / "sub" / "x.sqlite3") as store:
+        with pytest.raises(StoreError, match="cannot open"):
+            await store.sessions()
+
+
+async def test_calls_waiting_when_a_sqlite_store_closes_do_not_reopen_it(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "x.sqlite3")
+    await store.sessions()
+    outcomes: list[Any] = []
+
+    async def read() -> None:
+        try:
+            outcomes.append(await store.sessions())
+        except StoreError as error:
+            outcomes.append(error)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(read)
+        await anyio.lowlevel.checkpoint()
+        await store.aclose()
+    assert store._connection is None
+    assert len(outcomes) == 5
+
+
+async def test_data_changed_after_the_call_changes_nothing() -> None:
+    data: dict[str, Any] = {"content": "original", "metadata": {"k": ["v"]}}
+    async with SessionActor.open(session_id="s") as session:
+        started = anyio.Event()
+
+        async def call() -> None:
+            started.set()  # append's synchronous part (copy and send) runs right after this
+            await session.append("user_message", data)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await started.wait()
+            data["content"] = "mutated"
+            data["metadata"]["k"].append("w")
+        event = session.log.events()[0]
+        assert event.data["content"] == "original"
+        assert event.data["metadata"] == {"k": ["v"]}
+
+
+def test_a_single_content_part_gets_the_constructors_error() -> None:
+    with pytest.raises(ValueError, match="list of content parts, not dict"):
+        Message.user({"type": "text", "text": "hi"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not bytes"):
+        Message.user(b"hi")  # type: ignore[arg-type]
+
+
+async def test_a_nul_in_a_session_id_is_refused_everywhere() -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        async with SessionActor.open(session_id="a\x00b"):
+            pass
+    with pytest.raises(ValueError, match="NUL"):
+        await MemoryStore().commit("a\x00b", expected_count=0, events=[])
+
+
+def test_the_cli_without_the_postgres_extra_prints_one_line() -> None:
+    code = (
+        "import sys; sys.modules['psycopg'] = None; from nous_session.cli import main;"
+        " sys.exit(main(['--store', 'postgresql://h/db', 'sessions']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "nous-session: error: the PostgreSQL store needs psycopg 3 and psycopg-pool: "
+        "pip install 'nous_session[postgres]'"
+    ]
+
+
+def test_cli_reading_commands_never_create_a_database(tmp_path: Path) -> None:
+    target = tmp_path / "typo" / "dir" / "x.sqlite3"
+    result = subprocess.run(
+        [sys.executable, "-m", "nous_session", "--store", f"sqlite:///{target}", "events", "s"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "no store file at" in result.stderr
+    assert not (tmp_path / "typo").exists()
