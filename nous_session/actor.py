@@ -359,7 +359,7 @@ class SessionActor:
         if follow and watch is None:
             raise ValueError(f"follow=True needs a store with a change feed; {store!r} has none")
         try:
-            log = await _load(store, session_id)
+            log = await _load(store, session_id, fold=compaction is not None)
             async with _unwrapped(), anyio.create_task_group() as task_group:
                 actor = cls(
                     _OPEN_KEY,
@@ -549,12 +549,18 @@ class SessionActor:
         if request is None or request.kind == _CATCH_UP:
             self._catch_up_queued = False
         log = self._log
+        if (
+            request is not None
+            and request.kind == _CATCH_UP
+            and request.payload is not None
+            and request.payload <= log.count
+        ):
+            request.resolve(log)  # a catch-up after a conflict already read this far
+            return
         try:
             events = await self._store.load(self._session_id, since=log.count)
-            replaced = False
-            for event in events:
-                log = log.append_at(event.seq, event.type, event.data, time=event.time)
-                replaced = replaced or event.data.get("surface_op") is not None
+            log = log.extend(events)  # decoded, hence validated, by the store
+            replaced = any(event.data.get("surface_op") is not None for event in events)
         except Exception as error:
             self._logger.warning("nous_session.catch_up_failed", error=repr(error))
             if request is not None:
@@ -563,7 +569,8 @@ class SessionActor:
         if log is not self._log:
             self._log = log
             self._notify()
-            self._logger.info("nous_session.caught_up", count=log.count, events=len(events))
+            if self._log_commits:
+                self._logger.debug("nous_session.caught_up", count=log.count, events=len(events))
             self._maybe_compact(rebuilt=replaced)
         if request is not None:
             request.resolve(log)
@@ -583,10 +590,12 @@ class SessionActor:
                 async for head in heads:
                     if (head == -1 or head > self._log.count) and not self._catch_up_queued:
                         self._catch_up_queued = True
+                        # -1 (reconnected) must always read; a head may be read already.
+                        request = _Request(_CATCH_UP, None if head == -1 else head)
                         try:
-                            self._send.send_nowait(_Request(_CATCH_UP, None))
+                            self._send.send_nowait(request)
                         except anyio.WouldBlock:
-                            await self._send.send(_Request(_CATCH_UP, None))
+                            await self._send.send(request)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass  # the session is closing
             finally:
@@ -939,7 +948,7 @@ async def _cooperatively(function: Callable[[T], U], items: Sequence[T]) -> list
     return out
 
 
-async def _load(store: Store, session_id: str) -> Log:
+async def _load(store: Store, session_id: str, *, fold: bool) -> Log:
     """Rebuild a session's Log from its stored events, seqs and gaps verbatim."""
     # No count to restore separately: the newest event is never shadowed, so a snapshot
     # never drops it, and the held events always end at count - 1.
@@ -948,7 +957,8 @@ async def _load(store: Store, session_id: str) -> Log:
         log = Log.restore(events)
     except InvalidEventError as error:
         raise StoreError(f"session {session_id!r}: the store returned {error}") from error
-    if len(log.events()) > _WARM_ABOVE:
-        # Fold the surface in a worker thread now, not on the event loop at the first commit.
+    if fold and len(log.events()) > _WARM_ABOVE:
+        # Compaction checks the surface at every commit: fold it in a worker thread now, not
+        # on the event loop at the first commit.
         await anyio.to_thread.run_sync(log.surface)
     return log

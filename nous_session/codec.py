@@ -22,14 +22,16 @@ ISO 8601 time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Final
 
 import orjson
 
 from nous_session._json import JSON, MAX_DEPTH
 from nous_session.errors import CorruptRecordError, InvalidEventError
-from nous_session.event import Event, make_event
+from nous_session.event import TYPE_BY_NAME, Event, make_event
 
 __all__ = ["FORMAT_VERSION", "decode", "encode", "from_json", "to_json"]
 
@@ -37,9 +39,11 @@ FORMAT_VERSION: Final = 1
 """The record format this version writes (and the newest it reads)."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_INT_MAX: Final = 2**63 - 1
-_NESTED: Final = frozenset({dict, list, int})
 _MICROSECOND: Final = timedelta(microseconds=1)
+_INT_MAX: Final = 2**63 - 1
+# The times a datetime can hold, as microseconds since the epoch (year 1 to 9999).
+_MIN_MICROS: Final = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
+_MAX_MICROS: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
 
 
 def _micros(time: datetime) -> int:
@@ -55,12 +59,15 @@ def encode(event: Event) -> bytes:
     )
 
 
-def decode(record: bytes | bytearray | memoryview | str, *, where: str = "record") -> Event:
+def decode(
+    record: bytes | bytearray | memoryview | str, *, where: str | Callable[[], str] = "record"
+) -> Event:
     """The event a record holds.
 
     Args:
         record: the bytes :func:`encode` made.
-        where: how to name the record in an error, e.g. ``'session "a", seq 5'``.
+        where: how to name the record in an error, e.g. ``'session "a", seq 5'``, or a
+            callable that says it (called only when there is an error to report).
 
     Raises:
         CorruptRecordError: the record is not JSON (garbage or truncated), is not an envelope,
@@ -70,36 +77,61 @@ def decode(record: bytes | bytearray | memoryview | str, *, where: str = "record
         value = orjson.loads(record)
     except orjson.JSONDecodeError as error:
         raise CorruptRecordError(
-            f"{where}: not a valid record (garbage or truncated): {error}"
+            f"{_name(where)}: not a valid record (garbage or truncated): {error}"
         ) from None
+    # The common case, checked in one go: a format-1 chat record whose data is exactly
+    # {"content": <str>}, which is a valid event of any type (no surface op, nothing to copy).
+    if type(value) is list and len(value) == 5 and value[0] == FORMAT_VERSION:
+        _, seq, kind, micros, data = value
+        event_type = TYPE_BY_NAME.get(kind) if type(kind) is str else None
+        if (
+            event_type is not None
+            and type(seq) is int
+            and 0 <= seq <= _INT_MAX
+            and type(micros) is int
+            and type(data) is dict
+            and len(data) == 1
+            and type(data.get("content")) is str
+            and _MIN_MICROS <= micros <= _MAX_MICROS
+        ):
+            return Event(seq, event_type, MappingProxyType(data), _EPOCH + _MICROSECOND * micros)
+    return _decode_checked(value, record, _name(where) if not callable(where) else where)
+
+
+def _decode_checked(value: Any, record: object, where: str | Callable[[], str]) -> Event:
+    """Everything else, checked field by field, each error naming the record."""
     if type(value) is not list or not value:
-        raise CorruptRecordError(f"{where}: not a record envelope: {_preview(record)}")
+        raise CorruptRecordError(f"{_name(where)}: not a record envelope: {_preview(record)}")
     version = value[0]
     if version != FORMAT_VERSION or type(version) is not int:
         if type(version) is int and version > FORMAT_VERSION:
             raise CorruptRecordError(
-                f"{where}: written in record format {version} by a newer nous_session; "
+                f"{_name(where)}: written in record format {version} by a newer nous_session; "
                 f"this one reads format {FORMAT_VERSION}"
             )
-        raise CorruptRecordError(f"{where}: unknown record format {version!r}")
+        raise CorruptRecordError(f"{_name(where)}: unknown record format {version!r}")
     if len(value) != 5:
         raise CorruptRecordError(
-            f"{where}: a format-1 record has 5 fields, this one has {len(value)}"
+            f"{_name(where)}: a format-1 record has 5 fields, this one has {len(value)}"
         )
     _, seq, kind, micros, data = value
     if type(seq) is not int or not 0 <= seq <= _INT_MAX:
-        raise CorruptRecordError(f"{where}: bad seq {seq!r}")
+        raise CorruptRecordError(f"{_name(where)}: bad seq {seq!r}")
     if type(micros) is not int:
-        raise CorruptRecordError(f"{where}: bad time {micros!r}")
+        raise CorruptRecordError(f"{_name(where)}: bad time {micros!r}")
     if type(data) is not dict:
-        raise CorruptRecordError(f"{where}: data is not an object")
+        raise CorruptRecordError(f"{_name(where)}: data is not an object")
     try:
-        time = _EPOCH + timedelta(microseconds=micros)
+        time = _EPOCH + _MICROSECOND * micros  # exact integer arithmetic, and the fastest form
     except OverflowError:
-        raise CorruptRecordError(f"{where}: time {micros} is out of range") from None
+        raise CorruptRecordError(f"{_name(where)}: time {micros} is out of range") from None
     # orjson yields only JSON types; the one rule it does not enforce is the signed 64-bit
     # integer range (it reads unsigned 64-bit too).
-    return _validated(seq, kind, data, time, where, decoded=_ints_fit(data))
+    return _validated(seq, kind, data, time, _name(where), decoded=_ints_fit(data))
+
+
+def _name(where: str | Callable[[], str]) -> str:
+    return where() if callable(where) else where
 
 
 def to_json(event: Event) -> dict[str, JSON]:
@@ -142,16 +174,21 @@ def _validated(
         raise CorruptRecordError(f"{where}: {error}") from None
 
 
-def _ints_fit(value: object, depth: int = 0) -> bool:
+def _ints_fit(value: dict[str, Any] | list[Any], depth: int = 0) -> bool:
     """Whether every int in decoded JSON is in the signed 64-bit range (and nesting is sane:
     a deeper record goes the slow way, where the copy refuses it by name)."""
     if depth > MAX_DEPTH:
         return False
-    if type(value) is dict:
-        return all(_ints_fit(item, depth + 1) for item in value.values() if type(item) in _NESTED)
-    if type(value) is list:
-        return all(_ints_fit(item, depth + 1) for item in value if type(item) in _NESTED)
-    return type(value) is not int or value <= _INT_MAX
+    # A plain loop: this runs for every record a store loads, mostly over string values.
+    items: Any = value.values() if type(value) is dict else value
+    for item in items:
+        kind = type(item)
+        if kind is int:
+            if item > _INT_MAX:
+                return False
+        elif (kind is dict or kind is list) and not _ints_fit(item, depth + 1):
+            return False
+    return True
 
 
 def _preview(record: object, size: int = 60) -> str:

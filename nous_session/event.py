@@ -23,6 +23,7 @@ from nous_session.message import Message, Role, ToolCall, utc_datetime
 
 __all__ = [
     "SURFACE_TYPES",
+    "TYPE_BY_NAME",
     "Event",
     "EventType",
     "Replace",
@@ -61,8 +62,9 @@ SURFACE_TYPES: Final = (
 
 _SURFACE: Final = frozenset(SURFACE_TYPES)
 _INT_MAX: Final = 2**63 - 1
-# Lookup by value or by member (a StrEnum member hashes and compares as its value).
-_TYPES: Final[dict[object, EventType]] = {member.value: member for member in EventType}
+TYPE_BY_NAME: Final[dict[object, EventType]] = {member.value: member for member in EventType}
+"""Each EventType by its value (a member also finds itself: a StrEnum hashes as its value).
+Read-only by convention."""
 _ROLE_OF: Final = {
     EventType.SYSTEM_MESSAGE: Role.SYSTEM,
     EventType.USER_MESSAGE: Role.USER,
@@ -220,7 +222,7 @@ def event_type_of(kind: object, seq: int | None = None) -> EventType:
     Raises:
         InvalidEventError: ``kind`` names no event type.
     """
-    event_type = _TYPES.get(kind) if isinstance(kind, str) else None
+    event_type = TYPE_BY_NAME.get(kind) if isinstance(kind, str) else None
     if event_type is None:
         known = ", ".join(member.value for member in EventType)
         where = "" if seq is None else f"event {seq}: "

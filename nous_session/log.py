@@ -389,17 +389,39 @@ class Log:
         Raises:
             InvalidEventError: an item is not an Event, or the seqs do not increase.
         """
-        held = list(events)
-        previous = -1
-        for event in held:
+        return cls().extend(events)
+
+    def extend(self, events: Iterable[Event]) -> Log:
+        """Append events restored from a store, after this log's head, keeping their seqs.
+
+        The bulk form of :meth:`append_at` for events a Log or the codec has validated already
+        (catching up with what other writers committed, say): only their order is checked.
+
+        Raises:
+            InvalidEventError: an item is not an Event, or the seqs do not increase from
+                ``count``.
+        """
+        new = list(events)
+        previous = self._count - 1
+        for event in new:
             if type(event) is not Event:
-                raise InvalidEventError(f"restore needs Events, got {type(event).__name__}")
+                raise InvalidEventError(f"expected Events, got {type(event).__name__}")
             if event.seq <= previous:
                 raise InvalidEventError(
-                    f"restore needs increasing seqs: {event.seq} follows {previous}"
+                    f"events must have increasing seqs from {self._count}: "
+                    f"{event.seq} follows {previous}"
                 )
             previous = event.seq
-        return cls._make(held, len(held), previous + 1, None)
+        if not new:
+            return self
+        backing, held = self._events, self._held
+        if len(backing) == held:
+            backing.extend(new)
+            if backing[held] is not new[0]:  # another thread extended this value first
+                backing = [*backing[:held], *new]
+        else:
+            backing = [*backing[:held], *new]
+        return Log._make(backing, held + len(new), previous + 1, self._fold)
 
     # Reading --------------------------------------------------------------------------------
 

@@ -35,10 +35,10 @@ import anyio
 import anyio.to_thread
 import structlog
 
-from nous_session.codec import decode, encode
-from nous_session.errors import ConflictError, CorruptRecordError, StoreError
+from nous_session.codec import encode
+from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
-from nous_session.stores.base import SessionInfo, check_commit_arguments
+from nous_session.stores.base import SessionInfo, check_commit_arguments, decode_rows
 
 try:
     import psycopg
@@ -244,15 +244,7 @@ class PostgresStore:
                 raise StoreError(
                     f"cannot read session {session_id!r}: {_describe(error)}"
                 ) from error
-            events = []
-            for seq, record in rows:
-                event = decode(record, where=f"session {session_id!r} seq {seq} in {self.schema}")
-                if event.seq != seq:
-                    raise CorruptRecordError(
-                        f"session {session_id!r} row {seq} holds seq {event.seq}"
-                    )
-                events.append(event)
-            return events
+            return decode_rows(rows, session_id, f"schema {self.schema}")
 
         return await self._run(load)
 

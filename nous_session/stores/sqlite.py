@@ -32,10 +32,10 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from nous_session.codec import decode, encode
-from nous_session.errors import ConflictError, CorruptRecordError, StoreError
+from nous_session.codec import encode
+from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
-from nous_session.stores.base import SessionInfo, check_commit_arguments
+from nous_session.stores.base import SessionInfo, check_commit_arguments, decode_rows
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -168,15 +168,7 @@ class SQLiteStore:
                 raise StoreError(
                     f"cannot read session {session_id!r} from {self.path}: {_describe(error)}"
                 ) from error
-            events = []
-            for seq, record in rows:
-                event = decode(record, where=f"session {session_id!r} seq {seq} in {self.path}")
-                if event.seq != seq:
-                    raise CorruptRecordError(
-                        f"session {session_id!r} row {seq} in {self.path} holds seq {event.seq}"
-                    )
-                events.append(event)
-            return events
+            return decode_rows(rows, session_id, self.path)
 
         return await self._run(load)
 
