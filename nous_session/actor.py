@@ -21,13 +21,14 @@ queue, where it is applied only if the surface it planned over is still exactly 
 
 from __future__ import annotations
 
+import random
 from bisect import bisect_left, bisect_right
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime
 from operator import attrgetter
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import anyio
 import anyio.abc
@@ -73,12 +74,25 @@ _POSITION: Final = attrgetter("position")
 _YIELD_EVERY: Final = 128
 # Compaction's loops over messages yield to the event loop after this many items.
 _CHUNK: Final = 256
+# With on_conflict="rebase", how many times a batch is re-applied after a conflict.
+_REBASE_ATTEMPTS: Final = 32
 # A restored log longer than this is folded in a worker thread before the actor starts.
 _WARM_ABOVE: Final = 2048
 
 T = TypeVar("T")
 U = TypeVar("U")
 Prepared = tuple[EventType, dict[str, Any], datetime]
+
+
+@attrs.frozen
+class _Applied:
+    """A batch applied to the published log, not yet committed."""
+
+    base: Log
+    log: Log
+    dropped: list[int]
+    applied: list[tuple[_Request, Any]]
+    rebuilt: bool
 
 
 class _Request:
@@ -247,6 +261,7 @@ class SessionActor:
         "_meter",
         "_parked",
         "_policy",
+        "_rebase",
         "_receive",
         "_requests",
         "_retry_at",
@@ -269,10 +284,12 @@ class SessionActor:
         compaction: CompactionPolicy | None,
         queue_size: int,
         task_group: anyio.abc.TaskGroup,
+        rebase: bool,
     ) -> None:
         if key is not _OPEN_KEY:
             raise TypeError("use `async with SessionActor.open(session_id=...) as session`")
         self._session_id = session_id
+        self._rebase = rebase
         self._store = store
         self._log = log
         self._policy = compaction
@@ -317,6 +334,7 @@ class SessionActor:
         compaction: CompactionPolicy | None = None,
         queue_size: int = 1024,
         follow: bool | None = None,
+        on_conflict: Literal["raise", "rebase"] = "raise",
     ) -> AsyncIterator[SessionActor]:
         """Load the session and run its actor for the duration of the ``async with`` block.
 
@@ -329,6 +347,13 @@ class SessionActor:
             follow: whether to follow commits that other processes make to this session, so
                 the log and its subscribers see them; None (the default) follows when the
                 store has a change feed (PostgreSQL), False never does.
+            on_conflict: what a commit that loses to another writer does. ``"raise"`` (the
+                default): its callers get :class:`ConflictError` (the actor has caught up, so a
+                retry lands). ``"rebase"``: the actor catches up and applies the same requests
+                again after what the other writer committed, retrying up to 32 times (with a
+                short random backoff after the first) before raising; the events then get later
+                seqs than at first, and a replace or compaction is re-checked against the
+                caught-up log. For many writers on one session, where conflicts are common.
 
         On leaving the block, requests already in the queue are applied and acknowledged;
         callers still waiting for queue space, and every later call, get
@@ -346,6 +371,8 @@ class SessionActor:
             raise ValueError(f"bad session_id: {error}") from None
         if not isinstance(queue_size, int) or isinstance(queue_size, bool) or queue_size < 1:
             raise ValueError(f"queue_size must be an int >= 1, got {queue_size!r}")
+        if on_conflict not in ("raise", "rebase"):
+            raise ValueError(f'on_conflict must be "raise" or "rebase", got {on_conflict!r}')
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise ValueError(f"compaction must be a CompactionPolicy, got {compaction!r}")
         owned = store is None or isinstance(store, str)
@@ -369,6 +396,7 @@ class SessionActor:
                     compaction=compaction,
                     queue_size=queue_size,
                     task_group=task_group,
+                    rebase=on_conflict == "rebase",
                 )
                 await task_group.start(actor._run)
                 if watch is not None:
@@ -459,11 +487,24 @@ class SessionActor:
         receive.close()
 
     async def _process(self, batch: list[_Request]) -> None:
+        segment: list[_Request] = []
+        for request in batch:
+            if request.kind in (_RELOAD, _CATCH_UP):
+                # Barriers: what came before is committed first.
+                await self._commit(segment)
+                segment = []
+                await self._reload(request)
+            else:
+                segment.append(request)
+        await self._commit(segment)
+
+    def _apply(self, requests: list[_Request]) -> _Applied:
+        """Apply ``requests`` in order to the published log; fail the invalid ones at once."""
         base = log = self._log
         dropped: list[int] = []
         applied: list[tuple[_Request, Any]] = []
         rebuilt = False  # did the surface change other than by growing at the end?
-        for request in batch:
+        for request in requests:
             kind = request.kind
             try:
                 if kind == _APPEND:
@@ -474,70 +515,79 @@ class SessionActor:
                     dropped.extend(e.seq for e in log.shadowed() if e.seq < base.count)
                     log = log.snapshot()
                     applied.append((request, log))
-                elif kind == _COMPACTION:
+                else:  # _COMPACTION
                     log, outcome = self._apply_compaction(log, request.payload)
                     rebuilt = rebuilt or any(outcome)
                     applied.append((request, outcome))
-                else:  # _RELOAD, _CATCH_UP: barriers; what came before is committed first
-                    await self._commit(base, log, dropped, applied, rebuilt)
-                    await self._reload(request)
-                    base = log = self._log
-                    dropped, applied, rebuilt = [], [], False
             except InvalidEventError as error:
                 request.fail(error)
             except Exception as error:
                 # A bug in applying one request must not take the session down with it.
                 self._logger.exception("nous_session.request_failed", kind=kind)
                 request.fail(error)
-        await self._commit(base, log, dropped, applied, rebuilt)
+        return _Applied(base, log, dropped, applied, rebuilt)
 
-    async def _commit(
-        self,
-        base: Log,
-        log: Log,
-        dropped: list[int],
-        applied: list[tuple[_Request, Any]],
-        rebuilt: bool,
-    ) -> None:
-        if not applied:
-            return
-        if log is not base:
-            events = log.since(base.count)
-            try:
-                # Shielded: once the store has the batch, its callers must hear about it.
-                with anyio.CancelScope(shield=True):
-                    await self._store.commit(
-                        self._session_id,
-                        expected_count=base.count,
-                        events=events,
-                        dropped=dropped,
-                    )
-            except Exception as error:
-                self._logger.warning(
-                    "nous_session.commit_failed",
-                    error=repr(error),
-                    requests=len(applied),
-                    expected_count=base.count,
-                )
-                for request, _ in applied:
-                    request.fail(_store_error(error))
-                if isinstance(error, ConflictError):
-                    # Another writer is ahead: read what it wrote, so that retries can land.
-                    await self._reload(None)
+    async def _commit(self, requests: list[_Request]) -> None:
+        """Apply, commit in one store call, then publish and acknowledge.
+
+        On a ConflictError the actor first catches up with the store. With
+        ``on_conflict="rebase"`` it then applies the same requests again on top of what the
+        other writer committed and retries (a few times); otherwise the callers get the
+        ConflictError and their retries land on the caught-up log.
+        """
+        for attempt in range(_REBASE_ATTEMPTS + 1):
+            if not requests:
                 return
-            self._log = log
-            self._batches += 1
-            if dropped:
-                self._snapshots += 1
-            self._notify()
-            if self._log_commits:
-                self._logger.debug(
-                    "nous_session.commit", events=len(events), dropped=len(dropped), count=log.count
-                )
-        self._requests += len(applied)
-        for request, result in applied:
-            request.resolve(result)
-        self._maybe_compact(rebuilt)
+            step = self._apply(requests)
+            if step.log is not step.base:
+                events = step.log.since(step.base.count)
+                try:
+                    # Shielded: once the store has the batch, its callers must hear about it.
+                    with anyio.CancelScope(shield=True):
+                        await self._store.commit(
+                            self._session_id,
+                            expected_count=step.base.count,
+                            events=events,
+                            dropped=step.dropped,
+                        )
+                except Exception as error:
+                    conflict = isinstance(error, ConflictError)
+                    if conflict:
+                        # Another writer is ahead: read what it wrote.
+                        await self._reload(None)
+                        if self._rebase and attempt < _REBASE_ATTEMPTS:
+                            requests = [request for request, _ in step.applied]
+                            if attempt:
+                                # Writers that keep colliding take turns: a short random
+                                # backoff, as in any optimistic-concurrency retry loop.
+                                await anyio.sleep(random.uniform(0, min(0.01, 0.0005 * attempt)))
+                            continue
+                    self._logger.warning(
+                        "nous_session.commit_failed",
+                        error=repr(error),
+                        requests=len(step.applied),
+                        expected_count=step.base.count,
+                    )
+                    for request, _ in step.applied:
+                        request.fail(_store_error(error))
+                    return
+                self._log = step.log
+                self._batches += 1
+                if step.dropped:
+                    self._snapshots += 1
+                self._notify()
+                if self._log_commits:
+                    self._logger.debug(
+                        "nous_session.commit",
+                        events=len(events),
+                        dropped=len(step.dropped),
+                        count=step.log.count,
+                    )
+            self._requests += len(step.applied)
+            for request, result in step.applied:
+                request.resolve(result)
+            self._maybe_compact(step.rebuilt)
+            return
 
     def _notify(self) -> None:
         # One Event per publish, shared by every subscriber: O(1) for the actor.

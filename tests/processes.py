@@ -37,11 +37,11 @@ def spawn_worker(*args: str) -> subprocess.Popen[str]:
 
 
 def run_writers(
-    url: str, session_id: str, writers: int, producers: int, each: int
+    url: str, session_id: str, writers: int, producers: int, each: int, mode: str = "raise"
 ) -> list[tuple[int, str]]:
     """Run ``writers`` processes appending to one session; return every (seq, content) acked."""
     children = [
-        spawn_worker("write", url, session_id, f"w{i}", str(producers), str(each))
+        spawn_worker("write", url, session_id, f"w{i}", str(producers), str(each), mode)
         for i in range(writers)
     ]
     acks: list[tuple[int, str]] = []

@@ -1,7 +1,8 @@
 """Child processes for the multi-process store tests (SQLite and PostgreSQL).
 
-    python store_worker.py write URL SESSION NAME PRODUCERS PER_PRODUCER
-        append PRODUCERS x PER_PRODUCER events, retrying each on ConflictError; print
+    python store_worker.py write URL SESSION NAME PRODUCERS PER_PRODUCER [raise|rebase]
+        append PRODUCERS x PER_PRODUCER events, retrying each on ConflictError (with
+        "rebase", the actor's on_conflict, a ConflictError is an error); print
         "ack SEQ NAME PRODUCER N" after each acknowledgement, then "done".
     python store_worker.py subscribe URL SESSION EXPECTED
         follow the session from seq 0 through an actor; print "event SEQ CONTENT" for each
@@ -19,8 +20,10 @@ import anyio
 from nous_session import ConflictError, SessionActor
 
 
-async def write(url: str, session_id: str, name: str, producers: int, each: int) -> None:
-    async with SessionActor.open(session_id=session_id, store=url) as session:
+async def write(
+    url: str, session_id: str, name: str, producers: int, each: int, mode: str = "raise"
+) -> None:
+    async with SessionActor.open(session_id=session_id, store=url, on_conflict=mode) as session:
         print("ready", flush=True)
 
         async def produce(producer: int) -> None:
@@ -31,6 +34,8 @@ async def write(url: str, session_id: str, name: str, producers: int, each: int)
                         event = await session.append("user_message", {"content": content})
                         break
                     except ConflictError:
+                        if mode == "rebase":
+                            raise
                         continue  # the actor has caught up with the winner; try again
                 print(f"ack {event.seq} {content}", flush=True)
 
@@ -56,8 +61,8 @@ async def subscribe(url: str, session_id: str, expected: int) -> None:
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "write":
-        url, sid, name, producers, each = args
-        anyio.run(write, url, sid, name, int(producers), int(each))
+        url, sid, name, producers, each, *mode = args
+        anyio.run(write, url, sid, name, int(producers), int(each), *mode)
     else:
         url, sid, expected = args
         anyio.run(subscribe, url, sid, int(expected))

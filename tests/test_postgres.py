@@ -65,8 +65,11 @@ def test_open_store_picks_postgres_and_a_schema_from_the_url() -> None:
     assert "connect_timeout=3" in store.url
 
 
-def test_four_processes_share_one_session_without_losing_or_reordering(schema: str) -> None:
-    acks = run_writers(f"{URL}?schema={schema}", "shared", writers=4, producers=5, each=40)
+@pytest.mark.parametrize("mode", ["raise", "rebase"])
+def test_four_processes_share_one_session_without_losing_or_reordering(
+    schema: str, mode: str
+) -> None:
+    acks = run_writers(f"{URL}?schema={schema}", "shared", 4, producers=5, each=40, mode=mode)
     assert len(acks) == 4 * 5 * 40
     stored = [
         (event.seq, str(event.data["content"])) for event in anyio.run(_load, schema, "shared")

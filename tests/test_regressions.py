@@ -195,3 +195,24 @@ def test_cli_reading_commands_never_create_a_database(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "no store file at" in result.stderr
     assert not (tmp_path / "typo").exists()
+
+
+async def test_rebase_applies_a_losing_batch_again_after_the_winner() -> None:
+    store = MemoryStore()
+    async with (
+        SessionActor.open(session_id="s", store=store, on_conflict="rebase") as first,
+        SessionActor.open(session_id="s", store=store, on_conflict="rebase") as second,
+    ):
+        await first.append("user_message", {"content": "first"})
+        event = await second.append("user_message", {"content": "second"})  # no ConflictError
+        assert event.seq == 1
+        assert [e.data["content"] for e in await store.load("s")] == ["first", "second"]
+        assert list(second.log.events()) == list(await store.load("s"))
+        # A replace is re-checked against the caught-up log, not blindly re-applied.
+        assert (await first.append("user_message", {"content": "third"})).seq == 2
+        summary = await second.replace(0, 1, Message.system("summary"))
+        assert summary.seq == 3
+        assert [m.text for m in second.messages()] == ["summary", "third"]
+    with pytest.raises(ValueError, match="on_conflict"):
+        async with SessionActor.open(session_id="s", on_conflict="merge"):  # type: ignore[arg-type]
+            pass

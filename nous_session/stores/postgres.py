@@ -7,13 +7,14 @@ threads, as the SQLite store does; it therefore works on asyncio and trio alike.
 Schema (version 1), in the schema given to the store (``public`` by default)::
 
     nous_schema   (version)
-    nous_sessions (name text PRIMARY KEY, count bigint, held bigint)
+    nous_sessions (name text PRIMARY KEY, count bigint)
     nous_events   (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
 
 The primary key on (session, seq) is what makes the database itself enforce one writer per seq.
-A commit locks its session row (``SELECT ... FOR UPDATE``), checks the expected count, writes
-and deletes in one transaction, and sends ``NOTIFY`` with the session and its new head (never
-the payload): other processes :meth:`~PostgresStore.watch` that channel and read the rows.
+A commit is one statement: it moves the session's count from the expected value and, only if
+that matched, deletes and inserts rows and sends ``NOTIFY`` with the session and its new head
+(never the payload); other processes :meth:`~PostgresStore.watch` that channel and read the
+rows.
 
 A connection lost during a commit fails that commit with :class:`StoreError`; it is never
 retried behind the caller's back (a retry could duplicate a batch whose COMMIT did land).
@@ -66,8 +67,7 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     0: (
         """CREATE TABLE {schema}.nous_sessions (
                name  text PRIMARY KEY,
-               count bigint NOT NULL,
-               held  bigint NOT NULL
+               count bigint NOT NULL
            )""",
         """CREATE TABLE {schema}.nous_events (
                session text NOT NULL,
@@ -134,6 +134,7 @@ class PostgresStore:
             open=False,
             timeout=connect_timeout,
             kwargs={
+                "autocommit": True,
                 "application_name": _APPLICATION,
                 "connect_timeout": max(1, int(connect_timeout)),
             },
@@ -146,6 +147,39 @@ class PostgresStore:
         self._closed = False
         self._events = sql.Identifier(schema, "nous_events")
         self._sessions = sql.Identifier(schema, "nous_sessions")
+        # A commit is one statement, atomic by itself (the pool's connections autocommit):
+        # move the session's count from the expected value, and only if that matched, delete
+        # the dropped rows, insert the new ones and notify. A concurrent writer's UPDATE waits
+        # for the row and then finds the count moved, so it changes nothing: a conflict. The
+        # row lock is held for this one statement, never across round trips.
+        writes = """
+            , dropped AS (
+                DELETE FROM {events} WHERE session = %(name)s AND seq = ANY(%(dropped)s)
+                AND EXISTS (SELECT 1 FROM moved) RETURNING 1
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record)
+                SELECT %(name)s, seq, record
+                FROM unnest(%(seqs)s::bigint[], %(records)s::bytea[]) AS rows (seq, record)
+                WHERE EXISTS (SELECT 1 FROM moved) RETURNING 1
+            )
+            SELECT pg_notify(%(channel)s, %(payload)s) FROM moved
+        """
+        self._commit = sql.SQL(
+            """WITH moved AS (
+                UPDATE {sessions} SET count = %(count)s
+                WHERE name = %(name)s AND count = %(expected)s RETURNING name
+            )"""
+            + writes
+        ).format(sessions=self._sessions, events=self._events)
+        # The first commit of a session creates its row, unless another writer just did.
+        self._first_commit = sql.SQL(
+            """WITH moved AS (
+                INSERT INTO {sessions} AS s (name, count) VALUES (%(name)s, %(count)s)
+                ON CONFLICT (name) DO UPDATE SET count = excluded.count WHERE s.count = 0
+                RETURNING name
+            )"""
+            + writes
+        ).format(sessions=self._sessions, events=self._events)
 
     def __repr__(self) -> str:
         return f"<PostgresStore {self._redacted()} schema={self.schema!r}>"
@@ -266,44 +300,23 @@ class PostgresStore:
         """
         check_commit_arguments(session_id, expected_count, events, dropped)
         rows = list(events)
-        lock = sql.SQL("SELECT count FROM {} WHERE name = %s FOR UPDATE").format(self._sessions)
-        create = sql.SQL(
-            "INSERT INTO {} (name, count, held) VALUES (%s, 0, 0) ON CONFLICT (name) DO NOTHING"
-        ).format(self._sessions)
-        delete = sql.SQL("DELETE FROM {} WHERE session = %s AND seq = ANY(%s)").format(self._events)
-        insert = sql.SQL("INSERT INTO {} (session, seq, record) VALUES (%s, %s, %s)").format(
-            self._events
-        )
-        update = sql.SQL("UPDATE {} SET count = %s, held = held + %s WHERE name = %s").format(
-            self._sessions
-        )
+        count = rows[-1].seq + 1 if rows else expected_count
+        parameters = {
+            "name": session_id,
+            "expected": expected_count,
+            "count": count,
+            "dropped": list(dropped),
+            "channel": self._channel,
+            "payload": json.dumps({"session": session_id, "head": count}),
+        }
+        statement = self._first_commit if expected_count == 0 else self._commit
 
         def commit() -> None:
-            records = [(session_id, event.seq, encode(event)) for event in rows]
+            parameters["seqs"] = [event.seq for event in rows]
+            parameters["records"] = [encode(event) for event in rows]
             try:
-                with self._pool.connection() as connection, connection.transaction():
-                    row = connection.execute(lock, (session_id,)).fetchone()
-                    if row is None and expected_count == 0:
-                        connection.execute(create, (session_id,))
-                        row = connection.execute(lock, (session_id,)).fetchone()
-                    stored = 0 if row is None else row[0]
-                    if stored != expected_count:
-                        raise ConflictError(
-                            f"session {session_id!r} has count {stored}, expected {expected_count}:"
-                            " another writer committed first"
-                        )
-                    deleted = 0
-                    if dropped:
-                        deleted = connection.execute(delete, (session_id, list(dropped))).rowcount
-                    if records:
-                        with connection.cursor() as cursor:
-                            cursor.executemany(insert, records)
-                    count = records[-1][1] + 1 if records else stored
-                    connection.execute(update, (count, len(records) - deleted, session_id))
-                    connection.execute(
-                        "SELECT pg_notify(%s, %s)",
-                        (self._channel, json.dumps({"session": session_id, "head": count})),
-                    )
+                with self._pool.connection() as connection:
+                    done = connection.execute(statement, parameters).fetchone()
             except psycopg.errors.UniqueViolation as error:
                 raise ConflictError(
                     f"session {session_id!r}: another writer holds one of these seqs"
@@ -313,14 +326,21 @@ class PostgresStore:
                 raise StoreError(
                     f"commit to session {session_id!r} failed: {_describe(error)}"
                 ) from error
+            if done is None:
+                raise ConflictError(
+                    f"session {session_id!r} does not have count {expected_count}:"
+                    " another writer committed first"
+                )
 
         await self._run(commit)
 
     async def sessions(self) -> list[SessionInfo]:
-        """Every session with a nonzero count, by id."""
+        """Every session with a nonzero count, by id (held events counted: a full index scan,
+        as fits an administrative listing)."""
         query = sql.SQL(
-            'SELECT name, count, held FROM {} WHERE count > 0 ORDER BY name COLLATE "C"'
-        ).format(self._sessions)
+            "SELECT s.name, s.count, (SELECT count(*) FROM {events} e WHERE e.session = s.name)"
+            ' FROM {sessions} s WHERE s.count > 0 ORDER BY s.name COLLATE "C"'
+        ).format(sessions=self._sessions, events=self._events)
 
         def sessions() -> list[SessionInfo]:
             try:
