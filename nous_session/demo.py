@@ -9,9 +9,11 @@ after a restart, to show that the surface and the full history are intact.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -251,6 +253,10 @@ async def run_demo(
     say(f"  commits (group-committed):    {figures['batches']}")
     say(f"  conversation time:            {figures['seconds']} s")
     store_flag = "" if store_url is None else f" --store {store_url}"
+    python = _python()
+    if str(url).startswith("memory:"):
+        say("\n(the memory: store ended with this process; run on SQLite to look inside)")
+        return figures
     say("\nlook inside what it stored:")
     for command in (
         "sessions",
@@ -261,5 +267,14 @@ async def run_demo(
         f"export {session_id} > {session_id}.jsonl",
         f"tail {session_id}",
     ):
-        say(f"  python -m nous_session{store_flag} {command}")
+        say(f"  {python} -m nous_session{store_flag} {command}")
     return figures
+
+
+def _python() -> str:
+    """How to name this interpreter in a command to copy: relative when it is a project venv."""
+    executable = Path(sys.executable)
+    try:
+        return str(executable.relative_to(Path.cwd()))
+    except ValueError:
+        return "python"

@@ -226,4 +226,4 @@ def test_demo_runs_and_comes_back_intact(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "full history intact after the restart: yes" in result.stdout
     assert (tmp_path / "sessions.sqlite3").exists()
-    assert "python -m nous_session stats d" in result.stdout
+    assert "-m nous_session stats d" in result.stdout
