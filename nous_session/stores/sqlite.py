@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal, TypeVar
@@ -193,14 +194,8 @@ class SQLiteStore:
         def commit(connection: sqlite3.Connection) -> None:
             records = [(event.seq, encode(event)) for event in rows]
             try:
-                connection.execute("BEGIN IMMEDIATE")
-                try:
+                with _transaction(connection):
                     _commit(connection, session_id, expected_count, records, dropped)
-                    connection.execute("COMMIT")
-                except BaseException:
-                    if connection.in_transaction:
-                        connection.execute("ROLLBACK")
-                    raise
             except sqlite3.IntegrityError as error:
                 raise ConflictError(
                     f"session {session_id!r}: another writer holds one of these seqs"
@@ -234,19 +229,13 @@ class SQLiteStore:
 
         def delete(connection: sqlite3.Connection) -> bool:
             try:
-                connection.execute("BEGIN IMMEDIATE")
-                try:
+                with _transaction(connection):
                     row = connection.execute(
                         "SELECT id FROM nous_sessions WHERE name = ?", (session_id,)
                     ).fetchone()
                     if row is not None:
                         connection.execute("DELETE FROM nous_events WHERE sid = ?", row)
                         connection.execute("DELETE FROM nous_sessions WHERE id = ?", row)
-                    connection.execute("COMMIT")
-                except BaseException:
-                    if connection.in_transaction:
-                        connection.execute("ROLLBACK")
-                    raise
             except sqlite3.Error as error:
                 raise StoreError(
                     f"cannot delete session {session_id!r}: {_describe(error)}"
@@ -308,10 +297,22 @@ def _check_since(since: object) -> None:
         raise ValueError(f"since must be an int >= 0, got {since!r}")
 
 
+@contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE (take the write lock now), then COMMIT, or ROLLBACK on any error."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
 def _migrate(connection: sqlite3.Connection, path: str) -> None:
     try:
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(connection):
             connection.execute("CREATE TABLE IF NOT EXISTS nous_schema (version INTEGER NOT NULL)")
             rows = connection.execute("SELECT version FROM nous_schema").fetchall()
             if len(rows) > 1:
@@ -333,11 +334,6 @@ def _migrate(connection: sqlite3.Connection, path: str) -> None:
                 )
             elif version != SCHEMA_VERSION:
                 connection.execute("UPDATE nous_schema SET version = ?", (SCHEMA_VERSION,))
-            connection.execute("COMMIT")
-        except BaseException:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            raise
     except sqlite3.Error as error:
         raise StoreError(
             f"cannot open {path} as a nous_session store: {_describe(error)}"
