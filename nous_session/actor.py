@@ -38,6 +38,7 @@ import attrs
 import structlog
 
 from nous_session.compaction import (
+    CHUNK,
     CompactionPolicy,
     Replacement,
     TokenMeter,
@@ -57,7 +58,7 @@ from nous_session.message import Message
 from nous_session.stores import open_store
 from nous_session.stores.base import Store, check_session_id
 from nous_session.stores.memory import MemoryStore
-from nous_session.transcript import summary_line, summary_text
+from nous_session.transcript import summary_line
 
 __all__ = ["SessionActor", "SessionStatistics", "Subscription"]
 
@@ -73,7 +74,7 @@ _POSITION: Final = attrgetter("position")
 # A subscriber that never has to wait still yields to the event loop this often.
 _YIELD_EVERY: Final = 128
 # Compaction's loops over messages yield to the event loop after this many items.
-_CHUNK: Final = 256
+_CHUNK: Final = CHUNK
 # With on_conflict="rebase", how many times a batch is re-applied after a conflict.
 _REBASE_ATTEMPTS: Final = 32
 # A restored log longer than this is folded in a worker thread before the actor starts.
@@ -742,7 +743,7 @@ class SessionActor:
         """Prune, then summarise; every long loop yields to the event loop as it goes."""
         pruned = False
         if policy.prune_tool_results is not None:
-            replacements = plan_pruning(log, policy.prune_tool_results)
+            replacements = await plan_pruning(log, policy.prune_tool_results)
             if replacements:
                 outcome: list[bool] = await self._call(_COMPACTION, replacements)
                 pruned = any(outcome)
@@ -750,13 +751,13 @@ class SessionActor:
                 assert self._meter is not None  # the commit above brought it up to date
                 if pruned and not policy.triggered(len(log.surface()), self._meter.total):
                     return "applied"  # pruning was enough
-        events = plan_summary(log, policy.keep_last)
+        events = await plan_summary(log, policy.keep_last)
         if events is None:
             return "applied" if pruned else "nothing"
         old = await _cooperatively(to_message, events)
         if policy.summarizer is None:
-            lines = await _cooperatively(summary_line, old)
-            summary = Message.system(summary_text(lines), created_at=old[0].created_at)
+            text = await _structural_summary(old)
+            summary = Message.system(text, created_at=old[0].created_at)
         else:
             timeout = policy.summarizer_timeout
             with anyio.fail_after(timeout) if timeout is not None else nullcontext():
@@ -986,6 +987,16 @@ async def _unwrapped() -> AsyncIterator[None]:
             raise
         error = group.exceptions[0]
         raise error from error.__cause__
+
+
+async def _structural_summary(old: Sequence[Message]) -> str:
+    """:func:`~nous_session.transcript.summarize`'s text, built a chunk at a time so that a
+    long summary never holds the event loop (each chunk is joined as it is made)."""
+    pieces = [f"[Compacted {len(old)} earlier messages]"]
+    for start in range(0, len(old), _CHUNK):
+        pieces.append("\n".join([summary_line(m) for m in old[start : start + _CHUNK]]))
+        await anyio.lowlevel.checkpoint()
+    return "\n".join(pieces)
 
 
 async def _cooperatively(function: Callable[[T], U], items: Sequence[T]) -> list[U]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeAlias
 
+import anyio.lowlevel
 import attrs
 import orjson
 
@@ -29,6 +30,8 @@ summary text."""
 TokenCounter: TypeAlias = Callable[[Sequence[Message]], int]
 
 PRUNING: Final = "pruning"
+CHUNK: Final = 256
+"""Planning and summarising yield to the event loop after this many events."""
 COMPACTION: Final = "compaction"
 
 
@@ -210,25 +213,29 @@ class Replacement:
         return data
 
 
-def plan_pruning(log: Log, cap: int) -> list[Replacement]:
+async def plan_pruning(log: Log, cap: int) -> list[Replacement]:
     """In-place replacements for the surface's tool results longer than ``cap`` characters.
 
     Works on the events; only the oversized results are turned into messages. Results that
-    are themselves products of pruning are left alone, so pruning is idempotent.
+    are themselves products of pruning are left alone, so pruning is idempotent. Yields to the
+    event loop every few hundred events, so planning over a long session never stalls it.
     """
     out: list[Replacement] = []
-    for event in log.surface():
-        if event.type is not EventType.TOOL_RESULT:
-            continue
-        content = event.data.get("content")
-        if type(content) is str and len(content) > cap and event.data.get("source") != PRUNING:
-            (pruned,) = prune_tool_results([to_message(event)], cap)
-            position = event.position
-            out.append(Replacement(position, position, pruned, (event.seq,), PRUNING))
+    surface = log.surface()
+    for start in range(0, len(surface), CHUNK):
+        for event in surface[start : start + CHUNK]:
+            if event.type is not EventType.TOOL_RESULT:
+                continue
+            content = event.data.get("content")
+            if type(content) is str and len(content) > cap and event.data.get("source") != PRUNING:
+                (pruned,) = prune_tool_results([to_message(event)], cap)
+                position = event.position
+                out.append(Replacement(position, position, pruned, (event.seq,), PRUNING))
+        await anyio.lowlevel.checkpoint()
     return out
 
 
-def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
+async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     """The surface events a summary would replace, or None when nothing would.
 
     Cut as :func:`~nous_session.transcript.compact` cuts (leading system messages and the kept
@@ -236,8 +243,9 @@ def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     call), with two differences for a live session. An earlier compaction summary is not part
     of the leading run: it is summarised again with what came after it, so each summary
     supersedes the last instead of piling up beside it. And an assistant message whose tool
-    calls do not all have their results yet ends the summarised range: its results are still
-    to come. Works on the events alone, so nothing is projected.
+    calls do not all have their results (after it) yet ends the summarised range: its results
+    are still to come. Works on the events alone, so nothing is projected, and yields to the
+    event loop every few hundred events.
     """
     surface = log.surface()
     size = len(surface)
@@ -254,17 +262,20 @@ def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     while cut < size and surface[cut].type is EventType.TOOL_RESULT:
         cut += 1
     old = surface[lead:cut]
-    answered = {e.data.get("tool_call_id") for e in old if e.type is EventType.TOOL_RESULT}
-    for index, event in enumerate(old):
-        calls = event.data.get("tool_calls")
-        if (
-            calls
-            and event.type is EventType.ASSISTANT_MESSAGE
-            and any(call.get("id") not in answered for call in calls)  # type: ignore[union-attr]
-        ):
-            old = old[:index]
-            break
-    return old or None
+    # One backwards pass: a call is answered when its result came after it.
+    answered: set[object] = set()
+    end = len(old)
+    for stop in range(len(old), 0, -CHUNK):
+        for index in range(stop - 1, max(stop - CHUNK, 0) - 1, -1):
+            event = old[index]
+            if event.type is EventType.TOOL_RESULT:
+                answered.add(event.data.get("tool_call_id"))
+            elif event.type is EventType.ASSISTANT_MESSAGE:
+                calls: Any = event.data.get("tool_calls")
+                if calls and any(call.get("id") not in answered for call in calls):
+                    end = index
+        await anyio.lowlevel.checkpoint()
+    return old[:end] or None
 
 
 def summary_replacement(events: Sequence[Event], message: Message) -> Replacement:
