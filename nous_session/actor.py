@@ -22,11 +22,9 @@ queue, where it is applied only if the surface it planned over is still exactly 
 from __future__ import annotations
 
 import random
-from bisect import bisect_left, bisect_right
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime
-from operator import attrgetter
 from types import TracebackType
 from typing import Any, Final, Literal, TypeVar
 
@@ -44,6 +42,7 @@ from nous_session.compaction import (
     TokenMeter,
     plan_pruning,
     plan_summary,
+    still_applies,
     summary_replacement,
 )
 from nous_session.errors import (
@@ -70,7 +69,6 @@ _COMPACTION: Final = 2
 _RELOAD: Final = 3
 _CATCH_UP: Final = 4  # internal: the store says another process committed
 
-_POSITION: Final = attrgetter("position")
 # A subscriber that never has to wait still yields to the event loop this often.
 _YIELD_EVERY: Final = 128
 # Compaction's loops over messages yield to the event loop after this many items.
@@ -660,11 +658,7 @@ class SessionActor:
     ) -> tuple[Log, list[bool]]:
         outcome = []
         for replacement in replacements:
-            surface = log.surface()
-            low = bisect_left(surface, replacement.start, key=_POSITION)
-            high = bisect_right(surface, replacement.stop, key=_POSITION)
-            current = tuple(event.seq for event in surface[low:high])
-            if current != replacement.expected:
+            if not still_applies(log, replacement):
                 self._logger.info(
                     "nous_session.compaction_stale",
                     source=replacement.source,
@@ -765,7 +759,7 @@ class SessionActor:
             if not isinstance(text, str) or not text.strip():
                 raise ValueError(f"the summarizer returned an empty summary: {text!r}")
             summary = Message.system(text, created_at=old[0].created_at)
-        (applied,) = await self._call(_COMPACTION, [summary_replacement(events, summary)])
+        (applied,) = await self._call(_COMPACTION, [summary_replacement(log, events, summary)])
         if applied:
             return "applied"
         return "pruned, summary stale" if pruned else "stale"

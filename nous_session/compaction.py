@@ -30,8 +30,9 @@ summary text."""
 TokenCounter: TypeAlias = Callable[[Sequence[Message]], int]
 
 PRUNING: Final = "pruning"
-CHUNK: Final = 256
-"""Planning and summarising yield to the event loop after this many events."""
+CHUNK: Final = 32
+"""Planning and summarising yield to the event loop after this many events: small enough that
+an append waiting behind a chunk waits a fraction of a millisecond."""
 COMPACTION: Final = "compaction"
 
 
@@ -196,13 +197,14 @@ def event_bytes(event: Event) -> int:
 class Replacement:
     """A planned replace: ``message`` in place of the positions ``start..stop``.
 
-    Applied only while the surface events in that range are exactly ``expected`` (their seqs).
+    Planned on the log as it was at count ``planned_at``, and applied only while the surface in
+    that range is unchanged since then (see :func:`still_applies`).
     """
 
     start: int
     stop: int
     message: Message
-    expected: tuple[int, ...]
+    planned_at: int
     source: str
 
     def data(self) -> dict[str, JSON]:
@@ -230,7 +232,7 @@ async def plan_pruning(log: Log, cap: int) -> list[Replacement]:
             if type(content) is str and len(content) > cap and event.data.get("source") != PRUNING:
                 (pruned,) = prune_tool_results([to_message(event)], cap)
                 position = event.position
-                out.append(Replacement(position, position, pruned, (event.seq,), PRUNING))
+                out.append(Replacement(position, position, pruned, log.count, PRUNING))
         await anyio.lowlevel.checkpoint()
     return out
 
@@ -278,12 +280,23 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     return old[:end] or None
 
 
-def summary_replacement(events: Sequence[Event], message: Message) -> Replacement:
-    """The replace that puts ``message`` in place of ``events`` (a contiguous surface run)."""
-    return Replacement(
-        events[0].position,
-        events[-1].position,
-        message,
-        tuple(event.seq for event in events),
-        COMPACTION,
-    )
+def summary_replacement(log: Log, events: Sequence[Event], message: Message) -> Replacement:
+    """The replace that puts ``message`` in place of ``events`` (a contiguous run of ``log``'s
+    surface)."""
+    return Replacement(events[0].position, events[-1].position, message, log.count, COMPACTION)
+
+
+def still_applies(log: Log, replacement: Replacement) -> bool:
+    """Whether the surface in ``replacement``'s range is unchanged since it was planned.
+
+    The log only grows, so the surface inside a range of existing positions can change only
+    through a replace appended since, whose own range meets it (an ordinary append lands after
+    every existing position). Checking the events since the plan costs what was appended
+    meanwhile, not the size of the range.
+    """
+    start, stop = replacement.start, replacement.stop
+    for event in log.since(replacement.planned_at):
+        op: Any = event.data.get("surface_op")
+        if op is not None and op[1] <= stop and start <= op[2]:
+            return False
+    return True
