@@ -300,11 +300,38 @@ def make_event(
     Raises:
         InvalidEventError: naming the event and what is wrong with it.
     """
-    event_type = event_type_of(kind, seq)
+    copy: dict[str, JSON]
+    # The hot path of every append is inlined: a known type, a UTC time (or none), and a dict
+    # of string keys and scalar values; anything else takes the general helpers.
+    event_type = TYPE_BY_NAME.get(kind) if isinstance(kind, str) else None
+    if event_type is None:
+        event_type = event_type_of(kind, seq)  # raises, naming the type
     try:
-        when = _time(time)
-        if decoded and type(data) is dict:
-            copy: dict[str, JSON] = data
+        if time is None:
+            when = datetime.now(UTC)
+        elif type(time) is datetime and time.tzinfo is UTC:
+            when = time
+        else:
+            when = _time(time)
+        if type(data) is dict and not decoded:
+            copy = {}
+            for key, value in data.items():
+                t = type(value)
+                if type(key) is str and (t is str or value is None or t is bool):
+                    copy[key] = value
+                else:
+                    _copy_item(copy, key, value)
+            if (
+                "surface_op" in copy
+                and copy["surface_op"] is not None
+                and event_type not in _SURFACE
+            ):
+                raise _Refusal(
+                    f"a {event_type.value} event cannot carry a surface_op; "
+                    "only surface types can replace"
+                )
+        elif decoded and type(data) is dict:
+            copy = data
             if (
                 "surface_op" in copy
                 and copy["surface_op"] is not None

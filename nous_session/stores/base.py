@@ -8,16 +8,14 @@ A store holds many sessions. Each session is its held events, in seq order, and 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
 
-from nous_session.codec import decode
-from nous_session.errors import CorruptRecordError
 from nous_session.event import Event
 
-__all__ = ["SessionInfo", "Store", "check_commit_arguments", "check_session_id", "decode_rows"]
+__all__ = ["SessionInfo", "Store", "check_commit_arguments", "check_session_id", "place"]
 
 
 @attrs.frozen
@@ -90,28 +88,9 @@ class Store(Protocol):
         ...
 
 
-def decode_rows(rows: Iterable[tuple[int, bytes]], session_id: str, place: str) -> list[Event]:
-    """Decode a session's ``(seq, record)`` rows, checking each record holds its row's seq.
-
-    Errors name the session, the seq and ``place`` (the file or schema); the name is only
-    formatted when there is an error, since this runs for every row a session loads.
-
-    Raises:
-        CorruptRecordError: a record cannot be decoded or holds another seq.
-    """
-    events: list[Event] = []
-    append = events.append
-    seq = -1
-
-    def where() -> str:
-        return f"session {session_id!r} seq {seq} in {place}"
-
-    for seq, record in rows:
-        event = decode(record, where=where)
-        if event.seq != seq:
-            raise CorruptRecordError(f"{where()}: the record holds seq {event.seq}")
-        append(event)
-    return events
+def place(session_id: str, where: str) -> Callable[[int], str]:
+    """How a load names a stored record in an error: session, seq and file or schema."""
+    return lambda seq: f"session {session_id!r} seq {seq} in {where}"
 
 
 def check_session_id(session_id: object) -> str:

@@ -36,10 +36,10 @@ import anyio
 import anyio.to_thread
 import structlog
 
-from nous_session.codec import encode
+from nous_session.codec import decode_rows, encode
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
-from nous_session.stores.base import SessionInfo, check_commit_arguments, decode_rows
+from nous_session.stores.base import SessionInfo, check_commit_arguments, place
 
 try:
     import psycopg
@@ -278,7 +278,7 @@ class PostgresStore:
                 raise StoreError(
                     f"cannot read session {session_id!r}: {_describe(error)}"
                 ) from error
-            return decode_rows(rows, session_id, f"schema {self.schema}")
+            return decode_rows(rows, place(session_id, f"schema {self.schema}"))
 
         return await self._run(load)
 

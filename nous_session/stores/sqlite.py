@@ -33,10 +33,10 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from nous_session.codec import encode
+from nous_session.codec import decode_rows, encode
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
-from nous_session.stores.base import SessionInfo, check_commit_arguments, decode_rows
+from nous_session.stores.base import SessionInfo, check_commit_arguments, place
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -169,7 +169,7 @@ class SQLiteStore:
                 raise StoreError(
                     f"cannot read session {session_id!r} from {self.path}: {_describe(error)}"
                 ) from error
-            return decode_rows(rows, session_id, self.path)
+            return decode_rows(rows, place(session_id, self.path))
 
         return await self._run(load)
 
