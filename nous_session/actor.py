@@ -75,6 +75,9 @@ _YIELD_EVERY: Final = 128
 _CHUNK: Final = CHUNK
 # With on_conflict="rebase", how many times a batch is re-applied after a conflict.
 _REBASE_ATTEMPTS: Final = 32
+# From this many subscribers on, wake-ups are coalesced, about this long per subscriber.
+_COALESCE_FROM: Final = 32
+_WAKE_COST: Final = 2e-6
 # A restored log longer than this is folded in a worker thread before the actor starts.
 _WARM_ABOVE: Final = 2048
 
@@ -270,6 +273,8 @@ class SessionActor:
         "_store",
         "_subscribers",
         "_task_group",
+        "_wake_requested",
+        "_waker_scope",
         "_watch_scope",
     )
 
@@ -295,6 +300,8 @@ class SessionActor:
         self._task_group = task_group
         self._send, self._receive = anyio.create_memory_object_stream[_Request](queue_size)
         self._changed = anyio.Event()
+        self._wake_requested = anyio.Event()
+        self._waker_scope = anyio.CancelScope()
         self._closing = False  # no new requests; set when leaving the `async with` block
         self._closed = False  # the actor task has finished; nothing more will be committed
         self._admit = 0  # while closing: queued requests still to apply
@@ -398,6 +405,7 @@ class SessionActor:
                     rebase=on_conflict == "rebase",
                 )
                 await task_group.start(actor._run)
+                await task_group.start(actor._waker)
                 if watch is not None:
                     await task_group.start(actor._watch, watch)
                 try:
@@ -444,7 +452,8 @@ class SessionActor:
             self._refuse_the_rest()
             self._closing = True
             self._closed = True
-            self._notify()
+            self._waker_scope.cancel()
+            self._wake()
 
     async def _take(self) -> list[_Request]:
         """The next batch: every request waiting in the queue. Empty when the actor must stop."""
@@ -589,9 +598,36 @@ class SessionActor:
             return
 
     def _notify(self) -> None:
-        # One Event per publish, shared by every subscriber: O(1) for the actor.
+        """Tell subscribers a new Log is published.
+
+        Waking is the event loop's work, once per waiting subscriber. With few subscribers
+        they are woken at once; with many, the waker task wakes them once per short window
+        (about 2 µs per subscriber: 2 ms for 1,000), instead of waking every subscriber at
+        every commit; each wake-up reads everything published by then. With 1,000 subscribers
+        this keeps the session's append rate at what it is with none, for a few milliseconds
+        of delivery latency.
+        """
+        if self._subscribers < _COALESCE_FROM or self._closed:
+            self._wake()
+        else:
+            self._wake_requested.set()
+
+    def _wake(self) -> None:
+        # One Event per wake-up, shared by every subscriber: O(1) for the actor.
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
+
+    async def _waker(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        with self._waker_scope:
+            task_status.started()
+            while True:
+                await self._wake_requested.wait()
+                # Let the commits of the next window gather behind this one wake-up.
+                await anyio.sleep(self._subscribers * _WAKE_COST)
+                self._wake_requested = anyio.Event()
+                self._wake()
 
     async def _reload(self, request: _Request | None) -> None:
         """Catch up with events other writers committed after our count."""
