@@ -23,7 +23,7 @@ import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing, suppress
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import anyio
 import orjson
@@ -38,6 +38,8 @@ from nous_session.stores import Store, open_store
 from nous_session.transcript import estimate_messages_tokens
 
 __all__ = ["main"]
+
+T = TypeVar("T")
 
 _WIDTH = 96
 
@@ -105,34 +107,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+def _argument(
+    convert: Callable[[str], T], accept: Callable[[T], bool], what: str, rule: str
+) -> Callable[[str], T]:
+    """An argparse type: ``convert`` the text, then check it, naming ``what`` and ``rule``."""
+
+    def parse(text: str) -> T:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"{rule}, got {text}")
+        return value
+
+    return parse
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _seq(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a seq: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a seq is >= 0, got {value}")
-    return value
+_positive = _argument(float, lambda value: value > 0, "a number", "must be > 0")
+_count = _argument(int, lambda value: value >= 1, "a whole number", "must be >= 1")
+_seq = _argument(int, lambda value: value >= 0, "a seq", "a seq is >= 0")
 
 
 def _emit(out: TextIO, value: Any) -> None:
