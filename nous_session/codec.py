@@ -80,8 +80,18 @@ def decode(
         raise CorruptRecordError(
             f"{_name(where)}: not a valid record (garbage or truncated): {error}"
         ) from None
-    # The common case, checked in one go: a format-1 chat record whose data is exactly
-    # {"content": <str>}, which is a valid event of any type (no surface op, nothing to copy).
+    event = _chat_record(value)
+    if event is not None:
+        return event
+    return _decode_checked(value, record, _name(where) if not callable(where) else where)
+
+
+def _chat_record(value: Any) -> Event | None:
+    """The event of the common case, checked in one go, or None for every other record.
+
+    A format-1 record whose data is exactly ``{"content": <str>}`` is a valid event of any
+    type: no surface op, no message field to check, nothing to copy.
+    """
     if type(value) is list and len(value) == 5 and value[0] == FORMAT_VERSION:
         _, seq, kind, micros, data = value
         event_type = TYPE_BY_NAME.get(kind) if type(kind) is str else None
@@ -90,13 +100,13 @@ def decode(
             and type(seq) is int
             and 0 <= seq <= _INT_MAX
             and type(micros) is int
+            and _MIN_MICROS <= micros <= _MAX_MICROS
             and type(data) is dict
             and len(data) == 1
             and type(data.get("content")) is str
-            and _MIN_MICROS <= micros <= _MAX_MICROS
         ):
             return Event(seq, event_type, MappingProxyType(data), _EPOCH + _MICROSECOND * micros)
-    return _decode_checked(value, record, _name(where) if not callable(where) else where)
+    return None
 
 
 def _decode_checked(value: Any, record: object, where: str | Callable[[], str]) -> Event:
@@ -168,14 +178,17 @@ def _decode_rows_into(
         try:
             value = loads(record)
         except orjson.JSONDecodeError:
-            value = None  # decode() below names the problem
+            value = None
+        # _chat_record's check, inlined on purpose: calling it per row measured 1.93-1.99x
+        # raw on stores.open_session against 1.6-1.8x inline (target <= 2x). Keep the two in
+        # step; the row's own seq stands in for the range check.
         if type(value) is list and len(value) == 5 and value[0] == FORMAT_VERSION:
             _, held_seq, kind, micros, data = value
             event_type = types.get(kind) if type(kind) is str else None
             if (
                 event_type is not None
-                and type(held_seq) is int
                 and held_seq == seq
+                and type(held_seq) is int
                 and type(micros) is int
                 and _MIN_MICROS <= micros <= _MAX_MICROS
                 and type(data) is dict
@@ -184,6 +197,7 @@ def _decode_rows_into(
             ):
                 append(Event(seq, event_type, MappingProxyType(data), epoch + micro * micros))
                 continue
+        # Anything else, or a bad record: decode() checks it and names the problem.
         event = decode(record, where=lambda seq=seq: place(seq))  # type: ignore[misc]
         if event.seq != seq:
             raise CorruptRecordError(f"{place(seq)}: the record holds seq {event.seq}")

@@ -246,7 +246,9 @@ def prepare(
     event_type = event_type_of(kind)
     try:
         when = _time(time)
-        copy = _copy_data(event_type, data)
+        copy = _copy_data(data)
+        if "surface_op" in copy:
+            _check_op_allowed(event_type, copy)
         if event_type in _SURFACE and (len(copy) != 1 or type(copy.get("content")) is not str):
             _check_surface_fields(copy)
     except _Refusal as e:
@@ -265,7 +267,7 @@ def _time(time: object) -> datetime:
         raise _Refusal(str(e)) from None
 
 
-def _copy_data(event_type: EventType, data: object) -> dict[str, JSON]:
+def _copy_data(data: object) -> dict[str, JSON]:
     """A validated deep copy of event data; a surface op is kept as given, for _op_list."""
     copy: dict[str, JSON] = {}
     if type(data) is dict or (data is not None and isinstance(data, Mapping)):
@@ -278,11 +280,14 @@ def _copy_data(event_type: EventType, data: object) -> dict[str, JSON]:
                 _copy_item(copy, key, value)
     elif data is not None:
         raise _Refusal(f"data must be a mapping, not {data.__class__.__name__}")
-    if "surface_op" in copy and copy["surface_op"] is not None and event_type not in _SURFACE:
+    return copy
+
+
+def _check_op_allowed(event_type: EventType, data: dict[str, JSON]) -> None:
+    if event_type not in _SURFACE and data.get("surface_op") is not None:
         raise _Refusal(
             f"a {event_type.value} event cannot carry a surface_op; only surface types can replace"
         )
-    return copy
 
 
 def make_event(
@@ -301,8 +306,8 @@ def make_event(
         InvalidEventError: naming the event and what is wrong with it.
     """
     copy: dict[str, JSON]
-    # The hot path of every append is inlined: a known type, a UTC time (or none), and a dict
-    # of string keys and scalar values; anything else takes the general helpers.
+    # The hot path of every append is inlined: a known type and a UTC time (or none); anything
+    # else takes the general helpers.
     event_type = TYPE_BY_NAME.get(kind) if isinstance(kind, str) else None
     if event_type is None:
         event_type = event_type_of(kind, seq)  # raises, naming the type
@@ -313,37 +318,9 @@ def make_event(
             when = time
         else:
             when = _time(time)
-        if type(data) is dict and not decoded:
-            copy = {}
-            for key, value in data.items():
-                t = type(value)
-                if type(key) is str and (t is str or value is None or t is bool):
-                    copy[key] = value
-                else:
-                    _copy_item(copy, key, value)
-            if (
-                "surface_op" in copy
-                and copy["surface_op"] is not None
-                and event_type not in _SURFACE
-            ):
-                raise _Refusal(
-                    f"a {event_type.value} event cannot carry a surface_op; "
-                    "only surface types can replace"
-                )
-        elif decoded and type(data) is dict:
-            copy = data
-            if (
-                "surface_op" in copy
-                and copy["surface_op"] is not None
-                and event_type not in _SURFACE
-            ):
-                raise _Refusal(
-                    f"a {event_type.value} event cannot carry a surface_op; "
-                    "only surface types can replace"
-                )
-        else:
-            copy = _copy_data(event_type, data)
+        copy = data if decoded and type(data) is dict else _copy_data(data)
         if "surface_op" in copy:
+            _check_op_allowed(event_type, copy)
             copy["surface_op"] = _op_list(copy["surface_op"], seq)
         # Most chat events are exactly {"content": str}; anything else gets the full check.
         if event_type in _SURFACE and (len(copy) != 1 or type(copy.get("content")) is not str):
