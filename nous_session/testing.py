@@ -37,9 +37,10 @@ import pytest
 
 from nous_session.actor import SessionActor
 from nous_session.errors import ConflictError, StoreError
+from nous_session.event import Event, make_event
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
-from nous_session.stores.base import SessionInfo, Store
+from nous_session.stores.base import RebasingStore, SessionInfo, Store
 
 __all__ = ["StoreConformance", "sample_log"]
 
@@ -94,6 +95,10 @@ def sample_log(size: int = 12, *, start: datetime = _T0) -> Log:
                 time=time,
             )
     return log
+
+
+def _user(seq: int, content: str) -> Event:
+    return make_event(seq, "user_message", {"content": content}, _T0 + timedelta(seconds=seq))
 
 
 class StoreConformance:
@@ -200,6 +205,117 @@ class StoreConformance:
             await store.commit("s", expected_count=len(log.events()) - len(dropped), events=[])
         await store.commit("s", expected_count=12, events=[])
 
+    # Rebasing commits (for stores that offer them) -----------------------------------------
+
+    @staticmethod
+    def _rebasing(store: Store) -> RebasingStore:
+        if not isinstance(store, RebasingStore):
+            pytest.skip(f"{type(store).__name__} has no commit_rebased")
+        return store
+
+    @pytest.mark.anyio
+    async def test_a_rebasing_commit_with_no_other_writer_lands_where_asked(
+        self, store: Store
+    ) -> None:
+        rebasing = self._rebasing(store)
+        log = sample_log(5)
+        first = await rebasing.commit_rebased("s", expected_count=0, events=log.events()[:3])
+        assert (first.shift, list(first.others)) == (0, [])
+        assert list(first.events) == list(log.events()[:3])
+        second = await rebasing.commit_rebased("s", expected_count=3, events=log.events()[3:])
+        assert (second.shift, list(second.others)) == (0, [])
+        assert list(await store.load("s")) == list(log.events())
+        assert await store.sessions() == [SessionInfo("s", 5, 5)]
+
+    @pytest.mark.anyio
+    async def test_a_rebasing_commit_goes_after_what_other_writers_stored(
+        self, store: Store
+    ) -> None:
+        rebasing = self._rebasing(store)
+        log = sample_log(4)
+        await store.commit("s", expected_count=0, events=log.events())
+        mine = [_user(2, "mine a"), _user(3, "mine b ✓")]
+        done = await rebasing.commit_rebased("s", expected_count=2, events=mine)
+        assert done.shift == 2
+        assert list(done.others) == list(log.events()[2:])
+        assert [(e.seq, e.type, dict(e.data), e.time) for e in done.events] == [
+            (e.seq + 2, e.type, dict(e.data), e.time) for e in mine
+        ]
+        assert list(await store.load("s")) == [*log.events(), *done.events]
+        assert await store.sessions() == [SessionInfo("s", 6, 6)]
+        # The count moved with it: a plain commit must now expect 6.
+        with pytest.raises(ConflictError):
+            await store.commit("s", expected_count=4, events=[_user(4, "stale")])
+        await store.commit("s", expected_count=6, events=[_user(6, "next")])
+
+    @pytest.mark.anyio
+    async def test_a_rebasing_commit_reports_only_what_a_snapshot_left(self, store: Store) -> None:
+        rebasing = self._rebasing(store)
+        log = sample_log(12)
+        dropped = [event.seq for event in log.shadowed()]
+        await store.commit("s", expected_count=0, events=log.events())
+        await store.commit("s", expected_count=12, events=[], dropped=dropped)
+        done = await rebasing.commit_rebased("s", expected_count=0, events=[_user(0, "late")])
+        assert done.shift == 12
+        assert list(done.others) == list(log.snapshot().events())
+        assert [e.seq for e in done.events] == [12]
+
+    @pytest.mark.anyio
+    async def test_malformed_rebasing_commits_are_refused_before_writing(
+        self, store: Store
+    ) -> None:
+        rebasing = self._rebasing(store)
+        await store.commit("s", expected_count=0, events=[_user(0, "kept")])
+        bad: list[tuple[str, int, list[Event], str]] = [
+            ("s", 1, [], "at least one event"),
+            ("s", 1, [_user(2, "gap")], "contiguous"),
+            ("s", 1, [_user(1, "a"), _user(3, "gap")], "contiguous"),
+            ("s", -1, [_user(0, "x")], "expected_count"),
+            ("", 0, [_user(0, "x")], "session id"),
+        ]
+        for session_id, expected, events, message in bad:
+            with pytest.raises(ValueError, match=message):
+                await rebasing.commit_rebased(session_id, expected_count=expected, events=events)
+        # A count below what the caller expects (the session was deleted, say) is a conflict.
+        with pytest.raises(ConflictError):
+            await rebasing.commit_rebased("s", expected_count=5, events=[_user(5, "ahead")])
+        with pytest.raises(ConflictError):
+            await rebasing.commit_rebased("gone", expected_count=1, events=[_user(1, "ahead")])
+        assert [e.data["content"] for e in await store.load("s")] == ["kept"]
+        assert await store.sessions() == [SessionInfo("s", 1, 1)]
+
+    @pytest.mark.anyio
+    async def test_concurrent_rebasing_commits_all_land_once_in_order(self, store: Store) -> None:
+        rebasing = self._rebasing(store)
+        writers, rounds = 6, 8
+        landed: dict[int, list[Event]] = {}
+
+        async def write(writer: int) -> None:
+            known = 0  # a stale view on purpose: every commit but the first must move
+            for round_ in range(rounds):
+                batch = [
+                    _user(known + offset, f"w{writer} r{round_} e{offset}")
+                    for offset in range(1 + (writer + round_) % 3)
+                ]
+                done = await rebasing.commit_rebased("s", expected_count=known, events=batch)
+                assert [e.data["content"] for e in done.events] == [
+                    e.data["content"] for e in batch
+                ]
+                landed.setdefault(writer, []).extend(done.events)
+                known = done.events[-1].seq + 1 if writer % 2 else known
+
+        async with anyio.create_task_group() as tg:
+            for writer in range(writers):
+                tg.start_soon(write, writer)
+        stored = list(await store.load("s"))
+        assert [e.seq for e in stored] == list(range(len(stored)))
+        assert sorted(stored, key=lambda e: e.seq) == sorted(
+            (e for events in landed.values() for e in events), key=lambda e: e.seq
+        )
+        for writer, events in landed.items():
+            mine = [e for e in stored if str(e.data["content"]).startswith(f"w{writer} ")]
+            assert mine == events  # each writer's order kept
+
     # Sessions ----------------------------------------------------------------------------------
 
     @pytest.mark.anyio
@@ -286,3 +402,6 @@ class StoreConformance:
             await store.load("s")
         with pytest.raises(StoreError):
             await store.commit("s", expected_count=0, events=sample_log(1).events())
+        if isinstance(store, RebasingStore):
+            with pytest.raises(StoreError):
+                await store.commit_rebased("s", expected_count=0, events=sample_log(1).events())

@@ -1,6 +1,7 @@
 """Stores: where a session's log is persisted.
 
-``Store`` is the contract (:mod:`nous_session.stores.base`); ``MemoryStore`` is the in-process
+``Store`` is the contract (:mod:`nous_session.stores.base`), and ``RebasingStore`` its optional
+extension for many writers on one session; ``MemoryStore`` is the in-process
 reference; ``SQLiteStore`` is the embedded default; ``PostgresStore`` (the ``postgres`` extra)
 serves many processes and machines. :func:`open_store` picks one from a URL, importing the
 backend only when it is asked for.
@@ -18,13 +19,15 @@ import anyio
 import structlog
 
 from nous_session.event import Event
-from nous_session.stores.base import SessionInfo, Store
+from nous_session.stores.base import Rebased, RebasingStore, SessionInfo, Store
 from nous_session.stores.memory import MemoryStore
 
 __all__ = [
     "DEFAULT_PATH_ENV",
     "STORE_ENV",
     "MemoryStore",
+    "Rebased",
+    "RebasingStore",
     "SessionInfo",
     "Store",
     "default_path",

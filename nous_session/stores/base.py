@@ -15,7 +15,17 @@ import attrs
 
 from nous_session.event import Event
 
-__all__ = ["SessionInfo", "Store", "check_commit_arguments", "check_session_id", "place"]
+__all__ = [
+    "Rebased",
+    "RebasingStore",
+    "SessionInfo",
+    "Store",
+    "check_commit_arguments",
+    "check_rebase_arguments",
+    "check_session_id",
+    "moved",
+    "place",
+]
 
 
 @attrs.frozen
@@ -88,6 +98,60 @@ class Store(Protocol):
         ...
 
 
+@attrs.frozen
+class Rebased:
+    """What :meth:`RebasingStore.commit_rebased` did.
+
+    Attributes:
+        shift: how far the events moved: each was stored at its seq + ``shift`` (0 when no
+            other writer had committed since ``expected_count``).
+        others: the events other writers had stored from ``expected_count`` up to where
+            these landed, in seq order (fewer than ``shift`` when a snapshot dropped some).
+        events: the events as stored, at their new seqs.
+    """
+
+    shift: int
+    others: Sequence[Event]
+    events: Sequence[Event]
+
+
+@runtime_checkable
+class RebasingStore(Store, Protocol):
+    """A store that can append a batch after whatever the session holds, in one step.
+
+    Optimistic concurrency (``commit`` with ``expected_count``) makes the loser of a race
+    redo its work; when many processes append to one session most of that work is thrown
+    away. A rebasing commit lets the store serialise the writers instead: it takes the
+    session's current count under its own lock, stores the batch right after it and returns
+    what the other writers had stored in between, so nothing is retried. The actor uses it
+    with ``on_conflict="rebase"`` for batches whose meaning does not depend on their seqs
+    (plain appends: no surface op, no snapshot).
+    """
+
+    async def commit_rebased(
+        self, session_id: str, *, expected_count: int, events: Sequence[Event]
+    ) -> Rebased:
+        """Append ``events`` after the session's current count in one atomic, durable step.
+
+        ``events`` are non-empty with contiguous seqs from ``expected_count``. With the
+        stored count ``c >= expected_count``, each is stored at its seq + ``c -
+        expected_count`` and the count becomes ``c + len(events)``.
+
+        Raises:
+            ValueError: the arguments are malformed (as for ``commit``, and the seqs must be
+                contiguous); nothing was written.
+            ConflictError: the stored count is below ``expected_count`` (the session was
+                deleted, or the caller is ahead of this store); nothing was written.
+            StoreError: any other failure; nothing was written.
+        """
+        ...
+
+
+def moved(events: Sequence[Event], shift: int) -> list[Event]:
+    """``events`` at their seq + ``shift`` (the same data, shared, and times)."""
+    return [Event(e.seq + shift, e.type, e.data, e.time) for e in events]
+
+
 def place(session_id: str, where: str) -> Callable[[int], str]:
     """How a load names a stored record in an error: session, seq and file or schema."""
     return lambda seq: f"session {session_id!r} seq {seq} in {where}"
@@ -127,3 +191,23 @@ def check_commit_arguments(
     for seq in dropped:
         if not 0 <= seq < expected_count:
             raise ValueError(f"a dropped seq must be below {expected_count}, got {seq}")
+
+
+def check_rebase_arguments(session_id: str, expected_count: int, events: Sequence[Event]) -> None:
+    """Refuse a malformed rebasing commit before anything is written.
+
+    Raises:
+        ValueError: the session id is bad, ``events`` is empty, or their seqs are not
+            ``expected_count, expected_count + 1, ...``.
+    """
+    check_session_id(session_id)
+    if type(expected_count) is not int or expected_count < 0:
+        raise ValueError(f"expected_count must be an int >= 0, got {expected_count!r}")
+    if not events:
+        raise ValueError("a rebasing commit needs at least one event")
+    for offset, event in enumerate(events):
+        if event.seq != expected_count + offset:
+            raise ValueError(
+                f"rebasing commit events must have contiguous seqs from {expected_count};"
+                f" event {offset} has seq {event.seq}"
+            )

@@ -14,7 +14,13 @@ import attrs
 
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
-from nous_session.stores.base import SessionInfo, check_commit_arguments
+from nous_session.stores.base import (
+    Rebased,
+    SessionInfo,
+    check_commit_arguments,
+    check_rebase_arguments,
+    moved,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -69,6 +75,27 @@ class MemoryStore:
         if events:
             session.events.extend(events)
             session.count = events[-1].seq + 1
+
+    async def commit_rebased(
+        self, session_id: str, *, expected_count: int, events: Sequence[Event]
+    ) -> Rebased:
+        """Append ``events`` after the session's current count (see :class:`RebasingStore`)."""
+        self._check_open()
+        check_rebase_arguments(session_id, expected_count, events)
+        session = self._sessions.get(session_id)
+        stored = 0 if session is None else session.count
+        if stored < expected_count:
+            raise ConflictError(
+                f"session {session_id!r} has count {stored}, below the expected {expected_count}"
+            )
+        if session is None:
+            session = self._sessions[session_id] = _Session()
+        shift = stored - expected_count
+        others = session.events[bisect_left(session.events, expected_count, key=_SEQ) :]
+        placed = moved(events, shift) if shift else list(events)
+        session.events.extend(placed)
+        session.count = placed[-1].seq + 1
+        return Rebased(shift, others, placed)
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session with a nonzero count, sorted by id."""

@@ -39,7 +39,14 @@ import structlog
 from nous_session.codec import decode_rows, encode
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
-from nous_session.stores.base import SessionInfo, check_commit_arguments, place
+from nous_session.stores.base import (
+    Rebased,
+    SessionInfo,
+    check_commit_arguments,
+    check_rebase_arguments,
+    moved,
+    place,
+)
 
 try:
     import psycopg
@@ -77,6 +84,15 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
            )""",
     ),
 }
+
+
+def _tail(event: Event) -> bytes:
+    """The event's record without its ``[1,<seq>`` head, for the database to renumber."""
+    record = encode(event)
+    head = b"[1,%d" % event.seq
+    if not record.startswith(head):  # pragma: no cover - the codec's envelope changed
+        raise AssertionError(f"unexpected record envelope {record[:16]!r}")
+    return record[len(head) :]
 
 
 def _describe(error: BaseException) -> str:
@@ -159,7 +175,7 @@ class PostgresStore:
             ), inserted AS (
                 INSERT INTO {events} (session, seq, record)
                 SELECT %(name)s, seq, record
-                FROM unnest(%(seqs)s::bigint[], %(records)s::bytea[]) AS rows (seq, record)
+                FROM unnest(%(seqs)s::bigint[], %(records)b::bytea[]) AS rows (seq, record)
                 WHERE EXISTS (SELECT 1 FROM moved) RETURNING 1
             )
             SELECT pg_notify(%(channel)s, %(payload)s) FROM moved
@@ -179,6 +195,44 @@ class PostgresStore:
                 RETURNING name
             )"""
             + writes
+        ).format(sessions=self._sessions, events=self._events)
+
+        # A rebasing commit moves the count by the batch's length from wherever it is (taking
+        # the row lock), and inserts the batch after the old count; the record is rebuilt
+        # around its new seq (the client sends what follows the seq). Its first commit of a
+        # session may create the row.
+        rebased = """
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record)
+                SELECT %(name)s, moved.base + rows.pos - 1,
+                       convert_to('[1,' || (moved.base + rows.pos - 1)::text, 'UTF8') || rows.tail
+                FROM moved, unnest(%(tails)b::bytea[]) WITH ORDINALITY AS rows (tail, pos)
+                RETURNING 1
+            )
+            SELECT base, pg_notify(%(channel)s, json_build_object(
+                'session', %(name)s::text, 'head', base + %(n)s)::text) FROM moved
+        """
+        self._rebased = sql.SQL(
+            """WITH moved AS (
+                UPDATE {sessions} SET count = count + %(n)s
+                WHERE name = %(name)s AND count >= %(expected)s RETURNING count - %(n)s AS base"""
+            + rebased
+        ).format(sessions=self._sessions, events=self._events)
+        self._first_rebased = sql.SQL(
+            """WITH moved AS (
+                INSERT INTO {sessions} AS s (name, count) VALUES (%(name)s, %(n)s)
+                ON CONFLICT (name) DO UPDATE SET count = s.count + excluded.count
+                RETURNING s.count - %(n)s AS base"""
+            + rebased
+        ).format(sessions=self._sessions, events=self._events)
+        # Run in the same transaction, after the row lock is taken: a new statement sees what
+        # the writers it waited for committed, and (as the transaction's own) the new rows,
+        # which the bound excludes.
+        self._others = sql.SQL(
+            """SELECT seq, record FROM {events}
+               WHERE session = %(name)s AND seq >= %(expected)s
+               AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s
+               ORDER BY seq"""
         ).format(sessions=self._sessions, events=self._events)
 
     def __repr__(self) -> str:
@@ -333,6 +387,63 @@ class PostgresStore:
                 )
 
         await self._run(commit)
+
+    async def commit_rebased(
+        self, session_id: str, *, expected_count: int, events: Sequence[Event]
+    ) -> Rebased:
+        """Append ``events`` after the session's current count (see :class:`RebasingStore`).
+
+        One transaction, pipelined into one round trip: move the count by the batch's length
+        (which waits for the session's row lock, so concurrent writers queue up in the
+        database instead of failing), insert the batch after the old count, read what other
+        writers stored since ``expected_count``, notify watchers, commit.
+
+        Raises:
+            ConflictError: the stored count is below ``expected_count``; nothing was written.
+            CorruptRecordError: another writer's record cannot be decoded; nothing was written.
+            StoreError: as for :meth:`commit`.
+        """
+        check_rebase_arguments(session_id, expected_count, events)
+        rows = list(events)
+        parameters: dict[str, Any] = {
+            "name": session_id,
+            "expected": expected_count,
+            "n": len(rows),
+            "channel": self._channel,
+        }
+        statement = self._first_rebased if expected_count == 0 else self._rebased
+
+        def commit() -> tuple[int | None, list[Any]]:
+            parameters["tails"] = [_tail(event) for event in rows]
+            try:
+                with self._pool.connection() as connection:
+                    with connection.pipeline(), connection.transaction():
+                        moved_ = connection.execute(statement, parameters)
+                        others = connection.execute(self._others, parameters)
+                    done = moved_.fetchone()
+                    return (None if done is None else done[0]), others.fetchall()
+            except psycopg.errors.UniqueViolation as error:
+                raise ConflictError(
+                    f"session {session_id!r}: another writer holds one of these seqs"
+                    f" ({_describe(error)})"
+                ) from error
+            except psycopg.Error as error:
+                raise StoreError(
+                    f"commit to session {session_id!r} failed: {_describe(error)}"
+                ) from error
+
+        base, others = await self._run(commit)
+        if base is None:
+            raise ConflictError(
+                f"session {session_id!r} has a count below the expected {expected_count}"
+                " (deleted, or written by another store?); nothing was written"
+            )
+        shift = base - expected_count
+        return Rebased(
+            shift,
+            decode_rows(others, place(session_id, f"schema {self.schema}")),
+            moved(rows, shift) if shift else rows,
+        )
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session with a nonzero count, by id (held events counted: a full index scan,

@@ -36,7 +36,14 @@ import attrs
 from nous_session.codec import decode_rows, encode
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
-from nous_session.stores.base import SessionInfo, check_commit_arguments, place
+from nous_session.stores.base import (
+    Rebased,
+    SessionInfo,
+    check_commit_arguments,
+    check_rebase_arguments,
+    moved,
+    place,
+)
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -207,6 +214,56 @@ class SQLiteStore:
                 ) from error
 
         await self._run(commit)
+
+    async def commit_rebased(
+        self, session_id: str, *, expected_count: int, events: Sequence[Event]
+    ) -> Rebased:
+        """Append ``events`` after the session's current count (see :class:`RebasingStore`).
+
+        One transaction under SQLite's write lock: read the count and what other writers
+        stored since ``expected_count``, insert the events after it, commit.
+
+        Raises:
+            ConflictError: the stored count is below ``expected_count``; nothing was written.
+            CorruptRecordError: another writer's record cannot be decoded; nothing was written.
+            StoreError: SQLite failed; nothing was written.
+        """
+        check_rebase_arguments(session_id, expected_count, events)
+        rows = list(events)
+
+        def commit(connection: sqlite3.Connection) -> Rebased:
+            try:
+                with _transaction(connection):
+                    row = connection.execute(
+                        "SELECT id, count FROM nous_sessions WHERE name = ?", (session_id,)
+                    ).fetchone()
+                    stored = 0 if row is None else row[1]
+                    if stored < expected_count:
+                        raise ConflictError(
+                            f"session {session_id!r} has count {stored},"
+                            f" below the expected {expected_count}"
+                        )
+                    shift = stored - expected_count
+                    others: list[Event] = []
+                    if shift:
+                        others = decode_rows(
+                            connection.execute(
+                                "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ?"
+                                " ORDER BY seq",
+                                (row[0], expected_count),
+                            ).fetchall(),
+                            place(session_id, self.path),
+                        )
+                    placed = moved(rows, shift) if shift else rows
+                    records = [(event.seq, encode(event)) for event in placed]
+                    _commit(connection, session_id, stored, records, ())
+            except sqlite3.Error as error:
+                raise StoreError(
+                    f"commit to session {session_id!r} in {self.path} failed: {_describe(error)}"
+                ) from error
+            return Rebased(shift, others, placed)
+
+        return await self._run(commit)
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session with a nonzero count, by id."""
