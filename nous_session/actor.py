@@ -264,6 +264,7 @@ class SessionActor:
         "_parked",
         "_policy",
         "_rebase",
+        "_rebased_commit",
         "_receive",
         "_requests",
         "_retry_at",
@@ -294,6 +295,10 @@ class SessionActor:
             raise TypeError("use `async with SessionActor.open(session_id=...) as session`")
         self._session_id = session_id
         self._rebase = rebase
+        # A store that can append after whatever the session holds serialises the writers
+        # itself: plain appends then never conflict and nothing is redone.
+        rebased_commit = getattr(store, "commit_rebased", None) if rebase else None
+        self._rebased_commit = rebased_commit if callable(rebased_commit) else None
         self._store = store
         self._log = log
         self._policy = compaction
@@ -355,11 +360,17 @@ class SessionActor:
                 store has a change feed (PostgreSQL), False never does.
             on_conflict: what a commit that loses to another writer does. ``"raise"`` (the
                 default): its callers get :class:`ConflictError` (the actor has caught up, so a
-                retry lands). ``"rebase"``: the actor catches up and applies the same requests
-                again after what the other writer committed, retrying up to 32 times (with a
-                short random backoff after the first) before raising; the events then get later
-                seqs than at first, and a replace or compaction is re-checked against the
-                caught-up log. For many writers on one session, where conflicts are common.
+                retry lands). ``"rebase"``: for many writers on one session, where conflicts are
+                common. A batch of plain appends (no surface op) goes to a store that can
+                rebase it (:class:`~nous_session.stores.base.RebasingStore`: all the built-in
+                ones) with a rebasing commit: the store puts it after whatever the session
+                holds, under its own lock, and returns what the other writers stored in
+                between, so it never conflicts. Any other batch (a replace, a snapshot, a
+                compaction), or any batch with another store, is applied again after the
+                actor catches up, up to 32 times (with a short random backoff after the first)
+                before raising; a replace or compaction is then re-checked against the
+                caught-up log. Either way the events may get later seqs than the caller's log
+                suggested; the returned events carry the seqs they were stored at.
 
         On leaving the block, requests already in the queue are applied and acknowledged;
         callers still waiting for queue space, and every later call, get
@@ -547,6 +558,9 @@ class SessionActor:
             if not requests:
                 return
             step = self._apply(requests)
+            if self._rebased_commit is not None and _plain_appends(step):
+                await self._commit_rebased(step)
+                return
             if step.log is not step.base:
                 events = step.log.since(step.base.count)
                 try:
@@ -596,6 +610,57 @@ class SessionActor:
                 request.resolve(result)
             self._maybe_compact(step.rebuilt)
             return
+
+    async def _commit_rebased(self, step: _Applied) -> None:
+        """Commit a batch of plain appends after whatever the store holds, then publish."""
+        assert self._rebased_commit is not None
+        events = step.log.since(step.base.count)
+        try:
+            with anyio.CancelScope(shield=True):
+                rebased = await self._rebased_commit(
+                    self._session_id, expected_count=step.base.count, events=events
+                )
+        except Exception as error:
+            self._logger.warning(
+                "nous_session.commit_failed",
+                error=repr(error),
+                requests=len(step.applied),
+                expected_count=step.base.count,
+            )
+            for request, _ in step.applied:
+                request.fail(_store_error(error))
+            if isinstance(error, ConflictError):
+                await self._reload(None)
+            return
+        rebuilt = step.rebuilt
+        applied = step.applied
+        if rebased.shift:
+            # Other writers got there first: their events go before ours, and every caller
+            # hears the seqs its events were stored at.
+            log = step.base.extend([*rebased.others, *rebased.events])
+            stored = iter(rebased.events)
+            applied = [
+                (request, tuple(next(stored) for _ in result)) for request, result in applied
+            ]
+            rebuilt = rebuilt or any(
+                event.data.get("surface_op") is not None for event in rebased.others
+            )
+        else:
+            log = step.log
+        self._log = log
+        self._batches += 1
+        self._notify()
+        if self._log_commits:
+            self._logger.debug(
+                "nous_session.commit",
+                events=len(events),
+                shift=rebased.shift,
+                count=log.count,
+            )
+        self._requests += len(applied)
+        for request, result in applied:
+            request.resolve(result)
+        self._maybe_compact(rebuilt)
 
     def _notify(self) -> None:
         """Tell subscribers a new Log is published.
@@ -979,6 +1044,16 @@ class SessionActor:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "closing" if self._closing else "open"
         return f"<SessionActor {self._session_id!r} {state} count={self._log.count}>"
+
+
+def _plain_appends(step: _Applied) -> bool:
+    """Whether a batch holds only appends with no surface op: what a rebasing commit can move."""
+    return (
+        step.log is not step.base
+        and not step.rebuilt
+        and not step.dropped
+        and all(request.kind == _APPEND for request, _ in step.applied)
+    )
 
 
 def _apply_append(log: Log, items: Sequence[Prepared]) -> tuple[Log, tuple[Event, ...], bool]:

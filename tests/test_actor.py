@@ -824,6 +824,100 @@ async def test_the_loser_of_a_conflict_reloads_and_carries_on() -> None:
         assert list(winner.log.events()) == held
 
 
+class FaultyRebasingStore(FaultyStore):
+    """A FaultyStore that also offers rebasing commits (failing them on demand too)."""
+
+    async def commit_rebased(
+        self, session_id: str, *, expected_count: int, events: Sequence[Event]
+    ) -> Any:
+        self.calls += 1
+        if self.fault is not None:
+            raise self.fault("injected fault")
+        return await self.inner.commit_rebased(
+            session_id, expected_count=expected_count, events=events
+        )
+
+
+async def test_rebase_puts_plain_appends_after_another_writers_without_retrying() -> None:
+    store = FaultyRebasingStore()
+    async with (
+        SessionActor.open(session_id=SID, store=store, on_conflict="rebase") as first,
+        SessionActor.open(session_id=SID, store=store, on_conflict="rebase") as second,
+    ):
+        received: list[Event] = []
+
+        async def follow() -> None:
+            async with second.subscribe() as events:
+                async for event in events:
+                    received.append(event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            for n in range(3):
+                await first.append(U, {"content": f"first {n}"})
+            calls = store.calls
+            pair = await second.append_many([(U, {"content": "second a"}), (A, {"content": "b"})])
+            assert store.calls == calls + 1  # one rebasing commit, no conflict, no retry
+            assert seqs(pair) == [3, 4]
+            held = await stored(store)
+            assert list(second.log.events()) == held
+            assert [m.text for m in second.messages()] == [
+                "first 0",
+                "first 1",
+                "first 2",
+                "second a",
+                "b",
+            ]
+            # Both actors append at once, each with a stale view of the other.
+            acks: dict[str, list[Event]] = {"first": [], "second": []}
+
+            async def produce(name: str, session: SessionActor, n: int) -> None:
+                acks[name].append(await session.append(U, {"content": f"{name} {n}"}))
+
+            async with anyio.create_task_group() as producers:
+                for n in range(20):
+                    producers.start_soon(produce, "first", first, n)
+                    producers.start_soon(produce, "second", second, n)
+            held = await stored(store)
+            assert seqs(held) == list(range(45))
+            for name, session in (("first", first), ("second", second)):
+                assert list(session.log.events()) == held[: session.log.count]
+                # Every ack is the event stored at its seq; nothing else of this actor's is.
+                ours = [e for e in held[5:] if str(e.data["content"]).startswith(f"{name} ")]
+                assert sorted(acks[name], key=lambda e: e.seq) == ours
+            await wait_for(lambda: len(received) == second.log.count)
+            tg.cancel_scope.cancel()
+        assert received == list(second.log.events())  # in seq order, once each
+
+
+async def test_a_failed_rebasing_commit_fails_its_batch_and_changes_nothing() -> None:
+    store = FaultyRebasingStore()
+    async with SessionActor.open(session_id=SID, store=store, on_conflict="rebase") as session:
+        await session.append(U, {"content": "kept"})
+        for fault in (StoreError, RuntimeError, ConflictError):
+            store.fault = fault
+            with pytest.raises(ConflictError if fault is ConflictError else StoreError):
+                await session.append_many([(U, {"content": "lost"}), (U, {"content": "lost"})])
+            assert session.log.count == 1
+        store.fault = None
+        assert await stored(store) == list(session.log.events())
+        assert (await session.append(U, {"content": "later"})).seq == 1
+
+
+async def test_rebase_without_a_rebasing_store_retries_on_the_caught_up_log() -> None:
+    store = FaultyStore()  # load and commit only
+    async with (
+        SessionActor.open(session_id=SID, store=store, on_conflict="rebase") as first,
+        SessionActor.open(session_id=SID, store=store, on_conflict="rebase") as second,
+    ):
+        await first.append(U, {"content": "first"})
+        calls = store.calls
+        event = await second.append(U, {"content": "second"})
+        assert event.seq == 1
+        assert store.calls == calls + 2  # the conflict, then the retry on the caught-up log
+        assert list(second.log.events()) == await stored(store)
+
+
 # Closing -------------------------------------------------------------------------------------
 
 
