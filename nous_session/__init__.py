@@ -26,7 +26,14 @@ from nous_session.errors import (
 from nous_session.event import SURFACE_TYPES, Event, EventType, Replace
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
-from nous_session.stores import MemoryStore, SessionInfo, Store, open_store
+from nous_session.stores import (
+    MemoryStore,
+    Rebased,
+    RebasingStore,
+    SessionInfo,
+    Store,
+    open_store,
+)
 from nous_session.transcript import Compacted, Unchanged
 
 __all__ = [
@@ -42,6 +49,8 @@ __all__ = [
     "MemoryStore",
     "Message",
     "NousSessionError",
+    "Rebased",
+    "RebasingStore",
     "Replace",
     "Role",
     "SURFACE_TYPES",

@@ -51,7 +51,7 @@ from nous_session.errors import (
     SessionClosedError,
     StoreError,
 )
-from nous_session.event import Event, EventType, message_event, prepare, to_message
+from nous_session.event import Event, EventType, make_event, message_event, prepare, to_message
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.stores import open_store
@@ -557,10 +557,10 @@ class SessionActor:
         for attempt in range(_REBASE_ATTEMPTS + 1):
             if not requests:
                 return
-            step = self._apply(requests)
-            if self._rebased_commit is not None and _plain_appends(step):
-                await self._commit_rebased(step)
+            if self._rebased_commit is not None and _plain_appends(requests):
+                await self._commit_rebased(requests)
                 return
+            step = self._apply(requests)
             if step.log is not step.base:
                 events = step.log.since(step.base.count)
                 try:
@@ -573,6 +573,9 @@ class SessionActor:
                             dropped=step.dropped,
                         )
                 except Exception as error:
+                    # The batch never happened: its events leave the log's shared storage,
+                    # so catching up (or the next batch) extends it instead of copying it.
+                    step.base._give_back(step.log)
                     conflict = isinstance(error, ConflictError)
                     if conflict:
                         # Another writer is ahead: read what it wrote.
@@ -611,56 +614,66 @@ class SessionActor:
             self._maybe_compact(step.rebuilt)
             return
 
-    async def _commit_rebased(self, step: _Applied) -> None:
-        """Commit a batch of plain appends after whatever the store holds, then publish."""
+    async def _commit_rebased(self, requests: list[_Request]) -> None:
+        """Commit a batch of plain appends after whatever the store holds, then publish.
+
+        The events are made for the seqs after the published log but not appended to it: if
+        other writers got there first they move, and the log then takes the others' events
+        and ours in one extend (appending ours first would leave the log's shared storage
+        holding events that never happened, and the extend would have to copy it).
+        """
         assert self._rebased_commit is not None
-        events = step.log.since(step.base.count)
+        base = self._log
+        seq = base.count
+        events: list[Event] = []
+        applied: list[tuple[_Request, int]] = []
+        for request in requests:
+            try:
+                made = [
+                    make_event(seq + offset, event_type, data, time, decoded=True)
+                    for offset, (event_type, data, time) in enumerate(request.payload)
+                ]
+            except InvalidEventError as error:
+                request.fail(error)
+                continue
+            events.extend(made)
+            applied.append((request, len(made)))
+            seq += len(made)
+        if not events:
+            return
         try:
             with anyio.CancelScope(shield=True):
                 rebased = await self._rebased_commit(
-                    self._session_id, expected_count=step.base.count, events=events
+                    self._session_id, expected_count=base.count, events=events
                 )
         except Exception as error:
             self._logger.warning(
                 "nous_session.commit_failed",
                 error=repr(error),
-                requests=len(step.applied),
-                expected_count=step.base.count,
+                requests=len(applied),
+                expected_count=base.count,
             )
-            for request, _ in step.applied:
+            for request, _ in applied:
                 request.fail(_store_error(error))
             if isinstance(error, ConflictError):
                 await self._reload(None)
             return
-        rebuilt = step.rebuilt
-        applied = step.applied
-        if rebased.shift:
-            # Other writers got there first: their events go before ours, and every caller
-            # hears the seqs its events were stored at.
-            log = step.base.extend([*rebased.others, *rebased.events])
-            stored = iter(rebased.events)
-            applied = [
-                (request, tuple(next(stored) for _ in result)) for request, result in applied
-            ]
-            rebuilt = rebuilt or any(
-                event.data.get("surface_op") is not None for event in rebased.others
-            )
-        else:
-            log = step.log
-        self._log = log
+        # Other writers' events (if any) go before ours; every caller hears the seqs its
+        # events were stored at.
+        self._log = log = base.extend([*rebased.others, *rebased.events])
         self._batches += 1
         self._notify()
         if self._log_commits:
             self._logger.debug(
-                "nous_session.commit",
-                events=len(events),
-                shift=rebased.shift,
-                count=log.count,
+                "nous_session.commit", events=len(events), shift=rebased.shift, count=log.count
             )
         self._requests += len(applied)
-        for request, result in applied:
-            request.resolve(result)
-        self._maybe_compact(rebuilt)
+        stored = iter(rebased.events)
+        for request, size in applied:
+            request.resolve(tuple(next(stored) for _ in range(size)))
+        self._maybe_compact(
+            any(event.data.get("surface_op") is not None for event in rebased.others)
+        )
 
     def _notify(self) -> None:
         """Tell subscribers a new Log is published.
@@ -1046,13 +1059,12 @@ class SessionActor:
         return f"<SessionActor {self._session_id!r} {state} count={self._log.count}>"
 
 
-def _plain_appends(step: _Applied) -> bool:
-    """Whether a batch holds only appends with no surface op: what a rebasing commit can move."""
-    return (
-        step.log is not step.base
-        and not step.rebuilt
-        and not step.dropped
-        and all(request.kind == _APPEND for request, _ in step.applied)
+def _plain_appends(requests: list[_Request]) -> bool:
+    """Whether a batch holds only appends without a surface op: events that mean the same at
+    any seq, which a rebasing commit may move."""
+    return bool(requests) and all(
+        request.kind == _APPEND and all("surface_op" not in item[1] for item in request.payload)
+        for request in requests
     )
 
 

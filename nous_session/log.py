@@ -358,6 +358,19 @@ class Log:
         log._fold = self._fold
         return log
 
+    def _give_back(self, newer: Log) -> None:
+        """Let this value's next append reuse the shared storage instead of forking.
+
+        For an owner that built ``newer`` from this value by appends alone and discards it
+        unseen (the SessionActor after a failed commit): the events ``newer`` added past this
+        value are dropped from the storage, if nothing was added after them. The caller
+        guarantees that no other value holding those events is alive; this value, and every
+        older one, are unchanged.
+        """
+        events = self._events
+        if newer._events is events and len(events) == newer._held >= self._held:
+            del events[self._held :]
+
     @classmethod
     def seed(cls, messages: Iterable[object]) -> Log:
         """A log with one surface event per message, in order, each timed at its ``created_at``.

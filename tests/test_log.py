@@ -1014,3 +1014,28 @@ def test_log_equality_is_by_value() -> None:
     assert a == b
     assert a != users(2)
     assert a != a.append(U, {"content": "x"}, time=at(3))
+
+
+def test_giving_back_a_discarded_successor_lets_the_next_append_reuse_the_storage() -> None:
+    base = users(3)
+    base.derive_messages()
+    discarded = summary(base.append(U, {"content": "never"}), 0, 1)
+    contents(discarded)  # its fold extended the shared surface too
+    base._give_back(discarded)
+    after = base.append(U, {"content": "instead"}, time=at(3))
+    assert after._events is base._events  # no copy
+    assert [e.data.get("content") for e in after.events()] == ["m0", "m1", "m2", "instead"]
+    assert contents(after) == ["m0", "m1", "m2", "instead"]
+    assert contents(base) == ["m0", "m1", "m2"]
+    assert seqs(after.surface()) == [0, 1, 2, 3]
+
+
+def test_give_back_leaves_storage_alone_when_something_came_after() -> None:
+    base = users(2)
+    discarded = base.append(U, {"content": "x"})
+    kept = discarded.append(U, {"content": "y"})  # still alive: must not lose its events
+    base._give_back(discarded)
+    assert [e.data.get("content") for e in kept.events()] == ["m0", "m1", "x", "y"]
+    other = base.append(U, {"content": "z"})
+    assert contents(other) == ["m0", "m1", "z"]
+    assert contents(kept) == ["m0", "m1", "x", "y"]
