@@ -4,11 +4,12 @@
 command; it answers on stdout with ``ready`` (its actor is open) and ``result {json}`` (the
 round's figures). Commands:
 
-``produce SESSION NAME PRODUCERS SECONDS``
-    open the session, print ``ready``, wait for ``go START`` (a ``time.time()`` value shared
-    by every worker: the start barrier), then run PRODUCERS tasks that append until
-    START + SECONDS, each append retried on ConflictError; the result lists every ack
-    ``[seq, producer, n]`` and every append's latency in seconds, first try to ack.
+``produce SESSION NAME PRODUCERS SECONDS MODE``
+    open the session with ``on_conflict=MODE`` (``raise`` or ``rebase``), print ``ready``,
+    wait for ``go START`` (a ``time.time()`` value shared by every worker: the start
+    barrier), then run PRODUCERS tasks that append until START + SECONDS, each append
+    retried on ConflictError; the result lists every ack ``[seq, producer, n]`` and every
+    append's latency in seconds, first try to ack.
 ``pace SESSION RATE SECONDS PRODUCERS``
     open the session, print ``ready``, wait for ``go START``, then append RATE events a
     second for SECONDS from PRODUCERS tasks on a fixed schedule (each event's data carries
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -103,13 +103,18 @@ async def wait_for_go() -> float:
 
 
 async def produce(
-    store: StampingStore, session_id: str, name: str, producers: int, seconds: float
+    store: StampingStore, session_id: str, name: str, producers: int, seconds: float, mode: str
 ) -> None:
     acks: list[list[int]] = []
     latencies: list[float] = []
     conflicts = [0]
-    mode = os.environ.get("NOUS_BENCH_ON_CONFLICT", "raise")
-    async with SessionActor.open(session_id=session_id, store=store, on_conflict=mode) as session:
+    if mode not in ("raise", "rebase"):
+        raise SystemExit(f"unknown on_conflict mode {mode!r}")
+    async with SessionActor.open(
+        session_id=session_id,
+        store=store,
+        on_conflict="rebase" if mode == "rebase" else "raise",
+    ) as session:
         say("ready")
         start = await wait_for_go()
         end = start + seconds
@@ -227,8 +232,8 @@ async def main(url: str, schema: str) -> None:
                 return
             command, *args = line.split()
             if command == "produce":
-                session_id, name, producers, seconds = args
-                await produce(store, session_id, name, int(producers), float(seconds))
+                session_id, name, producers, seconds, mode = args
+                await produce(store, session_id, name, int(producers), float(seconds), mode)
             elif command == "pace":
                 session_id, rate, seconds, producers = args
                 await pace(store, session_id, float(rate), float(seconds), int(producers))

@@ -6,11 +6,14 @@ works in a fresh schema, dropped afterwards. The work happens in child processes
 (``_pg_worker.py``, one long-lived process per role, driven round by round over stdin), started
 together by a start barrier: the parent sends every worker the same ``time.time()`` to start at.
 
-* ``producers``: 4 processes x 50 producers appending to ONE session for a fixed time, each
-  append retried on ConflictError: acknowledged appends/s in total and the append latency
-  (first try to ack), checked afterwards: every ack stored once, seqs contiguous, each
-  producer's order kept. ``NOUS_BENCH_ON_CONFLICT=rebase`` runs the writers with
-  ``SessionActor.open(on_conflict="rebase")`` instead of retrying in the caller.
+* ``producers``: 4 processes x 50 producers appending to ONE session for a fixed time:
+  acknowledged appends/s in total and the append latency (first try to ack), checked
+  afterwards: every ack stored once, seqs contiguous, each producer's order kept. Each round
+  runs it twice, in alternating order: with ``on_conflict="rebase"`` (the writers' batches go
+  through the store's rebasing commit: the database queues them, nothing conflicts;
+  ``postgres.producers.*``) and with the default ``on_conflict="raise"`` (optimistic: a
+  batch that loses the race fails with ConflictError and its producers retry;
+  ``postgres.producers_optimistic.*``).
 * ``live_tail``: a writer process appending at 1,000/s on a schedule; a subscriber process
   following the session through ``SessionActor.open(store=PostgresStore)`` + ``subscribe()``:
   latency from the writer's commit to the subscriber's receipt; every event seen once, in order.
@@ -210,74 +213,110 @@ def _check_producers(
     )
 
 
+def _produce_round(
+    url: str, schema: str, workers: list[Any], session_id: str, mode: str, seconds: float
+) -> dict[str, float]:
+    """One round of 4 x 50 producers on a fresh session; its figures, checked."""
+    for w, worker in enumerate(workers):
+        worker.send(f"produce {session_id} w{w} {PRODUCERS} {seconds} {mode}")
+    for worker in workers:
+        worker.expect("ready", 60)
+    start = _go(workers)
+    results = [json.loads(w.expect("result", seconds + 120)) for w in workers]
+    _check_producers(_stored(url, schema, session_id), results)
+    total = sum(len(result["acks"]) for result in results)
+    elapsed = max(result["finished"] for result in results) - start
+    latencies = sorted(lat for result in results for lat in result["latencies"])
+    expect(len(latencies) == total, "producers: a latency per ack")
+    return {
+        "rate": total / elapsed,
+        "p50": percentile(latencies, 0.50) * MS,
+        "p99": percentile(latencies, 0.99) * MS,
+        "max": latencies[-1] * MS,
+        "conflicts": sum(r["conflicts"] for r in results) / total,
+        "batch": sum(r["requests"] for r in results) / max(1, sum(r["batches"] for r in results)),
+        "share": min(len(r["acks"]) for r in results) / (total / PROCESSES),
+    }
+
+
 def producers(ctx: Context) -> list[Measurement]:
     """4 OS processes x 50 producers appending to one session on local PostgreSQL."""
     url = _url()
     if url is None:
         return []
     seconds = 1.5 if ctx.quick else 5.0
-    out: dict[str, list[float]] = defaultdict(list)
+    out: dict[str, dict[str, list[float]]] = {
+        "rebase": defaultdict(list),
+        "raise": defaultdict(list),
+    }
     with _schema(url, "producers") as schema, _workers(url, schema, PROCESSES) as workers:
         for round_index in range(ctx.rounds):
-            session_id = f"producers-{round_index}"
-            for w, worker in enumerate(workers):
-                worker.send(f"produce {session_id} w{w} {PRODUCERS} {seconds}")
-            for worker in workers:
-                worker.expect("ready", 60)
-            start = _go(workers)
-            results = [json.loads(w.expect("result", seconds + 120)) for w in workers]
-            _check_producers(_stored(url, schema, session_id), results)
-            total = sum(len(result["acks"]) for result in results)
-            elapsed = max(result["finished"] for result in results) - start
-            latencies = sorted(lat for result in results for lat in result["latencies"])
-            expect(len(latencies) == total, "producers: a latency per ack")
-            out["rate"].append(total / elapsed)
-            out["p50"].append(percentile(latencies, 0.50) * MS)
-            out["p99"].append(percentile(latencies, 0.99) * MS)
-            out["max"].append(latencies[-1] * MS)
-            out["conflicts"].append(sum(r["conflicts"] for r in results) / total)
-            out["batch"].append(
-                sum(r["requests"] for r in results) / max(1, sum(r["batches"] for r in results))
-            )
-            out["share"].append(min(len(r["acks"]) for r in results) / (total / PROCESSES))
+            # Side by side: both modes in every round, the first one alternating.
+            modes = ("rebase", "raise") if round_index % 2 == 0 else ("raise", "rebase")
+            for mode in modes:
+                figures = _produce_round(
+                    url, schema, workers, f"producers-{mode}-{round_index}", mode, seconds
+                )
+                for key, value in figures.items():
+                    out[mode][key].append(value)
+    what = (
+        f"{PROCESSES} OS processes x {PRODUCERS} producers, each awaiting appends (200 B chat "
+        f"events) to ONE session for {seconds:g} s after a common start; acks / (last ack - "
+        "start); afterwards every ack is checked stored once, seqs contiguous, each producer's "
+        "order kept"
+    )
+    rebase, raise_ = out["rebase"], out["raise"]
     return [
         measure(
             "postgres.producers.rate",
             "appends/s",
-            out["rate"],
+            rebase["rate"],
             target=Target(">=", 10_000, ISSUE_5),
-            note=f"{PROCESSES} OS processes x {PRODUCERS} producers, each awaiting appends "
-            f"(200 B chat events) to ONE session for {seconds:g} s after a common start, each "
-            "append retried on ConflictError; acks / (last ack - start); afterwards every ack "
-            "is checked stored once, seqs contiguous, each producer's order kept",
+            note=f'{what}; SessionActor.open(on_conflict="rebase"): batches of plain appends '
+            "go through PostgresStore.commit_rebased, queued on the session's row lock",
         ),
         measure(
             "postgres.producers.latency_p99",
             "ms",
-            out["p99"],
-            note="append latency from its first try to its ack, retries included, over every "
-            "append of every process",
+            rebase["p99"],
+            note="append latency from its first try to its ack, over every append of every process",
         ),
-        measure("postgres.producers.latency_p50", "ms", out["p50"]),
-        measure("postgres.producers.latency_max", "ms", out["max"]),
+        measure("postgres.producers.latency_p50", "ms", rebase["p50"]),
+        measure("postgres.producers.latency_max", "ms", rebase["max"]),
         measure(
             "postgres.producers.conflicts_per_ack",
             "retries/ack",
-            out["conflicts"],
+            rebase["conflicts"],
             note="ConflictErrors the producers caught, per acknowledged append",
         ),
         measure(
             "postgres.producers.mean_batch",
             "requests/commit",
-            out["batch"],
+            rebase["batch"],
             note="summed statistics() of the 4 actors: requests / successful commits",
         ),
         measure(
             "postgres.producers.fairness",
             "x",
-            out["share"],
+            rebase["share"],
             note="the least served process's acks / an equal share (1 = even)",
         ),
+        measure(
+            "postgres.producers_optimistic.rate",
+            "appends/s",
+            raise_["rate"],
+            note=f'{what}; the default on_conflict="raise": a losing batch fails with '
+            "ConflictError and its producers retry (same rounds as postgres.producers, "
+            "interleaved)",
+        ),
+        measure("postgres.producers_optimistic.latency_p99", "ms", raise_["p99"]),
+        measure("postgres.producers_optimistic.latency_p50", "ms", raise_["p50"]),
+        measure(
+            "postgres.producers_optimistic.conflicts_per_ack",
+            "retries/ack",
+            raise_["conflicts"],
+        ),
+        measure("postgres.producers_optimistic.fairness", "x", raise_["share"]),
     ]
 
 
