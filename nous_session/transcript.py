@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from numbers import Real
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import anyio
 import anyio.abc
@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 PREVIEW_CHARS = 101
+# What starts each non-tool line of a summary, after the newline before it.
+_LINE_HEADS: Final = {role: f"\n  [{role}] " for role in Role}
+_SUMMARY_CHUNK: Final = 256
 """How many characters of a message's text its summary line shows."""
 
 
@@ -175,8 +178,25 @@ def summarize(old: Sequence[Message]) -> Message:
     """
     if not old:
         raise ValueError("nothing to summarise")
-    text = summary_text([summary_line(message) for message in old])
-    return Message.system(text, created_at=old[0].created_at)
+    # The same text as summary_text([summary_line(m) for m in old]), built in chunks: a
+    # chunk's pieces are joined and dropped before the next chunk's are made, so for a long
+    # history the per-line strings reuse a little warm memory instead of each taking fresh
+    # memory (for 100,000 messages, 15 MB of it) before the one string of the result.
+    chunks = [f"[Compacted {len(old)} earlier messages]"]
+    heads, cut = _LINE_HEADS, PREVIEW_CHARS
+    for start in range(0, len(old), _SUMMARY_CHUNK):
+        pieces: list[str] = []
+        append = pieces.append
+        for message in old[start : start + _SUMMARY_CHUNK]:
+            role = message.role
+            if role is Role.TOOL:
+                name = message.name or "unknown"
+                append(f'\n  [tool] <result for "{name}" omitted from summary>')
+            else:
+                append(heads[role])
+                append(message.text[:cut].replace("\n", " "))
+        chunks.append("".join(pieces))
+    return Message.system("".join(chunks), created_at=old[0].created_at)
 
 
 def compact(messages: Sequence[Message], keep_last: int) -> list[Message]:

@@ -34,6 +34,9 @@ from nous_session.transcript import (
     prune_tool_results,
     should_compact,
     start_compaction,
+    summarize,
+    summary_line,
+    summary_text,
 )
 
 T0 = datetime(2024, 5, 17, 9, 0, 0, 250000, tzinfo=UTC)
@@ -1315,3 +1318,20 @@ def test_outcomes_are_frozen_values() -> None:
 def test_outcomes_are_exported() -> None:
     assert nous_session.Compacted is Compacted
     assert nous_session.Unchanged is Unchanged
+
+
+def test_summarize_writes_exactly_the_summary_lines_across_chunks() -> None:
+    call = ToolCall("c1", "lookup", {"q": 1})
+    kinds = [
+        Message.user("short"),
+        Message.user("x" * 300),
+        Message.user("line one\nline two " * 20),
+        Message.assistant(None, tool_calls=[call]),
+        Message.tool("c1", "secret output", name="lookup"),
+        Message.tool("c1", "no name"),
+        Message.system("a system note"),
+        Message.user([{"type": "text", "text": "part\none "}, {"type": "text", "text": "two"}]),
+    ]
+    for size in (1, 7, 255, 256, 257, 1000):
+        old = [kinds[i % len(kinds)] for i in range(size)]
+        assert summarize(old).text == summary_text([summary_line(m) for m in old])
