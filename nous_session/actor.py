@@ -1082,6 +1082,7 @@ def _apply_append(log: Log, items: Sequence[Prepared]) -> tuple[Log, tuple[Event
         try:
             candidate = candidate.append_prepared(item)
         except InvalidEventError as error:
+            log._give_back(candidate)  # the items before it never happened either
             raise InvalidEventError(f"append_many item {index}: {error}") from None
         event = candidate.last
         assert event is not None

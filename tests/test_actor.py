@@ -304,6 +304,8 @@ async def test_append_many_is_all_or_nothing() -> None:
         assert session.log == before
         later = await session.append_many([(U, {"content": "a"})])
         assert seqs(later) == [1]
+        # The refused items left nothing behind: the log grew in place, without a copy.
+        assert session.log._events is before._events
 
 
 @pytest.mark.parametrize(
