@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import AsyncGenerator, Callable, Sequence
-from contextlib import suppress
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from types import TracebackType
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -93,6 +93,19 @@ def _tail(event: Event) -> bytes:
     if not record.startswith(head):  # pragma: no cover - the codec's envelope changed
         raise AssertionError(f"unexpected record envelope {record[:16]!r}")
     return record[len(head) :]
+
+
+@contextmanager
+def _commit_errors(session_id: str) -> Iterator[None]:
+    """A clash on (session, seq) is a ConflictError; any other database error a StoreError."""
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as error:
+        raise ConflictError(
+            f"session {session_id!r}: another writer holds one of these seqs ({_describe(error)})"
+        ) from error
+    except psycopg.Error as error:
+        raise StoreError(f"commit to session {session_id!r} failed: {_describe(error)}") from error
 
 
 def _describe(error: BaseException) -> str:
@@ -368,18 +381,8 @@ class PostgresStore:
         def commit() -> None:
             parameters["seqs"] = [event.seq for event in rows]
             parameters["records"] = [encode(event) for event in rows]
-            try:
-                with self._pool.connection() as connection:
-                    done = connection.execute(statement, parameters).fetchone()
-            except psycopg.errors.UniqueViolation as error:
-                raise ConflictError(
-                    f"session {session_id!r}: another writer holds one of these seqs"
-                    f" ({_describe(error)})"
-                ) from error
-            except psycopg.Error as error:
-                raise StoreError(
-                    f"commit to session {session_id!r} failed: {_describe(error)}"
-                ) from error
+            with _commit_errors(session_id), self._pool.connection() as connection:
+                done = connection.execute(statement, parameters).fetchone()
             if done is None:
                 raise ConflictError(
                     f"session {session_id!r} does not have count {expected_count}:"
@@ -415,22 +418,12 @@ class PostgresStore:
 
         def commit() -> tuple[int | None, list[Any]]:
             parameters["tails"] = [_tail(event) for event in rows]
-            try:
-                with self._pool.connection() as connection:
-                    with connection.pipeline(), connection.transaction():
-                        moved_ = connection.execute(statement, parameters)
-                        others = connection.execute(self._others, parameters)
-                    done = moved_.fetchone()
-                    return (None if done is None else done[0]), others.fetchall()
-            except psycopg.errors.UniqueViolation as error:
-                raise ConflictError(
-                    f"session {session_id!r}: another writer holds one of these seqs"
-                    f" ({_describe(error)})"
-                ) from error
-            except psycopg.Error as error:
-                raise StoreError(
-                    f"commit to session {session_id!r} failed: {_describe(error)}"
-                ) from error
+            with _commit_errors(session_id), self._pool.connection() as connection:
+                with connection.pipeline(), connection.transaction():
+                    counted = connection.execute(statement, parameters)
+                    others = connection.execute(self._others, parameters)
+                done = counted.fetchone()
+                return (None if done is None else done[0]), others.fetchall()
 
         base, others = await self._run(commit)
         if base is None:
