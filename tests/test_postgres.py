@@ -20,6 +20,7 @@ import pytest
 from processes import Lines, check_shared_session, run_writers, spawn_worker
 
 from nous_session import ConflictError, CorruptRecordError, SessionActor, StoreError
+from nous_session.event import make_event
 from nous_session.stores import open_store
 
 psycopg = pytest.importorskip("psycopg")
@@ -183,6 +184,21 @@ async def test_a_corrupted_row_and_a_newer_schema_are_clear_errors(
     async with PostgresStore(URL, schema=schema) as newer:
         with pytest.raises(StoreError, match="newer than this nous_session"):
             await newer.sessions()
+
+
+@pytest.mark.anyio
+async def test_a_rebasing_commit_over_a_corrupt_record_says_its_batch_landed(
+    store: PostgresStore, schema: str
+) -> None:
+    async with SessionActor.open(session_id="s", store=store) as session:
+        await session.append("user_message", {"content": "fine"})
+        await session.append("user_message", {"content": "to be corrupted"})
+    sql(f"UPDATE {schema}.nous_events SET record = %s WHERE session = 's' AND seq = 1", b"[1,1,")
+    mine = make_event(1, "user_message", {"content": "mine"})
+    with pytest.raises(CorruptRecordError, match=r"seq 1 .*committed at seqs 2\.\.2"):
+        await store.commit_rebased("s", expected_count=1, events=[mine])
+    held = sql(f"SELECT seq FROM {schema}.nous_events ORDER BY seq")
+    assert [row[0] for row in held] == [0, 1, 2]
 
 
 def test_bad_arguments_are_refused() -> None:

@@ -37,7 +37,7 @@ import anyio.to_thread
 import structlog
 
 from nous_session.codec import decode_rows, encode
-from nous_session.errors import ConflictError, StoreError
+from nous_session.errors import ConflictError, CorruptRecordError, StoreError
 from nous_session.event import Event
 from nous_session.stores.base import (
     Rebased,
@@ -403,7 +403,10 @@ class PostgresStore:
 
         Raises:
             ConflictError: the stored count is below ``expected_count``; nothing was written.
-            CorruptRecordError: another writer's record cannot be decoded; nothing was written.
+            CorruptRecordError: a record another writer stored in between cannot be decoded.
+                The batch itself was committed (the records are read in the same round trip
+                as the commit); the message says so and where. The session cannot be loaded
+                either until that record is repaired.
             StoreError: as for :meth:`commit`.
         """
         check_rebase_arguments(session_id, expected_count, events)
@@ -432,9 +435,16 @@ class PostgresStore:
                 " (deleted, or written by another store?); nothing was written"
             )
         shift = base - expected_count
+        try:
+            between = decode_rows(others, place(session_id, f"schema {self.schema}"))
+        except CorruptRecordError as error:
+            raise CorruptRecordError(
+                f"{error} (read while committing a batch, which was committed at seqs"
+                f" {base}..{base + len(rows) - 1})"
+            ) from error
         return Rebased(
             shift,
-            decode_rows(others, place(session_id, f"schema {self.schema}")),
+            between,
             moved(rows, shift) if shift else rows,
         )
 
