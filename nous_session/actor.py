@@ -47,6 +47,7 @@ from nous_session.compaction import (
 )
 from nous_session.errors import (
     ConflictError,
+    CorruptRecordError,
     InvalidEventError,
     SessionClosedError,
     StoreError,
@@ -274,6 +275,7 @@ class SessionActor:
         "_store",
         "_subscribers",
         "_task_group",
+        "_unfollowable",
         "_wake_requested",
         "_waker_scope",
         "_watch_scope",
@@ -297,8 +299,10 @@ class SessionActor:
         self._rebase = rebase
         # A store that can append after whatever the session holds serialises the writers
         # itself: plain appends then never conflict and nothing is redone.
-        rebased_commit = getattr(store, "commit_rebased", None) if rebase else None
-        self._rebased_commit = rebased_commit if callable(rebased_commit) else None
+        # Looked up on the class: a wrapper store that passes unknown attributes through to
+        # another store must not have its own commit bypassed by the inner store's method.
+        rebasing = rebase and callable(getattr(type(store), "commit_rebased", None))
+        self._rebased_commit = store.commit_rebased if rebasing else None  # type: ignore[attr-defined]
         self._store = store
         self._log = log
         self._policy = compaction
@@ -325,6 +329,9 @@ class SessionActor:
         self._catch_up_queued = False
         self._snapshots = 0  # bumped when a published Log has dropped events
         self._watch_scope: anyio.CancelScope | None = None
+        # Set when a rebasing commit met a record it cannot decode: this actor can no longer
+        # follow the store past it, so it refuses further writes instead of repeating them.
+        self._unfollowable: CorruptRecordError | None = None
         self._meter = TokenMeter(compaction.token_counter) if compaction is not None else None
         # Bind once: a bound logger filters debug lines at almost no cost per commit.
         self._logger = _logger.bind(session_id=session_id)
@@ -562,7 +569,9 @@ class SessionActor:
                 return
             step = self._apply(requests)
             if step.log is not step.base:
-                events = step.log.since(step.base.count)
+                # A tuple, not a view: a failed batch's events leave the log's storage below,
+                # and a store may keep what it was given.
+                events = tuple(step.log.since(step.base.count))
                 try:
                     # Shielded: once the store has the batch, its callers must hear about it.
                     with anyio.CancelScope(shield=True):
@@ -623,6 +632,10 @@ class SessionActor:
         holding events that never happened, and the extend would have to copy it).
         """
         assert self._rebased_commit is not None
+        if self._unfollowable is not None:
+            for request in requests:
+                request.fail(_store_error(self._unfollowable))
+            return
         base = self._log
         seq = base.count
         events: list[Event] = []
@@ -657,6 +670,10 @@ class SessionActor:
                 request.fail(_store_error(error))
             if isinstance(error, ConflictError):
                 await self._reload(None)
+            elif isinstance(error, CorruptRecordError):
+                # What the others wrote cannot be read (and our batch may have landed after
+                # it): another rebasing commit would meet the same record, so stop writing.
+                self._unfollowable = error
             return
         # Other writers' events (if any) go before ours; every caller hears the seqs its
         # events were stored at.

@@ -346,7 +346,8 @@ class Log:
         events, held = self._events, self._held
         if len(events) == held:
             events.append(event)
-            if events[held] is not event:  # another thread appended to this value first
+            # Another thread appended to this value first, or a give-back cut the storage.
+            if len(events) <= held or events[held] is not event:
                 events = [*events[:held], event]
         else:  # appending to an older value: fork
             events = [*events[:held], event]
@@ -430,7 +431,8 @@ class Log:
         backing, held = self._events, self._held
         if len(backing) == held:
             backing.extend(new)
-            if backing[held] is not new[0]:  # another thread extended this value first
+            # Another thread extended this value first, or a give-back cut the storage.
+            if len(backing) <= held or backing[held] is not new[0]:
                 backing = [*backing[:held], *new]
         else:
             backing = [*backing[:held], *new]

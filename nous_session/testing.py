@@ -177,6 +177,8 @@ class StoreConformance:
             await store.commit("s", expected_count=2, events=[], dropped=[5])
         with pytest.raises(ValueError, match="session id"):
             await store.commit("", expected_count=0, events=log.events()[:1])
+        with pytest.raises(ValueError, match="must be Events"):
+            await store.commit("s", expected_count=2, events=[log.events()[2], "event 3"])  # type: ignore[list-item]
         assert list(await store.load("s")) == list(log.events()[:2])
 
     @pytest.mark.anyio
@@ -272,6 +274,7 @@ class StoreConformance:
             ("s", 1, [_user(1, "a"), _user(3, "gap")], "contiguous"),
             ("s", -1, [_user(0, "x")], "expected_count"),
             ("", 0, [_user(0, "x")], "session id"),
+            ("s", 1, [_user(1, "a"), {"seq": 2}], "must be Events"),  # type: ignore[list-item]
         ]
         for session_id, expected, events, message in bad:
             with pytest.raises(ValueError, match=message):

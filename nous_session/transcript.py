@@ -44,10 +44,12 @@ __all__ = [
 ]
 
 PREVIEW_CHARS = 101
+"""How many characters of a message's text its summary line shows."""
+
 # What starts each non-tool line of a summary, after the newline before it.
 _LINE_HEADS: Final = {role: f"\n  [{role}] " for role in Role}
+# How many messages' pieces summarize joins at a time.
 _SUMMARY_CHUNK: Final = 256
-"""How many characters of a message's text its summary line shows."""
 
 
 # Measuring ----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import pytest
 from nous_session import (
     CompactionPolicy,
     ConflictError,
+    CorruptRecordError,
     Event,
     EventType,
     InvalidEventError,
@@ -904,6 +905,69 @@ async def test_a_failed_rebasing_commit_fails_its_batch_and_changes_nothing() ->
         store.fault = None
         assert await stored(store) == list(session.log.events())
         assert (await session.append(U, {"content": "later"})).seq == 1
+
+
+async def test_after_an_unreadable_record_a_rebasing_actor_stops_writing() -> None:
+    store = FaultyRebasingStore()
+    async with SessionActor.open(session_id=SID, store=store, on_conflict="rebase") as session:
+        await session.append(U, {"content": "kept"})
+        store.fault = CorruptRecordError
+        with pytest.raises(CorruptRecordError):
+            await session.append(U, {"content": "first"})
+        store.fault = None
+        calls = store.calls
+        # The store may hold the first batch (PostgreSQL commits before it decodes): a
+        # second rebasing commit would only land another copy, so none is attempted.
+        with pytest.raises(CorruptRecordError):
+            await session.append(U, {"content": "second"})
+        assert store.calls == calls
+        assert [m.text for m in session.messages()] == ["kept"]
+
+
+async def test_a_store_keeps_the_failed_batch_it_was_given_unchanged() -> None:
+    class Keeping(FaultyStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.given: list[Sequence[Event]] = []
+
+        async def commit(self, session_id: str, **kwargs: Any) -> None:
+            self.given.append(kwargs["events"])
+            await super().commit(session_id, **kwargs)
+
+    store = Keeping()
+    async with SessionActor.open(session_id=SID, store=store) as session:
+        await session.append(U, {"content": "a"})
+        store.fault = StoreError
+        with pytest.raises(StoreError):
+            await session.append(U, {"content": "failed"})
+        store.fault = None
+        await session.append(U, {"content": "next"})
+    assert [[e.data["content"] for e in batch] for batch in store.given] == [
+        ["a"],
+        ["failed"],
+        ["next"],
+    ]
+
+
+async def test_a_wrapper_store_passing_attributes_through_keeps_its_own_commit() -> None:
+    class Wrapper:
+        """Overrides commit (to audit, say) and passes everything else to the inner store."""
+
+        def __init__(self, inner: MemoryStore) -> None:
+            self.inner = inner
+            self.audited = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        async def commit(self, session_id: str, **kwargs: Any) -> None:
+            self.audited += len(kwargs["events"])
+            await self.inner.commit(session_id, **kwargs)
+
+    store = Wrapper(MemoryStore())
+    async with SessionActor.open(session_id=SID, store=store, on_conflict="rebase") as session:  # type: ignore[arg-type]
+        await session.append_many([(U, {"content": "a"}), (U, {"content": "b"})])
+    assert store.audited == 2
 
 
 async def test_rebase_without_a_rebasing_store_retries_on_the_caught_up_log() -> None:

@@ -216,3 +216,16 @@ async def test_rebase_applies_a_losing_batch_again_after_the_winner() -> None:
     with pytest.raises(ValueError, match="on_conflict"):
         async with SessionActor.open(session_id="s", on_conflict="merge"):  # type: ignore[arg-type]
             pass
+
+
+async def test_store_commits_read_an_iterator_once_and_refuse_what_is_not_an_event() -> None:
+    store = MemoryStore()
+    log = Log().append("user_message", {"content": "a"}).append("user_message", {"content": "b"})
+    done = await store.commit_rebased("s", expected_count=0, events=iter(log.events()))  # type: ignore[arg-type]
+    assert list(done.events) == list(log.events())
+    with pytest.raises(ValueError, match="at least one event"):
+        await store.commit_rebased("t", expected_count=0, events=iter([]))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must be Events"):
+        await store.commit("t", expected_count=0, events=[{"seq": 0}])  # type: ignore[list-item]
+    assert [info.session_id for info in await store.sessions()] == ["s"]
+    assert list(await store.load("t")) == []

@@ -8,7 +8,7 @@ A store holds many sessions. Each session is its held events, in seq order, and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -142,6 +142,10 @@ class RebasingStore(Store, Protocol):
                 contiguous); nothing was written.
             ConflictError: the stored count is below ``expected_count`` (the session was
                 deleted, or the caller is ahead of this store); nothing was written.
+            CorruptRecordError: a record stored in between cannot be decoded. A store may
+                read those records after its commit (PostgresStore does, so as not to hold
+                the session's lock while decoding); its message then says the batch was
+                committed, and where. A SessionActor stops writing after this error.
             StoreError: any other failure; nothing was written.
         """
         ...
@@ -171,18 +175,32 @@ def check_session_id(session_id: object) -> str:
     return session_id
 
 
+def _event_list(events: Iterable[Event]) -> list[Event]:
+    """``events`` as a list (read once, so a generator works), each checked to be an Event."""
+    listed = list(events)
+    for index, event in enumerate(listed):
+        if not isinstance(event, Event):
+            raise ValueError(f"commit events must be Events; item {index} is {event!r}")
+    return listed
+
+
 def check_commit_arguments(
-    session_id: str, expected_count: int, events: Sequence[Event], dropped: Sequence[int]
-) -> None:
+    session_id: str, expected_count: int, events: Iterable[Event], dropped: Sequence[int]
+) -> list[Event]:
     """Refuse a malformed commit before anything is written (shared by every backend).
 
+    Returns:
+        ``events`` as a list, to write (an iterator is read once, here).
+
     Raises:
-        ValueError: the session id is not a non-empty string, or the events' seqs are not
-            increasing from ``expected_count``, or a dropped seq is not below it.
+        ValueError: the session id is not a non-empty string, an event is not an Event, the
+            events' seqs are not increasing from ``expected_count``, or a dropped seq is not
+            below it.
     """
     check_session_id(session_id)
+    listed = _event_list(events)
     previous = expected_count - 1
-    for event in events:
+    for event in listed:
         if event.seq <= previous:
             raise ValueError(
                 f"commit events must have increasing seqs from {expected_count}; got {event.seq}"
@@ -191,23 +209,31 @@ def check_commit_arguments(
     for seq in dropped:
         if not 0 <= seq < expected_count:
             raise ValueError(f"a dropped seq must be below {expected_count}, got {seq}")
+    return listed
 
 
-def check_rebase_arguments(session_id: str, expected_count: int, events: Sequence[Event]) -> None:
+def check_rebase_arguments(
+    session_id: str, expected_count: int, events: Iterable[Event]
+) -> list[Event]:
     """Refuse a malformed rebasing commit before anything is written.
 
+    Returns:
+        ``events`` as a list, to write (an iterator is read once, here).
+
     Raises:
-        ValueError: the session id is bad, ``events`` is empty, or their seqs are not
-            ``expected_count, expected_count + 1, ...``.
+        ValueError: the session id is bad, an event is not an Event, ``events`` is empty, or
+            their seqs are not ``expected_count, expected_count + 1, ...``.
     """
     check_session_id(session_id)
     if type(expected_count) is not int or expected_count < 0:
         raise ValueError(f"expected_count must be an int >= 0, got {expected_count!r}")
-    if not events:
+    listed = _event_list(events)
+    if not listed:
         raise ValueError("a rebasing commit needs at least one event")
-    for offset, event in enumerate(events):
+    for offset, event in enumerate(listed):
         if event.seq != expected_count + offset:
             raise ValueError(
                 f"rebasing commit events must have contiguous seqs from {expected_count};"
                 f" event {offset} has seq {event.seq}"
             )
+    return listed

@@ -60,7 +60,7 @@ class MemoryStore:
     ) -> None:
         """Append ``events`` and delete ``dropped`` atomically (nothing here can fail halfway)."""
         self._check_open()
-        check_commit_arguments(session_id, expected_count, events, dropped)
+        events = check_commit_arguments(session_id, expected_count, events, dropped)
         session = self._sessions.get(session_id)
         stored = 0 if session is None else session.count
         if stored != expected_count:
@@ -81,7 +81,7 @@ class MemoryStore:
     ) -> Rebased:
         """Append ``events`` after the session's current count (see :class:`RebasingStore`)."""
         self._check_open()
-        check_rebase_arguments(session_id, expected_count, events)
+        events = check_rebase_arguments(session_id, expected_count, events)
         session = self._sessions.get(session_id)
         stored = 0 if session is None else session.count
         if stored < expected_count:

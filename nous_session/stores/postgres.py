@@ -365,8 +365,7 @@ class PostgresStore:
                 unless the connection was lost during COMMIT itself, when the outcome is
                 unknown (:meth:`load` tells).
         """
-        check_commit_arguments(session_id, expected_count, events, dropped)
-        rows = list(events)
+        rows = check_commit_arguments(session_id, expected_count, events, dropped)
         count = rows[-1].seq + 1 if rows else expected_count
         parameters = {
             "name": session_id,
@@ -409,8 +408,7 @@ class PostgresStore:
                 either until that record is repaired.
             StoreError: as for :meth:`commit`.
         """
-        check_rebase_arguments(session_id, expected_count, events)
-        rows = list(events)
+        rows = check_rebase_arguments(session_id, expected_count, events)
         parameters: dict[str, Any] = {
             "name": session_id,
             "expected": expected_count,

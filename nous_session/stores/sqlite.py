@@ -195,8 +195,7 @@ class SQLiteStore:
             StoreError: SQLite failed (disk full, read-only file, locked database, ...);
                 nothing was written.
         """
-        check_commit_arguments(session_id, expected_count, events, dropped)
-        rows = list(events)
+        rows = check_commit_arguments(session_id, expected_count, events, dropped)
 
         def commit(connection: sqlite3.Connection) -> None:
             records = [(event.seq, encode(event)) for event in rows]
@@ -228,8 +227,7 @@ class SQLiteStore:
             CorruptRecordError: another writer's record cannot be decoded; nothing was written.
             StoreError: SQLite failed; nothing was written.
         """
-        check_rebase_arguments(session_id, expected_count, events)
-        rows = list(events)
+        rows = check_rebase_arguments(session_id, expected_count, events)
 
         def commit(connection: sqlite3.Connection) -> Rebased:
             try:
