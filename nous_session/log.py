@@ -346,8 +346,11 @@ class Log:
         events, held = self._events, self._held
         if len(events) == held:
             events.append(event)
-            # Another thread appended to this value first, or a give-back cut the storage.
-            if len(events) <= held or events[held] is not event:
+            try:
+                # Another thread may have appended to this value first: then fork.
+                if events[held] is not event:
+                    events = [*events[:held], event]
+            except IndexError:  # a give-back cut the storage meanwhile (free unless raised)
                 events = [*events[:held], event]
         else:  # appending to an older value: fork
             events = [*events[:held], event]
