@@ -23,9 +23,10 @@ from nous_session.errors import (
     SessionClosedError,
     StoreError,
 )
-from nous_session.event import SURFACE_TYPES, Event, EventType, Replace
+from nous_session.event import SURFACE_TYPES, Event, EventType
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
+from nous_session.ops import Replace, SurfaceOp
 from nous_session.stores import (
     MemoryStore,
     Rebased,
@@ -62,6 +63,7 @@ __all__ = [
     "StoreError",
     "Subscription",
     "Summarizer",
+    "SurfaceOp",
     "ToolCall",
     "Unchanged",
     "messages",

@@ -7,44 +7,33 @@ store in one call (group commit), and only then publishes the new Log value, wak
 and acknowledges each request with its result or error. Readers therefore never see an event
 that is not committed.
 
+The parts: the requests, one class each with a pure ``apply`` (:mod:`nous_session._requests`);
+the state the actor publishes and its subscriptions read (:mod:`nous_session.subscription`);
+the compaction runner beside its policy (:mod:`nous_session.compaction`), which talks to the
+actor through one ``post()``. The actor's loop is: take a batch, apply it, commit it, publish.
+
 Backpressure: the queue holds ``queue_size`` requests. A caller whose request does not fit
 waits for space (a cancelled wait sends nothing). Subscribers never hold up the actor: each
 reads the published, immutable Log by cursor and waits on one shared notification, so the actor
-does the same work per commit (one ``Event.set``) whatever the number of subscribers; waking
-the waiting subscribers is the event loop's scheduling work, once per commit each, not once per
-event. A subscriber that stops reading holds nothing but its cursor and the Log value it last
-read.
-
-Compaction runs in a child task on a committed Log value and posts its result back through the
-queue, where it is applied only if the surface it planned over is still exactly there.
+does the same work per commit whatever the number of subscribers.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
-from types import TracebackType
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import anyio.to_thread
 import attrs
 import structlog
 
-from nous_session.compaction import (
-    CHUNK,
-    CompactionPolicy,
-    Replacement,
-    TokenMeter,
-    plan_pruning,
-    plan_summary,
-    still_applies,
-    summary_replacement,
-)
+from nous_session._requests import Append, Applied, Reload, Request, Snapshot
+from nous_session.compaction import CompactionPolicy, CompactionRunner
 from nous_session.errors import (
     ConflictError,
     CorruptRecordError,
@@ -52,71 +41,39 @@ from nous_session.errors import (
     SessionClosedError,
     StoreError,
 )
-from nous_session.event import Event, EventType, make_event, message_event, prepare, to_message
+from nous_session.event import Event, EventType, make_event, message_event, prepare
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.stores import open_store
-from nous_session.stores.base import Store, check_session_id
+from nous_session.stores.base import (
+    ChangeFeedStore,
+    RebasingStore,
+    Store,
+    check_session_id,
+    supports,
+)
 from nous_session.stores.memory import MemoryStore
-from nous_session.transcript import summary_line
+from nous_session.subscription import Published, Subscription
 
 __all__ = ["SessionActor", "SessionStatistics", "Subscription"]
 
 _logger = structlog.get_logger("nous_session")
 
-_APPEND: Final = 0
-_SNAPSHOT: Final = 1
-_COMPACTION: Final = 2
-_RELOAD: Final = 3
-_CATCH_UP: Final = 4  # internal: the store says another process committed
-
-# A subscriber that never has to wait still yields to the event loop this often.
-_YIELD_EVERY: Final = 128
-# Compaction's loops over messages yield to the event loop after this many items.
-_CHUNK: Final = CHUNK
 # With on_conflict="rebase", how many times a batch is re-applied after a conflict.
 _REBASE_ATTEMPTS: Final = 32
-# From this many subscribers on, wake-ups are coalesced, about this long per subscriber.
-_COALESCE_FROM: Final = 32
-_WAKE_COST: Final = 2e-6
 # A restored log longer than this is folded in a worker thread before the actor starts.
 _WARM_ABOVE: Final = 2048
 
-T = TypeVar("T")
-U = TypeVar("U")
-Prepared = tuple[EventType, dict[str, Any], datetime]
-
 
 @attrs.frozen
-class _Applied:
+class _Batch:
     """A batch applied to the published log, not yet committed."""
 
     base: Log
     log: Log
     dropped: list[int]
-    applied: list[tuple[_Request, Any]]
+    applied: list[tuple[Request, Any]]
     rebuilt: bool
-
-
-class _Request:
-    """One queued call and the slot its answer goes into."""
-
-    __slots__ = ("done", "error", "kind", "payload", "result")
-
-    def __init__(self, kind: int, payload: Any) -> None:
-        self.kind = kind
-        self.payload = payload
-        self.done = anyio.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-    def resolve(self, result: Any) -> None:
-        self.result = result
-        self.done.set()
-
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.done.set()
 
 
 def _closed_error() -> SessionClosedError:
@@ -166,75 +123,6 @@ class SessionStatistics:
     compaction_in_flight: bool
 
 
-class Subscription:
-    """Committed events of one session, from a seq onward: catch up, then follow live appends.
-
-    Use it as ``async with session.subscribe(since) as events: async for event in events``.
-    Each committed event with seq >= ``since`` is yielded at most once, in seq order; every
-    event the latest Log still holds when the subscriber reaches it is yielded (an event a
-    snapshot dropped before the subscriber got to it is skipped). Iteration ends after the
-    session closes and everything it committed has been yielded.
-    """
-
-    __slots__ = ("_actor", "_cursor", "_pending", "_snapshots", "_streak")
-
-    def __init__(self, actor: SessionActor, since: int) -> None:
-        self._actor = actor
-        self._cursor = since
-        self._pending: Iterator[Event] = iter(())
-        self._snapshots = actor._snapshots
-        self._streak = 0
-
-    @property
-    def cursor(self) -> int:
-        """The seq the next event will have at least."""
-        return self._cursor
-
-    async def __aenter__(self) -> Subscription:
-        self._actor._subscribers += 1
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._actor._subscribers -= 1
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> Event:
-        actor = self._actor
-        while True:
-            if self._snapshots != actor._snapshots:
-                # A snapshot dropped events: what was read ahead may hold some of them.
-                self._snapshots = actor._snapshots
-                self._pending = iter(())
-            event = next(self._pending, None)
-            if event is not None:
-                self._cursor = event.seq + 1
-                self._streak += 1
-                if self._streak >= _YIELD_EVERY:
-                    # A long catch-up must not starve the actor or the other subscribers.
-                    self._streak = 0
-                    await anyio.lowlevel.checkpoint()
-                return event
-            # Take the notification before reading the log: a publish in between sets it.
-            changed = actor._changed
-            log = actor._log
-            if self._cursor < log.count:
-                fresh = log.since(self._cursor)
-                if fresh:
-                    self._pending = iter(fresh)
-                    continue
-            if actor._closed:
-                raise StopAsyncIteration
-            self._streak = 0
-            await changed.wait()
-
-
 _OPEN_KEY: Final = object()
 
 
@@ -249,34 +137,20 @@ class SessionActor:
         "_admit",
         "_batches",
         "_catch_up_queued",
-        "_changed",
-        "_closed",
         "_closing",
-        "_compaction_done",
-        "_compaction_scope",
-        "_compactions_failed",
-        "_compactions_run",
-        "_compactions_stale",
-        "_in_flight",
-        "_log",
+        "_compaction",
         "_log_commits",
         "_logger",
-        "_meter",
         "_parked",
-        "_policy",
+        "_published",
         "_rebase",
-        "_rebased_commit",
+        "_rebasing",
         "_receive",
         "_requests",
-        "_retry_at",
         "_send",
         "_session_id",
-        "_snapshots",
         "_store",
-        "_subscribers",
-        "_task_group",
         "_unfollowable",
-        "_wake_requested",
         "_waker_scope",
         "_watch_scope",
     )
@@ -299,46 +173,38 @@ class SessionActor:
         self._rebase = rebase
         # A store that can append after whatever the session holds serialises the writers
         # itself: plain appends then never conflict and nothing is redone.
-        # Looked up on the class: a wrapper store that passes unknown attributes through to
-        # another store must not have its own commit bypassed by the inner store's method.
-        rebasing = rebase and callable(getattr(type(store), "commit_rebased", None))
-        self._rebased_commit = store.commit_rebased if rebasing else None  # type: ignore[attr-defined]
+        self._rebasing = rebase and supports(store, RebasingStore)
         self._store = store
-        self._log = log
-        self._policy = compaction
-        self._task_group = task_group
-        self._send, self._receive = anyio.create_memory_object_stream[_Request](queue_size)
-        self._changed = anyio.Event()
-        self._wake_requested = anyio.Event()
+        self._published = Published(log)
+        self._send, self._receive = anyio.create_memory_object_stream[Request](queue_size)
         self._waker_scope = anyio.CancelScope()
         self._closing = False  # no new requests; set when leaving the `async with` block
-        self._closed = False  # the actor task has finished; nothing more will be committed
         self._admit = 0  # while closing: queued requests still to apply
         self._parked = False  # the actor is waiting in receive()
-        self._subscribers = 0
         self._batches = 0
         self._requests = 0
-        self._compactions_run = 0
-        self._compactions_stale = 0
-        self._compactions_failed = 0
-        self._in_flight = False
-        self._compaction_scope: anyio.CancelScope | None = None
-        self._compaction_done = anyio.Event()
-        self._compaction_done.set()
-        self._retry_at = 0  # compaction waits for the surface to reach this size
         self._catch_up_queued = False
-        self._snapshots = 0  # bumped when a published Log has dropped events
         self._watch_scope: anyio.CancelScope | None = None
         # Set when a rebasing commit met a record it cannot decode: this actor can no longer
         # follow the store past it, so it refuses further writes instead of repeating them.
         self._unfollowable: CorruptRecordError | None = None
-        self._meter = TokenMeter(compaction.token_counter) if compaction is not None else None
         # Bind once: a bound logger filters debug lines at almost no cost per commit.
         self._logger = _logger.bind(session_id=session_id)
         # structlog's unconfigured default prints every level to stdout; a line per commit
         # there would drown the application's output, so commits are only logged once the
         # application has configured structlog (and so chosen its own level filter).
         self._log_commits = structlog.is_configured()
+        self._compaction = (
+            None
+            if compaction is None
+            else CompactionRunner(
+                compaction,
+                post=self._call,
+                current=lambda: self._published.log,
+                task_group=task_group,
+                logger=self._logger,
+            )
+        )
 
     # Opening and closing ----------------------------------------------------------------------
 
@@ -406,8 +272,8 @@ class SessionActor:
             store = open_store(store)
         elif not all(callable(getattr(store, name, None)) for name in ("load", "commit", "aclose")):
             raise ValueError(f"store must have async load, commit and aclose; got {store!r}")
-        watch = getattr(store, "watch", None) if follow is not False else None
-        if follow and watch is None:
+        watch = follow is not False and supports(store, ChangeFeedStore)
+        if follow and not watch:
             raise ValueError(f"follow=True needs a store with a change feed; {store!r} has none")
         try:
             log = await _load(store, session_id, fold=compaction is not None)
@@ -423,9 +289,9 @@ class SessionActor:
                     rebase=on_conflict == "rebase",
                 )
                 await task_group.start(actor._run)
-                await task_group.start(actor._waker)
-                if watch is not None:
-                    await task_group.start(actor._watch, watch)
+                await task_group.start(actor._run_waker)
+                if watch:
+                    await task_group.start(actor._watch)
                 try:
                     yield actor
                 finally:
@@ -443,8 +309,8 @@ class SessionActor:
         # memory stream gives an item to a waiting receiver without buffering it).
         self._admit = self._receive.statistics().current_buffer_used + int(self._parked)
         self._send.close()
-        if self._compaction_scope is not None:
-            self._compaction_scope.cancel()
+        if self._compaction is not None:
+            self._compaction.close()
         if self._watch_scope is not None:
             self._watch_scope.cancel()
 
@@ -454,7 +320,7 @@ class SessionActor:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         task_status.started()
-        batch: list[_Request] = []
+        batch: list[Request] = []
         try:
             while True:
                 batch = await self._take()
@@ -469,11 +335,16 @@ class SessionActor:
                     request.fail(_closed_error())
             self._refuse_the_rest()
             self._closing = True
-            self._closed = True
             self._waker_scope.cancel()
-            self._wake()
+            self._published.close()
 
-    async def _take(self) -> list[_Request]:
+    async def _run_waker(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        with self._waker_scope:
+            await self._published.run_waker(task_status=task_status)
+
+    async def _take(self) -> list[Request]:
         """The next batch: every request waiting in the queue. Empty when the actor must stop."""
         receive = self._receive
         if not (self._closing and self._admit == 0):
@@ -512,48 +383,43 @@ class SessionActor:
         # Wakes callers still waiting for queue space: their send raises BrokenResourceError.
         receive.close()
 
-    async def _process(self, batch: list[_Request]) -> None:
-        segment: list[_Request] = []
+    async def _process(self, batch: list[Request]) -> None:
+        segment: list[Request] = []
         for request in batch:
-            if request.kind in (_RELOAD, _CATCH_UP):
+            if request.barrier:
                 # Barriers: what came before is committed first.
                 await self._commit(segment)
                 segment = []
+                assert isinstance(request, Reload)
                 await self._reload(request)
             else:
                 segment.append(request)
         await self._commit(segment)
 
-    def _apply(self, requests: list[_Request]) -> _Applied:
+    def _apply(self, requests: list[Request]) -> _Batch:
         """Apply ``requests`` in order to the published log; fail the invalid ones at once."""
-        base = log = self._log
+        base = log = self._published.log
         dropped: list[int] = []
-        applied: list[tuple[_Request, Any]] = []
+        applied: list[tuple[Request, Any]] = []
         rebuilt = False  # did the surface change other than by growing at the end?
         for request in requests:
-            kind = request.kind
             try:
-                if kind == _APPEND:
-                    log, events, replaced = _apply_append(log, request.payload)
-                    rebuilt = rebuilt or replaced
-                    applied.append((request, events))
-                elif kind == _SNAPSHOT:
-                    dropped.extend(e.seq for e in log.shadowed() if e.seq < base.count)
-                    log = log.snapshot()
-                    applied.append((request, log))
-                else:  # _COMPACTION
-                    log, outcome = self._apply_compaction(log, request.payload)
-                    rebuilt = rebuilt or any(outcome)
-                    applied.append((request, outcome))
+                step: Applied = request.apply(log, base.count)
             except InvalidEventError as error:
                 request.fail(error)
+                continue
             except Exception as error:
                 # A bug in applying one request must not take the session down with it.
-                self._logger.exception("nous_session.request_failed", kind=kind)
+                self._logger.exception("nous_session.request_failed", kind=type(request).__name__)
                 request.fail(error)
-        return _Applied(base, log, dropped, applied, rebuilt)
+                continue
+            log = step.log
+            dropped.extend(step.dropped)
+            rebuilt = rebuilt or step.rebuilt
+            applied.append((request, step.result))
+        return _Batch(base, log, dropped, applied, rebuilt)
 
-    async def _commit(self, requests: list[_Request]) -> None:
+    async def _commit(self, requests: list[Request]) -> None:
         """Apply, commit in one store call, then publish and acknowledge.
 
         On a ConflictError the actor first catches up with the store. With
@@ -564,66 +430,48 @@ class SessionActor:
         for attempt in range(_REBASE_ATTEMPTS + 1):
             if not requests:
                 return
-            if self._rebased_commit is not None and _plain_appends(requests):
-                await self._commit_rebased(requests)
+            if self._rebasing and all(
+                isinstance(request, Append) and request.plain for request in requests
+            ):
+                await self._commit_rebased(requests)  # type: ignore[arg-type]
                 return
-            step = self._apply(requests)
-            if step.log is not step.base:
+            batch = self._apply(requests)
+            if batch.log is not batch.base:
                 # A tuple, not a view: a failed batch's events leave the log's storage below,
                 # and a store may keep what it was given.
-                events = tuple(step.log.since(step.base.count))
+                events = tuple(batch.log.since(batch.base.count))
                 try:
                     # Shielded: once the store has the batch, its callers must hear about it.
                     with anyio.CancelScope(shield=True):
                         await self._store.commit(
                             self._session_id,
-                            expected_count=step.base.count,
+                            expected_count=batch.base.count,
                             events=events,
-                            dropped=step.dropped,
+                            dropped=batch.dropped,
                         )
                 except Exception as error:
                     # The batch never happened: its events leave the log's shared storage,
                     # so catching up (or the next batch) extends it instead of copying it.
-                    step.base._give_back(step.log)
-                    conflict = isinstance(error, ConflictError)
-                    if conflict:
+                    batch.base._give_back(batch.log)
+                    if isinstance(error, ConflictError):
                         # Another writer is ahead: read what it wrote.
                         await self._reload(None)
                         if self._rebase and attempt < _REBASE_ATTEMPTS:
-                            requests = [request for request, _ in step.applied]
+                            requests = [request for request, _ in batch.applied]
                             if attempt:
                                 # Writers that keep colliding take turns: a short random
                                 # backoff, as in any optimistic-concurrency retry loop.
                                 await anyio.sleep(random.uniform(0, min(0.01, 0.0005 * attempt)))
                             continue
-                    self._logger.warning(
-                        "nous_session.commit_failed",
-                        error=repr(error),
-                        requests=len(step.applied),
-                        expected_count=step.base.count,
-                    )
-                    for request, _ in step.applied:
-                        request.fail(_store_error(error))
+                    self._fail(batch.applied, error, expected_count=batch.base.count)
                     return
-                self._log = step.log
-                self._batches += 1
-                if step.dropped:
-                    self._snapshots += 1
-                self._notify()
-                if self._log_commits:
-                    self._logger.debug(
-                        "nous_session.commit",
-                        events=len(events),
-                        dropped=len(step.dropped),
-                        count=step.log.count,
-                    )
-            self._requests += len(step.applied)
-            for request, result in step.applied:
-                request.resolve(result)
-            self._maybe_compact(step.rebuilt)
+                self._publish(
+                    batch.log, events=len(events), dropped=len(batch.dropped), rebuilt=False
+                )
+            self._acknowledge(batch.applied, batch.log, rebuilt=batch.rebuilt)
             return
 
-    async def _commit_rebased(self, requests: list[_Request]) -> None:
+    async def _commit_rebased(self, requests: list[Append]) -> None:
         """Commit a batch of plain appends after whatever the store holds, then publish.
 
         The events are made for the seqs after the published log but not appended to it: if
@@ -631,20 +479,19 @@ class SessionActor:
         and ours in one extend (appending ours first would leave the log's shared storage
         holding events that never happened, and the extend would have to copy it).
         """
-        assert self._rebased_commit is not None
         if self._unfollowable is not None:
             for request in requests:
                 request.fail(_store_error(self._unfollowable))
             return
-        base = self._log
+        base = self._published.log
         seq = base.count
         events: list[Event] = []
-        applied: list[tuple[_Request, int]] = []
+        applied: list[tuple[Request, int]] = []
         for request in requests:
             try:
                 made = [
                     make_event(seq + offset, event_type, data, time, decoded=True)
-                    for offset, (event_type, data, time) in enumerate(request.payload)
+                    for offset, (event_type, data, time) in enumerate(request.items)
                 ]
             except InvalidEventError as error:
                 request.fail(error)
@@ -656,18 +503,11 @@ class SessionActor:
             return
         try:
             with anyio.CancelScope(shield=True):
-                rebased = await self._rebased_commit(
+                rebased = await self._store.commit_rebased(  # type: ignore[attr-defined]
                     self._session_id, expected_count=base.count, events=events
                 )
         except Exception as error:
-            self._logger.warning(
-                "nous_session.commit_failed",
-                error=repr(error),
-                requests=len(applied),
-                expected_count=base.count,
-            )
-            for request, _ in applied:
-                request.fail(_store_error(error))
+            self._fail(applied, error, expected_count=base.count)
             if isinstance(error, ConflictError):
                 await self._reload(None)
             elif isinstance(error, CorruptRecordError):
@@ -677,101 +517,95 @@ class SessionActor:
             return
         # Other writers' events (if any) go before ours; every caller hears the seqs its
         # events were stored at.
-        self._log = log = base.extend([*rebased.others, *rebased.events])
-        self._batches += 1
-        self._notify()
-        if self._log_commits:
-            self._logger.debug(
-                "nous_session.commit", events=len(events), shift=rebased.shift, count=log.count
-            )
-        self._requests += len(applied)
+        log = base.extend([*rebased.others, *rebased.events])
+        self._publish(log, events=len(events), dropped=0, rebuilt=False, shift=rebased.shift)
         stored = iter(rebased.events)
-        for request, size in applied:
-            request.resolve(tuple(next(stored) for _ in range(size)))
-        self._maybe_compact(
-            any(event.data.get("surface_op") is not None for event in rebased.others)
+        results = [(request, tuple(next(stored) for _ in range(size))) for request, size in applied]
+        self._acknowledge(
+            results, log, rebuilt=any(event.op is not None for event in rebased.others)
         )
 
-    def _notify(self) -> None:
-        """Tell subscribers a new Log is published.
+    # Commit, publish, fail: each written once -------------------------------------------------
 
-        Waking is the event loop's work, once per waiting subscriber. With few subscribers
-        they are woken at once; with many, the waker task wakes them once per short window
-        (about 2 µs per subscriber: 2 ms for 1,000), instead of waking every subscriber at
-        every commit; each wake-up reads everything published by then. With 1,000 subscribers
-        this keeps the session's append rate at what it is with none, for a few milliseconds
-        of delivery latency.
-        """
-        if self._subscribers < _COALESCE_FROM or self._closed:
-            self._wake()
-        else:
-            self._wake_requested.set()
+    def _publish(self, log: Log, *, events: int, dropped: int, rebuilt: bool, **extra: Any) -> None:
+        """A batch is durable: make ``log`` the committed value and tell the subscribers."""
+        self._published.publish(log, dropped=dropped > 0)
+        self._batches += 1
+        if self._log_commits:
+            self._logger.debug(
+                "nous_session.commit", events=events, dropped=dropped, count=log.count, **extra
+            )
 
-    def _wake(self) -> None:
-        # One Event per wake-up, shared by every subscriber: O(1) for the actor.
-        changed, self._changed = self._changed, anyio.Event()
-        changed.set()
-
-    async def _waker(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    def _acknowledge(
+        self, applied: Sequence[tuple[Request, Any]], log: Log, *, rebuilt: bool
     ) -> None:
-        with self._waker_scope:
-            task_status.started()
-            while True:
-                await self._wake_requested.wait()
-                # Let the commits of the next window gather behind this one wake-up.
-                await anyio.sleep(self._subscribers * _WAKE_COST)
-                self._wake_requested = anyio.Event()
-                self._wake()
+        """Answer each applied request with its result, then let compaction look."""
+        self._requests += len(applied)
+        for request, result in applied:
+            request.resolve(result)
+        if self._compaction is not None:
+            self._compaction.committed(log, rebuilt=rebuilt)
 
-    async def _reload(self, request: _Request | None) -> None:
+    def _fail(
+        self, applied: Sequence[tuple[Request, Any]], error: BaseException, *, expected_count: int
+    ) -> None:
+        """The store refused a batch: each of its callers gets its own StoreError."""
+        self._logger.warning(
+            "nous_session.commit_failed",
+            error=repr(error),
+            requests=len(applied),
+            expected_count=expected_count,
+        )
+        for request, _ in applied:
+            request.fail(_store_error(error))
+
+    async def _reload(self, request: Reload | None) -> None:
         """Catch up with events other writers committed after our count."""
-        if request is None or request.kind == _CATCH_UP:
+        if request is None or request.from_feed:
             self._catch_up_queued = False
-        log = self._log
+        log = self._published.log
         if (
             request is not None
-            and request.kind == _CATCH_UP
-            and request.payload is not None
-            and request.payload <= log.count
+            and request.from_feed
+            and request.head is not None
+            and request.head <= log.count
         ):
             request.resolve(log)  # a catch-up after a conflict already read this far
             return
         try:
             events = await self._store.load(self._session_id, since=log.count)
             log = log.extend(events)  # decoded, hence validated, by the store
-            replaced = any(event.data.get("surface_op") is not None for event in events)
+            replaced = any(event.op is not None for event in events)
         except Exception as error:
             self._logger.warning("nous_session.catch_up_failed", error=repr(error))
             if request is not None:
                 request.fail(_store_error(error))
             return
-        if log is not self._log:
-            self._log = log
-            self._notify()
+        if log is not self._published.log:
+            self._published.publish(log)
             if self._log_commits:
                 self._logger.debug("nous_session.caught_up", count=log.count, events=len(events))
-            self._maybe_compact(rebuilt=replaced)
+            if self._compaction is not None:
+                self._compaction.committed(log, rebuilt=replaced)
         if request is not None:
             request.resolve(log)
 
     async def _watch(
-        self,
-        watch: Any,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Turn the store's change feed into catch-up requests (at most one queued at a time)."""
         with anyio.CancelScope() as scope:
             self._watch_scope = scope
             task_status.started()
-            heads = watch(self._session_id)
+            heads = self._store.watch(self._session_id)  # type: ignore[attr-defined]
             try:
                 async for head in heads:
-                    if (head == -1 or head > self._log.count) and not self._catch_up_queued:
+                    if (
+                        head == -1 or head > self._published.log.count
+                    ) and not self._catch_up_queued:
                         self._catch_up_queued = True
                         # -1 (reconnected) must always read; a head may be read already.
-                        request = _Request(_CATCH_UP, None if head == -1 else head)
+                        request = Reload(None if head == -1 else head, from_feed=True)
                         try:
                             self._send.send_nowait(request)
                         except anyio.WouldBlock:
@@ -782,125 +616,12 @@ class SessionActor:
                 with anyio.CancelScope(shield=True):
                     await heads.aclose()
 
-    # Compaction -------------------------------------------------------------------------------
-
-    def _apply_compaction(
-        self, log: Log, replacements: Sequence[Replacement]
-    ) -> tuple[Log, list[bool]]:
-        outcome = []
-        for replacement in replacements:
-            if not still_applies(log, replacement):
-                self._logger.info(
-                    "nous_session.compaction_stale",
-                    source=replacement.source,
-                    start=replacement.start,
-                    stop=replacement.stop,
-                )
-                outcome.append(False)
-                continue
-            event_type, _ = message_event(replacement.message)
-            log = log.append(event_type, replacement.data(), time=replacement.message.created_at)
-            outcome.append(True)
-        return log, outcome
-
-    def _maybe_compact(self, rebuilt: bool) -> None:
-        policy, meter = self._policy, self._meter
-        if policy is None or meter is None:
-            return
-        surface = self._log.surface()  # the memoised fold; nothing is projected here
-        # The meter must see every commit, or an unseen replace would corrupt its running sum.
-        tokens = meter.update(surface, rebuilt=rebuilt) if policy.counts_tokens else 0
-        if self._in_flight or self._closing or len(surface) < self._retry_at:
-            return
-        if policy.triggered(len(surface), tokens):
-            self._in_flight = True
-            self._compaction_done = anyio.Event()
-            # The scope exists from now on, so a close before the task first runs cancels it.
-            self._compaction_scope = anyio.CancelScope()
-            self._task_group.start_soon(
-                self._compact, self._compaction_scope, self._log, len(surface), tokens
-            )
-
-    async def _compact(self, scope: anyio.CancelScope, log: Log, size: int, tokens: int) -> None:
-        policy, meter = self._policy, self._meter
-        assert policy is not None
-        assert meter is not None
-        logger = self._logger.bind(count=log.count, surface=size, tokens=tokens)
-        logger.info("nous_session.compaction_started")
-        outcome = "failed"
-        try:
-            with scope:
-                outcome = await self._compaction(policy, log)
-            if scope.cancelled_caught:
-                outcome = "cancelled"
-        except SessionClosedError:
-            outcome = "cancelled"
-        except Exception as error:
-            logger.warning("nous_session.compaction_failed", error=repr(error))
-        finally:
-            self._compaction_scope = None
-            self._in_flight = False
-            self._compaction_done.set()
-        if outcome in ("applied", "pruned, summary stale"):
-            self._compactions_run += 1
-            logger.info("nous_session.compaction_finished", new_count=self._log.count)
-        if outcome in ("stale", "pruned, summary stale"):
-            self._compactions_stale += 1
-        elif outcome == "failed":
-            self._compactions_failed += 1
-        size_now = len(self._log.surface())
-        if outcome in ("failed", "nothing"):
-            # Do not retry on every commit: wait until the surface has grown.
-            self._retry_at = size + 1
-        elif (
-            outcome != "stale"
-            and outcome != "cancelled"
-            and policy.triggered(size_now, meter.total)
-        ):
-            # Still over the trigger: what remains is the kept tail, which another compaction
-            # cannot shrink. Wait until enough has scrolled out of the tail to be worth it.
-            self._retry_at = size_now + max(1, policy.keep_last // 2)
-            logger.info("nous_session.compaction_insufficient", retry_at=self._retry_at)
-        if outcome != "cancelled":
-            self._maybe_compact(rebuilt=False)
-
-    async def _compaction(self, policy: CompactionPolicy, log: Log) -> str:
-        """Prune, then summarise; every long loop yields to the event loop as it goes."""
-        pruned = False
-        if policy.prune_tool_results is not None:
-            replacements = await plan_pruning(log, policy.prune_tool_results)
-            if replacements:
-                outcome: list[bool] = await self._call(_COMPACTION, replacements)
-                pruned = any(outcome)
-                log = self._log
-                assert self._meter is not None  # the commit above brought it up to date
-                if pruned and not policy.triggered(len(log.surface()), self._meter.total):
-                    return "applied"  # pruning was enough
-        events = await plan_summary(log, policy.keep_last)
-        if events is None:
-            return "applied" if pruned else "nothing"
-        old = await _cooperatively(to_message, events)
-        if policy.summarizer is None:
-            text = await _structural_summary(old)
-            summary = Message.system(text, created_at=old[0].created_at)
-        else:
-            timeout = policy.summarizer_timeout
-            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
-                text = await policy.summarizer(old)
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"the summarizer returned an empty summary: {text!r}")
-            summary = Message.system(text, created_at=old[0].created_at)
-        (applied,) = await self._call(_COMPACTION, [summary_replacement(log, events, summary)])
-        if applied:
-            return "applied"
-        return "pruned, summary stale" if pruned else "stale"
-
     # Calls ------------------------------------------------------------------------------------
 
-    async def _call(self, kind: int, payload: Any) -> Any:
+    async def _call(self, request: Request) -> Any:
+        """Queue ``request`` and return its result (the compaction runner's ``post``)."""
         if self._closing:
             raise _closed_error()
-        request = _Request(kind, payload)
         try:
             self._send.send_nowait(request)
         except anyio.WouldBlock:
@@ -910,10 +631,7 @@ class SessionActor:
                 raise _closed_error() from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise _closed_error() from None
-        await request.done.wait()
-        if request.error is not None:
-            raise request.error
-        return request.result
+        return await request.outcome()
 
     async def append(
         self,
@@ -931,7 +649,7 @@ class SessionActor:
         """
         # Validated and copied here, in the caller: its errors surface on the caller's stack,
         # and changing `data` after the call (even a cancelled one) changes nothing.
-        events = await self._call(_APPEND, (prepare(type, data, time),))
+        events = await self._call(Append((prepare(type, data, time),)))
         return events[0]  # type: ignore[no-any-return]
 
     async def append_many(self, items: Iterable[Sequence[Any]]) -> tuple[Event, ...]:
@@ -957,7 +675,7 @@ class SessionActor:
                 raise InvalidEventError(f"append_many item {index}: {error}") from None
         if not normalised:
             return ()
-        return await self._call(_APPEND, tuple(normalised))  # type: ignore[no-any-return]
+        return await self._call(Append(tuple(normalised)))  # type: ignore[no-any-return]
 
     async def add_message(self, message: Message) -> Event:
         """Append the surface event that stands for ``message`` (as ``Log.seed`` maps it).
@@ -970,7 +688,7 @@ class SessionActor:
         """
         event_type, data = message_event(message)
         # The message's JSON is a fresh copy that only holds valid fields: nothing to re-check.
-        events = await self._call(_APPEND, ((event_type, data, message.created_at),))
+        events = await self._call(Append(((event_type, data, message.created_at),)))
         return events[0]  # type: ignore[no-any-return]
 
     async def replace(self, start: int, stop: int, message: Message) -> Event:
@@ -986,7 +704,7 @@ class SessionActor:
         """
         event_type, data = message_event(message)
         data["surface_op"] = ["replace", start, stop]  # checked when applied (see make_event)
-        events = await self._call(_APPEND, ((event_type, data, message.created_at),))
+        events = await self._call(Append(((event_type, data, message.created_at),)))
         return events[0]  # type: ignore[no-any-return]
 
     async def snapshot(self) -> Log:
@@ -998,7 +716,7 @@ class SessionActor:
         Raises:
             StoreError, SessionClosedError: as :meth:`append`.
         """
-        return await self._call(_SNAPSHOT, None)  # type: ignore[no-any-return]
+        return await self._call(Snapshot())  # type: ignore[no-any-return]
 
     async def reload(self) -> Log:
         """Catch up with what other writers committed to this session's store since our count.
@@ -1010,7 +728,7 @@ class SessionActor:
         Raises:
             StoreError, SessionClosedError: as :meth:`append`.
         """
-        return await self._call(_RELOAD, None)  # type: ignore[no-any-return]
+        return await self._call(Reload())  # type: ignore[no-any-return]
 
     async def wait_for_compaction(self) -> None:
         """Wait until no compaction is running (return at once when none is).
@@ -1018,8 +736,8 @@ class SessionActor:
         A compaction that starts while the previous one finishes is waited for too, so on
         return the background work that the commits so far triggered has landed.
         """
-        while self._in_flight:
-            await self._compaction_done.wait()
+        if self._compaction is not None:
+            await self._compaction.wait()
 
     def subscribe(self, since: int = 0) -> Subscription:
         """Follow the committed events with seq >= ``since``.
@@ -1034,7 +752,7 @@ class SessionActor:
             raise TypeError(f"since must be an int, not {type(since).__name__}")
         if since < 0:
             raise ValueError(f"since must be >= 0, got {since}")
-        return Subscription(self, since)
+        return Subscription(self._published, since)
 
     # Reading ----------------------------------------------------------------------------------
 
@@ -1046,66 +764,35 @@ class SessionActor:
     @property
     def log(self) -> Log:
         """The latest committed Log value (an immutable snapshot)."""
-        return self._log
+        return self._published.log
 
     @property
     def closed(self) -> bool:
         """True once the actor has stopped (nothing more will be committed)."""
-        return self._closed
+        return self._published.closed
 
     def messages(self) -> Sequence[Message]:
         """The messages the model sees now (the committed log's surface)."""
-        return self._log.derive_messages()
+        return self._published.log.derive_messages()
 
     def statistics(self) -> SessionStatistics:
         """Counters and gauges; see :class:`SessionStatistics`."""
+        compaction = self._compaction
         return SessionStatistics(
             queue_depth=self._receive.statistics().current_buffer_used,
-            count=self._log.count,
-            subscribers=self._subscribers,
+            count=self._published.log.count,
+            subscribers=self._published.subscribers,
             batches=self._batches,
             requests=self._requests,
-            compactions_run=self._compactions_run,
-            compactions_stale=self._compactions_stale,
-            compactions_failed=self._compactions_failed,
-            compaction_in_flight=self._in_flight,
+            compactions_run=compaction.run if compaction else 0,
+            compactions_stale=compaction.stale if compaction else 0,
+            compactions_failed=compaction.failed if compaction else 0,
+            compaction_in_flight=compaction.in_flight if compaction else False,
         )
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "closing" if self._closing else "open"
-        return f"<SessionActor {self._session_id!r} {state} count={self._log.count}>"
-
-
-def _plain_appends(requests: list[_Request]) -> bool:
-    """Whether a batch holds only appends without a surface op: events that mean the same at
-    any seq, which a rebasing commit may move."""
-    return bool(requests) and all(
-        request.kind == _APPEND and all("surface_op" not in item[1] for item in request.payload)
-        for request in requests
-    )
-
-
-def _apply_append(log: Log, items: Sequence[Prepared]) -> tuple[Log, tuple[Event, ...], bool]:
-    """Append every prepared item or none; report whether any of them replaced a range."""
-    if len(items) == 1:
-        log = log.append_prepared(items[0])
-        event = log.last
-        assert event is not None
-        return log, (event,), event.data.get("surface_op") is not None
-    events = []
-    replaced = False
-    candidate = log
-    for index, item in enumerate(items):
-        try:
-            candidate = candidate.append_prepared(item)
-        except InvalidEventError as error:
-            log._give_back(candidate)  # the items before it never happened either
-            raise InvalidEventError(f"append_many item {index}: {error}") from None
-        event = candidate.last
-        assert event is not None
-        replaced = replaced or event.data.get("surface_op") is not None
-        events.append(event)
-    return candidate, tuple(events), replaced
+        state = "closed" if self.closed else "closing" if self._closing else "open"
+        return f"<SessionActor {self._session_id!r} {state} count={self.log.count}>"
 
 
 @asynccontextmanager
@@ -1122,26 +809,6 @@ async def _unwrapped() -> AsyncIterator[None]:
             raise
         error = group.exceptions[0]
         raise error from error.__cause__
-
-
-async def _structural_summary(old: Sequence[Message]) -> str:
-    """:func:`~nous_session.transcript.summarize`'s text, built a chunk at a time so that a
-    long summary never holds the event loop (each chunk is joined as it is made)."""
-    pieces = [f"[Compacted {len(old)} earlier messages]"]
-    for start in range(0, len(old), _CHUNK):
-        pieces.append("\n".join([summary_line(m) for m in old[start : start + _CHUNK]]))
-        await anyio.lowlevel.checkpoint()
-    return "\n".join(pieces)
-
-
-async def _cooperatively(function: Callable[[T], U], items: Sequence[T]) -> list[U]:
-    """``[function(item) for item in items]``, yielding to the event loop every few hundred
-    items, so a compaction of a long session never holds the loop for more than a moment."""
-    out: list[U] = []
-    for start in range(0, len(items), _CHUNK):
-        out.extend([function(item) for item in items[start : start + _CHUNK]])
-        await anyio.lowlevel.checkpoint()
-    return out
 
 
 async def _load(store: Store, session_id: str, *, fold: bool) -> Log:

@@ -35,6 +35,7 @@ from nous_session.event import Event
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.stores import Store, open_store
+from nous_session.stores.base import VacuumingStore, supports
 from nous_session.transcript import estimate_messages_tokens
 
 __all__ = ["main"]
@@ -243,10 +244,9 @@ async def _snapshot(store: Store, args: argparse.Namespace, out: TextIO) -> None
     dropped = len(before.events()) - len(after.events())
     held = len(after.events())
     if args.vacuum:
-        vacuum = getattr(store, "vacuum", None)
-        if vacuum is None:
+        if not supports(store, VacuumingStore):
             raise CommandError("this store has nothing to vacuum")
-        await vacuum()
+        await store.vacuum()  # type: ignore[attr-defined]
     if args.json:
         _emit(
             out, {"dropped": dropped, "held": held, "count": after.count, "vacuumed": args.vacuum}

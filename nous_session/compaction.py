@@ -1,27 +1,37 @@
-"""Compaction policy and planning: when to compact a session, and what to replace.
+"""Compaction: when to compact a session, what to replace, and the runner that does it.
 
-This module is pure: it decides, from a committed :class:`~nous_session.log.Log` value, which
-tool results to prune and which range of the surface to summarise. The SessionActor runs it in
-the background and posts the resulting replaces back through its queue, where they are applied
-only if the surface in their range is still exactly what was planned over.
+Planning is pure: from a committed :class:`~nous_session.log.Log` value it decides which tool
+results to prune and which range of the surface to summarise. The :class:`CompactionRunner`
+does that in a background task of the session and posts the resulting replaces back to the
+actor through one ``post()`` (a :class:`Compaction` request), where they are applied only if the
+surface in their range is still exactly what was planned over.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, TypeAlias
+from contextlib import nullcontext
+from typing import Any, Final, TypeAlias, TypeVar
 
+import anyio
+import anyio.abc
 import anyio.lowlevel
 import attrs
 import orjson
 
 from nous_session._json import JSON
-from nous_session.event import Event, EventType, to_message
+from nous_session._requests import Applied, Request
+from nous_session.errors import SessionClosedError
+from nous_session.event import Event, EventType, message_event, to_message
 from nous_session.log import Log
 from nous_session.message import Message
-from nous_session.transcript import estimate_messages_tokens, prune_tool_results
+from nous_session.ops import OP_KEY, Replace
+from nous_session.transcript import estimate_messages_tokens, prune_tool_results, summary_line
 
 __all__ = ["CompactionPolicy", "Summarizer", "plan_pruning", "plan_summary"]
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 Summarizer: TypeAlias = Callable[[Sequence[Message]], Awaitable[str]]
 """An async callable (an LLM call, say) that takes the messages to summarise and returns the
@@ -211,7 +221,7 @@ class Replacement:
     def data(self) -> dict[str, JSON]:
         """The data of the replacing event."""
         data = self.message.to_json()
-        data["surface_op"] = ["replace", self.start, self.stop]
+        data[OP_KEY] = Replace(self.start, self.stop).to_json()
         data["source"] = self.source
         return data
 
@@ -297,7 +307,222 @@ def still_applies(log: Log, replacement: Replacement) -> bool:
     """
     start, stop = replacement.start, replacement.stop
     for event in log.since(replacement.planned_at):
-        op: Any = event.data.get("surface_op")
-        if op is not None and op[1] <= stop and start <= op[2]:
+        op = event.op
+        if op is not None and op.start <= stop and start <= op.stop:
             return False
     return True
+
+
+# The runner ---------------------------------------------------------------------------------
+
+
+class Compaction(Request):
+    """Apply planned replacements that still apply; the result says, per replacement, whether
+    it was applied (False: the surface in its range changed since the plan, so it is stale)."""
+
+    __slots__ = ("logger", "replacements")
+
+    def __init__(self, replacements: Sequence[Replacement], logger: Any) -> None:
+        super().__init__()
+        self.replacements = replacements
+        self.logger = logger
+
+    def apply(self, log: Log, committed: int) -> Applied:
+        """Append one replace event per replacement that still applies."""
+        outcome = []
+        for replacement in self.replacements:
+            if not still_applies(log, replacement):
+                self.logger.info(
+                    "nous_session.compaction_stale",
+                    source=replacement.source,
+                    start=replacement.start,
+                    stop=replacement.stop,
+                )
+                outcome.append(False)
+                continue
+            event_type, _ = message_event(replacement.message)
+            log = log.append(event_type, replacement.data(), time=replacement.message.created_at)
+            outcome.append(True)
+        return Applied(log, outcome, rebuilt=any(outcome))
+
+
+class CompactionRunner:
+    """Runs one session's compactions in the background, one at a time.
+
+    The actor tells it about every commit (:meth:`committed`); when the policy triggers, it
+    starts a child task in the session's task group that plans on the committed Log value,
+    summarises, and posts the result back through ``post`` (the actor's queue). It keeps the
+    session's compaction counters.
+
+    Args:
+        policy: when and how to compact.
+        post: sends a request to the actor and returns its result (raises
+            :class:`SessionClosedError` once the session is closing).
+        current: the latest committed Log.
+        task_group: where the compaction task runs.
+        logger: a bound structlog logger (the session id is on it).
+    """
+
+    __slots__ = (
+        "_closing",
+        "_current",
+        "_done",
+        "_logger",
+        "_meter",
+        "_policy",
+        "_post",
+        "_retry_at",
+        "_scope",
+        "_task_group",
+        "failed",
+        "in_flight",
+        "run",
+        "stale",
+    )
+
+    def __init__(
+        self,
+        policy: CompactionPolicy,
+        *,
+        post: Callable[[Request], Awaitable[Any]],
+        current: Callable[[], Log],
+        task_group: anyio.abc.TaskGroup,
+        logger: Any,
+    ) -> None:
+        self._policy = policy
+        self._post = post
+        self._current = current
+        self._task_group = task_group
+        self._logger = logger
+        self._meter = TokenMeter(policy.token_counter)
+        self._closing = False
+        self._scope: anyio.CancelScope | None = None
+        self._done = anyio.Event()
+        self._done.set()
+        self._retry_at = 0  # compaction waits for the surface to reach this size
+        self.run = 0
+        self.stale = 0
+        self.failed = 0
+        self.in_flight = False
+
+    def committed(self, log: Log, *, rebuilt: bool) -> None:
+        """See a new committed Log; start a compaction when the policy says so.
+
+        ``rebuilt`` says whether the surface changed other than by growing at the end.
+        """
+        policy, meter = self._policy, self._meter
+        surface = log.surface()  # the memoised fold; nothing is projected here
+        # The meter must see every commit, or an unseen replace would corrupt its running sum.
+        tokens = meter.update(surface, rebuilt=rebuilt) if policy.counts_tokens else 0
+        if self.in_flight or self._closing or len(surface) < self._retry_at:
+            return
+        if policy.triggered(len(surface), tokens):
+            self.in_flight = True
+            self._done = anyio.Event()
+            # The scope exists from now on, so a close before the task first runs cancels it.
+            self._scope = anyio.CancelScope()
+            self._task_group.start_soon(self._compact, self._scope, log, len(surface), tokens)
+
+    def close(self) -> None:
+        """Start no more compactions, and cancel the running one."""
+        self._closing = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def wait(self) -> None:
+        """Wait until no compaction is running (including one that starts as the last ends)."""
+        while self.in_flight:
+            await self._done.wait()
+
+    async def _compact(self, scope: anyio.CancelScope, log: Log, size: int, tokens: int) -> None:
+        policy = self._policy
+        logger = self._logger.bind(count=log.count, surface=size, tokens=tokens)
+        logger.info("nous_session.compaction_started")
+        outcome = "failed"
+        try:
+            with scope:
+                outcome = await self._compaction(log)
+            if scope.cancelled_caught:
+                outcome = "cancelled"
+        except SessionClosedError:
+            outcome = "cancelled"
+        except Exception as error:
+            logger.warning("nous_session.compaction_failed", error=repr(error))
+        finally:
+            self._scope = None
+            self.in_flight = False
+            self._done.set()
+        if outcome in ("applied", "pruned, summary stale"):
+            self.run += 1
+            logger.info("nous_session.compaction_finished", new_count=self._current().count)
+        if outcome in ("stale", "pruned, summary stale"):
+            self.stale += 1
+        elif outcome == "failed":
+            self.failed += 1
+        size_now = len(self._current().surface())
+        if outcome in ("failed", "nothing"):
+            # Do not retry on every commit: wait until the surface has grown.
+            self._retry_at = size + 1
+        elif (
+            outcome != "stale"
+            and outcome != "cancelled"
+            and policy.triggered(size_now, self._meter.total)
+        ):
+            # Still over the trigger: what remains is the kept tail, which another compaction
+            # cannot shrink. Wait until enough has scrolled out of the tail to be worth it.
+            self._retry_at = size_now + max(1, policy.keep_last // 2)
+            logger.info("nous_session.compaction_insufficient", retry_at=self._retry_at)
+        if outcome != "cancelled":
+            self.committed(self._current(), rebuilt=False)
+
+    async def _compaction(self, log: Log) -> str:
+        """Prune, then summarise; every long loop yields to the event loop as it goes."""
+        policy = self._policy
+        pruned = False
+        if policy.prune_tool_results is not None:
+            replacements = await plan_pruning(log, policy.prune_tool_results)
+            if replacements:
+                outcome: list[bool] = await self._post(Compaction(replacements, self._logger))
+                pruned = any(outcome)
+                log = self._current()
+                # The commit above brought the meter up to date.
+                if pruned and not policy.triggered(len(log.surface()), self._meter.total):
+                    return "applied"  # pruning was enough
+        events = await plan_summary(log, policy.keep_last)
+        if events is None:
+            return "applied" if pruned else "nothing"
+        old = await _cooperatively(to_message, events)
+        if policy.summarizer is None:
+            text = await _structural_summary(old)
+        else:
+            timeout = policy.summarizer_timeout
+            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+                text = await policy.summarizer(old)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"the summarizer returned an empty summary: {text!r}")
+        summary = Message.system(text, created_at=old[0].created_at)
+        replacement = summary_replacement(log, events, summary)
+        (applied,) = await self._post(Compaction([replacement], self._logger))
+        if applied:
+            return "applied"
+        return "pruned, summary stale" if pruned else "stale"
+
+
+async def _structural_summary(old: Sequence[Message]) -> str:
+    """:func:`~nous_session.transcript.summarize`'s text, built a chunk at a time so that a
+    long summary never holds the event loop (each chunk is joined as it is made)."""
+    pieces = [f"[Compacted {len(old)} earlier messages]"]
+    for start in range(0, len(old), CHUNK):
+        pieces.append("\n".join([summary_line(m) for m in old[start : start + CHUNK]]))
+        await anyio.lowlevel.checkpoint()
+    return "\n".join(pieces)
+
+
+async def _cooperatively(function: Callable[[T], U], items: Sequence[T]) -> list[U]:
+    """``[function(item) for item in items]``, yielding to the event loop every ``CHUNK``
+    items, so a compaction of a long session never holds the loop for more than a moment."""
+    out: list[U] = []
+    for start in range(0, len(items), CHUNK):
+        out.extend([function(item) for item in items[start : start + CHUNK]])
+        await anyio.lowlevel.checkpoint()
+    return out

@@ -3,8 +3,8 @@
 An :class:`Event` is a frozen value: its ``seq``, its :class:`EventType`, its JSON ``data`` and
 its ``time``. Events are made by the log (``Log.append`` and friends) through :func:`make_event`,
 which validates them and keeps its own deep copy of the data. A surface event may carry a
-``surface_op``: ``["replace", start, stop]``, which puts it on the surface in place of the range
-of positions ``start..stop`` (see :mod:`nous_session.log` for the fold).
+surface operation (:mod:`nous_session.ops`), stored as ``data["surface_op"]`` and parsed into
+``event.op`` when the event is made (see :mod:`nous_session.log` for the fold).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import attrs
 from nous_session._json import JSON, NotJSONError, copy_json
 from nous_session.errors import InvalidEventError
 from nous_session.message import Message, Role, ToolCall, utc_datetime
+from nous_session.ops import OP_KEY, OpError, Replace, SurfaceOp, parse_op
 
 __all__ = [
     "SURFACE_TYPES",
@@ -61,7 +62,6 @@ SURFACE_TYPES: Final = (
 """The event types that project into messages, in this order."""
 
 _SURFACE: Final = frozenset(SURFACE_TYPES)
-_INT_MAX: Final = 2**63 - 1
 TYPE_BY_NAME: Final[dict[object, EventType]] = {member.value: member for member in EventType}
 """Each EventType by its value (a member also finds itself: a StrEnum hashes as its value).
 Read-only by convention."""
@@ -74,33 +74,6 @@ _ROLE_OF: Final = {
 _TYPE_OF: Final = {role: event_type for event_type, role in _ROLE_OF.items()}
 
 
-def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if type(value) is not int:
-        raise ValueError(f"Replace.{attribute.name} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"Replace.{attribute.name} must be >= 0, got {value}")
-
-
-@attrs.frozen
-class Replace:
-    """The one surface op: put the event in place of the positions ``start..stop`` (inclusive).
-
-    Raises:
-        ValueError: ``start`` or ``stop`` is not an int, is negative, or ``start > stop``.
-    """
-
-    start: int = attrs.field(validator=_non_negative_int)
-    stop: int = attrs.field(validator=_non_negative_int)
-
-    def __attrs_post_init__(self) -> None:
-        if self.start > self.stop:
-            raise ValueError(f"Replace start {self.start} is after stop {self.stop}")
-
-    def to_json(self) -> list[JSON]:
-        """The form stored in event data: ``["replace", start, stop]``."""
-        return ["replace", self.start, self.stop]
-
-
 @attrs.frozen(unsafe_hash=False)  # holds read-only mappings, which cannot hash
 class Event:
     """One entry of the log.
@@ -111,24 +84,25 @@ class Event:
         data: its JSON payload, read-only at the top level; nested containers belong to the log
             and must not be mutated.
         time: when it happened, timezone-aware UTC.
+        op: the surface operation it carries (parsed from ``data["surface_op"]``), or None.
     """
 
     seq: int
     type: EventType
     data: Mapping[str, JSON]
     time: datetime
+    op: SurfaceOp | None = None
 
     @property
-    def surface_op(self) -> Replace | None:
-        """The event's :class:`Replace`, or None."""
-        op = self.data.get("surface_op")
-        return None if op is None else Replace(op[1], op[2])  # type: ignore[index,arg-type]
+    def surface_op(self) -> SurfaceOp | None:
+        """The event's surface operation, or None (the same as :attr:`op`)."""
+        return self.op
 
     @property
     def position(self) -> int:
         """Where the event sits on the surface: ``start`` of its replace, else its ``seq``."""
-        op = self.data.get("surface_op")
-        return self.seq if op is None else op[1]  # type: ignore[index,return-value]
+        op = self.op
+        return self.seq if op is None else op.position
 
     @property
     def is_surface(self) -> bool:
@@ -139,33 +113,14 @@ class Event:
 # Validation ---------------------------------------------------------------------------------
 
 
-def _op_list(value: object, seq: int) -> list[JSON] | None:
-    """Normalise a ``surface_op`` to ``["replace", start, stop]`` (or None), or say why not."""
-    if value is None:
-        return None
-    if isinstance(value, Replace):
-        start, stop = value.start, value.stop
-    else:
-        if (
-            type(value) not in (list, tuple)
-            or len(value) != 3  # type: ignore[arg-type]
-            or value[0] != "replace"  # type: ignore[index]
-        ):
-            raise _Refusal(
-                f'malformed surface_op {value!r}: the only op is ["replace", start, stop]'
-            )
-        _, start, stop = value  # type: ignore[misc]
-        if type(start) is not int or type(stop) is not int:
-            raise _Refusal(f"malformed surface_op {value!r}: start and stop must be ints")
-        if stop > _INT_MAX:
-            raise _Refusal(f"malformed surface_op {value!r}: stop is beyond 64 bits")
-        if start < 0 or start > stop:
-            raise _Refusal(f"malformed surface_op {value!r}: needs 0 <= start <= stop")
-    if start >= seq:
-        raise _Refusal(
-            f"surface_op replaces from position {start}, which is not below the event's own seq"
-        )
-    return ["replace", start, stop]
+def _parse_op(value: object, seq: int) -> SurfaceOp:
+    """The operation a ``surface_op`` value stands for, checked against the event's seq."""
+    try:
+        op = parse_op(value)
+        op.check_seq(seq)
+    except OpError as e:
+        raise _Refusal(str(e)) from None
+    return op
 
 
 class _Refusal(Exception):
@@ -206,7 +161,7 @@ def _copy_item(copy: dict[str, JSON], key: object, value: object) -> None:
         if not isinstance(key, str):
             raise _Refusal(f"data key {key!r} ({type(key).__name__}) is not a string")
         key = str.__str__(key)
-    if key == "surface_op":
+    if key == OP_KEY:
         copy[key] = value  # type: ignore[assignment]  # normalised by the caller
         return
     try:
@@ -247,7 +202,7 @@ def prepare(
     try:
         when = _time(time)
         copy = _copy_data(data)
-        if "surface_op" in copy:
+        if OP_KEY in copy:
             _check_op_allowed(event_type, copy)
         if event_type in _SURFACE and (len(copy) != 1 or type(copy.get("content")) is not str):
             _check_surface_fields(copy)
@@ -284,7 +239,7 @@ def _copy_data(data: object) -> dict[str, JSON]:
 
 
 def _check_op_allowed(event_type: EventType, data: dict[str, JSON]) -> None:
-    if event_type not in _SURFACE and data.get("surface_op") is not None:
+    if event_type not in _SURFACE and data.get(OP_KEY) is not None:
         raise _Refusal(
             f"a {event_type.value} event cannot carry a surface_op; only surface types can replace"
         )
@@ -319,15 +274,19 @@ def make_event(
         else:
             when = _time(time)
         copy = data if decoded and type(data) is dict else _copy_data(data)
-        if "surface_op" in copy:
+        op = None
+        if OP_KEY in copy:
             _check_op_allowed(event_type, copy)
-            copy["surface_op"] = _op_list(copy["surface_op"], seq)
+            value = copy[OP_KEY]
+            if value is not None:
+                op = _parse_op(value, seq)
+                copy[OP_KEY] = op.to_json()
         # Most chat events are exactly {"content": str}; anything else gets the full check.
         if event_type in _SURFACE and (len(copy) != 1 or type(copy.get("content")) is not str):
             _check_surface_fields(copy)
     except _Refusal as e:
         raise InvalidEventError(f"event {seq} ({event_type.value}): {e}") from None
-    return Event(seq, event_type, MappingProxyType(copy), when)
+    return Event(seq, event_type, MappingProxyType(copy), when, op)
 
 
 # Messages <-> events ------------------------------------------------------------------------

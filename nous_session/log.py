@@ -42,6 +42,7 @@ from nous_session.event import (
     to_message,
 )
 from nous_session.message import Message
+from nous_session.ops import Replace
 
 __all__ = ["Log"]
 
@@ -155,7 +156,7 @@ class _Fold:
         surface, length = self.surface, self.length
         pending: list[Event] = []
         for event in events:
-            op = event.data.get("surface_op")
+            op = event.op
             if op is None:
                 if event.type in _SURFACE:
                     pending.append(event)
@@ -163,7 +164,11 @@ class _Fold:
             if pending:
                 surface, length = _extend(surface, length, pending)
                 pending = []
-            surface, length = _replace(surface, length, event, op[1], op[2])  # type: ignore[index,arg-type]
+            # Every operation's effect on the surface, by type (ops.py defines them).
+            if type(op) is Replace:
+                surface, length = _replace(surface, length, event, op.start, op.stop)
+            else:  # pragma: no cover - a new operation without a fold rule
+                raise AssertionError(f"no fold rule for {op!r}")
         if pending:
             surface, length = _extend(surface, length, pending)
         return _Fold(count, surface, length)
@@ -515,11 +520,10 @@ class Log:
         dropped: list[Event] = []
         for index in range(self._held - 1, -1, -1):
             event = self._events[index]
-            op = event.data.get("surface_op")
-            position = event.seq if op is None else op[1]  # type: ignore[index]
-            (dropped if coverage.covers(position) else live).append(event)  # type: ignore[arg-type]
+            op = event.op
+            (dropped if coverage.covers(event.position) else live).append(event)
             if op is not None:
-                coverage.add(op[1], op[2])  # type: ignore[index,arg-type]
+                coverage.add(op.start, op.stop)
         live.reverse()
         dropped.reverse()
         return live, dropped

@@ -19,7 +19,14 @@ import anyio
 import structlog
 
 from nous_session.event import Event
-from nous_session.stores.base import Rebased, RebasingStore, SessionInfo, Store
+from nous_session.stores.base import (
+    FollowingStore,
+    Rebased,
+    RebasingStore,
+    SessionInfo,
+    Store,
+    supports,
+)
 from nous_session.stores.memory import MemoryStore
 
 __all__ = [
@@ -113,13 +120,13 @@ async def follow(
     """Yield a session's stored events from ``since`` on, then new ones as other processes
     commit them, for ever (until cancelled).
 
-    A store with its own change feed (a ``follow`` method, as PostgreSQL's LISTEN/NOTIFY gives)
-    is used as is; any other store is polled every ``interval`` seconds with
-    ``load(since=cursor)``, which costs one indexed range read per poll.
+    A store with its own change feed (a :class:`~nous_session.stores.base.FollowingStore`, as
+    PostgreSQL's LISTEN/NOTIFY gives) is used as is; any other store is polled every
+    ``interval`` seconds with ``load(since=cursor)``, which costs one indexed range read per
+    poll.
     """
-    native = getattr(store, "follow", None)
-    if native is not None:
-        async with aclosing(native(session_id, since=since)) as events:
+    if supports(store, FollowingStore):
+        async with aclosing(store.follow(session_id, since=since)) as events:  # type: ignore[attr-defined]
             async for event in events:
                 yield event
         return

@@ -8,7 +8,7 @@ A store holds many sessions. Each session is its held events, in seq order, and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -16,15 +16,19 @@ import attrs
 from nous_session.event import Event
 
 __all__ = [
+    "ChangeFeedStore",
+    "FollowingStore",
     "Rebased",
     "RebasingStore",
     "SessionInfo",
     "Store",
+    "VacuumingStore",
     "check_commit_arguments",
     "check_rebase_arguments",
     "check_session_id",
     "moved",
     "place",
+    "supports",
 ]
 
 
@@ -151,9 +155,61 @@ class RebasingStore(Store, Protocol):
         ...
 
 
+@runtime_checkable
+class ChangeFeedStore(Store, Protocol):
+    """A store that tells when a session's head moves, whichever process committed."""
+
+    def watch(self, session_id: str) -> AsyncGenerator[int, None]:
+        """Yield the session's new head whenever a commit lands, and ``-1`` when the feed
+        (re)connects (whatever happened meanwhile must be read then). Runs until closed.
+
+        Raises:
+            StoreError: the feed cannot be set up at all.
+        """
+        ...
+
+
+@runtime_checkable
+class FollowingStore(Store, Protocol):
+    """A store that streams a session's committed events natively (a change feed)."""
+
+    def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
+        """Yield the session's events from ``since`` on, then each one committed later by any
+        process, in seq order and at most once. Runs until closed."""
+        ...
+
+
+@runtime_checkable
+class VacuumingStore(Store, Protocol):
+    """A store that can give the space of deleted events back to the file system."""
+
+    async def vacuum(self) -> None:
+        """Reclaim the space deleted events took (after a snapshot).
+
+        Raises:
+            StoreError: the store could not do it.
+        """
+        ...
+
+
+def supports(store: object, capability: type) -> bool:
+    """Whether ``store``'s class has every method the capability Protocol itself declares.
+
+    Looked up on the class, not the instance: a wrapper store that passes unknown attributes
+    through to another store (``__getattr__``) must not have its own ``commit`` bypassed by a
+    capability the inner store has.
+    """
+    names = [
+        name
+        for name, value in vars(capability).items()
+        if callable(value) and not name.startswith("_")
+    ]
+    return bool(names) and all(callable(getattr(type(store), name, None)) for name in names)
+
+
 def moved(events: Sequence[Event], shift: int) -> list[Event]:
     """``events`` at their seq + ``shift`` (the same data, shared, and times)."""
-    return [Event(e.seq + shift, e.type, e.data, e.time) for e in events]
+    return [Event(e.seq + shift, e.type, e.data, e.time, e.op) for e in events]
 
 
 def place(session_id: str, where: str) -> Callable[[int], str]:

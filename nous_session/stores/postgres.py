@@ -23,6 +23,7 @@ The pool replaces broken connections, so the next commit works once the server i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -96,16 +97,24 @@ def _tail(event: Event) -> bytes:
 
 
 @contextmanager
-def _commit_errors(session_id: str) -> Iterator[None]:
-    """A clash on (session, seq) is a ConflictError; any other database error a StoreError."""
+def _errors(what: str) -> Iterator[None]:
+    """Translate psycopg's errors, in the one place this store does it.
+
+    A clash on a primary key (another writer holds one of these seqs) is a ConflictError; any
+    other database error a StoreError that says what failed (``what``) and why.
+    """
     try:
         yield
     except psycopg.errors.UniqueViolation as error:
         raise ConflictError(
-            f"session {session_id!r}: another writer holds one of these seqs ({_describe(error)})"
+            f"{what}: another writer holds one of these seqs ({_describe(error)})"
         ) from error
     except psycopg.Error as error:
-        raise StoreError(f"commit to session {session_id!r} failed: {_describe(error)}") from error
+        raise StoreError(f"{what}: {_describe(error)}") from error
+
+
+def _commit_errors(session_id: str) -> contextlib.AbstractContextManager[None]:
+    return _errors(f"commit to session {session_id!r} failed")
 
 
 def _describe(error: BaseException) -> str:
@@ -277,13 +286,11 @@ class PostgresStore:
             raise StoreError(f"cannot connect to {self._redacted()}: {_describe(error)}") from error
         except Exception as error:  # the pool's own timeout error
             raise StoreError(f"cannot connect to {self._redacted()}: {_describe(error)}") from error
-        try:
-            with self._pool.connection() as connection:
-                self._migrate(connection)
-        except psycopg.Error as error:
-            raise StoreError(
-                f"cannot set up the schema in {self._redacted()}: {_describe(error)}"
-            ) from error
+        with (
+            _errors(f"cannot set up the schema in {self._redacted()}"),
+            self._pool.connection() as connection,
+        ):
+            self._migrate(connection)
         self._opened = True
 
     def _migrate(self, connection: psycopg.Connection[Any]) -> None:
@@ -338,13 +345,11 @@ class PostgresStore:
         ).format(self._events)
 
         def load() -> list[Event]:
-            try:
-                with self._pool.connection() as connection:
-                    rows = connection.execute(query, (session_id, since)).fetchall()
-            except psycopg.Error as error:
-                raise StoreError(
-                    f"cannot read session {session_id!r}: {_describe(error)}"
-                ) from error
+            with (
+                _errors(f"cannot read session {session_id!r}"),
+                self._pool.connection() as connection,
+            ):
+                rows = connection.execute(query, (session_id, since)).fetchall()
             return decode_rows(rows, place(session_id, f"schema {self.schema}"))
 
         return await self._run(load)
@@ -455,11 +460,8 @@ class PostgresStore:
         ).format(sessions=self._sessions, events=self._events)
 
         def sessions() -> list[SessionInfo]:
-            try:
-                with self._pool.connection() as connection:
-                    rows = connection.execute(query).fetchall()
-            except psycopg.Error as error:
-                raise StoreError(f"cannot list sessions: {_describe(error)}") from error
+            with _errors("cannot list sessions"), self._pool.connection() as connection:
+                rows = connection.execute(query).fetchall()
             return [SessionInfo(name, count, held) for name, count, held in rows]
 
         return await self._run(sessions)
@@ -470,14 +472,13 @@ class PostgresStore:
         session = sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sessions)
 
         def delete() -> bool:
-            try:
-                with self._pool.connection() as connection, connection.transaction():
-                    connection.execute(events, (session_id,))
-                    return connection.execute(session, (session_id,)).rowcount > 0
-            except psycopg.Error as error:
-                raise StoreError(
-                    f"cannot delete session {session_id!r}: {_describe(error)}"
-                ) from error
+            with (
+                _errors(f"cannot delete session {session_id!r}"),
+                self._pool.connection() as connection,
+                connection.transaction(),
+            ):
+                connection.execute(events, (session_id,))
+                return connection.execute(session, (session_id,)).rowcount > 0
 
         return await self._run(delete)
 

@@ -76,6 +76,23 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+@contextmanager
+def _errors(what: str) -> Iterator[None]:
+    """Translate sqlite3's errors, in the one place this store does it.
+
+    A clash on a primary key (another writer holds one of these seqs) is a ConflictError;
+    any other sqlite3 error a StoreError that says what failed (``what``) and why.
+    """
+    try:
+        yield
+    except sqlite3.IntegrityError as error:
+        raise ConflictError(
+            f"{what}: another writer holds one of these seqs ({_describe(error)})"
+        ) from error
+    except sqlite3.Error as error:
+        raise StoreError(f"{what}: {_describe(error)}") from error
+
+
 @attrs.define
 class SQLiteStore:
     """Sessions in one SQLite file.
@@ -134,20 +151,19 @@ class SQLiteStore:
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(f"cannot open {self.path}: {_describe(error)}") from error
+        with _errors(f"cannot open {self.path}"):
             connection = sqlite3.connect(
                 self.path,
                 timeout=self.busy_timeout,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,  # worker threads take turns behind the limiter
             )
-        except (sqlite3.Error, OSError) as error:
-            raise StoreError(f"cannot open {self.path}: {_describe(error)}") from error
         try:
-            try:
+            with _errors(f"cannot open {self.path}"):
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            except sqlite3.Error as error:
-                raise StoreError(f"cannot open {self.path}: {_describe(error)}") from error
             _migrate(connection, self.path)
         except BaseException:
             connection.close()
@@ -166,16 +182,12 @@ class SQLiteStore:
         _check_since(since)
 
         def load(connection: sqlite3.Connection) -> list[Event]:
-            try:
+            with _errors(f"cannot read session {session_id!r} from {self.path}"):
                 rows = connection.execute(
                     "SELECT e.seq, e.record FROM nous_events e JOIN nous_sessions s ON s.id = e.sid"
                     " WHERE s.name = ? AND e.seq >= ? ORDER BY e.seq",
                     (session_id, since),
                 ).fetchall()
-            except sqlite3.Error as error:
-                raise StoreError(
-                    f"cannot read session {session_id!r} from {self.path}: {_describe(error)}"
-                ) from error
             return decode_rows(rows, place(session_id, self.path))
 
         return await self._run(load)
@@ -199,18 +211,11 @@ class SQLiteStore:
 
         def commit(connection: sqlite3.Connection) -> None:
             records = [(event.seq, encode(event)) for event in rows]
-            try:
-                with _transaction(connection):
-                    _commit(connection, session_id, expected_count, records, dropped)
-            except sqlite3.IntegrityError as error:
-                raise ConflictError(
-                    f"session {session_id!r}: another writer holds one of these seqs"
-                    f" ({_describe(error)})"
-                ) from error
-            except sqlite3.Error as error:
-                raise StoreError(
-                    f"commit to session {session_id!r} in {self.path} failed: {_describe(error)}"
-                ) from error
+            with (
+                _errors(f"commit to session {session_id!r} in {self.path} failed"),
+                _transaction(connection),
+            ):
+                _commit(connection, session_id, expected_count, records, dropped)
 
         await self._run(commit)
 
@@ -230,35 +235,33 @@ class SQLiteStore:
         rows = check_rebase_arguments(session_id, expected_count, events)
 
         def commit(connection: sqlite3.Connection) -> Rebased:
-            try:
-                with _transaction(connection):
-                    row = connection.execute(
-                        "SELECT id, count FROM nous_sessions WHERE name = ?", (session_id,)
-                    ).fetchone()
-                    stored = 0 if row is None else row[1]
-                    if stored < expected_count:
-                        raise ConflictError(
-                            f"session {session_id!r} has count {stored},"
-                            f" below the expected {expected_count}"
-                        )
-                    shift = stored - expected_count
-                    others: list[Event] = []
-                    if shift:
-                        others = decode_rows(
-                            connection.execute(
-                                "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ?"
-                                " ORDER BY seq",
-                                (row[0], expected_count),
-                            ).fetchall(),
-                            place(session_id, self.path),
-                        )
-                    placed = moved(rows, shift) if shift else rows
-                    records = [(event.seq, encode(event)) for event in placed]
-                    _commit(connection, session_id, stored, records, ())
-            except sqlite3.Error as error:
-                raise StoreError(
-                    f"commit to session {session_id!r} in {self.path} failed: {_describe(error)}"
-                ) from error
+            with (
+                _errors(f"commit to session {session_id!r} in {self.path} failed"),
+                _transaction(connection),
+            ):
+                row = connection.execute(
+                    "SELECT id, count FROM nous_sessions WHERE name = ?", (session_id,)
+                ).fetchone()
+                stored = 0 if row is None else row[1]
+                if stored < expected_count:
+                    raise ConflictError(
+                        f"session {session_id!r} has count {stored},"
+                        f" below the expected {expected_count}"
+                    )
+                shift = stored - expected_count
+                others: list[Event] = []
+                if shift:
+                    others = decode_rows(
+                        connection.execute(
+                            "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ?"
+                            " ORDER BY seq",
+                            (row[0], expected_count),
+                        ).fetchall(),
+                        place(session_id, self.path),
+                    )
+                placed = moved(rows, shift) if shift else rows
+                records = [(event.seq, encode(event)) for event in placed]
+                _commit(connection, session_id, stored, records, ())
             return Rebased(shift, others, placed)
 
         return await self._run(commit)
@@ -267,14 +270,10 @@ class SQLiteStore:
         """Every session with a nonzero count, by id."""
 
         def sessions(connection: sqlite3.Connection) -> list[SessionInfo]:
-            try:
+            with _errors(f"cannot list sessions in {self.path}"):
                 rows = connection.execute(
                     "SELECT name, count, held FROM nous_sessions WHERE count > 0 ORDER BY name"
                 ).fetchall()
-            except sqlite3.Error as error:
-                raise StoreError(
-                    f"cannot list sessions in {self.path}: {_describe(error)}"
-                ) from error
             return [SessionInfo(name, count, held) for name, count, held in rows]
 
         return await self._run(sessions)
@@ -283,18 +282,13 @@ class SQLiteStore:
         """Delete a session and all its events; True when it existed."""
 
         def delete(connection: sqlite3.Connection) -> bool:
-            try:
-                with _transaction(connection):
-                    row = connection.execute(
-                        "SELECT id FROM nous_sessions WHERE name = ?", (session_id,)
-                    ).fetchone()
-                    if row is not None:
-                        connection.execute("DELETE FROM nous_events WHERE sid = ?", row)
-                        connection.execute("DELETE FROM nous_sessions WHERE id = ?", row)
-            except sqlite3.Error as error:
-                raise StoreError(
-                    f"cannot delete session {session_id!r}: {_describe(error)}"
-                ) from error
+            with _errors(f"cannot delete session {session_id!r}"), _transaction(connection):
+                row = connection.execute(
+                    "SELECT id FROM nous_sessions WHERE name = ?", (session_id,)
+                ).fetchone()
+                if row is not None:
+                    connection.execute("DELETE FROM nous_events WHERE sid = ?", row)
+                    connection.execute("DELETE FROM nous_sessions WHERE id = ?", row)
             return row is not None
 
         return await self._run(delete)
@@ -303,11 +297,9 @@ class SQLiteStore:
         """Give the space of deleted events back to the file system (after a snapshot)."""
 
         def vacuum(connection: sqlite3.Connection) -> None:
-            try:
+            with _errors(f"cannot vacuum {self.path}"):
                 connection.execute("VACUUM")
                 connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except sqlite3.Error as error:
-                raise StoreError(f"cannot vacuum {self.path}: {_describe(error)}") from error
 
         await self._run(vacuum)
 
@@ -366,33 +358,26 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
 
 
 def _migrate(connection: sqlite3.Connection, path: str) -> None:
-    try:
-        with _transaction(connection):
-            connection.execute("CREATE TABLE IF NOT EXISTS nous_schema (version INTEGER NOT NULL)")
-            rows = connection.execute("SELECT version FROM nous_schema").fetchall()
-            if len(rows) > 1:
-                raise StoreError(f"{path}: nous_schema holds {len(rows)} rows; expected one")
-            version = rows[0][0] if rows else 0
-            if not isinstance(version, int) or version < 0:
-                raise StoreError(f"{path}: unreadable schema version {version!r}")
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{path} has schema version {version}, newer than this nous_session "
-                    f"understands ({SCHEMA_VERSION}); upgrade nous_session to open it"
-                )
-            for step in range(version, SCHEMA_VERSION):
-                for statement in _MIGRATIONS[step]:
-                    connection.execute(statement)
-            if not rows:
-                connection.execute(
-                    "INSERT INTO nous_schema (version) VALUES (?)", (SCHEMA_VERSION,)
-                )
-            elif version != SCHEMA_VERSION:
-                connection.execute("UPDATE nous_schema SET version = ?", (SCHEMA_VERSION,))
-    except sqlite3.Error as error:
-        raise StoreError(
-            f"cannot open {path} as a nous_session store: {_describe(error)}"
-        ) from error
+    with _errors(f"cannot open {path} as a nous_session store"), _transaction(connection):
+        connection.execute("CREATE TABLE IF NOT EXISTS nous_schema (version INTEGER NOT NULL)")
+        rows = connection.execute("SELECT version FROM nous_schema").fetchall()
+        if len(rows) > 1:
+            raise StoreError(f"{path}: nous_schema holds {len(rows)} rows; expected one")
+        version = rows[0][0] if rows else 0
+        if not isinstance(version, int) or version < 0:
+            raise StoreError(f"{path}: unreadable schema version {version!r}")
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{path} has schema version {version}, newer than this nous_session "
+                f"understands ({SCHEMA_VERSION}); upgrade nous_session to open it"
+            )
+        for step in range(version, SCHEMA_VERSION):
+            for statement in _MIGRATIONS[step]:
+                connection.execute(statement)
+        if not rows:
+            connection.execute("INSERT INTO nous_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+        elif version != SCHEMA_VERSION:
+            connection.execute("UPDATE nous_schema SET version = ?", (SCHEMA_VERSION,))
 
 
 def _commit(
