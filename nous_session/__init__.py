@@ -20,19 +20,23 @@ from nous_session.errors import (
     CorruptRecordError,
     InvalidEventError,
     NousSessionError,
+    OutcomeUnknownError,
     SessionClosedError,
     StoreError,
 )
 from nous_session.event import SURFACE_TYPES, Event, EventType
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
-from nous_session.ops import Replace, SurfaceOp
+from nous_session.ops import Remove, Replace, Rewind, SurfaceOp, Uncompact
 from nous_session.stores import (
+    ForkingStore,
     MemoryStore,
+    OutcomeStore,
     Rebased,
     RebasingStore,
     SessionInfo,
     Store,
+    Stored,
     open_store,
 )
 from nous_session.transcript import Compacted, Unchanged
@@ -45,14 +49,19 @@ __all__ = [
     "CorruptRecordError",
     "Event",
     "EventType",
+    "ForkingStore",
     "InvalidEventError",
     "Log",
     "MemoryStore",
     "Message",
     "NousSessionError",
+    "OutcomeStore",
+    "OutcomeUnknownError",
     "Rebased",
     "RebasingStore",
+    "Remove",
     "Replace",
+    "Rewind",
     "Role",
     "SURFACE_TYPES",
     "SessionActor",
@@ -61,11 +70,13 @@ __all__ = [
     "SessionStatistics",
     "Store",
     "StoreError",
+    "Stored",
     "Subscription",
     "Summarizer",
     "SurfaceOp",
     "ToolCall",
     "Unchanged",
+    "Uncompact",
     "messages",
     "open_store",
     "transcript",

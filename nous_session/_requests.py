@@ -17,13 +17,27 @@ from typing import Any, ClassVar, TypeAlias
 import anyio
 import attrs
 
-from nous_session.errors import InvalidEventError
-from nous_session.event import Event, EventType
+from nous_session.errors import ConflictError, InvalidEventError
+from nous_session.event import Event, EventType, replace_data, to_message
 from nous_session.log import Log
+from nous_session.message import Message
 
-__all__ = ["Append", "Applied", "Reload", "Request", "Snapshot"]
+__all__ = [
+    "INTERRUPTED",
+    "Append",
+    "Applied",
+    "Edit",
+    "Recover",
+    "Reload",
+    "Request",
+    "Snapshot",
+    "check_expectation",
+]
 
-Prepared: TypeAlias = tuple[EventType, dict[str, Any], datetime]
+INTERRUPTED = "Tool call was interrupted and not executed. Please retry if needed."
+"""The result :class:`Recover` gives every tool call left without one."""
+
+Prepared: TypeAlias = tuple[EventType | str, dict[str, Any], datetime]
 """What :func:`nous_session.event.prepare` returns: a validated, copied event before its seq."""
 
 
@@ -85,13 +99,20 @@ class Request:
 
 
 class Append(Request):
-    """Append events atomically (all or none); the result is the tuple of committed events."""
+    """Append events atomically (all or none); the result is the tuple of committed events.
 
-    __slots__ = ("items",)
+    Attributes:
+        items: the prepared events.
+        key: the caller's idempotency key, or None. The actor answers a key it has seen with
+            the events first committed under it, without applying the request.
+    """
 
-    def __init__(self, items: tuple[Prepared, ...]) -> None:
+    __slots__ = ("items", "key")
+
+    def __init__(self, items: tuple[Prepared, ...], key: str | None = None) -> None:
         super().__init__()
         self.items = items
+        self.key = key
 
     @property
     def plain(self) -> bool:
@@ -121,6 +142,116 @@ class Append(Request):
         return Applied(
             candidate, tuple(events), rebuilt=any(event.op is not None for event in events)
         )
+
+
+def check_expectation(log: Log, start: int, stop: int, expect: int | Sequence[int]) -> None:
+    """Refuse a conditional write whose range no longer holds what the caller saw.
+
+    ``expect`` is how many surface entries positions ``start..stop`` hold, or the seqs of
+    their events in order (the messages of one replace count once).
+
+    Raises:
+        ConflictError: the range holds something else.
+    """
+    entries = log.range(start, stop)
+    if isinstance(expect, int):
+        found: object = len(entries)
+        wanted: object = expect
+    else:
+        seqs: list[int] = []
+        for entry in entries:
+            if not seqs or seqs[-1] != entry.seq:
+                seqs.append(entry.seq)
+        found, wanted = seqs, list(expect)
+    if found != wanted:
+        raise ConflictError(
+            f"positions {start}..{stop} hold {found}, not the expected {wanted}:"
+            " the surface changed; nothing was applied"
+        )
+
+
+class Edit(Request):
+    """Append one range operation (a replace or a remove), if the range still holds what the
+    caller expected; the result is the 1-tuple of the committed event."""
+
+    __slots__ = ("expect", "item", "start", "stop")
+
+    def __init__(
+        self, item: Prepared, start: int, stop: int, expect: int | Sequence[int] | None
+    ) -> None:
+        super().__init__()
+        self.item = item
+        self.start = start
+        self.stop = stop
+        self.expect = expect
+
+    def apply(self, log: Log, committed: int) -> Applied:
+        """Check the expectation against ``log``, then append."""
+        if self.expect is not None:
+            check_expectation(log, self.start, self.stop, self.expect)
+        log = log.append_prepared(self.item)
+        event = log.last
+        assert event is not None
+        return Applied(log, (event,), rebuilt=True)
+
+
+class Recover(Request):
+    """Give every assistant tool call on the surface that has no result one saying it was
+    interrupted, so the next model call is valid for every provider. The result is the tuple
+    of events added (empty when nothing was open).
+
+    A call whose assistant message is followed only by tool results gets its result appended.
+    One followed by anything else gets it right after the message: the message (with the rest
+    of its replace, if it is part of one) is replaced by itself followed by the results.
+    """
+
+    __slots__ = ()
+
+    def apply(self, log: Log, committed: int) -> Applied:
+        """Find the open calls on ``log``'s surface and close them."""
+        surface = log.surface()
+        answered: set[object] = set()
+        tail_is_results = True  # everything after the entry in hand is a tool result
+        plan: list[tuple[int, list[Message]]] = []  # (surface index, results), newest first
+        for index in range(len(surface) - 1, -1, -1):
+            entry = surface[index]
+            if entry.type is EventType.TOOL_RESULT:
+                answered.add(entry.data.get("tool_call_id"))
+                continue
+            if entry.type is EventType.ASSISTANT_MESSAGE:
+                message = to_message(entry)
+                missing = [
+                    Message.tool(call.id, INTERRUPTED, name=call.name)
+                    for call in message.tool_calls
+                    if call.id not in answered
+                ]
+                if missing:
+                    plan.append((index if not tail_is_results else -1, missing))
+            tail_is_results = False
+        events: list[Event] = []
+        candidate = log
+        for index, results in plan:
+            if index == -1:
+                for result in results:
+                    candidate = candidate.append(
+                        EventType.TOOL_RESULT, result.to_json(), time=result.created_at
+                    )
+                    assert candidate.last is not None
+                    events.append(candidate.last)
+                continue
+            position = surface[index].position
+            group = log.range(position, position)
+            messages: list[Message] = []
+            for entry in group:
+                messages.append(to_message(entry))
+                if entry is surface[index]:
+                    messages.extend(results)
+            candidate = candidate.append(
+                EventType.REPLACE, replace_data(position, position, messages)
+            )
+            assert candidate.last is not None
+            events.append(candidate.last)
+        return Applied(candidate, tuple(events), rebuilt=bool(events))
 
 
 class Snapshot(Request):

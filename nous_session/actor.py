@@ -20,7 +20,9 @@ does the same work per commit whatever the number of subscribers.
 
 from __future__ import annotations
 
+import enum
 import random
+import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -32,23 +34,45 @@ import anyio.to_thread
 import attrs
 import structlog
 
-from nous_session._requests import Append, Applied, Reload, Request, Snapshot
+from nous_session._requests import (
+    Append,
+    Applied,
+    Edit,
+    Recover,
+    Reload,
+    Request,
+    Snapshot,
+)
 from nous_session.compaction import CompactionPolicy, CompactionRunner
 from nous_session.errors import (
     ConflictError,
     CorruptRecordError,
     InvalidEventError,
+    OutcomeUnknownError,
     SessionClosedError,
     StoreError,
 )
-from nous_session.event import Event, EventType, make_event, message_event, prepare
+from nous_session.event import (
+    Event,
+    EventType,
+    make_event,
+    message_event,
+    prepare,
+    replace_data,
+)
 from nous_session.log import Log
 from nous_session.message import Message
+from nous_session.ops import Remove, Replace, Rewind, Uncompact
 from nous_session.stores import open_store
 from nous_session.stores.base import (
     ChangeFeedStore,
+    ForkingStore,
+    OutcomeStore,
+    Rebased,
     RebasingStore,
     Store,
+    Stored,
+    check_key,
     check_session_id,
     supports,
 )
@@ -63,17 +87,43 @@ _logger = structlog.get_logger("nous_session")
 _REBASE_ATTEMPTS: Final = 32
 # A restored log longer than this is folded in a worker thread before the actor starts.
 _WARM_ABOVE: Final = 2048
+# How long the actor keeps asking a store that lost contact whether a commit landed.
+_RESOLVE_FOR: Final = 30.0
 
 
 @attrs.frozen
 class _Batch:
-    """A batch applied to the published log, not yet committed."""
+    """A batch applied to the published log, not yet committed.
+
+    ``known`` are the requests answered from an idempotency key committed before: their
+    answer stands whatever happens to the batch.
+    """
 
     base: Log
     log: Log
     dropped: list[int]
     applied: list[tuple[Request, Any]]
     rebuilt: bool
+    keys: list[tuple[str, int, int]]
+    known: list[tuple[Request, Any]]
+
+
+class _Outcome(enum.Enum):
+    """How a commit with an unknown outcome turned out (see ``SessionActor._settle``)."""
+
+    LANDED_BEFORE = "the first attempt landed"
+    NOT_LANDED = "neither attempt landed"
+    UNKNOWN = "still unknown"
+
+
+_LANDED_BEFORE: Final = _Outcome.LANDED_BEFORE
+_NOT_LANDED: Final = _Outcome.NOT_LANDED
+_UNKNOWN: Final = _Outcome.UNKNOWN
+
+
+def _commit_id() -> str:
+    """A fresh commit id: 96 random bits, URL-safe (unique in a session by any measure)."""
+    return secrets.token_urlsafe(12)
 
 
 def _closed_error() -> SessionClosedError:
@@ -139,6 +189,10 @@ class SessionActor:
         "_catch_up_queued",
         "_closing",
         "_compaction",
+        "_full_store",
+        "_kept",
+        "_keys",
+        "_landed_at",
         "_log_commits",
         "_logger",
         "_parked",
@@ -149,6 +203,7 @@ class SessionActor:
         "_requests",
         "_send",
         "_session_id",
+        "_space",
         "_store",
         "_unfollowable",
         "_waker_scope",
@@ -162,6 +217,7 @@ class SessionActor:
         session_id: str,
         store: Store,
         log: Log,
+        stored: Stored | None,
         compaction: CompactionPolicy | None,
         queue_size: int,
         task_group: anyio.abc.TaskGroup,
@@ -175,8 +231,15 @@ class SessionActor:
         # itself: plain appends then never conflict and nothing is redone.
         self._rebasing = rebase and supports(store, RebasingStore)
         self._store = store
+        # A store with the whole Store contract (read) keeps horizons, keys and commit ids;
+        # one with the first contract only (load and commit) gets what it knows.
+        self._full_store = stored is not None
+        self._keys: dict[str, tuple[int, int]] = {} if stored is None else dict(stored.keys)
+        self._kept: dict[int, Event] = {} if stored is None else {e.seq: e for e in stored.kept}
+        self._landed_at = (0, 0)  # where a commit with an unknown outcome was found to land
         self._published = Published(log)
         self._send, self._receive = anyio.create_memory_object_stream[Request](queue_size)
+        self._space = anyio.Event()  # set (and replaced) whenever queue space may have freed
         self._waker_scope = anyio.CancelScope()
         self._closing = False  # no new requests; set when leaving the `async with` block
         self._admit = 0  # while closing: queued requests still to apply
@@ -219,6 +282,7 @@ class SessionActor:
         queue_size: int = 1024,
         follow: bool | None = None,
         on_conflict: Literal["raise", "rebase"] = "raise",
+        recover: bool = False,
     ) -> AsyncIterator[SessionActor]:
         """Load the session and run its actor for the duration of the ``async with`` block.
 
@@ -244,6 +308,8 @@ class SessionActor:
                 before raising; a replace or compaction is then re-checked against the
                 caught-up log. Either way the events may get later seqs than the caller's log
                 suggested; the returned events carry the seqs they were stored at.
+            recover: close the tool calls a crashed turn left open (see
+                :meth:`recover_open_turn`) before the block starts.
 
         On leaving the block, requests already in the queue are applied and acknowledged;
         callers still waiting for queue space, and every later call, get
@@ -276,13 +342,14 @@ class SessionActor:
         if follow and not watch:
             raise ValueError(f"follow=True needs a store with a change feed; {store!r} has none")
         try:
-            log = await _load(store, session_id, fold=compaction is not None)
+            log, stored = await _load(store, session_id, fold=compaction is not None)
             async with _unwrapped(), anyio.create_task_group() as task_group:
                 actor = cls(
                     _OPEN_KEY,
                     session_id=session_id,
                     store=store,
                     log=log,
+                    stored=stored,
                     compaction=compaction,
                     queue_size=queue_size,
                     task_group=task_group,
@@ -293,6 +360,8 @@ class SessionActor:
                 if watch:
                     await task_group.start(actor._watch)
                 try:
+                    if recover:
+                        await actor.recover_open_turn()
                     yield actor
                 finally:
                     actor._begin_close()
@@ -309,6 +378,7 @@ class SessionActor:
         # memory stream gives an item to a waiting receiver without buffering it).
         self._admit = self._receive.statistics().current_buffer_used + int(self._parked)
         self._send.close()
+        self._free_space()  # waiting callers now find the queue closed
         if self._compaction is not None:
             self._compaction.close()
         if self._watch_scope is not None:
@@ -361,6 +431,7 @@ class SessionActor:
                     batch.append(receive.receive_nowait())
                 except (anyio.WouldBlock, anyio.EndOfStream):
                     break
+            self._free_space()
             if not self._closing:
                 return batch
             # Closing: the first `_admit` requests were queued before the close; any later
@@ -373,6 +444,11 @@ class SessionActor:
                 return admitted
         return []
 
+    def _free_space(self) -> None:
+        """Wake the callers waiting for queue space (each tries again)."""
+        space, self._space = self._space, anyio.Event()
+        space.set()
+
     def _refuse_the_rest(self) -> None:
         receive = self._receive
         while True:
@@ -382,6 +458,7 @@ class SessionActor:
                 break
         # Wakes callers still waiting for queue space: their send raises BrokenResourceError.
         receive.close()
+        self._free_space()
 
     async def _process(self, batch: list[Request]) -> None:
         segment: list[Request] = []
@@ -397,15 +474,30 @@ class SessionActor:
         await self._commit(segment)
 
     def _apply(self, requests: list[Request]) -> _Batch:
-        """Apply ``requests`` in order to the published log; fail the invalid ones at once."""
+        """Apply ``requests`` in order to the published log; fail the invalid ones at once.
+
+        A request with an idempotency key the session has committed (or that an earlier
+        request of this batch carries) is answered with those events and not applied.
+        """
         base = log = self._published.log
         dropped: list[int] = []
         applied: list[tuple[Request, Any]] = []
+        keyed: dict[str, tuple[Event, ...]] = {}  # keys this batch commits
+        known: list[tuple[Request, Any]] = []
         rebuilt = False  # did the surface change other than by growing at the end?
         for request in requests:
+            key = request.key if isinstance(request, Append) else None
+            if key is not None:
+                if key in keyed:  # the same key twice in one batch: one append, one answer
+                    applied.append((request, keyed[key]))
+                    continue
+                answer = self._keyed_events(key)
+                if answer is not None:
+                    known.append((request, answer))
+                    continue
             try:
                 step: Applied = request.apply(log, base.count)
-            except InvalidEventError as error:
+            except (InvalidEventError, ConflictError) as error:
                 request.fail(error)
                 continue
             except Exception as error:
@@ -417,7 +509,42 @@ class SessionActor:
             dropped.extend(step.dropped)
             rebuilt = rebuilt or step.rebuilt
             applied.append((request, step.result))
-        return _Batch(base, log, dropped, applied, rebuilt)
+            if key is not None:
+                keyed[key] = step.result
+        keys = [(key, events[0].seq, len(events)) for key, events in keyed.items() if events]
+        return _Batch(base, log, dropped, applied, rebuilt, keys, known)
+
+    def _keyed_events(self, key: str) -> tuple[Event, ...] | None:
+        """The events first committed under ``key`` in this session, or None."""
+        found = self._keys.get(key)
+        if found is None:
+            return None
+        first, size = found
+        held = {event.seq: event for event in self._published.log.since(first)[:size]}
+        return tuple(held.get(seq) or self._kept[seq] for seq in range(first, first + size))
+
+    def _commit_arguments(self, batch: _Batch, events: Sequence[Event]) -> dict[str, Any]:
+        """The keyword arguments of the store commit for ``batch`` (a store that implements
+        only the first Store contract gets only what it knows)."""
+        arguments: dict[str, Any] = {
+            "expected_count": batch.base.count,
+            "events": events,
+            "dropped": batch.dropped,
+        }
+        if not self._full_store:
+            return arguments
+        arguments["expected_horizon"] = batch.base.horizon
+        if batch.log.horizon != batch.base.horizon:
+            arguments["horizon"] = batch.log.horizon
+        if batch.keys:
+            arguments["keys"] = batch.keys
+        if batch.dropped and self._keys:
+            keyed = {
+                seq for first, size in self._keys.values() for seq in range(first, first + size)
+            }
+            arguments["kept"] = [seq for seq in batch.dropped if seq in keyed]
+        arguments["commit_id"] = _commit_id()
+        return arguments
 
     async def _commit(self, requests: list[Request]) -> None:
         """Apply, commit in one store call, then publish and acknowledge.
@@ -425,7 +552,8 @@ class SessionActor:
         On a ConflictError the actor first catches up with the store. With
         ``on_conflict="rebase"`` it then applies the same requests again on top of what the
         other writer committed and retries (a few times); otherwise the callers get the
-        ConflictError and their retries land on the caught-up log.
+        ConflictError and their retries land on the caught-up log. A commit whose outcome is
+        unknown (the store lost contact) is resolved first (see :meth:`_resolve`).
         """
         for attempt in range(_REBASE_ATTEMPTS + 1):
             if not requests:
@@ -440,36 +568,109 @@ class SessionActor:
                 # A tuple, not a view: a failed batch's events leave the log's storage below,
                 # and a store may keep what it was given.
                 events = tuple(batch.log.since(batch.base.count))
-                try:
-                    # Shielded: once the store has the batch, its callers must hear about it.
-                    with anyio.CancelScope(shield=True):
-                        await self._store.commit(
-                            self._session_id,
-                            expected_count=batch.base.count,
-                            events=events,
-                            dropped=batch.dropped,
-                        )
-                except Exception as error:
+                arguments = self._commit_arguments(batch, events)
+                error = await self._store_commit(arguments)
+                if error is not None:
                     # The batch never happened: its events leave the log's shared storage,
                     # so catching up (or the next batch) extends it instead of copying it.
                     batch.base._give_back(batch.log)
                     if isinstance(error, ConflictError):
                         # Another writer is ahead: read what it wrote.
-                        await self._reload(None)
-                        if self._rebase and attempt < _REBASE_ATTEMPTS:
+                        unreadable = await self._reload(None)
+                        if unreadable is not None:
+                            error = unreadable  # the callers must hear what blocks them
+                        elif self._rebase and attempt < _REBASE_ATTEMPTS:
                             requests = [request for request, _ in batch.applied]
                             if attempt:
                                 # Writers that keep colliding take turns: a short random
                                 # backoff, as in any optimistic-concurrency retry loop.
                                 await anyio.sleep(random.uniform(0, min(0.01, 0.0005 * attempt)))
                             continue
+                    self._answer(batch.known)
                     self._fail(batch.applied, error, expected_count=batch.base.count)
                     return
+                for key, first, size in batch.keys:
+                    self._keys[key] = (first, size)
+                for seq in arguments.get("kept", ()):
+                    self._kept[seq] = batch.base.since(seq)[0]
                 self._publish(
                     batch.log, events=len(events), dropped=len(batch.dropped), rebuilt=False
                 )
-            self._acknowledge(batch.applied, batch.log, rebuilt=batch.rebuilt)
+            self._acknowledge([*batch.known, *batch.applied], batch.log, rebuilt=batch.rebuilt)
             return
+
+    async def _store_commit(self, arguments: dict[str, Any]) -> BaseException | None:
+        """Commit to the store; None when it landed, else the error (nothing landed).
+
+        Shielded: once the store has the batch, its callers must hear about it. An unknown
+        outcome is resolved by :meth:`_resolve` before this returns.
+        """
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._store.commit(self._session_id, **arguments)
+        except OutcomeUnknownError as error:
+            with anyio.CancelScope(shield=True):
+                return await self._resolve(arguments, error)
+        except Exception as error:
+            return error
+        return None
+
+    async def _resolve(
+        self, arguments: dict[str, Any], unknown: OutcomeUnknownError
+    ) -> BaseException | None:
+        """Find out whether a commit whose outcome is unknown landed; None if it did, else
+        the error to give its callers.
+
+        The commit is sent again, commit id and all, until an answer is definite. The id is
+        unique in the session, so of the two attempts exactly one can land: a second attempt
+        that lands means the first never will; one that conflicts means the first landed if
+        the store has its commit id, else that another writer got there first. After
+        ``_RESOLVE_FOR`` seconds without an answer the callers get the OutcomeUnknownError
+        (not a StoreError: they may retry with their idempotency keys).
+        """
+        landed = await self._settle(arguments, unknown, self._store.commit)
+        if landed is _NOT_LANDED:
+            return ConflictError(
+                f"session {self._session_id!r}: another writer committed first (found out"
+                " after the store lost contact)"
+            )
+        return unknown if landed is _UNKNOWN else None
+
+    async def _settle(
+        self, arguments: dict[str, Any], unknown: OutcomeUnknownError, send: Any
+    ) -> Any:
+        """Send a commit again until its outcome is known: the store's answer if the resend
+        landed, ``_LANDED_BEFORE`` (the first attempt did), ``_NOT_LANDED`` or ``_UNKNOWN``."""
+        self._logger.warning("nous_session.commit_outcome_unknown", error=str(unknown))
+        commit_id = arguments.get("commit_id")
+        if commit_id is None or not supports(self._store, OutcomeStore):
+            return _UNKNOWN
+        delay = 0.01
+        with anyio.move_on_after(_RESOLVE_FOR):
+            while True:
+                try:
+                    answer = await send(self._session_id, **arguments)
+                except ConflictError:
+                    try:
+                        found = await self._store.committed(self._session_id, commit_id)  # type: ignore[attr-defined]
+                    except StoreError as error:
+                        self._logger.debug("nous_session.commit_outcome_retry", error=repr(error))
+                    else:
+                        self._logger.info(
+                            "nous_session.commit_outcome_resolved", landed=found is not None
+                        )
+                        if found is None:
+                            return _NOT_LANDED
+                        self._landed_at = found
+                        return _LANDED_BEFORE
+                except (OutcomeUnknownError, StoreError) as error:
+                    self._logger.debug("nous_session.commit_outcome_retry", error=repr(error))
+                else:
+                    self._logger.info("nous_session.commit_outcome_resolved", landed=True)
+                    return answer
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        return _UNKNOWN
 
     async def _commit_rebased(self, requests: list[Append]) -> None:
         """Commit a batch of plain appends after whatever the store holds, then publish.
@@ -486,8 +687,20 @@ class SessionActor:
         base = self._published.log
         seq = base.count
         events: list[Event] = []
-        applied: list[tuple[Request, int]] = []
+        known: list[tuple[Request, Any]] = []  # answered from an earlier commit's key
+        made_for: list[tuple[Append, int, int]] = []  # (request, offset in events, size)
+        repeats: list[tuple[Append, str]] = []  # a key an earlier request of the batch has
+        keyed: dict[str, tuple[int, int]] = {}
         for request in requests:
+            key = request.key
+            if key is not None:
+                answer = self._keyed_events(key)
+                if answer is not None:
+                    known.append((request, answer))
+                    continue
+                if key in keyed:
+                    repeats.append((request, key))
+                    continue
             try:
                 made = [
                     make_event(seq + offset, event_type, data, time, decoded=True)
@@ -496,18 +709,26 @@ class SessionActor:
             except InvalidEventError as error:
                 request.fail(error)
                 continue
+            if key is not None:
+                keyed[key] = (seq, len(made))
+            made_for.append((request, len(events), len(made)))
             events.extend(made)
-            applied.append((request, len(made)))
             seq += len(made)
         if not events:
+            self._answer(known)
             return
+        arguments: dict[str, Any] = {"expected_count": base.count, "events": events}
+        if self._full_store:
+            arguments["keys"] = [(key, first, size) for key, (first, size) in keyed.items()]
+            arguments["commit_id"] = _commit_id()
+        waiting = [(request, None) for request, _, _ in made_for]
+        waiting.extend((request, None) for request, _ in repeats)
         try:
             with anyio.CancelScope(shield=True):
-                rebased = await self._store.commit_rebased(  # type: ignore[attr-defined]
-                    self._session_id, expected_count=base.count, events=events
-                )
+                rebased = await self._send_rebased(arguments)
         except Exception as error:
-            self._fail(applied, error, expected_count=base.count)
+            self._answer(known)
+            self._fail(waiting, error, expected_count=base.count)
             if isinstance(error, ConflictError):
                 await self._reload(None)
             elif isinstance(error, CorruptRecordError):
@@ -515,15 +736,49 @@ class SessionActor:
                 # it): another rebasing commit would meet the same record, so stop writing.
                 self._unfollowable = error
             return
-        # Other writers' events (if any) go before ours; every caller hears the seqs its
-        # events were stored at.
-        log = base.extend([*rebased.others, *rebased.events])
-        self._publish(log, events=len(events), dropped=0, rebuilt=False, shift=rebased.shift)
-        stored = iter(rebased.events)
-        results = [(request, tuple(next(stored) for _ in range(size))) for request, size in applied]
-        self._acknowledge(
-            results, log, rebuilt=any(event.op is not None for event in rebased.others)
-        )
+        if rebased is None:
+            # An unknown outcome that turned out to have landed, at the seqs the store
+            # recorded for the commit id; the catch-up brought the batch into the log.
+            await self._reload(None)
+            log = self._published.log
+            first = self._landed_at[0]
+            stored = list(log.since(first)[: len(events)])
+            rebuilt = False
+        else:
+            # Other writers' events (if any) go before ours; every caller hears the seqs its
+            # events were stored at.
+            log = base.extend([*rebased.others, *rebased.events])
+            self._keys.update(rebased.keys)
+            for key, (first, size) in keyed.items():
+                self._keys[key] = (first + rebased.shift, size)
+            self._publish(log, events=len(events), dropped=0, rebuilt=False, shift=rebased.shift)
+            stored = list(rebased.events)
+            rebuilt = any(event.op is not None for event in rebased.others)
+        answers: dict[int, tuple[Event, ...]] = {}
+        results: list[tuple[Request, Any]] = list(known)
+        for request, offset, size in made_for:
+            answers[id(request)] = tuple(stored[offset : offset + size])
+            results.append((request, answers[id(request)]))
+        by_key = {request.key: answers[id(request)] for request, _, _ in made_for if request.key}
+        results.extend((request, by_key[key]) for request, key in repeats)
+        self._acknowledge(results, log, rebuilt=rebuilt)
+
+    async def _send_rebased(self, arguments: dict[str, Any]) -> Rebased | None:
+        """A rebasing commit; None when an unknown outcome turned out to have landed."""
+        send = self._store.commit_rebased  # type: ignore[attr-defined]
+        try:
+            return await send(self._session_id, **arguments)  # type: ignore[no-any-return]
+        except OutcomeUnknownError as unknown:
+            answer = await self._settle(arguments, unknown, send)
+            if answer is _LANDED_BEFORE:
+                return None
+            if answer is _NOT_LANDED:
+                raise ConflictError(
+                    f"session {self._session_id!r}: the rebasing commit did not land"
+                ) from unknown
+            if answer is _UNKNOWN:
+                raise
+            return answer  # type: ignore[no-any-return]
 
     # Commit, publish, fail: each written once -------------------------------------------------
 
@@ -540,11 +795,14 @@ class SessionActor:
         self, applied: Sequence[tuple[Request, Any]], log: Log, *, rebuilt: bool
     ) -> None:
         """Answer each applied request with its result, then let compaction look."""
-        self._requests += len(applied)
-        for request, result in applied:
-            request.resolve(result)
+        self._answer(applied)
         if self._compaction is not None:
             self._compaction.committed(log, rebuilt=rebuilt)
+
+    def _answer(self, answered: Sequence[tuple[Request, Any]]) -> None:
+        self._requests += len(answered)
+        for request, result in answered:
+            request.resolve(result)
 
     def _fail(
         self, applied: Sequence[tuple[Request, Any]], error: BaseException, *, expected_count: int
@@ -559,8 +817,14 @@ class SessionActor:
         for request, _ in applied:
             request.fail(_store_error(error))
 
-    async def _reload(self, request: Reload | None) -> None:
-        """Catch up with events other writers committed after our count."""
+    async def _reload(self, request: Reload | None) -> BaseException | None:
+        """Catch up with what other writers committed after our count.
+
+        When the store's horizon moved (another writer took a snapshot, dropping events this
+        log may still hold, and whose absence changes what a later operation means), the
+        whole session is read again instead, so the surface stays what a fresh fold of the
+        stored log gives. Returns the error when the store could not be read.
+        """
         if request is None or request.from_feed:
             self._catch_up_queued = False
         log = self._published.log
@@ -571,24 +835,48 @@ class SessionActor:
             and request.head <= log.count
         ):
             request.resolve(log)  # a catch-up after a conflict already read this far
-            return
+            return None
+        dropped = False
         try:
-            events = await self._store.load(self._session_id, since=log.count)
-            log = log.extend(events)  # decoded, hence validated, by the store
-            replaced = any(event.op is not None for event in events)
+            if self._full_store:
+                stored = await self._store.read(self._session_id, since=log.count)
+                if stored.horizon != log.horizon:
+                    stored = await self._store.read(self._session_id)
+                    log = _restored(self._session_id, stored)
+                    self._keys = dict(stored.keys)
+                    self._kept = {event.seq: event for event in stored.kept}
+                    events: Sequence[Event] = log.events()
+                    dropped = replaced = True
+                else:
+                    events = stored.events
+                    log = log.extend(events)  # decoded, hence validated, by the store
+                    if log.count != stored.count:
+                        raise CorruptRecordError(
+                            f"session {self._session_id!r}: the store says its count is"
+                            f" {stored.count}, but its events end at seq {log.count - 1}"
+                            " and no snapshot dropped any (rows are missing)"
+                        )
+                    self._keys.update(stored.keys)
+                    replaced = any(event.op is not None for event in events)
+            else:
+                events = await self._store.load(self._session_id, since=log.count)
+                log = log.extend(events)
+                replaced = any(event.op is not None for event in events)
         except Exception as error:
             self._logger.warning("nous_session.catch_up_failed", error=repr(error))
             if request is not None:
                 request.fail(_store_error(error))
-            return
+            # A record that cannot be read blocks every retry: the callers must hear it.
+            return error if isinstance(error, CorruptRecordError) else None
         if log is not self._published.log:
-            self._published.publish(log)
+            self._published.publish(log, dropped=dropped)
             if self._log_commits:
                 self._logger.debug("nous_session.caught_up", count=log.count, events=len(events))
             if self._compaction is not None:
                 self._compaction.committed(log, rebuilt=replaced)
         if request is not None:
             request.resolve(log)
+        return None
 
     async def _watch(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -619,18 +907,23 @@ class SessionActor:
     # Calls ------------------------------------------------------------------------------------
 
     async def _call(self, request: Request) -> Any:
-        """Queue ``request`` and return its result (the compaction runner's ``post``)."""
+        """Queue ``request`` and return its result (the compaction runner's ``post``).
+
+        A caller cancelled while waiting for queue space has sent nothing: the request goes
+        into the queue only by ``send_nowait``, which either queues it or does not, with no
+        await in between. Once queued it is applied and committed whatever happens to the
+        caller.
+        """
         if self._closing:
             raise _closed_error()
-        try:
-            self._send.send_nowait(request)
-        except anyio.WouldBlock:
+        while True:
             try:
-                await self._send.send(request)
+                self._send.send_nowait(request)
+                break
+            except anyio.WouldBlock:
+                await self._space.wait()  # set whenever the actor takes a batch, and at close
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 raise _closed_error() from None
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            raise _closed_error() from None
         return await request.outcome()
 
     async def append(
@@ -639,28 +932,48 @@ class SessionActor:
         data: Mapping[str, Any] | None = None,
         *,
         time: datetime | None = None,
+        key: str | None = None,
     ) -> Event:
         """Append one event and return it once it is committed.
 
+        Args:
+            type: an :class:`EventType`, its value, or a custom type's namespaced name
+                (``"x.myapp.checkpoint"``): custom events are stored, streamed, exported and
+                kept by snapshots, and never reach the surface.
+            data: the event's JSON data (copied now: changing it afterwards changes nothing).
+            time: when it happened; default now.
+            key: an idempotency key: if the session already committed a call with this key,
+                that call's event is returned and nothing is appended.
+
+        Outcome: returned means committed. :class:`StoreError` means nothing was appended.
+        A cancelled caller whose request was already queued does not un-commit it, and a
+        caller cancelled while waiting for queue space sent nothing; either way, calling
+        again with the same ``key`` is safe and tells which. :class:`OutcomeUnknownError` (the
+        store lost contact and could not be asked again in time) is resolved the same way.
+
         Raises:
-            InvalidEventError: the event is invalid (nothing was appended).
+            InvalidEventError: the event or the key is invalid (nothing was appended).
             StoreError: the store failed to commit the batch (nothing was appended).
+            OutcomeUnknownError: the store could not say whether the batch landed.
             SessionClosedError: the session is closed.
         """
         # Validated and copied here, in the caller: its errors surface on the caller's stack,
         # and changing `data` after the call (even a cancelled one) changes nothing.
-        events = await self._call(Append((prepare(type, data, time),)))
+        events = await self._call(Append((prepare(type, data, time),), _key(key)))
         return events[0]  # type: ignore[no-any-return]
 
-    async def append_many(self, items: Iterable[Sequence[Any]]) -> tuple[Event, ...]:
+    async def append_many(
+        self, items: Iterable[Sequence[Any]], *, key: str | None = None
+    ) -> tuple[Event, ...]:
         """Append several events atomically (all or none) and return them once committed.
 
-        Each item is ``(type, data)`` or ``(type, data, time)``.
+        Each item is ``(type, data)`` or ``(type, data, time)``. Outcome and ``key``: as for
+        :meth:`append` (a retry with the key returns every event of the first call).
 
         Raises:
             InvalidEventError: an item is malformed or an event is invalid (nothing appended).
             StoreError: the store failed to commit (nothing appended).
-            SessionClosedError: the session is closed.
+            OutcomeUnknownError, SessionClosedError: as :meth:`append`.
         """
         normalised = []
         for index, item in enumerate(items):
@@ -675,46 +988,181 @@ class SessionActor:
                 raise InvalidEventError(f"append_many item {index}: {error}") from None
         if not normalised:
             return ()
-        return await self._call(Append(tuple(normalised)))  # type: ignore[no-any-return]
+        return await self._call(Append(tuple(normalised), _key(key)))  # type: ignore[no-any-return]
 
-    async def add_message(self, message: Message) -> Event:
+    async def add_message(self, message: Message, *, key: str | None = None) -> Event:
         """Append the surface event that stands for ``message`` (as ``Log.seed`` maps it).
 
-        The event's time is the message's ``created_at``.
+        The event's time is the message's ``created_at``. Outcome and ``key``: as for
+        :meth:`append`.
 
         Raises:
-            InvalidEventError: ``message`` is not a Message.
-            StoreError, SessionClosedError: as :meth:`append`.
+            InvalidEventError: ``message`` is not a Message (or the key is invalid).
+            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
         """
         event_type, data = message_event(message)
         # The message's JSON is a fresh copy that only holds valid fields: nothing to re-check.
-        events = await self._call(Append(((event_type, data, message.created_at),)))
+        events = await self._call(Append(((event_type, data, message.created_at),), _key(key)))
         return events[0]  # type: ignore[no-any-return]
 
-    async def replace(self, start: int, stop: int, message: Message) -> Event:
-        """Put ``message`` on the surface in place of the positions ``start..stop``.
+    async def replace(
+        self,
+        start: int,
+        stop: int,
+        message: Message | Sequence[Message],
+        *,
+        expect: int | Sequence[int] | None = None,
+    ) -> Event:
+        """Put ``message`` (or several messages, k >= 0) on the surface in place of the
+        positions ``start..stop``, in one event.
 
-        Name positions with the surface events' :attr:`~Event.position`. The event's time is
-        ``message.created_at``; every replaced event stays in the log.
+        Name positions with the surface entries' :attr:`~Event.position` (``log.range``
+        shows what a range holds). One message is recorded as its own surface event, timed at
+        its ``created_at``; a sequence as one ``replace`` event holding them all (a summary
+        plus a kept tail, an edit), timed now. Every replaced event stays in the log.
+
+        Args:
+            expect: a condition: the range must still hold this many surface entries, or
+                entries of exactly these event seqs (in order; a replace's messages count
+                once). If the surface changed, :class:`ConflictError` and nothing is applied;
+                with other writers, this is checked against the store's latest state.
+
+        Outcome: as for :meth:`append`; a cancelled caller whose request was queued does not
+        undo it (a surface operation has no key: check the surface, or use ``expect``, before
+        trying again).
 
         Raises:
             InvalidEventError: a malformed range, a range not below the new event's seq, or
-                ``message`` is not a Message.
-            StoreError, SessionClosedError: as :meth:`append`.
+                a value that is not a Message.
+            ConflictError: ``expect`` does not hold.
+            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
         """
-        event_type, data = message_event(message)
-        data["surface_op"] = ["replace", start, stop]  # checked when applied (see make_event)
-        events = await self._call(Append(((event_type, data, message.created_at),)))
+        _range(Replace, start, stop)  # a malformed range fails now, in the caller
+        if isinstance(message, Message):
+            event_type, data = message_event(message)
+            data["surface_op"] = ["replace", start, stop]  # checked when applied (make_event)
+            item: tuple[EventType | str, dict[str, Any], datetime] = (
+                event_type,
+                data,
+                message.created_at,
+            )
+        else:
+            if not isinstance(message, list | tuple):
+                raise InvalidEventError(
+                    f"replace takes a Message or a sequence of Messages, not {message!r}"
+                )
+            item = prepare(EventType.REPLACE, replace_data(start, stop, list(message)))
+        events = await self._call(Edit(item, start, stop, _expectation(expect)))
         return events[0]  # type: ignore[no-any-return]
 
+    async def remove(
+        self, start: int, stop: int, *, expect: int | Sequence[int] | None = None
+    ) -> Event:
+        """Take the positions ``start..stop`` off the surface; nothing takes their place.
+
+        The removed events stay in the log (a ``remove`` event records the operation), so a
+        rewind can bring them back. ``expect`` and the outcome: as for :meth:`replace`.
+
+        Raises:
+            InvalidEventError: a malformed range, or one not below the new event's seq.
+            ConflictError: ``expect`` does not hold.
+            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+        """
+        op = _range(Remove, start, stop)
+        item = prepare(EventType.REMOVE, {"surface_op": op.to_json()})
+        events = await self._call(Edit(item, start, stop, _expectation(expect)))
+        return events[0]  # type: ignore[no-any-return]
+
+    async def rewind(self, to: int) -> Event:
+        """Make the surface what it was when seq ``to`` was the newest event (-1: empty).
+
+        An event records it; later history stays in the log, and another rewind (to the seq
+        just before this one, say) brings it back. Outcome: as for :meth:`replace`.
+
+        Raises:
+            InvalidEventError: ``to`` is not below the new event's seq, or is before the
+                horizon (a snapshot dropped that history).
+            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+        """
+        try:
+            op = Rewind(to)
+        except ValueError as error:
+            raise InvalidEventError(f"rewind: {error}") from None
+        events = await self._call(
+            Append((prepare(EventType.REWIND, {"surface_op": op.to_json()}),))
+        )
+        return events[0]  # type: ignore[no-any-return]
+
+    async def uncompact(self, summary_seq: int) -> Event:
+        """Undo the replace at ``summary_seq`` (a compaction's summary, say): the range it
+        replaced is visible again, as it was then. Outcome: as for :meth:`replace`.
+
+        Raises:
+            InvalidEventError: that event is not a replace on the surface with its range
+                intact, or its history is before the horizon.
+            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+        """
+        try:
+            op = Uncompact(summary_seq)
+        except ValueError as error:
+            raise InvalidEventError(f"uncompact: {error}") from None
+        events = await self._call(
+            Append((prepare(EventType.UNCOMPACT, {"surface_op": op.to_json()}),))
+        )
+        return events[0]  # type: ignore[no-any-return]
+
+    async def recover_open_turn(self) -> tuple[Event, ...]:
+        """Close every tool call left open (an assistant's call with no result, after a crash
+        or a cancelled turn): each gets a tool result saying "Tool call was interrupted and
+        not executed. Please retry if needed.", placed right after its call, so the next model
+        call is valid for every provider. ``SessionActor.open(..., recover=True)`` does this
+        on open.
+
+        Returns:
+            The events added (empty when no call was open).
+
+        Raises:
+            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+        """
+        return await self._call(Recover())  # type: ignore[no-any-return]
+
+    async def fork(self, new_session_id: str, *, at: int | None = None) -> None:
+        """Make ``new_session_id`` a new, independent session of this store whose history is
+        this one's up to seq ``at`` (default: everything committed so far).
+
+        The new session records its parent and fork point. A store that can fork (every
+        built-in one) shares the history instead of copying it, so this costs the same at any
+        length; another store gets a copy of the events. Open the fork with
+        ``SessionActor.open(session_id=new_session_id, store=session.store)``.
+
+        Raises:
+            ValueError: ``new_session_id`` is bad or exists, or ``at`` is outside
+                ``horizon - 1 .. count - 1``.
+            StoreError: the store failed (nothing was made).
+        """
+        try:
+            check_session_id(new_session_id)
+        except ValueError as error:
+            raise ValueError(f"bad new_session_id: {error}") from None
+        log = self._published.log
+        point = log.count - 1 if at is None else at
+        if supports(self._store, ForkingStore):
+            await self._store.fork(self._session_id, new_session_id, at=point)  # type: ignore[attr-defined]
+            return
+        history = log.upto(point)  # raises ValueError outside the held history
+        if await self._store.load(new_session_id):
+            raise ValueError(f"session {new_session_id!r} exists already")
+        await self._store.commit(new_session_id, expected_count=0, events=tuple(history.events()))
+
     async def snapshot(self) -> Log:
-        """Drop every shadowed event, in memory and in the store, in one commit.
+        """Drop what the surface no longer needs (see :meth:`Log.shadowed`), in memory and in
+        the store, in one commit; the horizon moves to the count.
 
         Returns:
             The log right after the snapshot.
 
         Raises:
-            StoreError, SessionClosedError: as :meth:`append`.
+            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
         """
         return await self._call(Snapshot())  # type: ignore[no-any-return]
 
@@ -760,6 +1208,11 @@ class SessionActor:
     def session_id(self) -> str:
         """The session's id."""
         return self._session_id
+
+    @property
+    def store(self) -> Store:
+        """The store the session is persisted in (to open a fork in, say)."""
+        return self._store
 
     @property
     def log(self) -> Log:
@@ -811,17 +1264,77 @@ async def _unwrapped() -> AsyncIterator[None]:
         raise error from error.__cause__
 
 
-async def _load(store: Store, session_id: str, *, fold: bool) -> Log:
-    """Rebuild a session's Log from its stored events, seqs and gaps verbatim."""
-    # No count to restore separately: the newest event is never shadowed, so a snapshot
-    # never drops it, and the held events always end at count - 1.
-    events = await store.load(session_id)
-    try:
-        log = Log.restore(events)
-    except InvalidEventError as error:
-        raise StoreError(f"session {session_id!r}: the store returned {error}") from error
+async def _load(store: Store, session_id: str, *, fold: bool) -> tuple[Log, Stored | None]:
+    """Rebuild a session's Log from the store: its events with their seqs and gaps verbatim,
+    its count and horizon. A store with only the first Store contract (no ``read``) gives
+    its events, and the count follows from the last of them."""
+    stored: Stored | None = None
+    if callable(getattr(type(store), "read", None)):
+        stored = await store.read(session_id)
+        log = _restored(session_id, stored)
+    else:
+        events = await store.load(session_id)
+        try:
+            log = Log.restore(events)
+        except InvalidEventError as error:
+            raise StoreError(f"session {session_id!r}: the store returned {error}") from error
     if fold and len(log.events()) > _WARM_ABOVE:
         # Compaction checks the surface at every commit: fold it in a worker thread now, not
         # on the event loop at the first commit.
         await anyio.to_thread.run_sync(log.surface)
-    return log
+    return log, stored
+
+
+def _restored(session_id: str, stored: Stored) -> Log:
+    """The Log a store's read of a whole session stands for, or why it cannot be one.
+
+    Raises:
+        CorruptRecordError: the stored count or horizon does not fit the rows (a count past
+            the newest row with no snapshot to explain the gap, say).
+        StoreError: the events themselves are out of order.
+    """
+    events = stored.events
+    newest = events[-1].seq if events else -1
+    if stored.horizon == 0 and stored.count != newest + 1 and (events or stored.count):
+        raise CorruptRecordError(
+            f"session {session_id!r}: the store says its count is {stored.count}, but its"
+            f" events end at seq {newest} and no snapshot dropped any"
+            + (" (rows are missing)" if stored.count > newest + 1 else "")
+        )
+    try:
+        return Log.restore(events, count=stored.count, horizon=stored.horizon)
+    except InvalidEventError as error:
+        raise CorruptRecordError(f"session {session_id!r}: the store returned {error}") from error
+
+
+def _key(key: object) -> str | None:
+    """An idempotency key checked in the caller (its error on the caller's stack)."""
+    if key is None:
+        return None
+    try:
+        return check_key(key)
+    except ValueError as error:
+        raise InvalidEventError(str(error)) from None
+
+
+def _range(kind: type[Replace] | type[Remove], start: object, stop: object) -> Replace | Remove:
+    """A range operation checked in the caller: its error is an InvalidEventError."""
+    try:
+        return kind(start, stop)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise InvalidEventError(f"{kind.name}: {error}") from None
+
+
+def _expectation(expect: object) -> int | tuple[int, ...] | None:
+    """A conditional write's ``expect``, checked and copied in the caller."""
+    if expect is None:
+        return None
+    if type(expect) is int and expect >= 0:
+        return expect
+    if isinstance(expect, Sequence) and not isinstance(expect, str | bytes):
+        seqs = tuple(expect)
+        if all(type(seq) is int and seq >= 0 for seq in seqs):
+            return seqs
+    raise InvalidEventError(
+        f"expect is a count (an int >= 0) or a sequence of seqs, not {expect!r}"
+    )

@@ -143,7 +143,7 @@ def _clip(text: str, width: int = _WIDTH) -> str:
 def _event_line(event: Event) -> str:
     data = orjson.dumps(event.data, default=dict).decode()
     stamp = event.time.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    return _clip(f"{event.seq:>6}  {stamp}  {event.type.value:<17}  {data}", 140)
+    return _clip(f"{event.seq:>6}  {stamp}  {event.type:<17}  {data}", 140)
 
 
 def _message_json(message: Message) -> dict[str, Any]:
@@ -270,7 +270,7 @@ async def _stats(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         "surface_tokens": estimate_messages_tokens(surface),
         "first": events[0].time.isoformat(),
         "last": events[-1].time.isoformat(),
-        "types": dict(sorted(Counter(event.type.value for event in events).items())),
+        "types": dict(sorted(Counter(str(event.type) for event in events).items())),
     }
     if args.json:
         _emit(out, figures)

@@ -54,7 +54,7 @@ def _micros(time: datetime) -> int:
 def encode(event: Event) -> bytes:
     """The record for ``event``: compact UTF-8 JSON bytes."""
     return orjson.dumps(
-        [FORMAT_VERSION, event.seq, event.type.value, _micros(event.time), event.data],
+        [FORMAT_VERSION, event.seq, event.type, _micros(event.time), event.data],
         # Event.data is a read-only mappingproxy; orjson is told to see it as the dict it is.
         default=dict,
     )
@@ -208,7 +208,7 @@ def to_json(event: Event) -> dict[str, JSON]:
     """A readable JSON object for ``event``: ``{"seq", "type", "time" (ISO 8601), "data"}``."""
     return {
         "seq": event.seq,
-        "type": event.type.value,
+        "type": str(event.type),
         "time": event.time.isoformat(),
         "data": dict(event.data),
     }

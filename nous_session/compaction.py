@@ -25,7 +25,7 @@ from nous_session.errors import SessionClosedError
 from nous_session.event import Event, EventType, message_event, to_message
 from nous_session.log import Log
 from nous_session.message import Message
-from nous_session.ops import OP_KEY, Replace
+from nous_session.ops import OP_KEY, Remove, Replace
 from nous_session.transcript import estimate_messages_tokens, prune_tool_results, summary_line
 
 __all__ = ["CompactionPolicy", "Summarizer", "plan_pruning", "plan_summary"]
@@ -160,21 +160,27 @@ class TokenMeter:
         return self._counter([to_message(event)])
 
     def update(self, surface: Sequence[Event], *, rebuilt: bool) -> int:
-        """The token count of ``surface``; ``rebuilt`` says it changed other than by growing."""
+        """The token count of ``surface``; ``rebuilt`` says it changed other than by growing.
+
+        Counts are remembered per seq: the messages of a multi-message replace share its seq
+        and always come and go together, so they are remembered as one sum.
+        """
         by_seq = self._by_seq
         if rebuilt or len(surface) < self._seen:
             kept: dict[int, int] = {}
-            total = 0
             for event in surface:
-                value = by_seq.get(event.seq)
-                if value is None:
-                    value = self._count(event)
-                kept[event.seq] = value
-                total += value
-            self._by_seq, self._total = kept, total
+                seq = event.seq
+                if seq in kept:
+                    if seq not in by_seq:
+                        kept[seq] += self._count(event)  # the next message of a new group
+                    continue
+                value = by_seq.get(seq)
+                kept[seq] = self._count(event) if value is None else value
+            self._by_seq, self._total = kept, sum(kept.values())
         else:
             for event in surface[self._seen :]:
-                value = by_seq[event.seq] = self._count(event)
+                value = self._count(event)
+                by_seq[event.seq] = by_seq.get(event.seq, 0) + value
                 self._total += value
         self._seen = len(surface)
         return self.total
@@ -235,17 +241,33 @@ async def plan_pruning(log: Log, cap: int) -> list[Replacement]:
     """
     out: list[Replacement] = []
     surface = log.surface()
-    for start in range(0, len(surface), CHUNK):
-        for event in surface[start : start + CHUNK]:
+    size = len(surface)
+    for start in range(0, size, CHUNK):
+        for index in range(start, min(start + CHUNK, size)):
+            event = surface[index]
             if event.type is not EventType.TOOL_RESULT:
                 continue
             content = event.data.get("content")
-            if type(content) is str and len(content) > cap and event.data.get("source") != PRUNING:
+            if (
+                type(content) is str
+                and len(content) > cap
+                and event.data.get("source") != PRUNING
+                and not _in_group(surface, index)
+            ):
                 (pruned,) = prune_tool_results([to_message(event)], cap)
                 position = event.position
                 out.append(Replacement(position, position, pruned, log.count, PRUNING))
         await anyio.lowlevel.checkpoint()
     return out
+
+
+def _in_group(surface: Sequence[Event], index: int) -> bool:
+    """Whether the entry shares its position with another (the messages of one replace):
+    replacing that position would replace them all."""
+    position = surface[index].position
+    return (index > 0 and surface[index - 1].position == position) or (
+        index + 1 < len(surface) and surface[index + 1].position == position
+    )
 
 
 async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
@@ -272,7 +294,12 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     if size - lead <= keep_last:
         return None
     cut = size - keep_last
-    while cut < size and surface[cut].type is EventType.TOOL_RESULT:
+    # Tool results at the head of the tail go with their call; the messages of one replace
+    # share a position and go together.
+    while cut < size and (
+        surface[cut].type is EventType.TOOL_RESULT
+        or surface[cut].position == surface[cut - 1].position
+    ):
         cut += 1
     old = surface[lead:cut]
     # One backwards pass: a call is answered when its result came after it.
@@ -288,6 +315,8 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
                 if calls and any(call.get("id") not in answered for call in calls):
                     end = index
         await anyio.lowlevel.checkpoint()
+    while 0 < end < len(old) and old[end].position == old[end - 1].position:
+        end -= 1  # never split the messages of one replace
     return old[:end] or None
 
 
@@ -308,8 +337,11 @@ def still_applies(log: Log, replacement: Replacement) -> bool:
     start, stop = replacement.start, replacement.stop
     for event in log.since(replacement.planned_at):
         op = event.op
-        if op is not None and op.start <= stop and start <= op.stop:
-            return False
+        if type(op) is Replace or type(op) is Remove:
+            if op.start <= stop and start <= op.stop:
+                return False
+        elif op is not None:
+            return False  # a rewind or an uncompact may have changed any range
     return True
 
 

@@ -24,6 +24,7 @@ from nous_session.compaction import CompactionPolicy
 from nous_session.event import Event, EventType, to_message
 from nous_session.log import Log
 from nous_session.message import Message, Role, ToolCall
+from nous_session.ops import Replace
 from nous_session.stores import Store, open_store
 from nous_session.transcript import estimate_messages_tokens
 
@@ -105,8 +106,8 @@ def _line(event: Event) -> str | None:
         return f"  assistant  {_clip(event.data.get('content'))}"
     if event.type is EventType.TOOL_RESULT:
         return f"  tool       {event.data.get('name')}: {_clip(event.data.get('content'), 48)}"
-    if event.type is EventType.SYSTEM_MESSAGE and event.surface_op is not None:
-        op = event.surface_op
+    op = event.op
+    if event.type is EventType.SYSTEM_MESSAGE and isinstance(op, Replace):
         if event.data.get("source") == "pruning":
             return f"  ~ pruned the tool result at position {op.start} in place (seq {event.seq})"
         return f"  ~ compacted positions {op.start}..{op.stop} into one summary (seq {event.seq})"

@@ -7,8 +7,13 @@ raises on purpose::
     ├── InvalidEventError (also a ValueError)  an event, message or request was refused;
     │                                          the log or session is exactly as it was
     ├── SessionClosedError                     the session no longer takes requests
-    └── StoreError                             the store could not do what was asked
-        ├── ConflictError                      another writer already holds that seq
+    ├── OutcomeUnknownError                    a commit may or may not have landed (the
+    │                                          store could not be asked); retry with the
+    │                                          same idempotency key to find out safely
+    └── StoreError                             the store could not do what was asked;
+        │                                      nothing of the failed call was stored
+        ├── ConflictError                      another writer already holds that seq, the
+        │                                      surface changed, or the key is taken
         └── CorruptRecordError                 a stored record cannot be decoded
 """
 
@@ -19,6 +24,7 @@ __all__ = [
     "CorruptRecordError",
     "InvalidEventError",
     "NousSessionError",
+    "OutcomeUnknownError",
     "SessionClosedError",
     "StoreError",
 ]
@@ -39,6 +45,15 @@ class InvalidEventError(NousSessionError, ValueError):
 
 class SessionClosedError(NousSessionError):
     """The session is closed (or closing) and takes no new requests."""
+
+
+class OutcomeUnknownError(NousSessionError):
+    """A commit may or may not have landed, and the store could not be asked which.
+
+    Not a :class:`StoreError`: a StoreError always means nothing was stored. Retrying the
+    call with the same idempotency key (``key=``) is safe: if the first attempt landed, the
+    retry returns its events instead of appending again.
+    """
 
 
 class StoreError(NousSessionError):

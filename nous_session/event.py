@@ -10,7 +10,8 @@ surface operation (:mod:`nous_session.ops`), stored as ``data["surface_op"]`` an
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Final
@@ -20,18 +21,31 @@ import attrs
 from nous_session._json import JSON, NotJSONError, copy_json
 from nous_session.errors import InvalidEventError
 from nous_session.message import Message, Role, ToolCall, utc_datetime
-from nous_session.ops import OP_KEY, OpError, Replace, SurfaceOp, parse_op
+from nous_session.ops import (
+    OP_KEY,
+    OpError,
+    Remove,
+    Replace,
+    Rewind,
+    SurfaceOp,
+    Uncompact,
+    parse_op,
+)
 
 __all__ = [
+    "OPERATION_TYPES",
     "SURFACE_TYPES",
     "TYPE_BY_NAME",
     "Event",
     "EventType",
     "Replace",
     "event_type_of",
+    "is_custom_type",
     "make_event",
     "message_event",
     "prepare",
+    "replace_data",
+    "replace_entries",
     "to_message",
 ]
 
@@ -51,6 +65,12 @@ class EventType(enum.StrEnum):
     STEP_START = "step_start"
     STEP_END = "step_end"
     REQUEST_HEADER = "request_header"
+    # Operation types: each carries one surface operation (nous_session.ops) and nothing else
+    # of its own reaches the surface, except a replace's messages.
+    REPLACE = "replace"
+    REMOVE = "remove"
+    REWIND = "rewind"
+    UNCOMPACT = "uncompact"
 
 
 SURFACE_TYPES: Final = (
@@ -61,7 +81,25 @@ SURFACE_TYPES: Final = (
 )
 """The event types that project into messages, in this order."""
 
+OPERATION_TYPES: Final = (
+    EventType.REPLACE,
+    EventType.REMOVE,
+    EventType.REWIND,
+    EventType.UNCOMPACT,
+)
+"""The event types that exist to carry a surface operation, in this order."""
+
 _SURFACE: Final = frozenset(SURFACE_TYPES)
+# Which operation each operation type carries (and must carry).
+_OP_OF_TYPE: Final[dict[EventType, type]] = {
+    EventType.REPLACE: Replace,
+    EventType.REMOVE: Remove,
+    EventType.REWIND: Rewind,
+    EventType.UNCOMPACT: Uncompact,
+}
+# A custom type is namespaced: two or more dot-separated names, like "x.myapp.checkpoint".
+_CUSTOM: Final = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)+")
+_CUSTOM_MAX: Final = 128
 TYPE_BY_NAME: Final[dict[object, EventType]] = {member.value: member for member in EventType}
 """Each EventType by its value (a member also finds itself: a StrEnum hashes as its value).
 Read-only by convention."""
@@ -72,6 +110,7 @@ _ROLE_OF: Final = {
     EventType.TOOL_RESULT: Role.TOOL,
 }
 _TYPE_OF: Final = {role: event_type for event_type, role in _ROLE_OF.items()}
+_TYPE_BY_ROLE_NAME: Final = {role.value: event_type for role, event_type in _TYPE_OF.items()}
 
 
 @attrs.frozen(unsafe_hash=False)  # holds read-only mappings, which cannot hash
@@ -80,7 +119,8 @@ class Event:
 
     Attributes:
         seq: its place in the log; contiguous as appended, with gaps only after a snapshot.
-        type: what it records.
+        type: what it records: an :class:`EventType`, or the name of a custom type (a plain
+            ``str`` like ``"x.myapp.checkpoint"``).
         data: its JSON payload, read-only at the top level; nested containers belong to the log
             and must not be mutated.
         time: when it happened, timezone-aware UTC.
@@ -88,7 +128,7 @@ class Event:
     """
 
     seq: int
-    type: EventType
+    type: EventType | str
     data: Mapping[str, JSON]
     time: datetime
     op: SurfaceOp | None = None
@@ -100,9 +140,12 @@ class Event:
 
     @property
     def position(self) -> int:
-        """Where the event sits on the surface: ``start`` of its replace, else its ``seq``."""
+        """Where the event sits on the surface: ``start`` of its range operation (a replace or
+        a remove), else its ``seq``."""
         op = self.op
-        return self.seq if op is None else op.position
+        if type(op) is Replace or type(op) is Remove:
+            return op.start
+        return self.seq
 
     @property
     def is_surface(self) -> bool:
@@ -113,11 +156,12 @@ class Event:
 # Validation ---------------------------------------------------------------------------------
 
 
-def _parse_op(value: object, seq: int) -> SurfaceOp:
+def _parse_op(value: object, seq: int | None) -> SurfaceOp:
     """The operation a ``surface_op`` value stands for, checked against the event's seq."""
     try:
         op = parse_op(value)
-        op.check_seq(seq)
+        if seq is not None:
+            op.check_seq(seq)
     except OpError as e:
         raise _Refusal(str(e)) from None
     return op
@@ -171,23 +215,44 @@ def _copy_item(copy: dict[str, JSON], key: object, value: object) -> None:
         raise _Refusal(f"{e.where('data')}: {e.reason}") from None
 
 
-def event_type_of(kind: object, seq: int | None = None) -> EventType:
-    """The EventType ``kind`` names (a member or its string value).
+def is_custom_type(name: object) -> bool:
+    """Whether ``name`` is a valid custom event type: namespaced, like ``"x.myapp.checkpoint"``.
+
+    Two or more dot-separated names of ASCII letters, digits, ``_`` and ``-``, at most 128
+    characters. Custom events are stored, streamed, exported and kept by snapshots like every
+    event, and never reach the surface.
+    """
+    return (
+        isinstance(name, str)
+        and len(name) <= _CUSTOM_MAX
+        and name.isascii()
+        and _CUSTOM.fullmatch(name) is not None
+    )
+
+
+def event_type_of(kind: object, seq: int | None = None) -> EventType | str:
+    """The EventType ``kind`` names (a member or its string value), or ``kind`` itself when it
+    is a custom type (see :func:`is_custom_type`).
 
     Raises:
-        InvalidEventError: ``kind`` names no event type.
+        InvalidEventError: ``kind`` names no event type and is not a custom one.
     """
     event_type = TYPE_BY_NAME.get(kind) if isinstance(kind, str) else None
-    if event_type is None:
-        known = ", ".join(member.value for member in EventType)
-        where = "" if seq is None else f"event {seq}: "
-        raise InvalidEventError(f"{where}unknown event type {kind!r}; known types: {known}")
-    return event_type
+    if event_type is not None:
+        return event_type
+    if is_custom_type(kind):
+        return str.__str__(kind)
+    known = ", ".join(member.value for member in EventType)
+    where = "" if seq is None else f"event {seq}: "
+    raise InvalidEventError(
+        f"{where}unknown event type {kind!r}; known types: {known}; a custom type is"
+        ' namespaced, like "x.myapp.checkpoint"'
+    )
 
 
 def prepare(
     kind: object, data: object = None, time: object = None
-) -> tuple[EventType, dict[str, JSON], datetime]:
+) -> tuple[EventType | str, dict[str, JSON], datetime]:
     """Validate and copy what :func:`make_event` needs, before the event's seq is known.
 
     For a caller that hands the event to someone else (the SessionActor): the copy is taken
@@ -202,12 +267,9 @@ def prepare(
     try:
         when = _time(time)
         copy = _copy_data(data)
-        if OP_KEY in copy:
-            _check_op_allowed(event_type, copy)
-        if event_type in _SURFACE and (len(copy) != 1 or type(copy.get("content")) is not str):
-            _check_surface_fields(copy)
+        _check_rules(event_type, copy, None)
     except _Refusal as e:
-        raise InvalidEventError(f"{event_type.value} event: {e}") from None
+        raise InvalidEventError(f"{event_type} event: {e}") from None
     return event_type, copy, when
 
 
@@ -238,11 +300,78 @@ def _copy_data(data: object) -> dict[str, JSON]:
     return copy
 
 
-def _check_op_allowed(event_type: EventType, data: dict[str, JSON]) -> None:
-    if event_type not in _SURFACE and data.get(OP_KEY) is not None:
-        raise _Refusal(
-            f"a {event_type.value} event cannot carry a surface_op; only surface types can replace"
-        )
+def _check_rules(event_type: EventType | str, data: dict[str, JSON], seq: int | None) -> Any:
+    """The event's own rules; returns its parsed operation (None without one).
+
+    Which operation a type may carry (a surface event only a replace of itself, an operation
+    type exactly its own, any other type none), the message fields a surface event holds, and
+    the messages of a replace. With ``seq`` None (before the seq is known) the operation is
+    parsed but not checked against it.
+    """
+    value = data.get(OP_KEY)
+    op: SurfaceOp | None = None
+    if value is not None:
+        if event_type in _SURFACE:
+            op = _parse_op(value, seq)
+            if type(op) is not Replace:
+                raise _Refusal(
+                    f"a {event_type} event can carry only a replace surface_op, not {op.name}"
+                )
+        elif event_type in _OP_OF_TYPE:
+            op = _parse_op(value, seq)
+            if type(op) is not _OP_OF_TYPE[event_type]:  # type: ignore[index]
+                raise _Refusal(f"a {event_type} event must carry a {event_type} surface_op")
+        else:
+            raise _Refusal(
+                f"a {event_type} event cannot carry a surface_op; only surface types can replace"
+            )
+        if seq is not None:
+            data[OP_KEY] = op.to_json()
+    elif event_type in _OP_OF_TYPE:
+        raise _Refusal(f'a {event_type} event needs its surface_op ["{event_type}", ...]')
+    if event_type in _SURFACE:
+        # Most chat events are exactly {"content": str}; anything else gets the full check.
+        if len(data) != 1 or type(data.get("content")) is not str:
+            _check_surface_fields(data)
+    elif event_type is EventType.REPLACE:
+        _check_replace_messages(data)
+    return op
+
+
+def _check_replace_messages(data: dict[str, JSON]) -> None:
+    """A replace event's ``messages``: a list of message objects, each with a known role."""
+    messages = data.get("messages")
+    if type(messages) is not list:
+        raise _Refusal('a replace event needs data["messages"], a list of messages (may be [])')
+    for index, item in enumerate(messages):
+        where = f'data["messages"][{index}]'
+        if type(item) is not dict:
+            raise _Refusal(f"{where} must be a message object")
+        role = item.get("role")
+        if role not in _TYPE_BY_ROLE_NAME:
+            roles = ", ".join(_TYPE_BY_ROLE_NAME)
+            raise _Refusal(f"{where} has role {role!r}; a role is one of {roles}")
+        created = item.get("created_at")
+        if created is not None:
+            try:
+                _message_time(created)
+            except ValueError:
+                raise _Refusal(
+                    f"{where}: created_at must be an ISO 8601 time with a UTC offset,"
+                    f" got {created!r}"
+                ) from None
+        fields = {key: value for key, value in item.items() if key not in ("role", "created_at")}
+        try:
+            _check_surface_fields(fields)
+        except _Refusal as e:
+            raise _Refusal(f"{where}: {e}") from None
+
+
+def _message_time(value: object) -> datetime:
+    """A replace message's ``created_at`` (ISO 8601 with an offset) as a UTC datetime."""
+    if type(value) is not str:
+        raise ValueError("not a string")
+    return utc_datetime(datetime.fromisoformat(value))
 
 
 def make_event(
@@ -252,6 +381,8 @@ def make_event(
 
     The event keeps a deep copy of ``data`` (tuples become lists, a surface op becomes
     ``["replace", start, stop]``); ``time`` defaults to now and is stored in UTC.
+
+    The type may be a custom one (:func:`is_custom_type`).
 
     ``decoded=True`` is for a dict fresh from a JSON decoder, owned by nobody else and JSON by
     construction (the caller has checked that no integer can exceed 64 bits): it is taken as
@@ -263,7 +394,7 @@ def make_event(
     copy: dict[str, JSON]
     # The hot path of every append is inlined: a known type and a UTC time (or none); anything
     # else takes the general helpers.
-    event_type = TYPE_BY_NAME.get(kind) if isinstance(kind, str) else None
+    event_type: EventType | str | None = TYPE_BY_NAME.get(kind) if isinstance(kind, str) else None
     if event_type is None:
         event_type = event_type_of(kind, seq)  # raises, naming the type
     try:
@@ -274,18 +405,13 @@ def make_event(
         else:
             when = _time(time)
         copy = data if decoded and type(data) is dict else _copy_data(data)
-        op = None
-        if OP_KEY in copy:
-            _check_op_allowed(event_type, copy)
-            value = copy[OP_KEY]
-            if value is not None:
-                op = _parse_op(value, seq)
-                copy[OP_KEY] = op.to_json()
-        # Most chat events are exactly {"content": str}; anything else gets the full check.
-        if event_type in _SURFACE and (len(copy) != 1 or type(copy.get("content")) is not str):
-            _check_surface_fields(copy)
+        # The common chat event, {"content": str}, has nothing more to check.
+        if event_type in _SURFACE and len(copy) == 1 and type(copy.get("content")) is str:
+            op = None
+        else:
+            op = _check_rules(event_type, copy, seq)
     except _Refusal as e:
-        raise InvalidEventError(f"event {seq} ({event_type.value}): {e}") from None
+        raise InvalidEventError(f"event {seq} ({event_type}): {e}") from None
     return Event(seq, event_type, MappingProxyType(copy), when, op)
 
 
@@ -299,11 +425,50 @@ def message_event(message: object) -> tuple[EventType, dict[str, JSON]]:
     event gives back an equal message. The event's time should be ``message.created_at``.
 
     Raises:
-        InvalidEventError: ``message`` is not a Message.
+        InvalidEventError: ``message`` is not a Message, or its role has no event type.
     """
     if not isinstance(message, Message):
         raise InvalidEventError(f"expected a Message, got {type(message).__name__}")
-    return _TYPE_OF[message.role], message.to_json()
+    event_type = _TYPE_OF.get(message.role)
+    if event_type is None:
+        roles = ", ".join(role.value for role in _TYPE_OF)
+        raise InvalidEventError(f"message has role {message.role!r}; a role is one of {roles}")
+    return event_type, message.to_json()
+
+
+def replace_data(start: int, stop: int, messages: Sequence[object]) -> dict[str, JSON]:
+    """The data of a ``replace`` event putting ``messages`` (k >= 0) in place of
+    ``start..stop``: each message as its JSON with its ``role`` and ``created_at``.
+
+    Raises:
+        InvalidEventError: an item is not a Message (or has a role no event type stands for).
+        ValueError: the range is malformed.
+    """
+    items: list[JSON] = []
+    for index, message in enumerate(messages):
+        try:
+            event_type, data = message_event(message)
+        except InvalidEventError as error:
+            raise InvalidEventError(f"replacement message {index}: {error}") from None
+        item: dict[str, JSON] = {"role": _ROLE_OF[event_type].value}
+        item.update(data)
+        item["created_at"] = message.created_at.isoformat()  # type: ignore[attr-defined]
+        items.append(item)
+    return {OP_KEY: Replace(start, stop).to_json(), "messages": items}
+
+
+def replace_entries(event: Event) -> list[Event]:
+    """The surface entries of a ``replace`` event: one surface event per message it holds,
+    each with the event's seq and operation (so it sits at the operation's ``start``), the
+    message's type, fields and time (the event's own time when it has none)."""
+    entries = []
+    for item in event.data.get("messages") or ():  # type: ignore[union-attr]
+        fields: dict[str, JSON] = dict(item)  # type: ignore[arg-type]
+        event_type = _TYPE_BY_ROLE_NAME[fields.pop("role")]  # type: ignore[index]
+        created = fields.pop("created_at", None)
+        time = event.time if created is None else _message_time(created)
+        entries.append(Event(event.seq, event_type, MappingProxyType(fields), time, event.op))
+    return entries
 
 
 def to_message(event: Event) -> Message:
@@ -317,9 +482,9 @@ def to_message(event: Event) -> Message:
     Raises:
         ValueError: ``event`` is a bookkeeping event.
     """
-    role = _ROLE_OF.get(event.type)
+    role = _ROLE_OF.get(event.type)  # type: ignore[call-overload]
     if role is None:
-        raise ValueError(f"event {event.seq} is a {event.type.value} event, not a surface event")
+        raise ValueError(f"event {event.seq} is a {event.type} event, not a surface event")
     # The log validated these fields when the event was appended (make_event), so the message
     # is assembled without running the constructor's checks and copies again. Its containers
     # are read-only views of the log's own data, which nothing mutates.

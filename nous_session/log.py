@@ -34,15 +34,17 @@ import structlog
 
 from nous_session.errors import InvalidEventError
 from nous_session.event import (
+    OPERATION_TYPES,
     SURFACE_TYPES,
     Event,
     EventType,
     make_event,
     message_event,
+    replace_entries,
     to_message,
 )
 from nous_session.message import Message
-from nous_session.ops import Replace
+from nous_session.ops import Remove, Replace, Rewind, Uncompact
 
 __all__ = ["Log"]
 
@@ -51,6 +53,9 @@ _logger = structlog.get_logger("nous_session")
 T = TypeVar("T")
 _SEQ: Final = attrgetter("seq")
 _SURFACE: Final = frozenset(SURFACE_TYPES)
+_OPERATION: Final = frozenset(OPERATION_TYPES)
+_BUILT_IN: Final = frozenset(EventType)
+_POSITION: Final = attrgetter("position")
 
 
 class _View(Sequence[T]):
@@ -151,8 +156,8 @@ class _Fold:
         self.surface = surface
         self.length = length
 
-    def extended(self, events: Iterable[Event], count: int) -> _Fold:
-        """Fold ``events`` (all with seq >= self.count, in seq order) into a new fold."""
+    def extended(self, log: Log, events: Iterable[Event], count: int) -> _Fold:
+        """Fold ``events`` (all of ``log``'s, with seq >= self.count, in seq order)."""
         surface, length = self.surface, self.length
         pending: list[Event] = []
         for event in events:
@@ -165,10 +170,17 @@ class _Fold:
                 surface, length = _extend(surface, length, pending)
                 pending = []
             # Every operation's effect on the surface, by type (ops.py defines them).
-            if type(op) is Replace:
-                surface, length = _replace(surface, length, event, op.start, op.stop)
-            else:  # pragma: no cover - a new operation without a fold rule
-                raise AssertionError(f"no fold rule for {op!r}")
+            kind = type(op)
+            if kind is Replace:
+                entries = [event] if event.type in _SURFACE else replace_entries(event)
+                surface, length = _splice(surface, length, op.start, op.stop, entries)  # type: ignore[union-attr]
+            elif kind is Remove:
+                surface, length = _splice(surface, length, op.start, op.stop, [])  # type: ignore[union-attr]
+            elif kind is Rewind:
+                before = log._prefix_fold(op.to)  # type: ignore[union-attr]
+                surface, length = before.surface.fork(before.length), before.length
+            else:  # Uncompact
+                surface, length = _uncompact(log, surface, length, op.seq)  # type: ignore[union-attr]
         if pending:
             surface, length = _extend(surface, length, pending)
         return _Fold(count, surface, length)
@@ -200,26 +212,69 @@ def _extend(surface: _Surface, length: int, new: list[Event]) -> tuple[_Surface,
     return forked, length + len(new)
 
 
-def _replace(
-    surface: _Surface, length: int, event: Event, start: int, stop: int
+def _splice(
+    surface: _Surface, length: int, start: int, stop: int, entries: list[Event]
 ) -> tuple[_Surface, int]:
-    # Positions are sorted and unique, so the shadowed entries are one contiguous slice.
+    """A new surface: the entries at positions ``start..stop`` give way to ``entries`` (which
+    all sit at positions inside the range, in order)."""
+    # Positions are sorted, and only the entries of one event share one, so the entries in
+    # the range are one contiguous slice.
     with surface.lock:
         positions = surface.positions
         low = bisect_left(positions, start, 0, length)
         high = bisect_right(positions, stop, 0, length)
-        events = [*surface.events[:low], event, *surface.events[high:length]]
-        new_positions = [*positions[:low], start, *positions[high:length]]
+        events = [*surface.events[:low], *entries, *surface.events[high:length]]
+        new_positions = [*positions[:low], *[e.position for e in entries], *positions[high:length]]
         if len(surface.messages) >= length:
-            # Keep every projection already made; only the replacing event is new.
-            message = to_message(event)
-            messages = [*surface.messages[:low], message, *surface.messages[high:length]]
-            pairs = [*surface.pairs[:low], (event.seq, message), *surface.pairs[high:length]]
+            # Keep every projection already made; only the new entries are projected.
+            made = [to_message(entry) for entry in entries]
+            messages = [*surface.messages[:low], *made, *surface.messages[high:length]]
+            pairs = [
+                *surface.pairs[:low],
+                *[(entry.seq, message) for entry, message in zip(entries, made, strict=True)],
+                *surface.pairs[high:length],
+            ]
         else:
             kept = min(low, len(surface.messages))
             messages = surface.messages[:kept]
             pairs = surface.pairs[:kept]
     return _Surface(events, new_positions, messages, pairs), len(events)
+
+
+def _uncompact(log: Log, surface: _Surface, length: int, seq: int) -> tuple[_Surface, int]:
+    """Undo the replace at ``seq``: its entries give way to what it replaced, as it was then.
+
+    Applies only while the replace is on the surface with its range intact (nothing else sits
+    inside it) and its history is held (at or past the horizon); otherwise it changes nothing
+    (``Log.append`` refuses such an uncompact; a stored one is folded the same everywhere).
+    """
+    target = _uncompact_target(log, surface, length, seq)
+    if target is None:
+        return surface, length
+    op: Any = target.op
+    before = log._prefix_fold(seq - 1)
+    low = bisect_left(before.surface.positions, op.start, 0, before.length)
+    high = bisect_right(before.surface.positions, op.stop, 0, before.length)
+    restored = before.surface.events[low:high]
+    return _splice(surface, length, op.start, op.stop, restored)
+
+
+def _uncompact_target(log: Log, surface: _Surface, length: int, seq: int) -> Event | None:
+    """The replace event at ``seq`` if un-compacting it applies to this surface, else None."""
+    if seq < log._horizon:
+        return None
+    index = log._index(seq)
+    if index >= log._held or log._events[index].seq != seq:
+        return None
+    target = log._events[index]
+    op = target.op
+    if type(op) is not Replace:
+        return None
+    low = bisect_left(surface.positions, op.start, 0, length)
+    high = bisect_right(surface.positions, op.stop, 0, length)
+    if low == high or any(entry.seq != seq for entry in surface.events[low:high]):
+        return None
+    return target
 
 
 class _Coverage:
@@ -256,25 +311,30 @@ class Log:
     stays valid and unchanged. See the module docstring for the fold's rules and costs.
     """
 
-    __slots__ = ("_count", "_events", "_fold", "_held")
+    __slots__ = ("_count", "_events", "_fold", "_held", "_horizon")
 
     _events: list[Event]  # shared and append-only; this value owns the prefix [:_held]
     _held: int
     _count: int  # the next seq: 1 + the highest seq ever assigned
+    _horizon: int  # below it, only what was on the surface at the last snapshot is held
     _fold: _Fold | None  # memo: the fold of a prefix of this value's events (a cache)
 
     def __init__(self) -> None:
         self._events = []
         self._held = 0
         self._count = 0
+        self._horizon = 0
         self._fold = None
 
     @classmethod
-    def _make(cls, events: list[Event], held: int, count: int, fold: _Fold | None) -> Log:
+    def _make(
+        cls, events: list[Event], held: int, count: int, fold: _Fold | None, horizon: int
+    ) -> Log:
         log = object.__new__(cls)
         log._events = events
         log._held = held
         log._count = count
+        log._horizon = horizon
         log._fold = fold
         return log
 
@@ -286,7 +346,7 @@ class Log:
         """Append an event; it takes seq ``count``.
 
         Args:
-            type: an :class:`EventType` or its string value.
+            type: an :class:`EventType`, its string value, or a custom type's name.
             data: a JSON mapping (the log keeps a deep copy); may hold ``surface_op``.
             time: when it happened (aware; stored in UTC); default now. Pass a message's
                 ``created_at`` when recording a message that already exists.
@@ -297,19 +357,22 @@ class Log:
         Raises:
             InvalidEventError: naming what is wrong; nothing is appended.
         """
-        return self._push(make_event(self._count, type, data, time))
+        return self._push(self._checked(make_event(self._count, type, data, time)))
 
-    def append_prepared(self, prepared: tuple[EventType, dict[str, Any], datetime]) -> Log:
+    def append_prepared(self, prepared: tuple[EventType | str, dict[str, Any], datetime]) -> Log:
         """Append what :func:`nous_session.event.prepare` validated and copied earlier.
 
         The prepared data is taken over, not copied again (it must not be used afterwards);
-        only what depends on the new seq (a surface op must start below it) is checked here.
+        only what depends on the new seq and on the log (a surface op must start below the
+        seq; an uncompact needs its replace on the surface) is checked here.
 
         Raises:
-            InvalidEventError: the surface op does not start below the new event's seq.
+            InvalidEventError: the surface op does not fit this log at the new seq.
         """
         event_type, data, time = prepared
-        return self._push(make_event(self._count, event_type, data, time, decoded=True))
+        return self._push(
+            self._checked(make_event(self._count, event_type, data, time, decoded=True))
+        )
 
     def try_append(
         self, type: EventType | str, data: Any = None, *, time: datetime | None = None
@@ -320,7 +383,7 @@ class Log:
         is never silent: a ``"dropping invalid event"`` warning names the reason.
         """
         try:
-            return self._push(make_event(self._count, type, data, time))
+            return self._push(self._checked(make_event(self._count, type, data, time)))
         except InvalidEventError as e:
             _logger.warning("dropping invalid event", reason=str(e), event_type=str(type))
             return self
@@ -345,7 +408,41 @@ class Log:
             )
         if time is None:
             raise InvalidEventError(f"event {seq}: append_at needs the event's time")
-        return self._push(make_event(seq, type, data, time))
+        return self._push(self._checked(make_event(seq, type, data, time)))
+
+    def _checked(self, event: Event) -> Event:
+        """Refuse an operation that does not fit this log (what make_event cannot know)."""
+        op = event.op
+        if op is None or type(op) is Replace or type(op) is Remove:
+            return event
+        if type(op) is Rewind:
+            if op.to < self._horizon - 1:
+                raise InvalidEventError(
+                    f"event {event.seq} ({event.type}): cannot rewind to seq {op.to}, before"
+                    f" the horizon {self._horizon} (a snapshot dropped that history)"
+                )
+            return event
+        assert type(op) is Uncompact
+        fold = self._folded()
+        if _uncompact_target(self, fold.surface, fold.length, op.seq) is None:
+            raise InvalidEventError(
+                f"event {event.seq} ({event.type}): cannot uncompact seq {op.seq}: "
+                + self._why_not_uncompact(op.seq)
+            )
+        return event
+
+    def _why_not_uncompact(self, seq: int) -> str:
+        if seq < self._horizon:
+            return f"it is before the horizon {self._horizon} (a snapshot dropped its history)"
+        index = self._index(seq)
+        if index >= self._held or self._events[index].seq != seq:
+            return "no such event is held"
+        target = self._events[index]
+        if type(target.op) is not Replace:
+            return f"it is a {target.type} event, not a replace"
+        if not any(entry.seq == seq for entry in self.surface()):
+            return "it is not on the surface"
+        return "the surface inside its range has changed since"
 
     def _push(self, event: Event) -> Log:
         events, held = self._events, self._held
@@ -364,6 +461,7 @@ class Log:
         log._events = events
         log._held = held + 1
         log._count = event.seq + 1
+        log._horizon = self._horizon
         log._fold = self._fold
         return log
 
@@ -385,33 +483,55 @@ class Log:
         """A log with one surface event per message, in order, each timed at its ``created_at``.
 
         Lossless: ``Log.seed(ms).derive_messages() == ms``, timestamps included. A value that
-        is not a :class:`Message` is dropped with a warning and takes no seq.
+        is not a :class:`Message` (or is one with a role no event type stands for) is dropped
+        with a warning and takes no seq.
         """
         log = cls()
         for message in messages:
-            if not isinstance(message, Message):
+            try:
+                event_type, data = message_event(message)
+            except InvalidEventError as error:
                 _logger.warning(
                     "dropping a value that is not a message",
                     value_type=type(message).__name__,
+                    reason=str(error),
                     seq=log._count,
                 )
                 continue
-            event_type, data = message_event(message)
-            log = log.append(event_type, data, time=message.created_at)
+            log = log.append(event_type, data, time=message.created_at)  # type: ignore[attr-defined]
         return log
 
     @classmethod
-    def restore(cls, events: Iterable[Event]) -> Log:
+    def restore(cls, events: Iterable[Event], *, count: int | None = None, horizon: int = 0) -> Log:
         """A log holding ``events`` exactly as they were persisted: seqs and gaps verbatim.
 
         The bulk form of :meth:`append_at`, for rebuilding a session from a store. The events
         must come from a Log or from :func:`nous_session.codec.decode`, which have validated
         them already; only their order is checked here, so restoring costs O(n) with no copy.
 
+        Args:
+            events: the held events, in seq order.
+            count: the session's count, when a snapshot dropped its newest events (default:
+                one past the last event's seq).
+            horizon: the count at the session's last snapshot that dropped events (0: none);
+                the events below it are what was on the surface then (and what is kept
+                regardless: bookkeeping and custom events).
+
         Raises:
-            InvalidEventError: an item is not an Event, or the seqs do not increase.
+            InvalidEventError: an item is not an Event, the seqs do not increase, or ``count``
+                or ``horizon`` do not fit them.
         """
-        return cls().extend(events)
+        log = cls().extend(events)
+        if count is not None:
+            if type(count) is not int or count < log._count:
+                raise InvalidEventError(
+                    f"restore count {count!r} is below the events' next seq {log._count}"
+                )
+            log._count = count
+        if type(horizon) is not int or not 0 <= horizon <= log._count:
+            raise InvalidEventError(f"restore horizon {horizon!r} must be in 0..{log._count}")
+        log._horizon = horizon
+        return log
 
     def extend(self, events: Iterable[Event]) -> Log:
         """Append events restored from a store, after this log's head, keeping their seqs.
@@ -444,7 +564,7 @@ class Log:
                 backing = [*backing[:held], *new]
         else:
             backing = [*backing[:held], *new]
-        return Log._make(backing, held + len(new), previous + 1, self._fold)
+        return Log._make(backing, held + len(new), previous + 1, self._fold, self._horizon)
 
     # Reading --------------------------------------------------------------------------------
 
@@ -452,6 +572,16 @@ class Log:
     def count(self) -> int:
         """The next seq: 1 + the highest seq ever assigned, 0 when none. Never lowered."""
         return self._count
+
+    @property
+    def horizon(self) -> int:
+        """The count at the last snapshot that dropped events (0 when none has).
+
+        History is complete from here on: :meth:`upto` and rewinds reach back to
+        ``horizon - 1`` at most. Below it the log holds only what was on the surface at that
+        snapshot, plus the bookkeeping and custom events it keeps.
+        """
+        return self._horizon
 
     @property
     def last(self) -> Event | None:
@@ -481,22 +611,51 @@ class Log:
         return bisect_left(self._events, seq, 0, self._held, key=_SEQ)
 
     def _folded(self) -> _Fold:
-        fold = self._fold or _EMPTY_FOLD
+        fold = self._fold
+        if fold is None:
+            fold = _EMPTY_FOLD if self._horizon == 0 else self._base_fold()
         if fold.count != self._count:
-            fold = fold.extended(self.since(fold.count), self._count)
+            fold = fold.extended(self, self.since(fold.count), self._count)
             self._fold = fold  # a cache: any thread may fill it; every result is equal
         return fold
 
+    def _base_fold(self) -> _Fold:
+        """The surface at the horizon: every held entry-bearing event below it, by position.
+
+        A snapshot keeps, below its horizon, exactly the events then on the surface (and
+        events that never reach it), so no operation before the horizon is replayed.
+        """
+        entries: list[Event] = []
+        for event in self._events[: self._index(self._horizon)]:
+            if event.type in _SURFACE:
+                entries.append(event)
+            elif event.type is EventType.REPLACE:
+                entries.extend(replace_entries(event))
+        entries.sort(key=_POSITION)  # stable: a replace's messages keep their order
+        positions = [entry.position for entry in entries]
+        return _Fold(self._horizon, _Surface(entries, positions, [], []), len(entries))
+
+    def _prefix_fold(self, seq: int) -> _Fold:
+        """The fold of this log as it was when ``seq`` was its newest event (-1: empty)."""
+        if seq < 0:
+            return _EMPTY_FOLD
+        return self.upto(max(seq, self._horizon - 1))._folded()
+
     def surface(self) -> Sequence[Event]:
-        """The surface events, in the order the model sees them."""
+        """The surface entries, in the order the model sees them.
+
+        Each is a surface event, except that a ``replace`` event holding several messages
+        stands there as one surface event per message (each with the replace's seq).
+        """
         fold = self._folded()
         return _View(fold.surface.events, 0, fold.length)
 
     def derive_indexed(self) -> Sequence[tuple[int, Message]]:
-        """``(seq, Message)`` for each surface event, in model order.
+        """``(seq, Message)`` for each surface entry, in model order.
 
-        The seq is the event's own: a summary appended at seq 8 over 0..5 pairs with 8. To name
-        a range for a new replace, use the surface events' :attr:`~Event.position`.
+        The seq is the event's own: a summary appended at seq 8 over 0..5 pairs with 8 (and
+        every message of a multi-message replace with its seq). To name a range for a new
+        operation, use the surface entries' :attr:`~Event.position`.
         """
         fold = self._folded()
         fold.messages()
@@ -508,21 +667,45 @@ class Log:
         fold.messages()
         return _View(fold.surface.messages, 0, fold.length)
 
+    def range(self, start: int, stop: int) -> Sequence[Event]:
+        """The surface entries at positions ``start..stop`` (inclusive), in order; O(log n)
+        plus what is returned. What a replace or remove over that range would take away."""
+        fold = self._folded()
+        positions = fold.surface.positions
+        low = bisect_left(positions, start, 0, fold.length)
+        high = bisect_right(positions, stop, 0, fold.length)
+        return _View(fold.surface.events, low, high)
+
     def shadowed(self) -> Sequence[Event]:
-        """The held events that a replace has shadowed (what :meth:`snapshot` would drop)."""
+        """The held events that :meth:`snapshot` would drop."""
         return self._partition()[1]
 
     def _partition(self) -> tuple[list[Event], list[Event]]:
-        # Sweep newest to oldest, so the coverage holds exactly the replaces appended after
-        # the event in hand.
+        """(kept, dropped) by a snapshot.
+
+        Kept: every event on the surface now, every custom event, and every bookkeeping
+        event that no later range operation covers. Dropped: surface events and replaces no
+        longer on the surface, the operations that are not (removes, rewinds, uncompacts),
+        and bookkeeping events inside a range replaced or removed after them.
+        """
+        on_surface = {entry.seq for entry in self.surface()}
+        # Sweep newest to oldest, so the coverage holds exactly the range operations
+        # appended after the event in hand.
         coverage = _Coverage()
         live: list[Event] = []
         dropped: list[Event] = []
         for index in range(self._held - 1, -1, -1):
             event = self._events[index]
             op = event.op
-            (dropped if coverage.covers(event.position) else live).append(event)
-            if op is not None:
+            kind = event.type
+            if kind in _SURFACE or kind in _OPERATION:
+                keep = event.seq in on_surface
+            elif type(kind) is str and kind not in _BUILT_IN:  # custom: always kept
+                keep = True
+            else:
+                keep = not coverage.covers(event.seq)
+            (live if keep else dropped).append(event)
+            if type(op) is Replace or type(op) is Remove:
                 coverage.add(op.start, op.stop)
         live.reverse()
         dropped.reverse()
@@ -531,45 +714,57 @@ class Log:
     # Deriving new values --------------------------------------------------------------------
 
     def snapshot(self) -> Log:
-        """Drop every shadowed event, keeping the survivors' seqs and the count.
+        """Drop what the surface no longer needs (see :meth:`shadowed`), keeping the survivors'
+        seqs and the count; the horizon becomes the count.
 
-        The surface is unchanged (a shadowed event contributes nothing to it), so the memoised
-        fold carries over. After a snapshot, the dropped history is gone from this value:
-        :meth:`upto` and forks can no longer see it.
+        The surface is unchanged, so the memoised fold carries over. After a snapshot, the
+        dropped history is gone from this value: :meth:`upto`, rewinds and uncompacts reach
+        back only to the new horizon.
         """
         fold = self._folded()
         live, dropped = self._partition()
         if not dropped:
             return self
-        return Log._make(live, len(live), self._count, fold)
+        return Log._make(live, len(live), self._count, fold, self._count)
 
     def upto(self, seq: int) -> Log:
         """The log as it was when ``seq`` was its newest event.
 
-        Holds the events with seq <= ``seq`` (as far as a snapshot has not dropped them), and
-        its count is ``seq + 1``: time travel and audit ("what did the model see at step N").
+        Holds the events with seq <= ``seq``, and its count is ``seq + 1``: time travel and
+        audit ("what did the model see at step N").
 
         Raises:
-            ValueError: ``seq`` is not in ``0 <= seq < count``.
+            ValueError: ``seq`` is not in ``horizon - 1 <= seq < count`` (before the horizon a
+                snapshot dropped the history it would need).
         """
         if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < self._count:
             raise ValueError(f"upto needs 0 <= seq < {self._count}, got {seq!r}")
+        if seq < self._horizon - 1:
+            raise ValueError(
+                f"upto({seq}) is before the horizon {self._horizon}: a snapshot dropped the"
+                f" history it needs (the earliest seq is {self._horizon - 1})"
+            )
         fold = self._fold
         if fold is not None and fold.count > seq + 1:
             fold = None
-        return Log._make(self._events, self._index(seq + 1), seq + 1, fold)
+        return Log._make(self._events, self._index(seq + 1), seq + 1, fold, self._horizon)
 
     # Dunder ---------------------------------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Log):
             return NotImplemented
-        return self._count == other._count and self.events() == other.events()
+        return (
+            self._count == other._count
+            and self._horizon == other._horizon
+            and self.events() == other.events()
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"<Log count={self._count} held={self._held}>"
+        horizon = f" horizon={self._horizon}" if self._horizon else ""
+        return f"<Log count={self._count} held={self._held}{horizon}>"
 
 
 def _check_seq(seq: object) -> int:

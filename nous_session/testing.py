@@ -51,7 +51,8 @@ ODD_SESSION_IDS = (
     'it\'s "quoted"',
     "x'); DROP TABLE nous_events; --",
     "ünïcødé 🚀",
-    "a" * 300,
+    "a" * 256,  # the longest id every store takes (MAX_SESSION_ID_BYTES)
+    "ü" * 128,  # as long, in two-byte characters
     "with\nnewline and\ttab",
 )
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nous_session import CorruptRecordError, EventType, Log
 from nous_session.codec import FORMAT_VERSION, decode, encode, from_json, to_json
-from nous_session.event import SURFACE_TYPES, Event, make_event
+from nous_session.event import OPERATION_TYPES, SURFACE_TYPES, Event, make_event
 
 json_scalars = st.one_of(
     st.none(),
@@ -39,7 +39,11 @@ def events(draw: st.DrawFn) -> Event:
     """Any valid event: bookkeeping with free JSON, or a surface event with message fields."""
     seq = draw(st.integers(0, 2**40))
     if draw(st.booleans()):
-        kind = draw(st.sampled_from([t for t in EventType if t not in SURFACE_TYPES]))
+        kind = draw(
+            st.sampled_from(
+                [t for t in EventType if t not in SURFACE_TYPES and t not in OPERATION_TYPES]
+            )
+        )
         data = draw(st.dictionaries(st.text(), json_values, max_size=5))
         data.pop("surface_op", None)
     else:

@@ -24,8 +24,11 @@ from nous_session import (
     Role,
     ToolCall,
 )
+from nous_session.event import OPERATION_TYPES
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+# The types that never reach the surface and carry no operation.
+BOOKKEEPING = [t for t in EventType if t not in SURFACE_TYPES and t not in OPERATION_TYPES]
 
 U = EventType.USER_MESSAGE
 A = EventType.ASSISTANT_MESSAGE
@@ -220,7 +223,7 @@ def test_replace_with_empty_range_inserts_at_its_position() -> None:
     assert seqs(log.surface()) == [0, 1, 5, 3, 4]
 
 
-@pytest.mark.parametrize("kind", [t for t in EventType if t not in SURFACE_TYPES])
+@pytest.mark.parametrize("kind", BOOKKEEPING)
 def test_bookkeeping_events_never_reach_the_surface(kind: EventType) -> None:
     log = users(1)
     log = log.append(kind, {"content": "not for the model", "tool_calls": []}, time=at(1))
@@ -232,7 +235,7 @@ def test_bookkeeping_events_never_reach_the_surface(kind: EventType) -> None:
 
 def test_all_bookkeeping_types_together_never_reach_the_surface() -> None:
     log = Log()
-    for kind in EventType:
+    for kind in [*SURFACE_TYPES, *BOOKKEEPING]:
         log = log.append(kind, {"content": kind.value}, time=at(log.count))
     assert [e.type for e in log.surface()] == list(SURFACE_TYPES)
     assert [m.role for m in log.derive_messages()] == [
@@ -751,14 +754,17 @@ def test_upto_then_append_forks() -> None:
     assert [m.content for m in final.derive_messages()] == ["[sum 0-10]", "q3"]
 
 
-def test_upto_after_snapshot_keeps_the_count() -> None:
+def test_upto_after_snapshot_reaches_back_to_the_horizon_only() -> None:
     snap = _compacted().snapshot()
-    past = snap.upto(9)
-    assert past.count == 10
-    assert seqs(past.events()) == [0, 1, 8, 9]
-    past = snap.upto(10)
-    assert past.count == 11
-    assert seqs(past.events()) == [0, 1, 8, 9]
+    assert snap.horizon == 15
+    past = snap.upto(14)
+    assert past.count == 15
+    assert past.horizon == 15
+    assert seqs(past.events()) == seqs(snap.events())
+    assert list(past.derive_messages()) == list(snap.derive_messages())
+    # Before the horizon the snapshot dropped what the surface was made of then.
+    with pytest.raises(ValueError, match="horizon 15"):
+        snap.upto(13)
 
 
 @pytest.mark.parametrize("seq", [-1, -5, 13, 14, 100, 1.0, "3", None, True])

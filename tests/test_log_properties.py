@@ -211,7 +211,8 @@ class LogMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.log.count > 0)
     @rule(target=values, back=st.integers(0, 40))
     def upto(self, back: int) -> tuple[Log, Ref]:
-        seq = max(0, self.log.count - 1 - back)
+        # A snapshot keeps history from its horizon on only.
+        seq = max(0, self.log.horizon - 1, self.log.count - 1 - back)
         self.log = self.log.upto(seq)
         self.ref = Ref(tuple(e for e in self.ref.held if e[0] <= seq), seq + 1)
         self._keep()

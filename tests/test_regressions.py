@@ -88,15 +88,15 @@ async def test_unencodable_data_is_refused_up_front_not_at_commit(tmp_path: Path
 
 
 class BrokenLoadStore(MemoryStore):
-    """Loads fail with a non-StoreError after the first one."""
+    """Reads fail with a non-StoreError after the first one."""
 
     loads = 0
 
-    async def load(self, session_id: str, *, since: int = 0) -> Any:
+    async def read(self, session_id: str, *, since: int = 0) -> Any:
         self.loads += 1
         if self.loads > 1:
             raise OSError("disk went away")
-        return await super().load(session_id, since=since)
+        return await super().read(session_id, since=since)
 
 
 async def test_a_failing_load_during_reload_is_a_store_error_and_the_actor_lives() -> None:

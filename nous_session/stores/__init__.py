@@ -21,10 +21,13 @@ import structlog
 from nous_session.event import Event
 from nous_session.stores.base import (
     FollowingStore,
+    ForkingStore,
+    OutcomeStore,
     Rebased,
     RebasingStore,
     SessionInfo,
     Store,
+    Stored,
     supports,
 )
 from nous_session.stores.memory import MemoryStore
@@ -32,11 +35,14 @@ from nous_session.stores.memory import MemoryStore
 __all__ = [
     "DEFAULT_PATH_ENV",
     "STORE_ENV",
+    "ForkingStore",
     "MemoryStore",
+    "OutcomeStore",
     "Rebased",
     "RebasingStore",
     "SessionInfo",
     "Store",
+    "Stored",
     "default_path",
     "open_store",
 ]

@@ -1,44 +1,106 @@
 """The store contract: how a SessionActor persists its log.
 
-A store holds many sessions. Each session is its held events, in seq order, and its count
-(1 + the highest seq ever committed, never lowered). The actor is the only thing that calls
-``commit`` for a session in a process; the ``expected_count`` check is what stops two actors
-(in one process or many) from both extending a session.
+A store holds many sessions. Each session is its held events, in seq order; its count (1 + the
+highest seq ever committed, never lowered); its horizon (the count at its last snapshot that
+dropped events, 0 when none); the idempotency keys its callers committed with; and, for a fork,
+its parent and fork point. The actor is the only thing that calls ``commit`` for a session in a
+process; the ``expected_count`` check is what stops two actors (in one process or many) from
+both extending a session.
+
+``Store`` is what every store implements. The optional capabilities are Protocols of their own,
+found on a store's class with :func:`supports`: :class:`RebasingStore` (append after whatever
+the session holds), :class:`ForkingStore` (fork without copying), :class:`OutcomeStore` (find
+out whether a commit with an unknown outcome landed), :class:`ChangeFeedStore` and
+:class:`FollowingStore` (other processes' commits, live), :class:`VacuumingStore`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Final, Protocol, runtime_checkable
 
 import attrs
 
 from nous_session.event import Event
 
 __all__ = [
+    "MAX_KEY_BYTES",
+    "MAX_SESSION_ID_BYTES",
     "ChangeFeedStore",
     "FollowingStore",
+    "ForkingStore",
+    "OutcomeStore",
     "Rebased",
     "RebasingStore",
     "SessionInfo",
     "Store",
+    "Stored",
     "VacuumingStore",
     "check_commit_arguments",
+    "check_fork_point",
+    "check_key",
     "check_rebase_arguments",
     "check_session_id",
     "moved",
+    "moved_keys",
     "place",
     "supports",
 ]
 
+MAX_SESSION_ID_BYTES: Final = 256
+"""The longest session id, in UTF-8 bytes, that every store takes."""
+
+MAX_KEY_BYTES: Final = 256
+"""The longest idempotency key, in UTF-8 bytes."""
+
+_NO_KEYS: Final[Mapping[str, tuple[int, int]]] = MappingProxyType({})
+
 
 @attrs.frozen
 class SessionInfo:
-    """One stored session: its id, its count (the next seq) and how many events it holds."""
+    """One stored session.
+
+    Attributes:
+        session_id: its id.
+        count: the next seq.
+        held: how many events it holds (a fork's included: those it shares with its parent).
+        horizon: the count at its last snapshot that dropped events (0: none did).
+        parent: the session it was forked from, or None.
+        fork_point: the last seq of the parent's history it took, or None.
+    """
 
     session_id: str
     count: int
     held: int
+    horizon: int = 0
+    parent: str | None = None
+    fork_point: int | None = None
+
+
+@attrs.frozen
+class Stored:
+    """What a store holds of one session, read in one consistent step (:meth:`Store.read`).
+
+    Attributes:
+        events: the held events with seq >= the ``since`` asked for, in seq order.
+        count: the session's count (0 for an unknown session).
+        horizon: its horizon.
+        keys: the idempotency keys committed with events at seq >= ``since``: each key's first
+            seq and how many events its call appended.
+        kept: events of idempotency keys that a snapshot dropped, kept aside so a retry with
+            the key still gets them (read with ``since=0`` only; empty otherwise).
+        parent: the session it was forked from, or None.
+        fork_point: the last seq of the parent's history it took, or None.
+    """
+
+    events: Sequence[Event]
+    count: int
+    horizon: int = 0
+    keys: Mapping[str, tuple[int, int]] = _NO_KEYS
+    kept: Sequence[Event] = ()
+    parent: str | None = None
+    fork_point: int | None = None
 
 
 @runtime_checkable
@@ -60,6 +122,19 @@ class Store(Protocol):
         """
         ...
 
+    async def read(self, session_id: str, *, since: int = 0) -> Stored:
+        """Everything :class:`Stored` names, for the events with seq >= ``since``, as of one
+        moment (another process's commit is wholly in it or wholly out).
+
+        An unknown session reads as empty with count 0.
+
+        Raises:
+            ValueError: ``since`` is not an int >= 0.
+            StoreError: the store could not be read.
+            CorruptRecordError: a stored record could not be decoded (it names the record).
+        """
+        ...
+
     async def commit(
         self,
         session_id: str,
@@ -67,6 +142,11 @@ class Store(Protocol):
         expected_count: int,
         events: Sequence[Event],
         dropped: Sequence[int] = (),
+        expected_horizon: int | None = None,
+        horizon: int | None = None,
+        keys: Sequence[tuple[str, int, int]] = (),
+        kept: Sequence[int] = (),
+        commit_id: str | None = None,
     ) -> None:
         """Write ``events`` and delete the ``dropped`` seqs in one atomic, durable step.
 
@@ -74,9 +154,29 @@ class Store(Protocol):
         have seqs >= ``expected_count``, in increasing order; afterwards the session's count is
         1 + the highest seq written (unchanged when ``events`` is empty).
 
+        Args:
+            session_id: the session.
+            expected_count: the count the caller's log has; the commit happens only if the
+                stored count is this.
+            events: the new events.
+            dropped: seqs (below ``expected_count``) to delete: a snapshot's.
+            expected_horizon: when given, the commit happens only if the stored horizon is
+                this (another writer's snapshot since makes it a conflict).
+            horizon: the session's new horizon (a snapshot's), when it changes.
+            keys: idempotency keys committed with this step: ``(key, first seq, count of
+                events)``; a key the session already has is a conflict.
+            kept: the dropped seqs whose events belong to a key: kept aside (see
+                :attr:`Stored.kept`) instead of deleted outright.
+            commit_id: a name for this step, unique in the session, recorded with it so that
+                :meth:`OutcomeStore.committed` can tell afterwards whether it landed.
+
         Raises:
-            ConflictError: the session's stored count is not ``expected_count`` (another
-                writer got there first); nothing was written.
+            ValueError: the arguments are malformed; nothing was written.
+            ConflictError: the session's stored count (or horizon) is not the expected one
+                (another writer got there first), or a key is already taken; nothing was
+                written.
+            OutcomeUnknownError: the store lost contact during the step, so it may or may not
+                have landed (a store that can raise this should be an :class:`OutcomeStore`).
             StoreError: any other failure; nothing was written.
         """
         ...
@@ -91,6 +191,8 @@ class Store(Protocol):
 
     async def delete(self, session_id: str) -> bool:
         """Delete a session and all its events at once; True when it existed.
+
+        Forks of it keep their history (they are given their own copy of what they share).
 
         Raises:
             StoreError: the store could not be written.
@@ -112,11 +214,13 @@ class Rebased:
         others: the events other writers had stored from ``expected_count`` up to where
             these landed, in seq order (fewer than ``shift`` when a snapshot dropped some).
         events: the events as stored, at their new seqs.
+        keys: the idempotency keys the other writers committed in between.
     """
 
     shift: int
     others: Sequence[Event]
     events: Sequence[Event]
+    keys: Mapping[str, tuple[int, int]] = _NO_KEYS
 
 
 @runtime_checkable
@@ -133,24 +237,65 @@ class RebasingStore(Store, Protocol):
     """
 
     async def commit_rebased(
-        self, session_id: str, *, expected_count: int, events: Sequence[Event]
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        keys: Sequence[tuple[str, int, int]] = (),
+        commit_id: str | None = None,
     ) -> Rebased:
         """Append ``events`` after the session's current count in one atomic, durable step.
 
         ``events`` are non-empty with contiguous seqs from ``expected_count``. With the
         stored count ``c >= expected_count``, each is stored at its seq + ``c -
-        expected_count`` and the count becomes ``c + len(events)``.
+        expected_count`` and the count becomes ``c + len(events)``; ``keys`` and ``commit_id``
+        are as for :meth:`Store.commit`, their seqs moved with the events.
 
         Raises:
             ValueError: the arguments are malformed (as for ``commit``, and the seqs must be
                 contiguous); nothing was written.
             ConflictError: the stored count is below ``expected_count`` (the session was
-                deleted, or the caller is ahead of this store); nothing was written.
+                deleted, or the caller is ahead of this store), or a key is already taken;
+                nothing was written.
             CorruptRecordError: a record stored in between cannot be decoded. A store may
                 read those records after its commit (PostgresStore does, so as not to hold
                 the session's lock while decoding); its message then says the batch was
                 committed, and where. A SessionActor stops writing after this error.
             StoreError: any other failure; nothing was written.
+        """
+        ...
+
+
+@runtime_checkable
+class ForkingStore(Store, Protocol):
+    """A store that forks a session without copying its history."""
+
+    async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
+        """Make ``new_session_id`` a new session whose history is ``session_id``'s up to and
+        including seq ``at``, sharing it instead of copying it (the cost does not grow with
+        the history). The new session records its parent and fork point; later commits to
+        either never show in the other; a snapshot or delete of the parent leaves it whole.
+
+        Raises:
+            ValueError: ``at`` is not in ``horizon - 1 .. count - 1`` of the parent, the
+                parent does not exist, or ``new_session_id`` already does.
+            StoreError: the store could not be written.
+        """
+        ...
+
+
+@runtime_checkable
+class OutcomeStore(Store, Protocol):
+    """A store that can tell whether a commit whose outcome was unknown landed after all."""
+
+    async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
+        """Where the commit named ``commit_id`` landed: its first seq and how many events it
+        wrote, or None when it did not land and never will (a commit still in flight is
+        waited for).
+
+        Raises:
+            StoreError: the store could not be read (the outcome is still unknown).
         """
         ...
 
@@ -212,14 +357,22 @@ def moved(events: Sequence[Event], shift: int) -> list[Event]:
     return [Event(e.seq + shift, e.type, e.data, e.time, e.op) for e in events]
 
 
+def moved_keys(keys: Sequence[tuple[str, int, int]], shift: int) -> list[tuple[str, int, int]]:
+    """``keys`` with their first seqs moved by ``shift`` (as their events were)."""
+    return [(key, first + shift, size) for key, first, size in keys]
+
+
 def place(session_id: str, where: str) -> Callable[[int], str]:
     """How a load names a stored record in an error: session, seq and file or schema."""
     return lambda seq: f"session {session_id!r} seq {seq} in {where}"
 
 
 def check_session_id(session_id: object) -> str:
-    """Refuse what cannot be a session id in every store: not a non-empty string, or holding
-    a NUL character (PostgreSQL text cannot store one).
+    """Refuse what cannot be a session id in every store.
+
+    A session id is a non-empty string of valid Unicode (no lone surrogates: it must encode
+    as UTF-8), without NUL characters (PostgreSQL text cannot hold one), of at most
+    :data:`MAX_SESSION_ID_BYTES` UTF-8 bytes (what every store can index and notify).
 
     Raises:
         ValueError: naming what is wrong.
@@ -228,7 +381,59 @@ def check_session_id(session_id: object) -> str:
         raise ValueError(f"a session id must be a non-empty string, got {session_id!r}")
     if "\x00" in session_id:
         raise ValueError(f"a session id cannot contain NUL characters: {session_id!r}")
-    return session_id
+    try:
+        size = len(session_id.encode())
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"a session id must be valid Unicode; {session_id!r} has a lone surrogate at"
+            f" index {error.start}"
+        ) from None
+    if size > MAX_SESSION_ID_BYTES:
+        raise ValueError(
+            f"a session id is at most {MAX_SESSION_ID_BYTES} UTF-8 bytes; this one has {size}"
+        )
+    return str.__str__(session_id)
+
+
+def check_key(key: object) -> str:
+    """Refuse what cannot be an idempotency key: a non-empty string of valid Unicode, without
+    NUL characters, of at most :data:`MAX_KEY_BYTES` UTF-8 bytes.
+
+    Raises:
+        ValueError: naming what is wrong.
+    """
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"an idempotency key must be a non-empty string, got {key!r}")
+    if "\x00" in key:
+        raise ValueError(f"an idempotency key cannot contain NUL characters: {key!r}")
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"an idempotency key must be valid Unicode; {key!r} has a lone surrogate at"
+            f" index {error.start}"
+        ) from None
+    if size > MAX_KEY_BYTES:
+        raise ValueError(f"an idempotency key is at most {MAX_KEY_BYTES} UTF-8 bytes, not {size}")
+    return str.__str__(key)
+
+
+def check_fork_point(session_id: str, at: object, count: int, horizon: int) -> int:
+    """Refuse a fork point outside what the parent's history can give: ``horizon - 1 <= at <
+    count`` (and ``at >= 0``).
+
+    Raises:
+        ValueError: naming the range the parent's history covers.
+    """
+    if not isinstance(at, int) or isinstance(at, bool):
+        raise ValueError(f"a fork point is an int seq, not {at!r}")
+    low = max(0, horizon - 1)
+    if not low <= at < count:
+        raise ValueError(
+            f"cannot fork {session_id!r} at seq {at}: its history reaches from {low} to"
+            f" {count - 1}" + (f" (a snapshot set its horizon to {horizon})" if horizon else "")
+        )
+    return at
 
 
 def _event_list(events: Iterable[Event]) -> list[Event]:
@@ -241,7 +446,16 @@ def _event_list(events: Iterable[Event]) -> list[Event]:
 
 
 def check_commit_arguments(
-    session_id: str, expected_count: int, events: Iterable[Event], dropped: Sequence[int]
+    session_id: str,
+    expected_count: int,
+    events: Iterable[Event],
+    dropped: Sequence[int],
+    *,
+    keys: Sequence[tuple[str, int, int]] = (),
+    kept: Sequence[int] = (),
+    commit_id: str | None = None,
+    horizon: int | None = None,
+    expected_horizon: int | None = None,
 ) -> list[Event]:
     """Refuse a malformed commit before anything is written (shared by every backend).
 
@@ -249,9 +463,10 @@ def check_commit_arguments(
         ``events`` as a list, to write (an iterator is read once, here).
 
     Raises:
-        ValueError: the session id is not a non-empty string, an event is not an Event, the
-            events' seqs are not increasing from ``expected_count``, or a dropped seq is not
-            below it.
+        ValueError: the session id is bad, an event is not an Event, the events' seqs are not
+            increasing from ``expected_count``, a dropped seq is not below it, a kept seq is
+            not dropped, a key is malformed or its seqs are not among the events, or the
+            commit id or a horizon is malformed.
     """
     check_session_id(session_id)
     listed = _event_list(events)
@@ -265,11 +480,43 @@ def check_commit_arguments(
     for seq in dropped:
         if not 0 <= seq < expected_count:
             raise ValueError(f"a dropped seq must be below {expected_count}, got {seq}")
+    if kept and not set(kept) <= set(dropped):
+        raise ValueError("every kept seq must also be dropped")
+    _check_keys(keys, listed)
+    _check_commit_id(commit_id)
+    for name, value in (("horizon", horizon), ("expected_horizon", expected_horizon)):
+        if value is not None and (type(value) is not int or value < 0):
+            raise ValueError(f"{name} must be None or an int >= 0, got {value!r}")
     return listed
 
 
+def _check_keys(keys: Sequence[tuple[str, int, int]], events: Sequence[Event]) -> None:
+    seqs = {event.seq for event in events}
+    for item in keys:
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise ValueError(f"a key is (key, first seq, count), got {item!r}")
+        key, first, size = item
+        check_key(key)
+        if type(size) is not int or size < 0 or type(first) is not int:
+            raise ValueError(f"key {key!r}: first seq and count must be ints, got {item!r}")
+        if any(seq not in seqs for seq in range(first, first + size)):
+            raise ValueError(f"key {key!r}: its seqs {first}..{first + size - 1} are not all new")
+
+
+def _check_commit_id(commit_id: object) -> None:
+    if commit_id is not None and (
+        not isinstance(commit_id, str) or not 0 < len(commit_id) <= 64 or not commit_id.isascii()
+    ):
+        raise ValueError(f"a commit id is None or 1 to 64 ASCII characters, got {commit_id!r}")
+
+
 def check_rebase_arguments(
-    session_id: str, expected_count: int, events: Iterable[Event]
+    session_id: str,
+    expected_count: int,
+    events: Iterable[Event],
+    *,
+    keys: Sequence[tuple[str, int, int]] = (),
+    commit_id: str | None = None,
 ) -> list[Event]:
     """Refuse a malformed rebasing commit before anything is written.
 
@@ -292,4 +539,6 @@ def check_rebase_arguments(
                 f"rebasing commit events must have contiguous seqs from {expected_count};"
                 f" event {offset} has seq {event.seq}"
             )
+    _check_keys(keys, listed)
+    _check_commit_id(commit_id)
     return listed

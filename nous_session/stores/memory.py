@@ -1,14 +1,17 @@
 """MemoryStore: the reference store, holding sessions in process memory.
 
 It keeps the Event values themselves (they are immutable), so nothing is encoded. It is the
-default store of a SessionActor and the behaviour every other backend must match.
+default store of a SessionActor and the behaviour every other backend must match. A fork
+shares its parent's event list up to the fork point instead of copying it; a snapshot or a
+delete of the parent first gives the forks that share the affected history their own copy.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from operator import attrgetter
+from types import MappingProxyType
 
 import attrs
 
@@ -17,9 +20,13 @@ from nous_session.event import Event
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
+    Stored,
     check_commit_arguments,
+    check_fork_point,
     check_rebase_arguments,
+    check_session_id,
     moved,
+    moved_keys,
 )
 
 __all__ = ["MemoryStore"]
@@ -29,8 +36,20 @@ _SEQ = attrgetter("seq")
 
 @attrs.define
 class _Session:
-    events: list[Event] = attrs.Factory(list)
+    events: list[Event] = attrs.Factory(list)  # its own (a sharing fork: seqs > fork_point)
     count: int = 0
+    horizon: int = 0
+    keys: dict[str, tuple[int, int]] = attrs.Factory(dict)
+    kept: dict[int, Event] = attrs.Factory(dict)
+    commits: dict[str, tuple[int, int]] = attrs.Factory(dict)
+    parent: str | None = None
+    fork_point: int | None = None
+    shares: bool = False  # reads its parent's events up to fork_point
+
+
+def _check_since(since: object) -> None:
+    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+        raise ValueError(f"since must be an int >= 0, got {since!r}")
 
 
 @attrs.define
@@ -40,15 +59,55 @@ class MemoryStore:
     _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
+    # Views ------------------------------------------------------------------------------------
+
+    def _view(self, session: _Session, since: int, upto: int | None = None) -> list[Event]:
+        """The session's held events with ``since <= seq <= upto``, its parent's included."""
+        own = session.events
+        low = bisect_left(own, since, key=_SEQ)
+        high = len(own) if upto is None else bisect_right(own, upto, key=_SEQ)
+        mine = own[low:high]
+        if session.shares and session.fork_point is not None and since <= session.fork_point:
+            parent = self._sessions[session.parent]  # type: ignore[index]
+            limit = session.fork_point if upto is None else min(upto, session.fork_point)
+            return [*self._view(parent, since, limit), *mine]
+        return mine
+
+    def _own_copy(self, session: _Session) -> None:
+        """Give a sharing fork its own copy of what it shares (before the parent changes)."""
+        if session.shares:
+            session.events = self._view(session, 0)
+            session.shares = False
+
+    def _children(self, name: str) -> list[_Session]:
+        return [s for s in self._sessions.values() if s.shares and s.parent == name]
+
+    # The Store protocol -----------------------------------------------------------------------
+
     async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
         """The held events with seq >= ``since``, in seq order."""
         self._check_open()
-        if not isinstance(since, int) or isinstance(since, bool) or since < 0:
-            raise ValueError(f"since must be an int >= 0, got {since!r}")
+        _check_since(since)
+        session = self._sessions.get(session_id)
+        return [] if session is None else self._view(session, since)
+
+    async def read(self, session_id: str, *, since: int = 0) -> Stored:
+        """The session's events from ``since``, its count, horizon, keys and lineage."""
+        self._check_open()
+        _check_since(since)
         session = self._sessions.get(session_id)
         if session is None:
-            return []
-        return session.events[bisect_left(session.events, since, key=_SEQ) :]
+            return Stored((), 0)
+        keys = {key: value for key, value in session.keys.items() if value[0] >= since}
+        return Stored(
+            self._view(session, since),
+            session.count,
+            session.horizon,
+            MappingProxyType(keys),
+            tuple(session.kept[seq] for seq in sorted(session.kept)) if since == 0 else (),
+            session.parent,
+            session.fork_point,
+        )
 
     async def commit(
         self,
@@ -57,58 +116,162 @@ class MemoryStore:
         expected_count: int,
         events: Sequence[Event],
         dropped: Sequence[int] = (),
+        expected_horizon: int | None = None,
+        horizon: int | None = None,
+        keys: Sequence[tuple[str, int, int]] = (),
+        kept: Sequence[int] = (),
+        commit_id: str | None = None,
     ) -> None:
         """Append ``events`` and delete ``dropped`` atomically (nothing here can fail halfway)."""
         self._check_open()
-        events = check_commit_arguments(session_id, expected_count, events, dropped)
+        events = check_commit_arguments(
+            session_id,
+            expected_count,
+            events,
+            dropped,
+            keys=keys,
+            kept=kept,
+            commit_id=commit_id,
+            horizon=horizon,
+            expected_horizon=expected_horizon,
+        )
         session = self._sessions.get(session_id)
         stored = 0 if session is None else session.count
         if stored != expected_count:
             raise ConflictError(
                 f"session {session_id!r} has count {stored}, expected {expected_count}"
             )
+        stored_horizon = 0 if session is None else session.horizon
+        if expected_horizon is not None and stored_horizon != expected_horizon:
+            raise ConflictError(
+                f"session {session_id!r} has horizon {stored_horizon}, expected"
+                f" {expected_horizon}: another writer took a snapshot"
+            )
+        taken = [key for key, _, _ in keys if session is not None and key in session.keys]
+        if taken or len({key for key, _, _ in keys}) < len(keys):
+            raise ConflictError(
+                f"session {session_id!r}: idempotency key {(taken or [keys[0][0]])[0]!r} is taken"
+            )
+        if commit_id is not None and session is not None and commit_id in session.commits:
+            raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
         if session is None:
             session = self._sessions[session_id] = _Session()
         if dropped:
-            gone = set(dropped)
-            session.events = [event for event in session.events if event.seq not in gone]
+            self._drop(session_id, session, dropped, kept)
+        if horizon is not None:
+            session.horizon = horizon
         if events:
             session.events.extend(events)
             session.count = events[-1].seq + 1
+        for key, first, size in keys:
+            session.keys[key] = (first, size)
+        if commit_id is not None:
+            session.commits[commit_id] = (events[0].seq if events else expected_count, len(events))
+
+    def _drop(
+        self, name: str, session: _Session, dropped: Sequence[int], kept: Sequence[int]
+    ) -> None:
+        lowest = min(dropped)
+        for child in self._children(name):
+            if child.fork_point is not None and lowest <= child.fork_point:
+                self._own_copy(child)
+        if session.shares and session.fork_point is not None and lowest <= session.fork_point:
+            self._own_copy(session)
+        keep_aside = set(kept)
+        gone = set(dropped)
+        remaining = []
+        for event in session.events:
+            if event.seq in gone:
+                if event.seq in keep_aside:
+                    session.kept[event.seq] = event
+            else:
+                remaining.append(event)
+        session.events = remaining
 
     async def commit_rebased(
-        self, session_id: str, *, expected_count: int, events: Sequence[Event]
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        keys: Sequence[tuple[str, int, int]] = (),
+        commit_id: str | None = None,
     ) -> Rebased:
         """Append ``events`` after the session's current count (see :class:`RebasingStore`)."""
         self._check_open()
-        events = check_rebase_arguments(session_id, expected_count, events)
+        events = check_rebase_arguments(
+            session_id, expected_count, events, keys=keys, commit_id=commit_id
+        )
         session = self._sessions.get(session_id)
         stored = 0 if session is None else session.count
         if stored < expected_count:
             raise ConflictError(
                 f"session {session_id!r} has count {stored}, below the expected {expected_count}"
             )
+        if session is not None and any(key in session.keys for key, _, _ in keys):
+            raise ConflictError(f"session {session_id!r}: an idempotency key is taken")
         if session is None:
             session = self._sessions[session_id] = _Session()
         shift = stored - expected_count
-        others = session.events[bisect_left(session.events, expected_count, key=_SEQ) :]
+        others = self._view(session, expected_count)
+        between = {k: v for k, v in session.keys.items() if v[0] >= expected_count}
         placed = moved(events, shift) if shift else list(events)
         session.events.extend(placed)
         session.count = placed[-1].seq + 1
-        return Rebased(shift, others, placed)
+        for key, first, size in moved_keys(keys, shift):
+            session.keys[key] = (first, size)
+        if commit_id is not None:
+            session.commits[commit_id] = (placed[0].seq, len(placed))
+        return Rebased(shift, others, placed, MappingProxyType(between))
+
+    async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
+        """Where the commit ``commit_id`` landed, or None."""
+        self._check_open()
+        session = self._sessions.get(session_id)
+        return None if session is None else session.commits.get(commit_id)
+
+    async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
+        """A new session sharing ``session_id``'s history up to seq ``at`` (see
+        :class:`~nous_session.stores.base.ForkingStore`)."""
+        self._check_open()
+        check_session_id(new_session_id)
+        parent = self._sessions.get(session_id)
+        if parent is None or parent.count == 0:
+            raise ValueError(f"no session {session_id!r} to fork")
+        check_fork_point(session_id, at, parent.count, parent.horizon)
+        existing = self._sessions.get(new_session_id)
+        if existing is not None and existing.count:
+            raise ValueError(f"session {new_session_id!r} exists already")
+        self._sessions[new_session_id] = _Session(
+            count=at + 1,
+            horizon=parent.horizon,
+            parent=session_id,
+            fork_point=at,
+            shares=True,
+        )
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session with a nonzero count, sorted by id."""
         self._check_open()
         return [
-            SessionInfo(sid, session.count, len(session.events))
+            SessionInfo(
+                sid,
+                session.count,
+                len(self._view(session, 0)),
+                session.horizon,
+                session.parent,
+                session.fork_point,
+            )
             for sid, session in sorted(self._sessions.items())
             if session.count
         ]
 
     async def delete(self, session_id: str) -> bool:
-        """Forget a session; True when it existed."""
+        """Forget a session (its forks keep their own copy of what they shared); True when it
+        existed."""
         self._check_open()
+        for child in self._children(session_id):
+            self._own_copy(child)
         return self._sessions.pop(session_id, None) is not None
 
     @property

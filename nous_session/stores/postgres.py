@@ -4,32 +4,40 @@ Needs the ``postgres`` extra (``pip install nous_session[postgres]``: psycopg 3 
 psycopg's async API runs only on asyncio, so this store drives the synchronous driver in worker
 threads, as the SQLite store does; it therefore works on asyncio and trio alike.
 
-Schema (version 1), in the schema given to the store (``public`` by default)::
+Schema (version 2), in the schema given to the store (``public`` by default)::
 
     nous_schema   (version)
-    nous_sessions (name text PRIMARY KEY, count bigint)
+    nous_sessions (name text PRIMARY KEY, count bigint, horizon bigint, parent text,
+                   fork_point bigint, shares boolean)
     nous_events   (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
+    nous_keys     (session text, key text, seq bigint, n integer, PRIMARY KEY (session, key))
+    nous_commits  (session text, commit_id text, seq bigint, n integer,
+                   PRIMARY KEY (session, commit_id))
+    nous_kept     (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
 
 The primary key on (session, seq) is what makes the database itself enforce one writer per seq.
 A commit is one statement: it moves the session's count from the expected value and, only if
-that matched, deletes and inserts rows and sends ``NOTIFY`` with the session and its new head
-(never the payload); other processes :meth:`~PostgresStore.watch` that channel and read the
-rows.
+that matched, deletes and inserts rows, records its keys and commit id and sends ``NOTIFY``
+with the session and its new head (never the payload); other processes
+:meth:`~PostgresStore.watch` that channel and read the rows. A fork that ``shares`` reads its
+parent's rows up to its fork point; a snapshot or delete of the parent gives it copies first.
 
-A connection lost during a commit fails that commit with :class:`StoreError`; it is never
-retried behind the caller's back (a retry could duplicate a batch whose COMMIT did land).
-The pool replaces broken connections, so the next commit works once the server is back.
+A connection lost during a commit (the server restarted, the backend was terminated, the
+network dropped the reply) makes its outcome unknown: the commit raises
+:class:`~nous_session.errors.OutcomeUnknownError`, never a StoreError. Sending the same commit
+again with the same ``commit_id`` is safe, since the id is unique in the session: exactly one of
+the two lands, and :meth:`~PostgresStore.committed` tells which seqs it took. The SessionActor
+does exactly that. The pool replaces broken connections.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -38,13 +46,21 @@ import anyio.to_thread
 import structlog
 
 from nous_session.codec import decode_rows, encode
-from nous_session.errors import ConflictError, CorruptRecordError, StoreError
+from nous_session.errors import (
+    ConflictError,
+    CorruptRecordError,
+    OutcomeUnknownError,
+    StoreError,
+)
 from nous_session.event import Event
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
+    Stored,
     check_commit_arguments,
+    check_fork_point,
     check_rebase_arguments,
+    check_session_id,
     moved,
     place,
 )
@@ -61,7 +77,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 T = TypeVar("T")
 
 _logger = structlog.get_logger("nous_session")
@@ -70,6 +86,7 @@ _APPLICATION = "nous_session"
 _LISTENER_APPLICATION = "nous_session listener"
 # Any 64-bit key works; it only has to be the same for every process migrating this schema.
 _MIGRATION_LOCK: Final = 0x6E6F7573  # "nous"
+_SEQ_MAX: Final = 2**63 - 1
 
 _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     0: (
@@ -82,6 +99,36 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
                seq     bigint NOT NULL,
                record  bytea NOT NULL,
                PRIMARY KEY (session, seq)
+           )""",
+    ),
+    1: (
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN horizon bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN parent text",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN fork_point bigint",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN shares boolean NOT NULL DEFAULT false",
+        "CREATE INDEX nous_sessions_parent ON {schema}.nous_sessions (parent) WHERE shares",
+        """CREATE TABLE {schema}.nous_keys (
+               session text NOT NULL, key text NOT NULL, seq bigint NOT NULL, n integer NOT NULL,
+               PRIMARY KEY (session, key)
+           )""",
+        """CREATE TABLE {schema}.nous_commits (
+               session text NOT NULL, commit_id text NOT NULL, seq bigint NOT NULL,
+               n integer NOT NULL, PRIMARY KEY (session, commit_id)
+           )""",
+        """CREATE TABLE {schema}.nous_kept (
+               session text NOT NULL, seq bigint NOT NULL, record bytea NOT NULL,
+               PRIMARY KEY (session, seq)
+           )""",
+        # Version 1 kept no horizon: a session with gaps gets one past its highest missing
+        # seq (every event after it is held).
+        """UPDATE {schema}.nous_sessions s SET horizon = coalesce((
+               SELECT max(e.next) FROM (
+                   SELECT seq, lead(seq) OVER (ORDER BY seq) AS next
+                   FROM {schema}.nous_events WHERE session = s.name
+               ) e WHERE e.next > e.seq + 1
+           ), (SELECT min(seq) FROM {schema}.nous_events WHERE session = s.name), 0)
+           WHERE s.count > (
+               SELECT count(*) FROM {schema}.nous_events e WHERE e.session = s.name
            )""",
     ),
 }
@@ -113,12 +160,42 @@ def _errors(what: str) -> Iterator[None]:
         raise StoreError(f"{what}: {_describe(error)}") from error
 
 
-def _commit_errors(session_id: str) -> contextlib.AbstractContextManager[None]:
-    return _errors(f"commit to session {session_id!r} failed")
+@contextmanager
+def _commit_errors(session_id: str) -> Iterator[None]:
+    """As :func:`_errors`, except that losing the connection makes the outcome unknown: the
+    server may have committed before the reply was lost."""
+    what = f"commit to session {session_id!r} failed"
+    try:
+        with _errors(what):
+            yield
+    except StoreError as error:
+        cause = error.__cause__
+        if isinstance(cause, psycopg.OperationalError) and not isinstance(
+            cause, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable
+        ):
+            raise OutcomeUnknownError(
+                f"commit to session {session_id!r}: the connection was lost"
+                f" ({_describe(cause)}); it may or may not have landed"
+            ) from cause
+        raise
 
 
 def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).strip()}"
+
+
+def _one_line(error: BaseException) -> str:
+    """An error as one line: libpq's messages span several."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def _check_since(since: object) -> None:
+    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+        raise ValueError(f"since must be an int >= 0, got {since!r}")
+
+
+class _Unmatched(Exception):
+    """Internal: the commit statement matched no session row (a count or horizon conflict)."""
 
 
 class PostgresStore:
@@ -185,13 +262,30 @@ class PostgresStore:
         self._closed = False
         self._events = sql.Identifier(schema, "nous_events")
         self._sessions = sql.Identifier(schema, "nous_sessions")
+        self._keys = sql.Identifier(schema, "nous_keys")
+        self._commits = sql.Identifier(schema, "nous_commits")
+        self._kept = sql.Identifier(schema, "nous_kept")
+        tables = {
+            "sessions": self._sessions,
+            "events": self._events,
+            "keys": self._keys,
+            "commits": self._commits,
+            "kept": self._kept,
+        }
         # A commit is one statement, atomic by itself (the pool's connections autocommit):
-        # move the session's count from the expected value, and only if that matched, delete
-        # the dropped rows, insert the new ones and notify. A concurrent writer's UPDATE waits
-        # for the row and then finds the count moved, so it changes nothing: a conflict. The
-        # row lock is held for this one statement, never across round trips.
+        # move the session's count from the expected value (and check its horizon), and only
+        # if that matched, keep aside and delete the dropped rows, insert the new ones, record
+        # the keys and the commit id, and notify. A concurrent writer's UPDATE waits for the
+        # row and then finds the count moved, so it changes nothing: a conflict. The row lock
+        # is held for this one statement, never across round trips. A key or commit id that
+        # exists already fails the statement as a whole (a unique violation).
         writes = """
-            , dropped AS (
+            , kept AS (
+                INSERT INTO {kept} (session, seq, record)
+                SELECT session, seq, record FROM {events}
+                WHERE session = %(name)s AND seq = ANY(%(kept)s) AND EXISTS (SELECT 1 FROM moved)
+                RETURNING 1
+            ), dropped AS (
                 DELETE FROM {events} WHERE session = %(name)s AND seq = ANY(%(dropped)s)
                 AND EXISTS (SELECT 1 FROM moved) RETURNING 1
             ), inserted AS (
@@ -199,36 +293,63 @@ class PostgresStore:
                 SELECT %(name)s, seq, record
                 FROM unnest(%(seqs)s::bigint[], %(records)b::bytea[]) AS rows (seq, record)
                 WHERE EXISTS (SELECT 1 FROM moved) RETURNING 1
+            ), keyed AS (
+                INSERT INTO {keys} (session, key, seq, n)
+                SELECT %(name)s, k.key, k.seq, k.n
+                FROM unnest(%(key_names)s::text[], %(key_seqs)s::bigint[], %(key_sizes)s::int[])
+                    AS k (key, seq, n)
+                WHERE EXISTS (SELECT 1 FROM moved) RETURNING 1
+            ), named AS (
+                INSERT INTO {commits} (session, commit_id, seq, n)
+                SELECT %(name)s, %(commit_id)s::text, %(first)s, %(size)s
+                WHERE %(commit_id)s::text IS NOT NULL AND EXISTS (SELECT 1 FROM moved)
+                RETURNING 1
             )
             SELECT pg_notify(%(channel)s, %(payload)s) FROM moved
         """
         self._commit = sql.SQL(
             """WITH moved AS (
-                UPDATE {sessions} SET count = %(count)s
-                WHERE name = %(name)s AND count = %(expected)s RETURNING name
-            )"""
-            + writes
-        ).format(sessions=self._sessions, events=self._events)
-        # The first commit of a session creates its row, unless another writer just did.
-        self._first_commit = sql.SQL(
-            """WITH moved AS (
-                INSERT INTO {sessions} AS s (name, count) VALUES (%(name)s, %(count)s)
-                ON CONFLICT (name) DO UPDATE SET count = excluded.count WHERE s.count = 0
+                UPDATE {sessions} SET count = %(count)s, horizon = coalesce(%(horizon)s, horizon)
+                WHERE name = %(name)s AND count = %(expected)s
+                AND (%(expected_horizon)s::bigint IS NULL OR horizon = %(expected_horizon)s)
                 RETURNING name
             )"""
             + writes
-        ).format(sessions=self._sessions, events=self._events)
+        ).format(**tables)
+        # The first commit of a session creates its row, unless another writer just did.
+        self._first_commit = sql.SQL(
+            """WITH moved AS (
+                INSERT INTO {sessions} AS s (name, count, horizon)
+                VALUES (%(name)s, %(count)s, coalesce(%(horizon)s, 0))
+                ON CONFLICT (name) DO UPDATE SET count = excluded.count
+                WHERE s.count = 0
+                AND (%(expected_horizon)s::bigint IS NULL OR s.horizon = %(expected_horizon)s)
+                RETURNING name
+            )"""
+            + writes
+        ).format(**tables)
 
         # A rebasing commit moves the count by the batch's length from wherever it is (taking
         # the row lock), and inserts the batch after the old count; the record is rebuilt
-        # around its new seq (the client sends what follows the seq). Its first commit of a
-        # session may create the row.
+        # around its new seq (the client sends what follows the seq), and the keys and the
+        # commit id move with it. Its first commit of a session may create the row.
         rebased = """
             ), inserted AS (
                 INSERT INTO {events} (session, seq, record)
                 SELECT %(name)s, moved.base + rows.pos - 1,
                        convert_to('[1,' || (moved.base + rows.pos - 1)::text, 'UTF8') || rows.tail
                 FROM moved, unnest(%(tails)b::bytea[]) WITH ORDINALITY AS rows (tail, pos)
+                RETURNING 1
+            ), keyed AS (
+                INSERT INTO {keys} (session, key, seq, n)
+                SELECT %(name)s, k.key, moved.base + k.seq - %(expected)s, k.n
+                FROM moved, unnest(%(key_names)s::text[], %(key_seqs)s::bigint[],
+                                   %(key_sizes)s::int[]) AS k (key, seq, n)
+                RETURNING 1
+            ), named AS (
+                INSERT INTO {commits} (session, commit_id, seq, n)
+                SELECT %(name)s, %(commit_id)s::text, moved.base, %(n)s FROM moved
+                WHERE %(commit_id)s::text IS NOT NULL
                 RETURNING 1
             )
             SELECT base, pg_notify(%(channel)s, json_build_object(
@@ -239,14 +360,14 @@ class PostgresStore:
                 UPDATE {sessions} SET count = count + %(n)s
                 WHERE name = %(name)s AND count >= %(expected)s RETURNING count - %(n)s AS base"""
             + rebased
-        ).format(sessions=self._sessions, events=self._events)
+        ).format(**tables)
         self._first_rebased = sql.SQL(
             """WITH moved AS (
                 INSERT INTO {sessions} AS s (name, count) VALUES (%(name)s, %(n)s)
                 ON CONFLICT (name) DO UPDATE SET count = s.count + excluded.count
                 RETURNING s.count - %(n)s AS base"""
             + rebased
-        ).format(sessions=self._sessions, events=self._events)
+        ).format(**tables)
         # Run in the same transaction, after the row lock is taken: a new statement sees what
         # the writers it waited for committed, and (as the transaction's own) the new rows,
         # which the bound excludes.
@@ -255,7 +376,19 @@ class PostgresStore:
                WHERE session = %(name)s AND seq >= %(expected)s
                AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s
                ORDER BY seq"""
-        ).format(sessions=self._sessions, events=self._events)
+        ).format(**tables)
+        self._others_keys = sql.SQL(
+            """SELECT key, seq, n FROM {keys}
+               WHERE session = %(name)s AND seq >= %(expected)s
+               AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s"""
+        ).format(**tables)
+        self._row_query = sql.SQL(
+            "SELECT count, horizon, parent, fork_point, shares FROM {sessions} WHERE name = %s"
+        ).format(**tables)
+        self._range_query = sql.SQL(
+            "SELECT seq, record FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
+            " ORDER BY seq"
+        ).format(**tables)
 
     def __repr__(self) -> str:
         return f"<PostgresStore {self._redacted()} schema={self.schema!r}>"
@@ -280,17 +413,26 @@ class PostgresStore:
                 self._open_pool()
 
     def _open_pool(self) -> None:
+        # One bounded attempt first: an unreachable server is one clear error after at most
+        # connect_timeout, instead of the pool retrying (and logging) until its own timeout.
+        try:
+            probe = psycopg.connect(
+                self.url,
+                autocommit=True,
+                application_name=_APPLICATION,
+                connect_timeout=max(1, int(self._connect_timeout)),
+            )
+        except psycopg.Error as error:
+            raise StoreError(f"cannot connect to {self._redacted()}: {_one_line(error)}") from None
+        try:
+            with _errors(f"cannot set up the schema in {self._redacted()}"):
+                self._migrate(probe)
+        finally:
+            probe.close()
         try:
             self._pool.open(wait=True, timeout=self._connect_timeout)
-        except psycopg.Error as error:
-            raise StoreError(f"cannot connect to {self._redacted()}: {_describe(error)}") from error
-        except Exception as error:  # the pool's own timeout error
-            raise StoreError(f"cannot connect to {self._redacted()}: {_describe(error)}") from error
-        with (
-            _errors(f"cannot set up the schema in {self._redacted()}"),
-            self._pool.connection() as connection,
-        ):
-            self._migrate(connection)
+        except Exception as error:  # psycopg's or the pool's own timeout error
+            raise StoreError(f"cannot connect to {self._redacted()}: {_one_line(error)}") from None
         self._opened = True
 
     def _migrate(self, connection: psycopg.Connection[Any]) -> None:
@@ -329,6 +471,91 @@ class PostgresStore:
                     (SCHEMA_VERSION,),
                 )
 
+    # Reading views ----------------------------------------------------------------------------
+
+    def _row(
+        self, connection: psycopg.Connection[Any], session_id: str, *, lock: str = ""
+    ) -> tuple[int, int, str | None, int | None, bool] | None:
+        query = self._row_query if not lock else self._row_query + sql.SQL(" " + lock)
+        found = connection.execute(query, (session_id,)).fetchone()
+        return None if found is None else tuple(found)
+
+    def _ranges(
+        self, connection: psycopg.Connection[Any], session_id: str, row: tuple[Any, ...]
+    ) -> list[tuple[str, int, int]]:
+        """Where a session's events are: ``(session, lowest, highest seq)`` per session of its
+        sharing lineage, oldest first (disjoint, ascending)."""
+        ranges: list[tuple[str, int, int]] = []
+        upto = _SEQ_MAX
+        name = session_id
+        _, _, parent, fork_point, shares = row
+        while shares and parent is not None and fork_point is not None:
+            ranges.append((name, fork_point + 1, upto))
+            upto = min(upto, fork_point)
+            name = parent
+            found = self._row(connection, name)
+            if found is None:  # pragma: no cover - a delete gives its forks copies first
+                raise StoreError(f"the parent {name!r} of a fork is missing")
+            _, _, parent, fork_point, shares = found
+        ranges.append((name, 0, upto))
+        ranges.reverse()
+        return ranges
+
+    def _view(
+        self,
+        connection: psycopg.Connection[Any],
+        session_id: str,
+        row: tuple[Any, ...],
+        since: int,
+    ) -> list[Any]:
+        rows: list[Any] = []
+        for name, low, high in self._ranges(connection, session_id, row):
+            if high >= max(low, since):
+                rows.extend(
+                    connection.execute(self._range_query, (name, max(low, since), high)).fetchall()
+                )
+        return rows
+
+    def _own_copy(self, connection: psycopg.Connection[Any], session_id: str) -> None:
+        """Give a sharing fork its own copy of the rows it shares, and stop it sharing."""
+        row = self._row(connection, session_id, lock="FOR UPDATE")
+        if row is None or not row[4]:
+            return
+        for name, low, high in self._ranges(connection, session_id, row)[:-1]:
+            connection.execute(
+                sql.SQL(
+                    "INSERT INTO {events} (session, seq, record) SELECT %s, seq, record"
+                    " FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
+                ).format(events=self._events),
+                (session_id, name, low, high),
+            )
+        connection.execute(
+            sql.SQL("UPDATE {} SET shares = false WHERE name = %s").format(self._sessions),
+            (session_id,),
+        )
+
+    def _release_shared(
+        self,
+        connection: psycopg.Connection[Any],
+        session_id: str,
+        row: tuple[Any, ...],
+        lowest: int,
+    ) -> None:
+        """Before rows from seq ``lowest`` on are dropped: the forks sharing any of them, and
+        the session itself if it shares them from its parent, get copies."""
+        children = connection.execute(
+            sql.SQL(
+                "SELECT name FROM {} WHERE parent = %s AND shares AND fork_point >= %s"
+                " ORDER BY name FOR UPDATE"
+            ).format(self._sessions),
+            (session_id, lowest),
+        ).fetchall()
+        for (child,) in children:
+            self._own_copy(connection, child)
+        _, _, _, fork_point, shares = row
+        if shares and fork_point is not None and lowest <= fork_point:
+            self._own_copy(connection, session_id)
+
     # The Store protocol -----------------------------------------------------------------------
 
     async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
@@ -338,8 +565,7 @@ class PostgresStore:
             CorruptRecordError: a row cannot be decoded (the error names session and seq).
             StoreError: the database cannot be read.
         """
-        if not isinstance(since, int) or isinstance(since, bool) or since < 0:
-            raise ValueError(f"since must be an int >= 0, got {since!r}")
+        _check_since(since)
         query = sql.SQL(
             "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s ORDER BY seq"
         ).format(self._events)
@@ -349,10 +575,74 @@ class PostgresStore:
                 _errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
             ):
-                rows = connection.execute(query, (session_id, since)).fetchall()
+                with connection.pipeline():
+                    found = connection.execute(self._row_query, (session_id,))
+                    own = connection.execute(query, (session_id, since))
+                row = found.fetchone()
+                if row is not None and row[4]:  # a sharing fork: read through its parent
+                    with connection.transaction():
+                        connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                        row = self._row(connection, session_id)
+                        rows = [] if row is None else self._view(connection, session_id, row, since)
+                else:
+                    rows = own.fetchall()
             return decode_rows(rows, place(session_id, f"schema {self.schema}"))
 
         return await self._run(load)
+
+    async def read(self, session_id: str, *, since: int = 0) -> Stored:
+        """The session's events from ``since`` with its count, horizon, keys and lineage, in
+        one repeatable-read transaction (one round trip unless the session is a fork).
+
+        Raises:
+            CorruptRecordError: a row cannot be decoded (the error names session and seq).
+            StoreError: the database cannot be read.
+        """
+        _check_since(since)
+        events_query = sql.SQL(
+            "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s ORDER BY seq"
+        ).format(self._events)
+        keys_query = sql.SQL("SELECT key, seq, n FROM {} WHERE session = %s AND seq >= %s").format(
+            self._keys
+        )
+        kept_query = sql.SQL("SELECT seq, record FROM {} WHERE session = %s ORDER BY seq").format(
+            self._kept
+        )
+
+        def read() -> Stored:
+            with (
+                _errors(f"cannot read session {session_id!r}"),
+                self._pool.connection() as connection,
+                connection.pipeline(),
+                connection.transaction(),
+            ):
+                connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                found = connection.execute(self._row_query, (session_id,))
+                own = connection.execute(events_query, (session_id, since))
+                keyed = connection.execute(keys_query, (session_id, since))
+                aside = connection.execute(kept_query, (session_id,)) if since == 0 else None
+                row = found.fetchone()
+                if row is not None and row[4]:
+                    rows = self._view(connection, session_id, row, since)
+                else:
+                    rows = own.fetchall()
+                keys = keyed.fetchall()
+                kept = [] if aside is None else aside.fetchall()
+            if row is None:
+                return Stored((), 0)
+            count, horizon, parent, fork_point, _ = row
+            where = place(session_id, f"schema {self.schema}")
+            return Stored(
+                decode_rows(rows, where),
+                count,
+                horizon,
+                MappingProxyType({key: (seq, n) for key, seq, n in keys}),
+                tuple(decode_rows(kept, where)),
+                parent,
+                fork_point,
+            )
+
+        return await self._run(read)
 
     async def commit(
         self,
@@ -361,22 +651,47 @@ class PostgresStore:
         expected_count: int,
         events: Sequence[Event],
         dropped: Sequence[int] = (),
+        expected_horizon: int | None = None,
+        horizon: int | None = None,
+        keys: Sequence[tuple[str, int, int]] = (),
+        kept: Sequence[int] = (),
+        commit_id: str | None = None,
     ) -> None:
-        """Insert ``events`` and delete ``dropped`` in one transaction, then notify watchers.
+        """Insert ``events`` and delete ``dropped`` in one statement, then notify watchers.
 
         Raises:
-            ConflictError: the stored count is not ``expected_count``; nothing was written.
-            StoreError: the database failed or the connection was lost; nothing was written,
-                unless the connection was lost during COMMIT itself, when the outcome is
-                unknown (:meth:`load` tells).
+            ConflictError: the stored count (or horizon) is not the expected one, or a key or
+                the commit id is taken; nothing was written.
+            OutcomeUnknownError: the connection was lost: the commit may have landed. Send it
+                again with the same ``commit_id`` (exactly one of the two lands).
+            StoreError: the database failed; nothing was written.
         """
-        rows = check_commit_arguments(session_id, expected_count, events, dropped)
+        rows = check_commit_arguments(
+            session_id,
+            expected_count,
+            events,
+            dropped,
+            keys=keys,
+            kept=kept,
+            commit_id=commit_id,
+            horizon=horizon,
+            expected_horizon=expected_horizon,
+        )
         count = rows[-1].seq + 1 if rows else expected_count
         parameters = {
             "name": session_id,
             "expected": expected_count,
+            "expected_horizon": expected_horizon,
+            "horizon": horizon,
             "count": count,
             "dropped": list(dropped),
+            "kept": list(kept),
+            "key_names": [key for key, _, _ in keys],
+            "key_seqs": [first for _, first, _ in keys],
+            "key_sizes": [size for _, _, size in keys],
+            "commit_id": commit_id,
+            "first": rows[0].seq if rows else expected_count,
+            "size": len(rows),
             "channel": self._channel,
             "payload": json.dumps({"session": session_id, "head": count}),
         }
@@ -386,17 +701,38 @@ class PostgresStore:
             parameters["seqs"] = [event.seq for event in rows]
             parameters["records"] = [encode(event) for event in rows]
             with _commit_errors(session_id), self._pool.connection() as connection:
-                done = connection.execute(statement, parameters).fetchone()
+                if dropped:
+                    # A snapshot: first give the forks sharing what it drops their copies,
+                    # under the session's row lock, in the same transaction.
+                    with connection.transaction():
+                        row = self._row(connection, session_id, lock="FOR UPDATE")
+                        if row is not None:
+                            self._release_shared(connection, session_id, row, min(dropped))
+                        done = connection.execute(statement, parameters).fetchone()
+                        if done is None:
+                            raise _Unmatched
+                else:
+                    done = connection.execute(statement, parameters).fetchone()
             if done is None:
-                raise ConflictError(
-                    f"session {session_id!r} does not have count {expected_count}:"
-                    " another writer committed first"
-                )
+                raise _Unmatched
 
-        await self._run(commit)
+        try:
+            await self._run(commit)
+        except _Unmatched:
+            raise ConflictError(
+                f"session {session_id!r} does not have count {expected_count}"
+                + ("" if expected_horizon is None else f" and horizon {expected_horizon}")
+                + ": another writer committed first"
+            ) from None
 
     async def commit_rebased(
-        self, session_id: str, *, expected_count: int, events: Sequence[Event]
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        keys: Sequence[tuple[str, int, int]] = (),
+        commit_id: str | None = None,
     ) -> Rebased:
         """Append ``events`` after the session's current count (see :class:`RebasingStore`).
 
@@ -406,32 +742,40 @@ class PostgresStore:
         writers stored since ``expected_count``, notify watchers, commit.
 
         Raises:
-            ConflictError: the stored count is below ``expected_count``; nothing was written.
+            ConflictError: the stored count is below ``expected_count``, or a key or the
+                commit id is taken; nothing was written.
             CorruptRecordError: a record another writer stored in between cannot be decoded.
                 The batch itself was committed (the records are read in the same round trip
                 as the commit); the message says so and where. The session cannot be loaded
                 either until that record is repaired.
-            StoreError: as for :meth:`commit`.
+            OutcomeUnknownError, StoreError: as for :meth:`commit`.
         """
-        rows = check_rebase_arguments(session_id, expected_count, events)
+        rows = check_rebase_arguments(
+            session_id, expected_count, events, keys=keys, commit_id=commit_id
+        )
         parameters: dict[str, Any] = {
             "name": session_id,
             "expected": expected_count,
             "n": len(rows),
+            "key_names": [key for key, _, _ in keys],
+            "key_seqs": [first for _, first, _ in keys],
+            "key_sizes": [size for _, _, size in keys],
+            "commit_id": commit_id,
             "channel": self._channel,
         }
         statement = self._first_rebased if expected_count == 0 else self._rebased
 
-        def commit() -> tuple[int | None, list[Any]]:
+        def commit() -> tuple[int | None, list[Any], list[Any]]:
             parameters["tails"] = [_tail(event) for event in rows]
             with _commit_errors(session_id), self._pool.connection() as connection:
                 with connection.pipeline(), connection.transaction():
                     counted = connection.execute(statement, parameters)
                     others = connection.execute(self._others, parameters)
+                    keyed = connection.execute(self._others_keys, parameters)
                 done = counted.fetchone()
-                return (None if done is None else done[0]), others.fetchall()
+                return (None if done is None else done[0]), others.fetchall(), keyed.fetchall()
 
-        base, others = await self._run(commit)
+        base, others, keyed = await self._run(commit)
         if base is None:
             raise ConflictError(
                 f"session {session_id!r} has a count below the expected {expected_count}"
@@ -449,27 +793,97 @@ class PostgresStore:
             shift,
             between,
             moved(rows, shift) if shift else rows,
+            MappingProxyType({key: (seq, n) for key, seq, n in keyed}),
         )
 
+    async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
+        """Where the commit ``commit_id`` landed (first seq, events), or None.
+
+        A commit whose reply was lost may still be in flight on the server when this runs:
+        the SessionActor first sends it again (the commit id makes that safe), and asks this
+        only once the second attempt has an answer.
+
+        Raises:
+            StoreError: the database cannot be read.
+        """
+        query = sql.SQL("SELECT seq, n FROM {} WHERE session = %s AND commit_id = %s").format(
+            self._commits
+        )
+
+        def committed() -> tuple[int, int] | None:
+            with (
+                _errors(f"cannot read session {session_id!r}"),
+                self._pool.connection() as connection,
+            ):
+                found = connection.execute(query, (session_id, commit_id)).fetchone()
+            return None if found is None else (found[0], found[1])
+
+        return await self._run(committed)
+
+    async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
+        """A new session sharing ``session_id``'s rows up to seq ``at``: one row inserted,
+        whatever the history's length (see :class:`~nous_session.stores.base.ForkingStore`)."""
+        check_session_id(new_session_id)
+        insert = sql.SQL(
+            "INSERT INTO {} (name, count, horizon, parent, fork_point, shares)"
+            " VALUES (%s, %s, %s, %s, %s, true)"
+            " ON CONFLICT (name) DO UPDATE SET count = excluded.count, horizon = excluded.horizon,"
+            " parent = excluded.parent, fork_point = excluded.fork_point, shares = true"
+            " WHERE {}.count = 0 RETURNING 1"
+        ).format(self._sessions, self._sessions)
+
+        def fork() -> None:
+            with (
+                _errors(f"cannot fork session {session_id!r}"),
+                self._pool.connection() as connection,
+                connection.transaction(),
+            ):
+                # FOR SHARE: a snapshot of the parent (which locks its row to give its forks
+                # copies) waits for this fork, and then sees it.
+                parent = self._row(connection, session_id, lock="FOR SHARE")
+                if parent is None or parent[0] == 0:
+                    raise ValueError(f"no session {session_id!r} to fork")
+                check_fork_point(session_id, at, parent[0], parent[1])
+                made = connection.execute(
+                    insert, (new_session_id, at + 1, parent[1], session_id, at)
+                ).fetchone()
+                if made is None:
+                    raise ValueError(f"session {new_session_id!r} exists already")
+
+        await self._run(fork)
+
     async def sessions(self) -> list[SessionInfo]:
-        """Every session with a nonzero count, by id (held events counted: a full index scan,
-        as fits an administrative listing)."""
+        """Every session with a nonzero count, by id (held events counted: index scans, as
+        fits an administrative listing; a fork's through its parent)."""
         query = sql.SQL(
-            "SELECT s.name, s.count, (SELECT count(*) FROM {events} e WHERE e.session = s.name)"
+            "SELECT s.name, s.count, s.horizon, s.parent, s.fork_point, s.shares,"
+            " (SELECT count(*) FROM {events} e WHERE e.session = s.name)"
             ' FROM {sessions} s WHERE s.count > 0 ORDER BY s.name COLLATE "C"'
         ).format(sessions=self._sessions, events=self._events)
+        count_range = sql.SQL(
+            "SELECT count(*) FROM {} WHERE session = %s AND seq >= %s AND seq <= %s"
+        ).format(self._events)
 
         def sessions() -> list[SessionInfo]:
+            infos = []
             with _errors("cannot list sessions"), self._pool.connection() as connection:
-                rows = connection.execute(query).fetchall()
-            return [SessionInfo(name, count, held) for name, count, held in rows]
+                for name, count, horizon, parent, fork_point, shares, held in connection.execute(
+                    query
+                ).fetchall():
+                    if shares:
+                        row = (count, horizon, parent, fork_point, shares)
+                        held = sum(
+                            connection.execute(count_range, part).fetchone()[0]  # type: ignore[index]
+                            for part in self._ranges(connection, name, row)
+                        )
+                    infos.append(SessionInfo(name, count, held, horizon, parent, fork_point))
+            return infos
 
         return await self._run(sessions)
 
     async def delete(self, session_id: str) -> bool:
-        """Delete a session and all its events in one transaction; True when it existed."""
-        events = sql.SQL("DELETE FROM {} WHERE session = %s").format(self._events)
-        session = sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sessions)
+        """Delete a session and all its events in one transaction (its forks get their own
+        copy first); True when it existed."""
 
         def delete() -> bool:
             with (
@@ -477,8 +891,19 @@ class PostgresStore:
                 self._pool.connection() as connection,
                 connection.transaction(),
             ):
-                connection.execute(events, (session_id,))
-                return connection.execute(session, (session_id,)).rowcount > 0
+                row = self._row(connection, session_id, lock="FOR UPDATE")
+                if row is None:
+                    return False
+                self._release_shared(connection, session_id, row, 0)
+                for table in (self._events, self._keys, self._commits, self._kept):
+                    connection.execute(
+                        sql.SQL("DELETE FROM {} WHERE session = %s").format(table), (session_id,)
+                    )
+                connection.execute(
+                    sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sessions),
+                    (session_id,),
+                )
+                return True
 
         return await self._run(delete)
 

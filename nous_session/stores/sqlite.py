@@ -9,13 +9,26 @@ Durability: ``synchronous="FULL"`` (the default) makes SQLite fsync the WAL at e
 an acknowledged event survives power loss; ``"NORMAL"`` survives a crash of the process but may
 lose the last commits on power loss, and is much faster on slow disks.
 
-Schema (version 1)::
+Schema (version 2)::
 
     nous_schema   (version)
-    nous_sessions (id INTEGER PRIMARY KEY, name TEXT UNIQUE, count, held)
+    nous_sessions (id INTEGER PRIMARY KEY, name TEXT UNIQUE, count, held, horizon,
+                   parent TEXT, fork_point, shares)
     nous_events   (sid, seq, record BLOB, PRIMARY KEY (sid, seq)) WITHOUT ROWID
+    nous_keys     (sid, key, seq, n, PRIMARY KEY (sid, key)) WITHOUT ROWID
+    nous_commits  (sid, commit_id, seq, n, PRIMARY KEY (sid, commit_id)) WITHOUT ROWID
+    nous_kept     (sid, seq, record BLOB, PRIMARY KEY (sid, seq)) WITHOUT ROWID
 
+``held`` counts a session's own rows. A fork that ``shares`` reads its parent's rows up to its
+``fork_point`` instead of holding copies; before its parent drops or deletes any of them, it is
+given its own copy. ``nous_kept`` holds the events of idempotency keys that a snapshot dropped.
 Session ids are always bound as parameters, never formatted into SQL.
+
+Reading never writes: ``read_only=True`` opens the file with SQLite's read-only mode, creating
+nothing and migrating nothing, and refuses a file that is missing or is not a nous_session
+store. A store opened for writing refuses a database that holds other tables and no nous_session
+schema unless ``adopt=True``; and it refuses to commit once its path no longer names the file it
+opened (deleted or replaced under it), since the writes would go to an orphaned file.
 """
 
 from __future__ import annotations
@@ -26,8 +39,9 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Literal, TypeVar
+from types import MappingProxyType, TracebackType
+from typing import Any, Final, Literal, TypeVar
+from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
@@ -39,19 +53,36 @@ from nous_session.event import Event
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
+    Stored,
     check_commit_arguments,
+    check_fork_point,
     check_rebase_arguments,
+    check_session_id,
     moved,
+    moved_keys,
     place,
 )
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The schema this version writes; older files are migrated on open, newer ones refused."""
 
 T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL", "OFF", "EXTRA"]
+
+_KEYS_TABLE: Final = """CREATE TABLE nous_keys (
+    sid INTEGER NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (sid, key)
+) WITHOUT ROWID"""
+_COMMITS_TABLE: Final = """CREATE TABLE nous_commits (
+    sid INTEGER NOT NULL, commit_id TEXT NOT NULL, seq INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (sid, commit_id)
+) WITHOUT ROWID"""
+_KEPT_TABLE: Final = """CREATE TABLE nous_kept (
+    sid INTEGER NOT NULL, seq INTEGER NOT NULL, record BLOB NOT NULL,
+    PRIMARY KEY (sid, seq)
+) WITHOUT ROWID"""
 
 # _MIGRATIONS[v] takes a file from schema version v to v + 1.
 _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
@@ -69,7 +100,20 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
                PRIMARY KEY (sid, seq)
            ) WITHOUT ROWID""",
     ),
+    1: (
+        "ALTER TABLE nous_sessions ADD COLUMN horizon INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE nous_sessions ADD COLUMN parent TEXT",
+        "ALTER TABLE nous_sessions ADD COLUMN fork_point INTEGER",
+        "ALTER TABLE nous_sessions ADD COLUMN shares INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX nous_sessions_parent ON nous_sessions (parent) WHERE shares",
+        _KEYS_TABLE,
+        _COMMITS_TABLE,
+        _KEPT_TABLE,
+    ),
 }
+_OURS: Final = frozenset(
+    {"nous_schema", "nous_sessions", "nous_events", "nous_keys", "nous_commits", "nous_kept"}
+)
 
 
 def _describe(error: BaseException) -> str:
@@ -80,17 +124,124 @@ def _describe(error: BaseException) -> str:
 def _errors(what: str) -> Iterator[None]:
     """Translate sqlite3's errors, in the one place this store does it.
 
-    A clash on a primary key (another writer holds one of these seqs) is a ConflictError;
-    any other sqlite3 error a StoreError that says what failed (``what``) and why.
+    A clash on a primary key (another writer holds one of these seqs, or the key) is a
+    ConflictError; any other sqlite3 error a StoreError that says what failed and why.
     """
     try:
         yield
     except sqlite3.IntegrityError as error:
         raise ConflictError(
-            f"{what}: another writer holds one of these seqs ({_describe(error)})"
+            f"{what}: another writer holds one of these seqs or keys ({_describe(error)})"
         ) from error
     except sqlite3.Error as error:
         raise StoreError(f"{what}: {_describe(error)}") from error
+
+
+@attrs.frozen
+class _Row:
+    """A session's row of nous_sessions."""
+
+    id: int
+    count: int
+    held: int
+    horizon: int
+    parent: str | None
+    fork_point: int | None
+    shares: bool
+
+
+_ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares"
+
+
+def _make_row(found: Sequence[Any]) -> _Row:
+    sid, count, held, horizon, parent, fork_point, shares = found
+    return _Row(sid, count, held, horizon, parent, fork_point, bool(shares))
+
+
+def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
+    found = connection.execute(
+        f"SELECT {_ROW_COLUMNS} FROM nous_sessions WHERE name = ?", (session_id,)
+    ).fetchone()
+    return None if found is None else _make_row(found)
+
+
+def _ranges(connection: sqlite3.Connection, row: _Row) -> list[tuple[int, int, int | None]]:
+    """Where a session's events are: ``(sid, lowest seq, highest seq or None)`` per session
+    of its sharing lineage, oldest ancestor first (the ranges are disjoint and ascending)."""
+    ranges: list[tuple[int, int, int | None]] = []
+    upto: int | None = None
+    while row.shares and row.parent is not None and row.fork_point is not None:
+        ranges.append((row.id, row.fork_point + 1, upto))
+        upto = row.fork_point if upto is None else min(upto, row.fork_point)
+        parent = _row(connection, row.parent)
+        if parent is None:  # pragma: no cover - a delete gives its forks their copy first
+            raise StoreError(f"the parent {row.parent!r} of a fork is missing")
+        row = parent
+    ranges.append((row.id, 0, upto))
+    ranges.reverse()
+    return ranges
+
+
+def _rows(
+    connection: sqlite3.Connection, row: _Row, since: int, upto: int | None = None
+) -> list[tuple[int, bytes]]:
+    """The (seq, record) rows of a session's events with ``since <= seq <= upto``."""
+    if not row.shares and upto is None:
+        return connection.execute(
+            "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ? ORDER BY seq",
+            (row.id, since),
+        ).fetchall()
+    rows: list[tuple[int, bytes]] = []
+    for sid, low, high in _ranges(connection, row):
+        if upto is not None:
+            high = upto if high is None else min(high, upto)
+        if high is not None and high < max(low, since):
+            continue
+        rows.extend(
+            connection.execute(
+                "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ?"
+                " ORDER BY seq",
+                (sid, max(low, since), 2**63 - 1 if high is None else high),
+            ).fetchall()
+        )
+    return rows
+
+
+def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
+    """Give a sharing fork its own copy of the rows it shares, and stop it sharing."""
+    copied = 0
+    for sid, low, high in _ranges(connection, row)[:-1]:
+        before = connection.total_changes
+        connection.execute(
+            "INSERT INTO nous_events (sid, seq, record) SELECT ?, seq, record FROM nous_events"
+            " WHERE sid = ? AND seq >= ? AND seq <= ?",
+            (row.id, sid, low, 2**63 - 1 if high is None else high),
+        )
+        copied += connection.total_changes - before
+    connection.execute(
+        "UPDATE nous_sessions SET shares = 0, held = held + ? WHERE id = ?", (copied, row.id)
+    )
+
+
+def _release_shared(
+    connection: sqlite3.Connection, row: _Row, session_id: str, lowest: int
+) -> None:
+    """Before rows from seq ``lowest`` on are dropped from a session: its forks that share
+    any of them, and the session itself if it shares them from its parent, get copies."""
+    for (child_name,) in connection.execute(
+        "SELECT name FROM nous_sessions WHERE parent = ? AND shares AND fork_point >= ?",
+        (session_id, lowest),
+    ).fetchall():
+        child = _row(connection, child_name)
+        assert child is not None
+        _own_copy(connection, child)
+    if row.shares and row.fork_point is not None and lowest <= row.fork_point:
+        _own_copy(connection, row)
+
+
+def _check_since(since: object) -> None:
+    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+        raise ValueError(f"since must be an int >= 0, got {since!r}")
 
 
 @attrs.define
@@ -103,6 +254,11 @@ class SQLiteStore:
         synchronous: SQLite's durability setting; ``"FULL"`` by default (see the module doc).
         busy_timeout: seconds to wait for another process's write lock before a commit fails
             with :class:`StoreError`.
+        read_only: open the file read-only: nothing is created or changed, and a missing file
+            or one that is not a nous_session store is a :class:`StoreError`.
+        adopt: allow creating the nous_session tables in a database that already holds other
+            tables (refused by default, so a mistyped path cannot alter another application's
+            database).
 
     The connection opens on first use. Close the store with :meth:`aclose` (or ``async
     with``); a store garbage-collected while open warns with :class:`ResourceWarning`.
@@ -111,7 +267,10 @@ class SQLiteStore:
     path: str = attrs.field(converter=os.fspath)
     synchronous: Synchronous = attrs.field(default="FULL", kw_only=True)
     busy_timeout: float = attrs.field(default=5.0, kw_only=True)
+    read_only: bool = attrs.field(default=False, kw_only=True)
+    adopt: bool = attrs.field(default=False, kw_only=True)
     _connection: sqlite3.Connection | None = attrs.field(default=None, init=False)
+    _identity: tuple[int, int] | None = attrs.field(default=None, init=False)
     _limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
@@ -148,6 +307,8 @@ class SQLiteStore:
         return function(self._connection)
 
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            return self._connect_read_only()
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -164,11 +325,77 @@ class SQLiteStore:
             with _errors(f"cannot open {self.path}"):
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            _migrate(connection, self.path)
+            _migrate(connection, self.path, adopt=self.adopt)
+            self._identity = self._file_identity()
         except BaseException:
             connection.close()
             raise
         return connection
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        if self.path == ":memory:" or not Path(self.path).is_file():
+            raise StoreError(f"no store file at {self.path}")
+        with _errors(f"cannot open {self.path}"):
+            connection = sqlite3.connect(
+                f"file:{quote(os.path.abspath(self.path))}?mode=ro",
+                uri=True,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        try:
+            with _errors(f"cannot read {self.path}"):
+                tables = {
+                    name
+                    for (name,) in connection.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table'"
+                    )
+                }
+                version = (
+                    connection.execute("SELECT version FROM nous_schema").fetchone()
+                    if "nous_schema" in tables
+                    else None
+                )
+            if version is None:
+                raise StoreError(f"{self.path} is not a nous_session store")
+            if version[0] != SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {version[0]}; this nous_session reads"
+                    f" version {SCHEMA_VERSION} (open it for writing once to migrate it)"
+                )
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self.path == ":memory:":
+            return None
+        status = os.stat(self.path)
+        return (status.st_dev, status.st_ino)
+
+    def _check_file(self) -> None:
+        """Refuse to write once the path no longer names the file this store opened: the
+        writes would land in an orphaned file that nothing reads again."""
+        if self._identity is None:
+            return
+        try:
+            identity = self._file_identity()
+        except OSError:
+            identity = None
+        if identity != self._identity:
+            raise StoreError(
+                f"the store file {self.path} was deleted or replaced while open; refusing to"
+                " write to the orphaned file (reopen the store)"
+            )
+
+    def _writing(self, connection: sqlite3.Connection, what: str) -> Any:
+        """The context of every write: read-only refused, the file checked, one transaction,
+        errors translated."""
+        if self.read_only:
+            raise StoreError(f"the store {self.url} is open read-only")
+        self._check_file()
+        return _write(connection, what)
 
     # The Store protocol -----------------------------------------------------------------------
 
@@ -183,14 +410,56 @@ class SQLiteStore:
 
         def load(connection: sqlite3.Connection) -> list[Event]:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
-                rows = connection.execute(
-                    "SELECT e.seq, e.record FROM nous_events e JOIN nous_sessions s ON s.id = e.sid"
-                    " WHERE s.name = ? AND e.seq >= ? ORDER BY e.seq",
-                    (session_id, since),
-                ).fetchall()
+                row = _row(connection, session_id)
+                rows = [] if row is None else _rows(connection, row, since)
             return decode_rows(rows, place(session_id, self.path))
 
         return await self._run(load)
+
+    async def read(self, session_id: str, *, since: int = 0) -> Stored:
+        """The session's events from ``since`` with its count, horizon, keys and lineage, in
+        one read transaction.
+
+        Raises:
+            CorruptRecordError: a row cannot be decoded (the error names session and seq).
+            StoreError: the file cannot be read.
+        """
+        _check_since(since)
+
+        def read(connection: sqlite3.Connection) -> Stored:
+            with _errors(f"cannot read session {session_id!r} from {self.path}"):
+                connection.execute("BEGIN")  # one snapshot of the file for every query
+                try:
+                    row = _row(connection, session_id)
+                    if row is None:
+                        return Stored((), 0)
+                    rows = _rows(connection, row, since)
+                    keys = connection.execute(
+                        "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
+                        (row.id, since),
+                    ).fetchall()
+                    kept = (
+                        connection.execute(
+                            "SELECT seq, record FROM nous_kept WHERE sid = ? ORDER BY seq",
+                            (row.id,),
+                        ).fetchall()
+                        if since == 0
+                        else []
+                    )
+                finally:
+                    connection.execute("COMMIT")
+            where = place(session_id, self.path)
+            return Stored(
+                decode_rows(rows, where),
+                row.count,
+                row.horizon,
+                MappingProxyType({key: (seq, n) for key, seq, n in keys}),
+                tuple(decode_rows(kept, where)),
+                row.parent,
+                row.fork_point,
+            )
+
+        return await self._run(read)
 
     async def commit(
         self,
@@ -199,28 +468,58 @@ class SQLiteStore:
         expected_count: int,
         events: Sequence[Event],
         dropped: Sequence[int] = (),
+        expected_horizon: int | None = None,
+        horizon: int | None = None,
+        keys: Sequence[tuple[str, int, int]] = (),
+        kept: Sequence[int] = (),
+        commit_id: str | None = None,
     ) -> None:
         """Insert ``events`` and delete ``dropped`` in one transaction, durable on return.
 
         Raises:
-            ConflictError: the stored count is not ``expected_count``; nothing was written.
-            StoreError: SQLite failed (disk full, read-only file, locked database, ...);
-                nothing was written.
+            ConflictError: the stored count (or horizon) is not the expected one, or a key is
+                taken; nothing was written.
+            StoreError: SQLite failed (disk full, read-only file, locked database, the file
+                replaced under the store, ...); nothing was written.
         """
-        rows = check_commit_arguments(session_id, expected_count, events, dropped)
+        rows = check_commit_arguments(
+            session_id,
+            expected_count,
+            events,
+            dropped,
+            keys=keys,
+            kept=kept,
+            commit_id=commit_id,
+            horizon=horizon,
+            expected_horizon=expected_horizon,
+        )
 
         def commit(connection: sqlite3.Connection) -> None:
             records = [(event.seq, encode(event)) for event in rows]
-            with (
-                _errors(f"commit to session {session_id!r} in {self.path} failed"),
-                _transaction(connection),
-            ):
-                _commit(connection, session_id, expected_count, records, dropped)
+            with self._writing(connection, f"commit to session {session_id!r} in {self.path}"):
+                _commit(
+                    connection,
+                    session_id,
+                    expected_count,
+                    records,
+                    dropped,
+                    expected_horizon=expected_horizon,
+                    horizon=horizon,
+                    keys=keys,
+                    kept=kept,
+                    commit_id=commit_id,
+                )
 
         await self._run(commit)
 
     async def commit_rebased(
-        self, session_id: str, *, expected_count: int, events: Sequence[Event]
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        keys: Sequence[tuple[str, int, int]] = (),
+        commit_id: str | None = None,
     ) -> Rebased:
         """Append ``events`` after the session's current count (see :class:`RebasingStore`).
 
@@ -228,21 +527,19 @@ class SQLiteStore:
         stored since ``expected_count``, insert the events after it, commit.
 
         Raises:
-            ConflictError: the stored count is below ``expected_count``; nothing was written.
+            ConflictError: the stored count is below ``expected_count``, or a key is taken;
+                nothing was written.
             CorruptRecordError: another writer's record cannot be decoded; nothing was written.
             StoreError: SQLite failed; nothing was written.
         """
-        rows = check_rebase_arguments(session_id, expected_count, events)
+        listed = check_rebase_arguments(
+            session_id, expected_count, events, keys=keys, commit_id=commit_id
+        )
 
         def commit(connection: sqlite3.Connection) -> Rebased:
-            with (
-                _errors(f"commit to session {session_id!r} in {self.path} failed"),
-                _transaction(connection),
-            ):
-                row = connection.execute(
-                    "SELECT id, count FROM nous_sessions WHERE name = ?", (session_id,)
-                ).fetchone()
-                stored = 0 if row is None else row[1]
+            with self._writing(connection, f"commit to session {session_id!r} in {self.path}"):
+                row = _row(connection, session_id)
+                stored = 0 if row is None else row.count
                 if stored < expected_count:
                     raise ConflictError(
                         f"session {session_id!r} has count {stored},"
@@ -250,46 +547,111 @@ class SQLiteStore:
                     )
                 shift = stored - expected_count
                 others: list[Event] = []
-                if shift:
+                between: dict[str, tuple[int, int]] = {}
+                if shift and row is not None:
                     others = decode_rows(
-                        connection.execute(
-                            "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ?"
-                            " ORDER BY seq",
-                            (row[0], expected_count),
-                        ).fetchall(),
-                        place(session_id, self.path),
+                        _rows(connection, row, expected_count), place(session_id, self.path)
                     )
-                placed = moved(rows, shift) if shift else rows
+                    between = {
+                        key: (seq, n)
+                        for key, seq, n in connection.execute(
+                            "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
+                            (row.id, expected_count),
+                        )
+                    }
+                placed = moved(listed, shift) if shift else listed
                 records = [(event.seq, encode(event)) for event in placed]
-                _commit(connection, session_id, stored, records, ())
-            return Rebased(shift, others, placed)
+                _commit(
+                    connection,
+                    session_id,
+                    stored,
+                    records,
+                    (),
+                    keys=moved_keys(keys, shift),
+                    commit_id=commit_id,
+                )
+            return Rebased(shift, others, placed, MappingProxyType(between))
 
         return await self._run(commit)
 
+    async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
+        """Where the commit ``commit_id`` landed (first seq, events), or None.
+
+        A SQLite commit's outcome is always known to its caller; this is for a caller that
+        lost track (a process restarted, say).
+        """
+
+        def committed(connection: sqlite3.Connection) -> tuple[int, int] | None:
+            with _errors(f"cannot read session {session_id!r} from {self.path}"):
+                found = connection.execute(
+                    "SELECT c.seq, c.n FROM nous_commits c JOIN nous_sessions s ON s.id = c.sid"
+                    " WHERE s.name = ? AND c.commit_id = ?",
+                    (session_id, commit_id),
+                ).fetchone()
+            return None if found is None else (found[0], found[1])
+
+        return await self._run(committed)
+
+    async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
+        """A new session sharing ``session_id``'s rows up to seq ``at``: one row inserted,
+        whatever the history's length (see :class:`~nous_session.stores.base.ForkingStore`)."""
+        check_session_id(new_session_id)
+
+        def fork(connection: sqlite3.Connection) -> None:
+            with self._writing(connection, f"cannot fork session {session_id!r}"):
+                parent = _row(connection, session_id)
+                if parent is None or parent.count == 0:
+                    raise ValueError(f"no session {session_id!r} to fork")
+                check_fork_point(session_id, at, parent.count, parent.horizon)
+                existing = _row(connection, new_session_id)
+                if existing is not None:
+                    if existing.count:
+                        raise ValueError(f"session {new_session_id!r} exists already")
+                    connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.id,))
+                connection.execute(
+                    "INSERT INTO nous_sessions (name, count, held, horizon, parent, fork_point,"
+                    " shares) VALUES (?, ?, 0, ?, ?, ?, 1)",
+                    (new_session_id, at + 1, parent.horizon, session_id, at),
+                )
+
+        await self._run(fork)
+
     async def sessions(self) -> list[SessionInfo]:
-        """Every session with a nonzero count, by id."""
+        """Every session with a nonzero count, by id (a sharing fork's held events counted
+        through its parent: a range count, as fits an administrative listing)."""
 
         def sessions(connection: sqlite3.Connection) -> list[SessionInfo]:
             with _errors(f"cannot list sessions in {self.path}"):
-                rows = connection.execute(
-                    "SELECT name, count, held FROM nous_sessions WHERE count > 0 ORDER BY name"
+                found = connection.execute(
+                    f"SELECT name, {_ROW_COLUMNS} FROM nous_sessions WHERE count > 0 ORDER BY name"
                 ).fetchall()
-            return [SessionInfo(name, count, held) for name, count, held in rows]
+                infos = []
+                for name, *fields in found:
+                    row = _make_row(fields)
+                    held = row.held
+                    if row.shares:
+                        held = _count_rows(connection, row)
+                    infos.append(
+                        SessionInfo(name, row.count, held, row.horizon, row.parent, row.fork_point)
+                    )
+            return infos
 
         return await self._run(sessions)
 
     async def delete(self, session_id: str) -> bool:
-        """Delete a session and all its events; True when it existed."""
+        """Delete a session and all its events (its forks get their own copy first); True
+        when it existed."""
 
         def delete(connection: sqlite3.Connection) -> bool:
-            with _errors(f"cannot delete session {session_id!r}"), _transaction(connection):
-                row = connection.execute(
-                    "SELECT id FROM nous_sessions WHERE name = ?", (session_id,)
-                ).fetchone()
-                if row is not None:
-                    connection.execute("DELETE FROM nous_events WHERE sid = ?", row)
-                    connection.execute("DELETE FROM nous_sessions WHERE id = ?", row)
-            return row is not None
+            with self._writing(connection, f"cannot delete session {session_id!r}"):
+                row = _row(connection, session_id)
+                if row is None:
+                    return False
+                _release_shared(connection, row, session_id, 0)
+                for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
+                    connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.id,))
+                connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.id,))
+            return True
 
         return await self._run(delete)
 
@@ -297,6 +659,9 @@ class SQLiteStore:
         """Give the space of deleted events back to the file system (after a snapshot)."""
 
         def vacuum(connection: sqlite3.Connection) -> None:
+            if self.read_only:
+                raise StoreError(f"the store {self.url} is open read-only")
+            self._check_file()
             with _errors(f"cannot vacuum {self.path}"):
                 connection.execute("VACUUM")
                 connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -339,9 +704,22 @@ class SQLiteStore:
             connection.close()
 
 
-def _check_since(since: object) -> None:
-    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
-        raise ValueError(f"since must be an int >= 0, got {since!r}")
+def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
+    total = 0
+    for sid, low, high in _ranges(connection, row):
+        (number,) = connection.execute(
+            "SELECT count(*) FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ?",
+            (sid, low, 2**63 - 1 if high is None else high),
+        ).fetchone()
+        total += number
+    return total
+
+
+@contextmanager
+def _write(connection: sqlite3.Connection, what: str) -> Iterator[None]:
+    """One write transaction, its errors translated."""
+    with _errors(what), _transaction(connection):
+        yield
 
 
 @contextmanager
@@ -357,8 +735,17 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
     connection.execute("COMMIT")
 
 
-def _migrate(connection: sqlite3.Connection, path: str) -> None:
+def _migrate(connection: sqlite3.Connection, path: str, *, adopt: bool) -> None:
     with _errors(f"cannot open {path} as a nous_session store"), _transaction(connection):
+        tables = {
+            name
+            for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if "nous_schema" not in tables and tables - _OURS and not adopt:
+            raise StoreError(
+                f"{path} holds other tables ({', '.join(sorted(tables - _OURS)[:3])}) and no"
+                " nous_session store; refusing to add ours (pass adopt=True to share it)"
+            )
         connection.execute("CREATE TABLE IF NOT EXISTS nous_schema (version INTEGER NOT NULL)")
         rows = connection.execute("SELECT version FROM nous_schema").fetchall()
         if len(rows) > 1:
@@ -374,10 +761,28 @@ def _migrate(connection: sqlite3.Connection, path: str) -> None:
         for step in range(version, SCHEMA_VERSION):
             for statement in _MIGRATIONS[step]:
                 connection.execute(statement)
+            if step == 1:
+                _set_horizons(connection)
         if not rows:
             connection.execute("INSERT INTO nous_schema (version) VALUES (?)", (SCHEMA_VERSION,))
         elif version != SCHEMA_VERSION:
             connection.execute("UPDATE nous_schema SET version = ?", (SCHEMA_VERSION,))
+
+
+def _set_horizons(connection: sqlite3.Connection) -> None:
+    """Version 1 kept no horizon: a snapshotted session (one with gaps) gets the lowest one
+    its history allows, one past its highest missing seq (every event after it is held)."""
+    for sid, count in connection.execute(
+        "SELECT id, count FROM nous_sessions WHERE held < count"
+    ).fetchall():
+        expected = count - 1
+        for (seq,) in connection.execute(
+            "SELECT seq FROM nous_events WHERE sid = ? ORDER BY seq DESC", (sid,)
+        ):
+            if seq != expected:
+                break
+            expected -= 1
+        connection.execute("UPDATE nous_sessions SET horizon = ? WHERE id = ?", (expected + 1, sid))
 
 
 def _commit(
@@ -386,24 +791,43 @@ def _commit(
     expected_count: int,
     records: list[tuple[int, bytes]],
     dropped: Sequence[int],
+    *,
+    expected_horizon: int | None = None,
+    horizon: int | None = None,
+    keys: Sequence[tuple[str, int, int]] = (),
+    kept: Sequence[int] = (),
+    commit_id: str | None = None,
 ) -> None:
-    row = connection.execute(
-        "SELECT id, count FROM nous_sessions WHERE name = ?", (session_id,)
-    ).fetchone()
-    stored = 0 if row is None else row[1]
+    row = _row(connection, session_id)
+    stored = 0 if row is None else row.count
     if stored != expected_count:
         raise ConflictError(
             f"session {session_id!r} has count {stored}, expected {expected_count}:"
             " another writer committed first"
         )
+    stored_horizon = 0 if row is None else row.horizon
+    if expected_horizon is not None and stored_horizon != expected_horizon:
+        raise ConflictError(
+            f"session {session_id!r} has horizon {stored_horizon}, expected {expected_horizon}:"
+            " another writer took a snapshot"
+        )
     if row is None:
         sid = connection.execute(
             "INSERT INTO nous_sessions (name, count, held) VALUES (?, 0, 0)", (session_id,)
         ).lastrowid
+        assert sid is not None
     else:
-        sid = row[0]
+        sid = row.id
     deleted = 0
     if dropped:
+        if row is not None:
+            _release_shared(connection, row, session_id, min(dropped))
+        if kept:
+            connection.executemany(
+                "INSERT INTO nous_kept (sid, seq, record) SELECT sid, seq, record"
+                " FROM nous_events WHERE sid = ? AND seq = ?",
+                [(sid, seq) for seq in kept],
+            )
         before = connection.total_changes
         connection.executemany(
             "DELETE FROM nous_events WHERE sid = ? AND seq = ?", [(sid, seq) for seq in dropped]
@@ -414,8 +838,19 @@ def _commit(
             "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
             [(sid, seq, record) for seq, record in records],
         )
+    if keys:
+        connection.executemany(
+            "INSERT INTO nous_keys (sid, key, seq, n) VALUES (?, ?, ?, ?)",
+            [(sid, key, first, size) for key, first, size in keys],
+        )
+    if commit_id is not None:
+        connection.execute(
+            "INSERT INTO nous_commits (sid, commit_id, seq, n) VALUES (?, ?, ?, ?)",
+            (sid, commit_id, records[0][0] if records else expected_count, len(records)),
+        )
     count = records[-1][0] + 1 if records else stored
     connection.execute(
-        "UPDATE nous_sessions SET count = ?, held = held + ? WHERE id = ?",
-        (count, len(records) - deleted, sid),
+        "UPDATE nous_sessions SET count = ?, held = held + ?, horizon = coalesce(?, horizon)"
+        " WHERE id = ?",
+        (count, len(records) - deleted, horizon, sid),
     )
