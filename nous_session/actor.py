@@ -121,9 +121,19 @@ _NOT_LANDED: Final = _Outcome.NOT_LANDED
 _UNKNOWN: Final = _Outcome.UNKNOWN
 
 
-def _commit_id() -> str:
-    """A fresh commit id: 96 random bits, URL-safe (unique in a session by any measure)."""
-    return secrets.token_urlsafe(12)
+class _CommitIds:
+    """Commit ids for one actor: 96 random bits drawn once, then a counter (unique in a
+    session by any measure, and no system call per commit)."""
+
+    __slots__ = ("_next", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = secrets.token_urlsafe(12)
+        self._next = 0
+
+    def __call__(self) -> str:
+        self._next += 1
+        return f"{self._prefix}.{self._next}"
 
 
 def _closed_error() -> SessionClosedError:
@@ -188,6 +198,7 @@ class SessionActor:
         "_batches",
         "_catch_up_queued",
         "_closing",
+        "_commit_ids",
         "_compaction",
         "_full_store",
         "_kept",
@@ -204,6 +215,7 @@ class SessionActor:
         "_send",
         "_session_id",
         "_space",
+        "_space_waiters",
         "_store",
         "_unfollowable",
         "_waker_scope",
@@ -240,6 +252,8 @@ class SessionActor:
         self._published = Published(log)
         self._send, self._receive = anyio.create_memory_object_stream[Request](queue_size)
         self._space = anyio.Event()  # set (and replaced) whenever queue space may have freed
+        self._space_waiters = 0  # callers waiting for queue space
+        self._commit_ids = _CommitIds()
         self._waker_scope = anyio.CancelScope()
         self._closing = False  # no new requests; set when leaving the `async with` block
         self._admit = 0  # while closing: queued requests still to apply
@@ -446,8 +460,9 @@ class SessionActor:
 
     def _free_space(self) -> None:
         """Wake the callers waiting for queue space (each tries again)."""
-        space, self._space = self._space, anyio.Event()
-        space.set()
+        if self._space_waiters:
+            space, self._space = self._space, anyio.Event()
+            space.set()
 
     def _refuse_the_rest(self) -> None:
         receive = self._receive
@@ -543,7 +558,7 @@ class SessionActor:
                 seq for first, size in self._keys.values() for seq in range(first, first + size)
             }
             arguments["kept"] = [seq for seq in batch.dropped if seq in keyed]
-        arguments["commit_id"] = _commit_id()
+        arguments["commit_id"] = self._commit_ids()
         return arguments
 
     async def _commit(self, requests: list[Request]) -> None:
@@ -720,7 +735,7 @@ class SessionActor:
         arguments: dict[str, Any] = {"expected_count": base.count, "events": events}
         if self._full_store:
             arguments["keys"] = [(key, first, size) for key, (first, size) in keyed.items()]
-            arguments["commit_id"] = _commit_id()
+            arguments["commit_id"] = self._commit_ids()
         waiting = [(request, None) for request, _, _ in made_for]
         waiting.extend((request, None) for request, _ in repeats)
         try:
@@ -921,7 +936,11 @@ class SessionActor:
                 self._send.send_nowait(request)
                 break
             except anyio.WouldBlock:
-                await self._space.wait()  # set whenever the actor takes a batch, and at close
+                self._space_waiters += 1
+                try:
+                    await self._space.wait()  # set whenever the actor takes a batch, and at close
+                finally:
+                    self._space_waiters -= 1
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 raise _closed_error() from None
         return await request.outcome()

@@ -40,7 +40,15 @@ from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, make_event
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
-from nous_session.stores.base import RebasingStore, SessionInfo, Store
+from nous_session.stores.base import (
+    ForkingStore,
+    OutcomeStore,
+    RebasingStore,
+    SessionInfo,
+    Store,
+    Stored,
+    supports,
+)
 
 __all__ = ["StoreConformance", "sample_log"]
 
@@ -319,6 +327,227 @@ class StoreConformance:
         for writer, events in landed.items():
             mine = [e for e in stored if str(e.data["content"]).startswith(f"w{writer} ")]
             assert mine == events  # each writer's order kept
+
+    # Store contract v2: count, horizon, keys, kept events, commit ids ------------------------
+
+    @pytest.mark.anyio
+    async def test_read_gives_events_count_horizon_and_keys_at_once(self, store: Store) -> None:
+        assert await store.read("nobody") == Stored((), 0)
+        log = sample_log(6)
+        await store.commit(
+            "s", expected_count=0, events=log.events()[:4], keys=[("k1", 0, 2), ("k2", 2, 1)]
+        )
+        await store.commit("s", expected_count=4, events=log.events()[4:], keys=[("k3", 5, 1)])
+        stored = await store.read("s")
+        assert list(stored.events) == list(log.events())
+        assert (stored.count, stored.horizon, stored.parent, stored.fork_point) == (
+            6,
+            0,
+            None,
+            None,
+        )
+        assert dict(stored.keys) == {"k1": (0, 2), "k2": (2, 1), "k3": (5, 1)}
+        assert list(stored.kept) == []
+        tail = await store.read("s", since=2)
+        assert list(tail.events) == list(log.since(2))
+        assert dict(tail.keys) == {"k2": (2, 1), "k3": (5, 1)}
+        with pytest.raises(ValueError, match="since"):
+            await store.read("s", since=-1)
+
+    @pytest.mark.anyio
+    async def test_a_snapshot_sets_the_horizon_and_the_count_outlives_its_events(
+        self, store: Store, reopen: Callable[[], Store]
+    ) -> None:
+        log = sample_log(6)
+        await store.commit("s", expected_count=0, events=log.events())
+        # Drop the newest events too: the count is the store's to keep, not the rows'.
+        await store.commit(
+            "s", expected_count=6, events=[], dropped=[3, 4, 5], expected_horizon=0, horizon=6
+        )
+        again = reopen()
+        try:
+            stored = await again.read("s")
+            assert [e.seq for e in stored.events] == [0, 1, 2]
+            assert (stored.count, stored.horizon) == (6, 6)
+            assert [e.seq for e in await again.load("s")] == [0, 1, 2]
+            assert [info.count for info in await again.sessions()] == [6]
+        finally:
+            if again is not store:
+                await again.aclose()
+
+    @pytest.mark.anyio
+    async def test_a_stale_horizon_is_a_conflict(self, store: Store) -> None:
+        log = sample_log(6)
+        await store.commit("s", expected_count=0, events=log.events())
+        await store.commit("s", expected_count=6, events=[], dropped=[1], horizon=6)
+        late = log.append("user_message", {"content": "stale"}, time=_T0)
+        with pytest.raises(ConflictError):
+            await store.commit("s", expected_count=6, events=late.since(6), expected_horizon=0)
+        assert (await store.read("s")).count == 6
+        await store.commit("s", expected_count=6, events=late.since(6), expected_horizon=6)
+        assert (await store.read("s")).count == 7
+
+    @pytest.mark.anyio
+    async def test_a_taken_key_is_a_conflict_and_writes_nothing(
+        self, store: Store, reopen: Callable[[], Store]
+    ) -> None:
+        log = sample_log(4)
+        await store.commit("s", expected_count=0, events=log.events()[:2], keys=[("once", 0, 2)])
+        with pytest.raises(ConflictError):
+            await store.commit(
+                "s", expected_count=2, events=log.events()[2:], keys=[("once", 2, 2)]
+            )
+        with pytest.raises(ValueError, match="key"):
+            await store.commit("s", expected_count=2, events=log.events()[2:], keys=[("x", 9, 1)])
+        with pytest.raises(ValueError, match="key"):
+            await store.commit("s", expected_count=2, events=log.events()[2:], keys=[("", 2, 1)])
+        again = reopen()
+        try:
+            stored = await again.read("s")
+            assert stored.count == 2
+            assert dict(stored.keys) == {"once": (0, 2)}
+        finally:
+            if again is not store:
+                await again.aclose()
+        # Another session may use the same key.
+        await store.commit("t", expected_count=0, events=log.events()[:1], keys=[("once", 0, 1)])
+
+    @pytest.mark.anyio
+    async def test_dropped_events_of_a_key_are_kept_aside(self, store: Store) -> None:
+        log = sample_log(4)
+        await store.commit("s", expected_count=0, events=log.events(), keys=[("k", 1, 2)])
+        await store.commit(
+            "s", expected_count=4, events=[], dropped=[0, 1, 2], kept=[1, 2], horizon=4
+        )
+        stored = await store.read("s")
+        assert [e.seq for e in stored.events] == [3]
+        assert list(stored.kept) == list(log.events()[1:3])
+        assert dict(stored.keys) == {"k": (1, 2)}
+        assert list((await store.read("s", since=1)).kept) == []
+        with pytest.raises(ValueError, match="kept"):
+            await store.commit("s", expected_count=4, events=[], dropped=[3], kept=[2])
+
+    @pytest.mark.anyio
+    async def test_a_commit_id_says_where_a_commit_landed(self, store: Store) -> None:
+        if not supports(store, OutcomeStore):
+            pytest.skip(f"{type(store).__name__} cannot look up commit ids")
+        outcome: Any = store
+        log = sample_log(5)
+        await store.commit("s", expected_count=0, events=log.events()[:2], commit_id="c-1")
+        await store.commit("s", expected_count=2, events=[], commit_id="c-empty")
+        await store.commit("s", expected_count=2, events=log.events()[2:], commit_id="c-2")
+        assert await outcome.committed("s", "c-1") == (0, 2)
+        assert await outcome.committed("s", "c-empty") == (2, 0)
+        assert await outcome.committed("s", "c-2") == (2, 3)
+        assert await outcome.committed("s", "never") is None
+        assert await outcome.committed("other", "c-1") is None
+        # The same commit sent again (after a lost reply, say) can never land twice.
+        with pytest.raises(ConflictError):
+            await store.commit("s", expected_count=5, events=[_user(5, "x")], commit_id="c-2")
+        assert (await store.read("s")).count == 5
+        if isinstance(store, RebasingStore):
+            done = await store.commit_rebased(
+                "s", expected_count=3, events=[_user(3, "moved")], commit_id="r-1"
+            )
+            assert await outcome.committed("s", "r-1") == (done.events[0].seq, 1)
+            with pytest.raises(ConflictError):
+                await store.commit_rebased(
+                    "s", expected_count=3, events=[_user(3, "again")], commit_id="r-1"
+                )
+            assert (await store.read("s")).count == 6
+
+    @pytest.mark.anyio
+    async def test_a_rebasing_commit_moves_its_keys_and_reports_the_others(
+        self, store: Store
+    ) -> None:
+        rebasing = self._rebasing(store)
+        await store.commit("s", expected_count=0, events=[_user(0, "a")], keys=[("theirs", 0, 1)])
+        done = await rebasing.commit_rebased(
+            "s", expected_count=0, events=[_user(0, "b")], keys=[("mine", 0, 1)]
+        )
+        assert done.shift == 1
+        assert dict(done.keys) == {"theirs": (0, 1)}
+        assert dict((await store.read("s")).keys) == {"theirs": (0, 1), "mine": (1, 1)}
+        with pytest.raises(ConflictError):
+            await rebasing.commit_rebased(
+                "s", expected_count=2, events=[_user(2, "c")], keys=[("mine", 2, 1)]
+            )
+        assert (await store.read("s")).count == 2
+
+    # Forks (for stores that share history) --------------------------------------------------
+
+    @staticmethod
+    def _forking(store: Store) -> ForkingStore:
+        if not supports(store, ForkingStore):
+            pytest.skip(f"{type(store).__name__} cannot fork")
+        return store  # type: ignore[return-value]
+
+    @pytest.mark.anyio
+    async def test_a_fork_has_the_parents_history_up_to_its_point_and_then_its_own(
+        self, store: Store, reopen: Callable[[], Store]
+    ) -> None:
+        forking = self._forking(store)
+        log = sample_log(10)
+        await store.commit("parent", expected_count=0, events=log.events())
+        await forking.fork("parent", "child", at=5)
+        assert list(await store.load("child")) == list(log.upto(5).events())
+        await store.commit("child", expected_count=6, events=[_user(6, "child's own")])
+        await store.commit("parent", expected_count=10, events=[_user(10, "parent's own")])
+        child = await store.read("child")
+        assert [e.seq for e in child.events] == [0, 1, 2, 3, 4, 5, 6]
+        assert child.events[-1].data["content"] == "child's own"
+        assert (child.count, child.parent, child.fork_point) == (7, "parent", 5)
+        assert [e.seq for e in await store.load("child", since=4)] == [4, 5, 6]
+        assert len(await store.load("parent")) == 11
+        infos = {info.session_id: info for info in await store.sessions()}
+        assert infos["child"] == SessionInfo("child", 7, 7, 0, "parent", 5)
+        assert infos["parent"] == SessionInfo("parent", 11, 11)
+        again = reopen()
+        try:
+            assert list(await again.load("child")) == list(child.events)
+        finally:
+            if again is not store:
+                await again.aclose()
+
+    @pytest.mark.anyio
+    async def test_a_fork_is_refused_outside_the_parents_history(self, store: Store) -> None:
+        forking = self._forking(store)
+        await store.commit("p", expected_count=0, events=sample_log(4).events())
+        await store.commit("taken", expected_count=0, events=sample_log(1).events())
+        for at in (-1, 4, 10):
+            with pytest.raises(ValueError, match="fork"):
+                await forking.fork("p", "c", at=at)
+        with pytest.raises(ValueError, match="no session"):
+            await forking.fork("nobody", "c", at=0)
+        with pytest.raises(ValueError, match="exists"):
+            await forking.fork("p", "taken", at=1)
+        with pytest.raises(ValueError, match="session id"):
+            await forking.fork("p", "", at=1)
+        assert [info.session_id for info in await store.sessions()] == ["p", "taken"]
+
+    @pytest.mark.anyio
+    async def test_a_snapshot_or_delete_of_the_parent_leaves_its_forks_whole(
+        self, store: Store
+    ) -> None:
+        forking = self._forking(store)
+        log = sample_log(12)
+        await store.commit("p", expected_count=0, events=log.events())
+        await forking.fork("p", "early", at=3)
+        await forking.fork("p", "late", at=11)
+        await forking.fork("late", "grandchild", at=10)  # a fork of a fork
+        dropped = [event.seq for event in log.shadowed()]
+        await store.commit("p", expected_count=12, events=[], dropped=dropped, horizon=12)
+        assert list(await store.load("early")) == list(log.upto(3).events())
+        assert list(await store.load("late")) == list(log.events())
+        assert list(await store.load("grandchild")) == list(log.upto(10).events())
+        assert list(await store.load("p")) == list(log.snapshot().events())
+        assert await store.delete("p") is True
+        assert list(await store.load("late")) == list(log.events())
+        assert list(await store.load("grandchild")) == list(log.upto(10).events())
+        # The child's own snapshot may drop what it shared: its fork keeps it.
+        await store.commit("late", expected_count=12, events=[], dropped=dropped, horizon=12)
+        assert list(await store.load("grandchild")) == list(log.upto(10).events())
+        assert list(await store.load("late")) == list(log.snapshot().events())
 
     # Sessions ----------------------------------------------------------------------------------
 

@@ -210,6 +210,8 @@ class MemoryStore:
             )
         if session is not None and any(key in session.keys for key, _, _ in keys):
             raise ConflictError(f"session {session_id!r}: an idempotency key is taken")
+        if commit_id is not None and session is not None and commit_id in session.commits:
+            raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
         if session is None:
             session = self._sessions[session_id] = _Session()
         shift = stored - expected_count
