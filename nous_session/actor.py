@@ -576,7 +576,9 @@ class SessionActor:
             if self._rebasing and all(
                 isinstance(request, Append) and request.plain for request in requests
             ):
-                await self._commit_rebased(requests)  # type: ignore[arg-type]
+                final = attempt == _REBASE_ATTEMPTS
+                if await self._commit_rebased(requests, final=final):  # type: ignore[arg-type]
+                    continue  # a key another writer took: caught up, so now it is known
                 return
             batch = self._apply(requests)
             if batch.log is not batch.base:
@@ -687,8 +689,12 @@ class SessionActor:
                 delay = min(delay * 2, 1.0)
         return _UNKNOWN
 
-    async def _commit_rebased(self, requests: list[Append]) -> None:
+    async def _commit_rebased(self, requests: list[Append], *, final: bool) -> bool:
         """Commit a batch of plain appends after whatever the store holds, then publish.
+
+        Returns True when the batch met a conflict (an idempotency key another writer had
+        taken, say) and the actor caught up: the caller tries the batch again, unless it was
+        the ``final`` attempt, when its callers get the ConflictError.
 
         The events are made for the seqs after the published log but not appended to it: if
         other writers got there first they move, and the log then takes the others' events
@@ -698,7 +704,7 @@ class SessionActor:
         if self._unfollowable is not None:
             for request in requests:
                 request.fail(_store_error(self._unfollowable))
-            return
+            return False
         base = self._published.log
         seq = base.count
         events: list[Event] = []
@@ -731,7 +737,7 @@ class SessionActor:
             seq += len(made)
         if not events:
             self._answer(known)
-            return
+            return False
         arguments: dict[str, Any] = {"expected_count": base.count, "events": events}
         if self._full_store:
             arguments["keys"] = [(key, first, size) for key, (first, size) in keyed.items()]
@@ -742,15 +748,19 @@ class SessionActor:
             with anyio.CancelScope(shield=True):
                 rebased = await self._send_rebased(arguments)
         except Exception as error:
-            self._answer(known)
-            self._fail(waiting, error, expected_count=base.count)
+            failure: BaseException = error
             if isinstance(error, ConflictError):
-                await self._reload(None)
+                unreadable = await self._reload(None)
+                if unreadable is None and not final:
+                    return True
+                failure = unreadable or error
             elif isinstance(error, CorruptRecordError):
                 # What the others wrote cannot be read (and our batch may have landed after
                 # it): another rebasing commit would meet the same record, so stop writing.
                 self._unfollowable = error
-            return
+            self._answer(known)
+            self._fail(waiting, failure, expected_count=base.count)
+            return False
         if rebased is None:
             # An unknown outcome that turned out to have landed, at the seqs the store
             # recorded for the commit id; the catch-up brought the batch into the log.
@@ -777,6 +787,7 @@ class SessionActor:
         by_key = {request.key: answers[id(request)] for request, _, _ in made_for if request.key}
         results.extend((request, by_key[key]) for request, key in repeats)
         self._acknowledge(results, log, rebuilt=rebuilt)
+        return False
 
     async def _send_rebased(self, arguments: dict[str, Any]) -> Rebased | None:
         """A rebasing commit; None when an unknown outcome turned out to have landed."""
