@@ -1,7 +1,9 @@
 """Validating deep copies of JSON values (shared by messages and events).
 
 The rules: str-keyed dicts (any mapping is accepted and stored as a dict), lists (tuples are
-stored as lists), str, int in the signed 64-bit range, finite float, bool and None. Subclasses of
+stored as lists), str (valid Unicode: a lone surrogate cannot be encoded, so it is refused here
+rather than when a store encodes the batch it is in), int in the signed 64-bit range, finite
+float, bool and None. Subclasses of
 str, int and float (enums, for instance) are stored as the plain base value, so what is kept is
 exactly what a JSON round trip gives back.
 """
@@ -14,7 +16,15 @@ from typing import Any, TypeAlias
 
 import orjson
 
-__all__ = ["JSON", "MAX_DEPTH", "NotJSONError", "copy_json", "copy_json_object", "format_path"]
+__all__ = [
+    "JSON",
+    "MAX_DEPTH",
+    "NotJSONError",
+    "check_text",
+    "copy_json",
+    "copy_json_object",
+    "format_path",
+]
 
 JSON: TypeAlias = "dict[str, JSON] | list[JSON] | str | int | float | bool | None"
 
@@ -58,6 +68,24 @@ def _describe(value: object) -> str:
     return f"{type(value).__name__} is not JSON"
 
 
+def check_text(text: str) -> str:
+    """Return ``text`` if it encodes as UTF-8 (ASCII is checked in one fast pass).
+
+    Raises:
+        NotJSONError: it holds a lone surrogate, which no store can encode.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError as error:
+        raise NotJSONError(
+            f"a string holds a lone surrogate at index {error.start}"
+            f" ({text[error.start]!r}); it is not valid Unicode and cannot be stored"
+        ) from None
+    return text
+
+
 def copy_json(value: object, depth: int = 0) -> JSON:
     """Return a deep, JSON-only copy of ``value``.
 
@@ -65,7 +93,9 @@ def copy_json(value: object, depth: int = 0) -> JSON:
         NotJSONError: naming the first offender; its ``path`` leads to it.
     """
     t = type(value)
-    if t is str or value is None or t is bool:
+    if t is str:
+        return check_text(value)  # type: ignore[arg-type]
+    if value is None or t is bool:
         return value  # type: ignore[return-value]
     if t is int:
         if _INT_MIN <= value <= _INT_MAX:  # type: ignore[operator]
@@ -92,7 +122,7 @@ def copy_json(value: object, depth: int = 0) -> JSON:
         return out
     # Subclasses of the scalar types (str and int enums, numpy-free float subclasses, ...).
     if isinstance(value, str):
-        return str.__str__(value)
+        return check_text(str.__str__(value))
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
@@ -116,9 +146,11 @@ def copy_json_object(value: Mapping[Any, object], depth: int = 0) -> dict[str, J
             if not isinstance(key, str):
                 raise NotJSONError(f"key {key!r} ({type(key).__name__}) is not a string")
             key = str.__str__(key)
+        if not key.isascii():
+            check_text(key)
         t = type(item)
         # Inline the common scalar cases: this runs for every key of every appended event.
-        if t is str or item is None or t is bool:
+        if (t is str and item.isascii()) or item is None or t is bool:  # type: ignore[attr-defined]
             out[key] = item  # type: ignore[assignment]
             continue
         try:

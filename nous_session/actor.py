@@ -32,8 +32,8 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 import attrs
-import structlog
 
+from nous_session._logging import get_logger, wants_debug
 from nous_session._requests import (
     Append,
     Applied,
@@ -81,7 +81,7 @@ from nous_session.subscription import Published, Subscription
 
 __all__ = ["SessionActor", "SessionStatistics", "Subscription"]
 
-_logger = structlog.get_logger("nous_session")
+_logger = get_logger()
 
 # With on_conflict="rebase", how many times a batch is re-applied after a conflict.
 _REBASE_ATTEMPTS: Final = 32
@@ -267,10 +267,8 @@ class SessionActor:
         self._unfollowable: CorruptRecordError | None = None
         # Bind once: a bound logger filters debug lines at almost no cost per commit.
         self._logger = _logger.bind(session_id=session_id)
-        # structlog's unconfigured default prints every level to stdout; a line per commit
-        # there would drown the application's output, so commits are only logged once the
-        # application has configured structlog (and so chosen its own level filter).
-        self._log_commits = structlog.is_configured()
+        # A rendered line per commit costs more than the commit: only when it goes anywhere.
+        self._log_commits = wants_debug()
         self._compaction = (
             None
             if compaction is None
@@ -355,6 +353,7 @@ class SessionActor:
         watch = follow is not False and supports(store, ChangeFeedStore)
         if follow and not watch:
             raise ValueError(f"follow=True needs a store with a change feed; {store!r} has none")
+        actor: SessionActor | None = None
         try:
             log, stored = await _load(store, session_id, fold=compaction is not None)
             async with _unwrapped(), anyio.create_task_group() as task_group:
@@ -369,17 +368,22 @@ class SessionActor:
                     task_group=task_group,
                     rebase=on_conflict == "rebase",
                 )
-                await task_group.start(actor._run)
-                await task_group.start(actor._run_waker)
-                if watch:
-                    await task_group.start(actor._watch)
                 try:
+                    await task_group.start(actor._run)
+                    await task_group.start(actor._run_waker)
+                    if watch:
+                        await task_group.start(actor._watch)
                     if recover:
                         await actor.recover_open_turn()
                     yield actor
                 finally:
                     actor._begin_close()
         finally:
+            if actor is not None:
+                # Every path, a cancelled open included: no stream is left unclosed.
+                actor._send.close()
+                actor._receive.close()
+                actor._published.close()
             if owned:
                 await store.aclose()
 

@@ -392,7 +392,7 @@ class CompactionRunner:
             :class:`SessionClosedError` once the session is closing).
         current: the latest committed Log.
         task_group: where the compaction task runs.
-        logger: a bound structlog logger (the session id is on it).
+        logger: the session's bound logger (the session id is on it).
     """
 
     __slots__ = (

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import attrs
 
-from nous_session._json import JSON, NotJSONError, copy_json
+from nous_session._json import JSON, NotJSONError, check_text, copy_json
 from nous_session.errors import InvalidEventError
 from nous_session.message import Message, Role, ToolCall, utc_datetime
 from nous_session.ops import (
@@ -205,6 +205,10 @@ def _copy_item(copy: dict[str, JSON], key: object, value: object) -> None:
         if not isinstance(key, str):
             raise _Refusal(f"data key {key!r} ({type(key).__name__}) is not a string")
         key = str.__str__(key)
+    try:
+        check_text(key)
+    except NotJSONError as e:
+        raise _Refusal(f"data key {key!r}: {e.reason}") from None
     if key == OP_KEY:
         copy[key] = value  # type: ignore[assignment]  # normalised by the caller
         return
@@ -290,8 +294,13 @@ def _copy_data(data: object) -> dict[str, JSON]:
     if type(data) is dict or (data is not None and isinstance(data, Mapping)):
         for key, value in data.items():
             t = type(value)
-            # The common case first: a string key with a scalar value is copied as is.
-            if type(key) is str and (t is str or value is None or t is bool):
+            # The common case first: an ASCII key with an ASCII string or another scalar is
+            # copied as is (ASCII cannot hold a lone surrogate; anything else is checked).
+            if (
+                type(key) is str
+                and key.isascii()
+                and ((t is str and value.isascii()) or value is None or t is bool)
+            ):
                 copy[key] = value
             else:
                 _copy_item(copy, key, value)
@@ -433,7 +442,36 @@ def message_event(message: object) -> tuple[EventType, dict[str, JSON]]:
     if event_type is None:
         roles = ", ".join(role.value for role in _TYPE_OF)
         raise InvalidEventError(f"message has role {message.role!r}; a role is one of {roles}")
-    return event_type, message.to_json()
+    data = message.to_json()
+    try:
+        _check_texts(data)
+    except NotJSONError as error:
+        raise InvalidEventError(
+            f"{event_type} message: {error.where('data')}: {error.reason}"
+        ) from None
+    return event_type, data
+
+
+def _check_texts(value: object) -> None:
+    """Refuse a lone surrogate anywhere in JSON a Message made (its constructor takes any
+    string): no store could encode it, and it would fail the whole batch it is in."""
+    if type(value) is str:
+        check_text(value)
+    elif type(value) is dict:
+        for key, item in value.items():
+            try:
+                check_text(key)
+                _check_texts(item)
+            except NotJSONError as error:
+                error.path.append(key)
+                raise
+    elif type(value) is list:
+        for index, item in enumerate(value):
+            try:
+                _check_texts(item)
+            except NotJSONError as error:
+                error.path.append(index)
+                raise
 
 
 def replace_data(start: int, stop: int, messages: Sequence[object]) -> dict[str, JSON]:

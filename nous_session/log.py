@@ -30,8 +30,7 @@ from itertools import islice
 from operator import attrgetter
 from typing import Any, Final, TypeVar, overload
 
-import structlog
-
+from nous_session._logging import get_logger
 from nous_session.errors import InvalidEventError
 from nous_session.event import (
     OPERATION_TYPES,
@@ -48,7 +47,7 @@ from nous_session.ops import Remove, Replace, Rewind, Uncompact
 
 __all__ = ["Log"]
 
-_logger = structlog.get_logger("nous_session")
+_logger = get_logger()
 
 T = TypeVar("T")
 _SEQ: Final = attrgetter("seq")

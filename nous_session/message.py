@@ -50,7 +50,13 @@ def utc_datetime(value: object, what: str = "time") -> datetime:
         raise ValueError(f"{what} must be a datetime, not {type(value).__name__}")
     if value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware, got the naive {value.isoformat()}")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(
+            f"{what} {value.isoformat()} is out of range: in UTC it falls outside the years"
+            " 1 to 9999"
+        ) from None
 
 
 def _now() -> datetime:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Final
 
 import anyio
-import structlog
 
+from nous_session._logging import get_logger
 from nous_session.event import Event
 from nous_session.stores.base import (
     FollowingStore,
@@ -53,7 +53,7 @@ STORE_ENV: Final = "NOUS_SESSION_STORE"
 DEFAULT_PATH_ENV: Final = "NOUS_SESSION_HOME"
 """A directory that overrides where the default SQLite file lives."""
 
-_logger = structlog.get_logger("nous_session")
+_logger = get_logger()
 
 
 def default_path() -> Path:

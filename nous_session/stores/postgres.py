@@ -43,8 +43,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 import anyio.to_thread
-import structlog
 
+from nous_session._logging import get_logger
 from nous_session.codec import decode_rows, encode
 from nous_session.errors import (
     ConflictError,
@@ -80,7 +80,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 SCHEMA_VERSION: Final = 2
 T = TypeVar("T")
 
-_logger = structlog.get_logger("nous_session")
+_logger = get_logger("nous_session.postgres")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _APPLICATION = "nous_session"
 _LISTENER_APPLICATION = "nous_session listener"

@@ -1,0 +1,79 @@
+"""How nous_session logs: structlog events that go where the application routes them.
+
+A library is silent unless its application says otherwise. So:
+
+* If the application has configured structlog (``structlog.configure``), events go through
+  its configuration, as structured events: ``structlog.get_logger("nous_session")``.
+* Otherwise they go to the standard library's :mod:`logging`, to the logger
+  ``nous_session`` (and children), rendered as one ``key=value`` line. An application that
+  configured nothing sees at most warnings, on stderr (logging's last-resort handler), and
+  never anything on stdout; ``logging.basicConfig(level=logging.INFO)`` or a handler on the
+  ``nous_session`` logger shows more.
+
+The choice is made the first time a logger is used, not when it is made, so an application
+may configure logging after importing nous_session.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import structlog
+
+__all__ = ["get_logger", "wants_debug"]
+
+_NAME = "nous_session"
+
+
+def _stdlib(name: str) -> Any:
+    return structlog.wrap_logger(
+        logging.getLogger(name),
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.processors.format_exc_info,
+            structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),
+        ],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        context_class=dict,
+        cache_logger_on_first_use=True,
+    )
+
+
+def _resolve(name: str) -> Any:
+    if structlog.is_configured():
+        return structlog.get_logger(name)
+    return _stdlib(name)
+
+
+class _LazyLogger:
+    """A bound logger decided at first use (see the module docstring)."""
+
+    __slots__ = ("_bound", "_context", "_name")
+
+    def __init__(self, name: str, context: dict[str, Any]) -> None:
+        self._name = name
+        self._context = context
+        self._bound: Any = None
+
+    def bind(self, **context: Any) -> _LazyLogger:
+        """A logger with more context, decided at its own first use."""
+        return _LazyLogger(self._name, {**self._context, **context})
+
+    def __getattr__(self, name: str) -> Any:
+        bound = self._bound
+        if bound is None:
+            bound = self._bound = _resolve(self._name).bind(**self._context)
+        return getattr(bound, name)
+
+
+def get_logger(name: str = _NAME) -> Any:
+    """The library's logger (a structlog bound logger, decided at first use)."""
+    return _LazyLogger(name, {})
+
+
+def wants_debug() -> bool:
+    """Whether debug events would go anywhere: structlog is configured (it filters), or the
+    standard library's ``nous_session`` logger is enabled for DEBUG. Per-commit events are
+    logged only then, since rendering one costs more than the commit."""
+    return structlog.is_configured() or logging.getLogger(_NAME).isEnabledFor(logging.DEBUG)
