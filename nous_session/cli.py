@@ -1,17 +1,29 @@
-"""The ``nous-session`` command line: look inside stored sessions from the shell.
+"""The ``nous-session`` command line: look inside stored sessions, and audit and edit history.
+
+Inspecting (these open the store read-only: they create and change nothing)::
 
     nous-session [--store URL] sessions [--json]
+    nous-session [--store URL] stats SESSION [--json]
     nous-session [--store URL] events SESSION [--since SEQ] [--json]
     nous-session [--store URL] messages SESSION [--as-of SEQ] [--json]
-    nous-session [--store URL] tail SESSION [--since SEQ] [--json] [--interval SECONDS]
+    nous-session [--store URL] history SESSION [--json]
     nous-session [--store URL] export SESSION [--output FILE]
-    nous-session [--store URL] snapshot SESSION [--vacuum]
-    nous-session [--store URL] stats SESSION [--json]
+    nous-session [--store URL] tail SESSION [--since SEQ] [--json] [--interval SECONDS]
+
+Changing (each records what it does as events; nothing is overwritten)::
+
+    nous-session [--store URL] fork SESSION NEW_SESSION [--at SEQ]
+    nous-session [--store URL] rewind SESSION TO_SEQ
+    nous-session [--store URL] remove SESSION FIRST [LAST]      (surface indexes, as messages shows)
+    nous-session [--store URL] import NEW_SESSION [FILE]        (JSON lines as export writes)
+    nous-session [--store URL] snapshot SESSION [--yes] [--vacuum]
+    nous-session [--store URL] delete SESSION [--yes]
     nous-session [--store URL] demo [--turns N] [--session ID]
 
 Without ``--store`` the store is ``$NOUS_SESSION_STORE``, else the default SQLite file. Output is
 for people by default and JSON (one object per line) with ``--json``. Errors are one line on
-stderr and a non-zero exit status.
+stderr and exit status 1. Long work (export, import, snapshot) shows a progress bar on a
+terminal when ``tqdm`` is installed (the ``cli`` extra).
 """
 
 from __future__ import annotations
@@ -21,20 +33,21 @@ import logging
 import signal
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import aclosing, suppress
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import aclosing, contextmanager, suppress
 from typing import Any, TextIO, TypeVar
 
 import anyio
 import orjson
 import structlog
 
-from nous_session.codec import to_json
+from nous_session.codec import from_json, to_json
 from nous_session.errors import NousSessionError
-from nous_session.event import Event
+from nous_session.event import Event, EventType
 from nous_session.log import Log
 from nous_session.message import Message
-from nous_session.stores import Store, open_store
+from nous_session.ops import Remove, Replace, Rewind, Uncompact
+from nous_session.stores import Store, Stored, open_store
 from nous_session.stores.base import VacuumingStore, supports
 from nous_session.transcript import estimate_messages_tokens
 
@@ -52,7 +65,7 @@ class CommandError(Exception):
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nous-session",
-        description="Inspect and maintain nous_session stores.",
+        description="Inspect, audit and maintain nous_session stores.",
     )
     parser.add_argument(
         "--verbose", "-v", action="count", default=0, help="log more (-v info, -vv debug)"
@@ -80,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     messages.add_argument("--json", action="store_true", help="one JSON object per line")
 
+    history = commands.add_parser(
+        "history", help="the surface operations of a session, with their seqs and times"
+    )
+    history.add_argument("session")
+    history.add_argument("--json", action="store_true", help="one JSON object per line")
+
     tail = commands.add_parser("tail", help="follow a live session until interrupted")
     tail.add_argument("session")
     tail.add_argument("--since", type=_seq, default=None, metavar="SEQ", help="default: last 10")
@@ -92,10 +111,58 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("session")
     export.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
 
-    snapshot = commands.add_parser("snapshot", help="drop a session's shadowed events")
+    fork = commands.add_parser(
+        "fork",
+        help="make a new session whose history is this one's up to a seq",
+        description="Make NEW_SESSION a new, independent session whose history is SESSION's "
+        "up to and including --at (default: all of it). The history is shared, not copied; "
+        "the fork records its parent and fork point (see `sessions` and `history`).",
+    )
+    fork.add_argument("session")
+    fork.add_argument("new_session")
+    fork.add_argument("--at", type=_seq, default=None, metavar="SEQ", help="default: the newest")
+
+    rewind = commands.add_parser(
+        "rewind",
+        help="make the surface what it was at a seq (an event records it)",
+        description="Make SESSION's surface what it was when TO_SEQ was its newest event "
+        "(-1: empty). Nothing is deleted: a rewind event records it, the later history stays in "
+        "the log, and another rewind (to the seq just before this one) brings it back.",
+    )
+    rewind.add_argument("session")
+    rewind.add_argument("to", type=_rewind_target, metavar="TO_SEQ")
+    rewind.add_argument("--json", action="store_true", help="print the rewind event as JSON")
+
+    remove = commands.add_parser(
+        "remove",
+        help="take messages off the surface (an event records it)",
+        description="Take the messages FIRST..LAST (indexes as `messages` prints them) off "
+        "SESSION's surface. The events stay in the log; a remove event records the operation.",
+    )
+    remove.add_argument("session")
+    remove.add_argument("first", type=_seq, metavar="FIRST")
+    remove.add_argument("last", type=_seq, nargs="?", default=None, metavar="LAST")
+    remove.add_argument("--json", action="store_true", help="print the remove event as JSON")
+
+    imported = commands.add_parser(
+        "import",
+        help="load JSON lines written by export into a new session",
+        description="Load the JSON lines `export` writes (from FILE, or standard input) into "
+        "NEW_SESSION, which must not exist, then read it back and check it holds exactly "
+        "those events.",
+    )
+    imported.add_argument("new_session")
+    imported.add_argument("file", nargs="?", default=None, metavar="FILE")
+
+    snapshot = commands.add_parser("snapshot", help="drop what a session's surface no longer needs")
     snapshot.add_argument("session")
+    snapshot.add_argument("--yes", action="store_true", help="really drop them")
     snapshot.add_argument("--vacuum", action="store_true", help="then give the space back")
     snapshot.add_argument("--json", action="store_true", help="as one JSON object")
+
+    delete = commands.add_parser("delete", help="delete a session and its events")
+    delete.add_argument("session")
+    delete.add_argument("--yes", action="store_true", help="really delete it")
 
     stats = commands.add_parser("stats", help="figures about one session")
     stats.add_argument("session")
@@ -128,6 +195,7 @@ def _argument(
 _positive = _argument(float, lambda value: value > 0, "a number", "must be > 0")
 _count = _argument(int, lambda value: value >= 1, "a whole number", "must be >= 1")
 _seq = _argument(int, lambda value: value >= 0, "a seq", "a seq is >= 0")
+_rewind_target = _argument(int, lambda value: value >= -1, "a seq", "a rewind target is >= -1")
 
 
 def _emit(out: TextIO, value: Any) -> None:
@@ -140,10 +208,13 @@ def _clip(text: str, width: int = _WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _stamp(event: Event) -> str:
+    return event.time.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
 def _event_line(event: Event) -> str:
     data = orjson.dumps(event.data, default=dict).decode()
-    stamp = event.time.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    return _clip(f"{event.seq:>6}  {stamp}  {event.type:<17}  {data}", 140)
+    return _clip(f"{event.seq:>6}  {_stamp(event)}  {event.type:<17}  {data}", 140)
 
 
 def _message_json(message: Message) -> dict[str, Any]:
@@ -163,25 +234,66 @@ def _message_line(index: int, message: Message) -> str:
     return _clip(f"{index:>4}  {message.role.value:<9}  {text}")
 
 
+@contextmanager
+def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on a terminal (stderr) when tqdm is there; a no-op otherwise."""
+    if total < 1000 or not sys.stderr.isatty():
+        yield lambda _done: None
+        return
+    try:
+        from tqdm import tqdm  # the `cli` extra
+    except ImportError:
+        yield lambda _done: None
+        return
+    with tqdm(total=total, desc=what, unit="event", file=sys.stderr, leave=False) as bar:
+
+        def advance(done: int) -> None:
+            bar.update(done)
+
+        yield advance
+
+
+def _where(store: Store) -> str:
+    return str(getattr(store, "url", "the store"))
+
+
+async def _stored(store: Store, session_id: str) -> Stored:
+    stored = await store.read(session_id)
+    if not stored.count:
+        raise CommandError(f"no session {session_id!r} in {_where(store)}")
+    return stored
+
+
 async def _read(store: Store, session_id: str) -> Log:
-    events = await store.load(session_id)
-    if not events:
-        raise CommandError(f"no session {session_id!r} in {getattr(store, 'url', 'the store')}")
-    return Log.restore(events)
+    stored = await _stored(store, session_id)
+    return Log.restore(stored.events, count=stored.count, horizon=stored.horizon)
+
+
+# Inspecting ---------------------------------------------------------------------------------
 
 
 async def _sessions(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     infos = await store.sessions()
     if args.json:
         for info in infos:
-            _emit(out, {"session_id": info.session_id, "count": info.count, "held": info.held})
+            row: dict[str, Any] = {
+                "session_id": info.session_id,
+                "count": info.count,
+                "held": info.held,
+            }
+            if info.horizon:
+                row["horizon"] = info.horizon
+            if info.parent is not None:
+                row.update(parent=info.parent, fork_point=info.fork_point)
+            _emit(out, row)
         return
     if not infos:
-        out.write(f"no sessions in {getattr(store, 'url', 'the store')}\n")
+        out.write(f"no sessions in {_where(store)}\n")
         return
-    out.write(f"{'SESSION':<40} {'COUNT':>8} {'HELD':>8}\n")
+    out.write(f"{'SESSION':<40} {'COUNT':>8} {'HELD':>8}  FORKED FROM\n")
     for info in infos:
-        out.write(f"{_clip(info.session_id, 40):<40} {info.count:>8} {info.held:>8}\n")
+        lineage = "" if info.parent is None else f"  {info.parent} @ {info.fork_point}"
+        out.write(f"{_clip(info.session_id, 40):<40} {info.count:>8} {info.held:>8}{lineage}\n")
 
 
 async def _events(store: Store, args: argparse.Namespace, out: TextIO) -> None:
@@ -198,12 +310,57 @@ async def _messages(store: Store, args: argparse.Namespace, out: TextIO) -> None
     if args.as_of is not None:
         if args.as_of >= log.count:
             raise CommandError(f"--as-of {args.as_of} is past the newest seq ({log.count - 1})")
-        log = log.upto(args.as_of)
+        log = log.upto(args.as_of)  # a ValueError before the horizon: one line, exit 1
     for index, message in enumerate(log.derive_messages()):
         if args.json:
             _emit(out, _message_json(message))
         else:
             out.write(_message_line(index, message) + "\n")
+
+
+def _describe_op(event: Event) -> str:
+    op = event.op
+    if type(op) is Replace:
+        if event.type is EventType.REPLACE:
+            count = len(event.data.get("messages") or ())  # type: ignore[arg-type]
+            what = f"{count} message" + ("" if count == 1 else "s")
+        else:
+            what = f"one {event.type} message"
+        source = event.data.get("source")
+        return f"replace {op.start}..{op.stop} with {what}" + (f" ({source})" if source else "")
+    if type(op) is Remove:
+        return f"remove {op.start}..{op.stop}"
+    if type(op) is Rewind:
+        return f"rewind to seq {op.to}"
+    assert type(op) is Uncompact
+    return f"uncompact the replace at seq {op.seq}"
+
+
+async def _history(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    stored = await _stored(store, args.session)
+    operations = [event for event in stored.events if event.op is not None]
+    if args.json:
+        if stored.parent is not None or stored.horizon:
+            _emit(
+                out,
+                {
+                    "session_id": args.session,
+                    "parent": stored.parent,
+                    "fork_point": stored.fork_point,
+                    "horizon": stored.horizon,
+                },
+            )
+        for event in operations:
+            _emit(out, {**to_json(event), "operation": _describe_op(event)})
+        return
+    if stored.parent is not None:
+        out.write(f"forked from {stored.parent!r} at seq {stored.fork_point}\n")
+    if stored.horizon:
+        out.write(f"history before seq {stored.horizon - 1} was dropped by a snapshot\n")
+    if not operations:
+        out.write("no surface operations\n")
+    for event in operations:
+        out.write(f"{event.seq:>6}  {_stamp(event)}  {_describe_op(event)}\n")
 
 
 async def _tail(store: Store, args: argparse.Namespace, out: TextIO) -> None:
@@ -226,52 +383,42 @@ async def _tail(store: Store, args: argparse.Namespace, out: TextIO) -> None:
 
 async def _export(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     log = await _read(store, args.session)
+    events = log.events()
+    lines: list[bytes] = []
+    with _progress(len(events), "export") as advance:
+        for start in range(0, len(events), 1000):
+            chunk = events[start : start + 1000]
+            lines.extend(
+                orjson.dumps(to_json(event), option=orjson.OPT_APPEND_NEWLINE) for event in chunk
+            )
+            advance(len(chunk))
     if args.output:
-        lines = [orjson.dumps(to_json(e), option=orjson.OPT_APPEND_NEWLINE) for e in log.events()]
         await anyio.Path(args.output).write_bytes(b"".join(lines))
-        sys.stderr.write(f"wrote {len(log.events())} events to {args.output}\n")
+        sys.stderr.write(f"wrote {len(events)} events to {args.output}\n")
     else:
-        for event in log.events():
-            _emit(out, to_json(event))
-
-
-async def _snapshot(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    from nous_session.actor import SessionActor
-
-    before = await _read(store, args.session)
-    async with SessionActor.open(session_id=args.session, store=store) as session:
-        after = await session.snapshot()
-    dropped = len(before.events()) - len(after.events())
-    held = len(after.events())
-    if args.vacuum:
-        if not supports(store, VacuumingStore):
-            raise CommandError("this store has nothing to vacuum")
-        await store.vacuum()  # type: ignore[attr-defined]
-    if args.json:
-        _emit(
-            out, {"dropped": dropped, "held": held, "count": after.count, "vacuumed": args.vacuum}
-        )
-        return
-    out.write(f"dropped {dropped} shadowed events; {held} held, count {after.count}\n")
-    if args.vacuum:
-        out.write("vacuumed\n")
+        for line in lines:
+            out.write(line.decode())
 
 
 async def _stats(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    log = await _read(store, args.session)
+    stored = await _stored(store, args.session)
+    log = Log.restore(stored.events, count=stored.count, horizon=stored.horizon)
     events = log.events()
     surface = log.derive_messages()
-    figures = {
+    figures: dict[str, Any] = {
         "session_id": args.session,
         "count": log.count,
         "held": len(events),
+        "horizon": log.horizon,
         "shadowed": len(log.shadowed()),
         "surface_messages": len(surface),
         "surface_tokens": estimate_messages_tokens(surface),
-        "first": events[0].time.isoformat(),
-        "last": events[-1].time.isoformat(),
+        "first": events[0].time.isoformat() if events else None,
+        "last": events[-1].time.isoformat() if events else None,
         "types": dict(sorted(Counter(str(event.type) for event in events).items())),
     }
+    if stored.parent is not None:
+        figures.update(parent=stored.parent, fork_point=stored.fork_point)
     if args.json:
         _emit(out, figures)
         return
@@ -283,6 +430,148 @@ async def _stats(store: Store, args: argparse.Namespace, out: TextIO) -> None:
                 out.write(f"  {name:<18} {number}\n")
         else:
             out.write(f"{key + ':':<18} {value}\n")
+
+
+# Changing -----------------------------------------------------------------------------------
+
+
+async def _fork(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    await _stored(store, args.session)
+    async with SessionActor.open(session_id=args.session, store=store) as session:
+        at = session.log.count - 1 if args.at is None else args.at
+        await session.fork(args.new_session, at=at)
+    out.write(f"forked {args.session!r} at seq {at} into {args.new_session!r}\n")
+
+
+async def _rewind(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    await _stored(store, args.session)
+    async with SessionActor.open(session_id=args.session, store=store) as session:
+        event = await session.rewind(args.to)
+        size = len(session.messages())
+    if args.json:
+        _emit(out, to_json(event))
+        return
+    out.write(f"rewound {args.session!r} to seq {args.to} (seq {event.seq}): {size} messages\n")
+
+
+async def _remove(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    await _stored(store, args.session)
+    last = args.first if args.last is None else args.last
+    if last < args.first:
+        raise CommandError(f"LAST ({last}) is before FIRST ({args.first})")
+    async with SessionActor.open(session_id=args.session, store=store) as session:
+        surface = session.log.surface()
+        if last >= len(surface):
+            raise CommandError(
+                f"the surface has {len(surface)} messages (indexes 0..{len(surface) - 1})"
+            )
+        start, stop = surface[args.first].position, surface[last].position
+        expect = [entry.seq for entry in session.log.range(start, stop)]
+        # Only what was on screen: if another writer changed the range, nothing is removed.
+        event = await session.remove(start, stop, expect=sorted(set(expect), key=expect.index))
+    if args.json:
+        _emit(out, to_json(event))
+        return
+    out.write(f"removed messages {args.first}..{last} of {args.session!r} (seq {event.seq})\n")
+
+
+def _decode_lines(lines: Iterable[bytes], source: str) -> list[Event]:
+    events = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{source} line {number}"
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            raise CommandError(f"{where}: not JSON ({error})") from None
+        events.append(from_json(value, where=where))
+    return events
+
+
+async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    source = args.file or "standard input"
+    if args.file:
+        raw = await anyio.Path(args.file).read_bytes()
+    else:
+        raw = await anyio.to_thread.run_sync(sys.stdin.buffer.read)
+    events = _decode_lines(raw.splitlines(), source)
+    if not events:
+        raise CommandError(f"{source} holds no events")
+    try:
+        log = Log.restore(events)
+    except NousSessionError as error:
+        raise CommandError(f"{source}: {error}") from None
+    if (await store.read(args.new_session)).count:
+        raise CommandError(f"session {args.new_session!r} exists already in {_where(store)}")
+    # An export of a snapshotted session has gaps: its horizon is past the highest one.
+    held = {event.seq for event in events}
+    gaps = [seq for seq in range(log.count) if seq not in held]
+    horizon = gaps[-1] + 1 if gaps else 0
+    with _progress(len(events), "import") as advance:
+        await store.commit(
+            args.new_session,
+            expected_count=0,
+            events=events,
+            horizon=horizon or None,
+        )
+        advance(len(events))
+    back = await store.read(args.new_session)
+    if list(back.events) != events or back.count != log.count:
+        raise CommandError(
+            f"session {args.new_session!r} does not read back as {source}: the store changed it"
+        )
+    Log.restore(back.events, count=back.count, horizon=back.horizon).derive_messages()
+    out.write(f"imported {len(events)} events from {source} into {args.new_session!r}\n")
+
+
+async def _snapshot(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    before = await _read(store, args.session)
+    dropping = len(before.shadowed())
+    if not args.yes:
+        raise CommandError(
+            f"a snapshot of {args.session!r} would drop {dropping} of its"
+            f" {len(before.events())} events for good; pass --yes to drop them"
+        )
+    with _progress(3 * max(len(before.events()), 1000), "snapshot") as advance:
+        advance(len(before.events()))
+        async with SessionActor.open(session_id=args.session, store=store) as session:
+            after = await session.snapshot()
+        advance(len(before.events()))
+        if args.vacuum:
+            if not supports(store, VacuumingStore):
+                raise CommandError("this store has nothing to vacuum")
+            await store.vacuum()  # type: ignore[attr-defined]
+        advance(len(before.events()))
+    dropped = len(before.events()) - len(after.events())
+    held = len(after.events())
+    if args.json:
+        _emit(
+            out, {"dropped": dropped, "held": held, "count": after.count, "vacuumed": args.vacuum}
+        )
+        return
+    out.write(f"dropped {dropped} shadowed events; {held} held, count {after.count}\n")
+    if args.vacuum:
+        out.write("vacuumed\n")
+
+
+async def _delete(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    stored = await _stored(store, args.session)
+    if not args.yes:
+        raise CommandError(
+            f"deleting {args.session!r} drops its {len(stored.events)} events for good;"
+            " pass --yes to delete it"
+        )
+    await store.delete(args.session)
+    out.write(f"deleted {args.session!r}\n")
 
 
 async def _demo(store: Store, args: argparse.Namespace, out: TextIO) -> None:
@@ -300,34 +589,34 @@ async def _demo(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         raise CommandError("the session did not come back intact after the restart")
 
 
-_CREATES = frozenset({"demo", "tail"})  # commands that may start from an empty store
-
-_COMMANDS: dict[str, Callable[[Store, argparse.Namespace, TextIO], Awaitable[None]]] = {
+_Command = Callable[[Store, argparse.Namespace, TextIO], Awaitable[None]]
+_READING: dict[str, _Command] = {
     "sessions": _sessions,
     "events": _events,
     "messages": _messages,
+    "history": _history,
     "tail": _tail,
     "export": _export,
-    "snapshot": _snapshot,
     "stats": _stats,
+}
+_WRITING: dict[str, _Command] = {
+    "fork": _fork,
+    "rewind": _rewind,
+    "remove": _remove,
+    "import": _import,
+    "snapshot": _snapshot,
+    "delete": _delete,
     "demo": _demo,
 }
 
 
 async def _run(args: argparse.Namespace, out: TextIO) -> None:
-    store = open_store(args.store)
-    path = getattr(store, "path", None)
-    # Reading commands never create a database: a mistyped path is an error, not a new file.
-    if (
-        args.command not in _CREATES
-        and isinstance(path, str)
-        and path != ":memory:"
-        and not await anyio.Path(path).exists()
-    ):
-        await store.aclose()
-        raise CommandError(f"no store file at {path}")
+    reading = args.command in _READING
+    # Reading never writes: a read-only store creates no file and no table, and refuses a
+    # missing file or a database that is not a nous_session store.
+    store = open_store(args.store, read_only=reading)
     try:
-        await _COMMANDS[args.command](store, args, out)
+        await (_READING if reading else _WRITING)[args.command](store, args, out)
     finally:
         await store.aclose()
 
@@ -351,6 +640,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     except KeyboardInterrupt:
         return 130 if args.command != "tail" else 0
     except (CommandError, NousSessionError, ValueError, OSError, ImportError) as error:
-        sys.stderr.write(f"nous-session: error: {error}\n")
+        message = " ".join(str(error).split())  # one line, whatever the error holds
+        sys.stderr.write(f"nous-session: error: {message}\n")
         return 1
     return 0

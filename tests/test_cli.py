@@ -134,9 +134,13 @@ def test_snapshot_drops_shadowed_events_in_the_store(
     copy = tmp_path / "copy.sqlite3"
     copy.write_bytes(source.read_bytes())
     url = f"sqlite:///{copy}"
+    asked = cli("snapshot", "chat", "--vacuum", store=url, check=False)
+    assert asked.returncode == 1
+    assert "would drop 5 of its 8 events for good; pass --yes" in asked.stderr
+    assert orjson.loads(cli("stats", "chat", "--json", store=url).stdout)["held"] == 8
     assert (
         "dropped 5 shadowed events; 3 held, count 8"
-        in cli("snapshot", "chat", "--vacuum", store=url).stdout
+        in cli("snapshot", "chat", "--vacuum", "--yes", store=url).stdout
     )
     assert orjson.loads(cli("stats", "chat", "--json", store=url).stdout)["held"] == 3
 
@@ -227,3 +231,132 @@ def test_demo_runs_and_comes_back_intact(tmp_path: Path) -> None:
     assert "full history intact after the restart: yes" in result.stdout
     assert (tmp_path / "sessions.sqlite3").exists()
     assert "-m nous_session stats d" in result.stdout
+
+
+# Reading never writes (issue 9) and the audit commands (issue 10) ---------------------------
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_reading_commands_create_and_change_nothing(
+    tmp_path: Path, stored: tuple[str, Path]
+) -> None:
+    _, source = stored
+    ours = tmp_path / "ours.sqlite3"
+    ours.write_bytes(source.read_bytes())
+    foreign = tmp_path / "app.db"
+    with __import__("sqlite3").connect(foreign) as connection:
+        connection.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    before = _tree(tmp_path)
+    for args in (
+        ("sessions",),
+        ("stats", "chat"),
+        ("events", "chat"),
+        ("messages", "chat"),
+        ("history", "chat"),
+        ("export", "chat"),
+    ):
+        cli(*args, store=f"sqlite:///{ours}")
+        result = cli(*args, store=f"sqlite:///{foreign}", check=False)
+        assert result.returncode == 1
+        assert (
+            result.stderr.strip() == f"nous-session: error: {foreign} is not a nous_session store"
+        )
+    missing = tmp_path / "missing.sqlite3"
+    result = cli("tail", "chat", store=f"sqlite:///{missing}", check=False)
+    assert (result.returncode, result.stderr.strip()) == (
+        1,
+        f"nous-session: error: no store file at {missing}",
+    )
+    assert _tree(tmp_path) == before
+
+
+def test_history_lists_operations_and_lineage(tmp_path: Path) -> None:
+    path = tmp_path / "audit.sqlite3"
+    url = f"sqlite:///{path}"
+
+    async def fill() -> None:
+        async with SQLiteStore(path) as store, SessionActor.open(session_id="a", store=store) as s:
+            for index in range(4):
+                await s.add_message(Message.user(f"m{index}"))
+            await s.replace(0, 1, Message.system("summary"))
+            await s.remove(2, 2)
+            await s.rewind(4)  # back to just after the summary: the remove undone
+            await s.uncompact(4)
+
+    anyio.run(fill)
+    lines = cli("history", "a", store=url).stdout.splitlines()
+    assert [line.split(None, 3)[3] for line in lines] == [
+        "replace 0..1 with one system_message message",
+        "remove 2..2",
+        "rewind to seq 4",
+        "uncompact the replace at seq 4",
+    ]
+    assert [line.split()[0] for line in lines] == ["4", "5", "6", "7"]
+    cli("fork", "a", "b", "--at", "5", store=url)
+    assert cli("history", "b", store=url).stdout.splitlines()[0] == "forked from 'a' at seq 5"
+    rows = [orjson.loads(line) for line in cli("sessions", "--json", store=url).stdout.splitlines()]
+    assert rows[1] == {"session_id": "b", "count": 6, "held": 6, "parent": "a", "fork_point": 5}
+    assert "a @ 5" in cli("sessions", store=url).stdout.splitlines()[2]
+
+
+def test_fork_rewind_remove_import_and_delete_from_the_shell(
+    tmp_path: Path, stored: tuple[str, Path]
+) -> None:
+    _, source = stored
+    path = tmp_path / "edit.sqlite3"
+    path.write_bytes(source.read_bytes())
+    url = f"sqlite:///{path}"
+
+    def texts(session: str) -> list[str]:
+        out = cli("messages", session, "--json", store=url).stdout.splitlines()
+        return [orjson.loads(line)["content"] for line in out]
+
+    assert texts("chat") == ["be brief", "summary: Paris is 18C", "thanks"]
+    assert "forked 'chat' at seq 7 into 'copy'" in cli("fork", "chat", "copy", store=url).stdout
+    assert "removed messages 1..1" in cli("remove", "copy", "1", store=url).stdout
+    assert texts("copy") == ["be brief", "thanks"]
+    assert texts("chat") == ["be brief", "summary: Paris is 18C", "thanks"]
+    rewound = orjson.loads(cli("rewind", "copy", "3", "--json", store=url).stdout)
+    assert rewound["type"] == "rewind"
+    assert len(texts("copy")) == 4
+    exported = tmp_path / "copy.jsonl"
+    cli("export", "copy", "--output", str(exported), store=url)
+    result = cli("import", "restored", str(exported), store=url)
+    assert "imported 10 events" in result.stdout
+    assert texts("restored") == texts("copy")
+    assert cli("export", "restored", store=url).stdout.encode() == exported.read_bytes()
+    again = cli("import", "restored", str(exported), store=url, check=False)
+    assert again.returncode == 1
+    assert "exists already" in again.stderr
+    asked = cli("delete", "restored", store=url, check=False)
+    assert (asked.returncode, "pass --yes" in asked.stderr) == (1, True)
+    assert "deleted 'restored'" in cli("delete", "restored", "--yes", store=url).stdout
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"seq": 0, "type": "user_message", "time": "nope", "data": {}}\n')
+    result = cli("import", "broken", str(bad), store=url, check=False)
+    assert result.returncode == 1
+    assert "line 1: bad time 'nope'" in result.stderr
+
+
+def test_as_of_before_the_horizon_is_one_line(tmp_path: Path, stored: tuple[str, Path]) -> None:
+    _, source = stored
+    path = tmp_path / "snap.sqlite3"
+    path.write_bytes(source.read_bytes())
+    url = f"sqlite:///{path}"
+    cli("snapshot", "chat", "--yes", store=url)
+    result = cli("messages", "chat", "--as-of", "2", store=url, check=False)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "before the horizon 8" in line
+    assert len(cli("messages", "chat", "--as-of", "7", store=url).stdout.splitlines()) == 3
+
+
+@pytest.mark.parametrize("command", ["fork", "rewind", "remove", "import", "history", "delete"])
+def test_the_audit_commands_explain_themselves(command: str) -> None:
+    result = cli(command, "--help", store="memory:")
+    assert result.stdout.startswith(f"usage: nous-session {command}")

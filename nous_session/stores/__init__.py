@@ -69,7 +69,7 @@ def default_path() -> Path:
     return Path(data) / "nous_session" / "sessions.sqlite3"
 
 
-def open_store(url: str | None = None, **options: object) -> Store:
+def open_store(url: str | None = None, *, read_only: bool = False, **options: object) -> Store:
     """Make the store a URL names; nothing is opened until first use.
 
     * ``memory:`` -> :class:`MemoryStore`
@@ -79,8 +79,10 @@ def open_store(url: str | None = None, **options: object) -> Store:
       :class:`~nous_session.stores.postgres.PostgresStore` (needs the ``postgres`` extra)
 
     With no URL, ``$NOUS_SESSION_STORE`` is used when set, else the default SQLite file
-    (:func:`default_path`); which one is logged at info level. ``options`` go to the store's
-    constructor (``synchronous="NORMAL"``, ``min_size=...``).
+    (:func:`default_path`); which one is logged at info level. ``read_only=True`` opens the
+    store for inspecting only: nothing is created or changed, and a missing store is an error
+    (a memory store is empty, so it reads as such). ``options`` go to the store's constructor
+    (``synchronous="NORMAL"``, ``min_size=...``).
 
     Raises:
         ValueError: the URL's scheme is unknown, or the URL is malformed.
@@ -110,11 +112,11 @@ def open_store(url: str | None = None, **options: object) -> Store:
             )
         from nous_session.stores.sqlite import SQLiteStore
 
-        return SQLiteStore(rest[3:], **options)  # type: ignore[arg-type]
+        return SQLiteStore(rest[3:], read_only=read_only, **options)  # type: ignore[arg-type]
     if scheme in ("postgresql", "postgres"):
         from nous_session.stores.postgres import PostgresStore
 
-        return PostgresStore(url, **options)  # type: ignore[arg-type]
+        return PostgresStore(url, read_only=read_only, **options)  # type: ignore[arg-type]
     raise ValueError(
         f"unknown store URL scheme {scheme!r} in {url!r}; known: memory:, sqlite:///, postgresql://"
     )

@@ -208,7 +208,10 @@ class PostgresStore:
         schema: the PostgreSQL schema holding the tables (created if missing); a plain
             identifier. A ``schema=`` query parameter in the URL sets it too (and is not passed
             on to libpq), so a URL alone can name it: ``postgresql://host/db?schema=tenant_a``.
-        connect_timeout: seconds to wait for a connection before failing with StoreError.
+        connect_timeout: seconds to wait for a connection before failing with StoreError
+            (one bounded attempt first: an unreachable server is one clear error).
+        read_only: inspect only: nothing is created or migrated (a schema without a current
+            nous_session store is a StoreError) and the server refuses every write.
 
     Nothing connects until first use. Close with :meth:`aclose` (or ``async with``).
     """
@@ -221,6 +224,7 @@ class PostgresStore:
         max_size: int = 8,
         schema: str = "public",
         connect_timeout: float = 10.0,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
             raise ValueError(f"a PostgreSQL URL starts with postgresql://, got {url!r}")
@@ -240,6 +244,7 @@ class PostgresStore:
             )
         self.url = url
         self.schema = schema
+        self.read_only = read_only
         self._connect_timeout = connect_timeout
         self._channel = f"nous_session.{schema}"
         self._pool = ConnectionPool(
@@ -252,6 +257,7 @@ class PostgresStore:
                 "autocommit": True,
                 "application_name": _APPLICATION,
                 "connect_timeout": max(1, int(connect_timeout)),
+                **({"options": "-c default_transaction_read_only=on"} if read_only else {}),
             },
             name=f"nous_session[{schema}]",
         )
@@ -425,8 +431,11 @@ class PostgresStore:
         except psycopg.Error as error:
             raise StoreError(f"cannot connect to {self._redacted()}: {_one_line(error)}") from None
         try:
-            with _errors(f"cannot set up the schema in {self._redacted()}"):
-                self._migrate(probe)
+            if self.read_only:
+                self._check_schema(probe)
+            else:
+                with _errors(f"cannot set up the schema in {self._redacted()}"):
+                    self._migrate(probe)
         finally:
             probe.close()
         try:
@@ -434,6 +443,37 @@ class PostgresStore:
         except Exception as error:  # psycopg's or the pool's own timeout error
             raise StoreError(f"cannot connect to {self._redacted()}: {_one_line(error)}") from None
         self._opened = True
+
+    def _check_schema(self, connection: psycopg.Connection[Any]) -> None:
+        """For a read-only store: the schema must hold a current nous_session store."""
+        with _errors(f"cannot read {self._redacted()}"):
+            found = connection.execute(
+                "SELECT 1 FROM information_schema.tables"
+                " WHERE table_schema = %s AND table_name = 'nous_schema'",
+                (self.schema,),
+            ).fetchone()
+            version = (
+                connection.execute(
+                    sql.SQL("SELECT version FROM {}.nous_schema").format(
+                        sql.Identifier(self.schema)
+                    )
+                ).fetchone()
+                if found
+                else None
+            )
+        if version is None:
+            raise StoreError(
+                f"schema {self.schema!r} of {self._redacted()} is not a nous_session store"
+            )
+        if version[0] != SCHEMA_VERSION:
+            raise StoreError(
+                f"schema {self.schema!r} has version {version[0]}; this nous_session reads"
+                f" version {SCHEMA_VERSION} (open it for writing once to migrate it)"
+            )
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"the store {self._redacted()} is open read-only")
 
     def _migrate(self, connection: psycopg.Connection[Any]) -> None:
         schema = sql.Identifier(self.schema)
@@ -666,6 +706,7 @@ class PostgresStore:
                 again with the same ``commit_id`` (exactly one of the two lands).
             StoreError: the database failed; nothing was written.
         """
+        self._check_writable()
         rows = check_commit_arguments(
             session_id,
             expected_count,
@@ -750,6 +791,7 @@ class PostgresStore:
                 either until that record is repaired.
             OutcomeUnknownError, StoreError: as for :meth:`commit`.
         """
+        self._check_writable()
         rows = check_rebase_arguments(
             session_id, expected_count, events, keys=keys, commit_id=commit_id
         )
@@ -823,6 +865,7 @@ class PostgresStore:
     async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
         """A new session sharing ``session_id``'s rows up to seq ``at``: one row inserted,
         whatever the history's length (see :class:`~nous_session.stores.base.ForkingStore`)."""
+        self._check_writable()
         check_session_id(new_session_id)
         insert = sql.SQL(
             "INSERT INTO {} (name, count, horizon, parent, fork_point, shares)"
@@ -884,6 +927,7 @@ class PostgresStore:
     async def delete(self, session_id: str) -> bool:
         """Delete a session and all its events in one transaction (its forks get their own
         copy first); True when it existed."""
+        self._check_writable()
 
         def delete() -> bool:
             with (

@@ -271,6 +271,7 @@ class SQLiteStore:
     adopt: bool = attrs.field(default=False, kw_only=True)
     _connection: sqlite3.Connection | None = attrs.field(default=None, init=False)
     _identity: tuple[int, int] | None = attrs.field(default=None, init=False)
+    _immutable: bool = attrs.field(default=False, init=False)
     _limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
@@ -304,7 +305,14 @@ class SQLiteStore:
             raise StoreError(f"the store {self.url} is closed")
         if self._connection is None:
             self._connection = self._connect()
-        return function(self._connection)
+        try:
+            return function(self._connection)
+        finally:
+            if self._immutable:
+                # Opened while no writer was active: the next call looks again, so that it
+                # sees what a writer that started since has committed.
+                self._connection.close()
+                self._connection = None
 
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
@@ -322,10 +330,12 @@ class SQLiteStore:
                 check_same_thread=False,  # worker threads take turns behind the limiter
             )
         try:
+            # Before anything changes the file (even its journal mode): is it ours to use?
+            _check_ours(connection, self.path, adopt=self.adopt)
             with _errors(f"cannot open {self.path}"):
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            _migrate(connection, self.path, adopt=self.adopt)
+            _migrate(connection, self.path)
             self._identity = self._file_identity()
         except BaseException:
             connection.close()
@@ -335,9 +345,14 @@ class SQLiteStore:
     def _connect_read_only(self) -> sqlite3.Connection:
         if self.path == ":memory:" or not Path(self.path).is_file():
             raise StoreError(f"no store file at {self.path}")
+        # A WAL database read while no connection has it open would get its -wal and -shm
+        # files created (and left behind). With no -wal file there is no writer (the last
+        # connection to close removes it), so the file is read as immutable: nothing made.
+        self._immutable = not Path(f"{self.path}-wal").exists()
+        flags = "mode=ro&immutable=1" if self._immutable else "mode=ro"
         with _errors(f"cannot open {self.path}"):
             connection = sqlite3.connect(
-                f"file:{quote(os.path.abspath(self.path))}?mode=ro",
+                f"file:{quote(os.path.abspath(self.path))}?{flags}",
                 uri=True,
                 timeout=self.busy_timeout,
                 isolation_level=None,
@@ -735,17 +750,23 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
     connection.execute("COMMIT")
 
 
-def _migrate(connection: sqlite3.Connection, path: str, *, adopt: bool) -> None:
-    with _errors(f"cannot open {path} as a nous_session store"), _transaction(connection):
+def _check_ours(connection: sqlite3.Connection, path: str, *, adopt: bool) -> None:
+    """Refuse a database that holds other tables and no nous_session schema, unless
+    ``adopt``: a mistyped path must not alter another application's database."""
+    with _errors(f"cannot open {path}"):
         tables = {
             name
             for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
-        if "nous_schema" not in tables and tables - _OURS and not adopt:
-            raise StoreError(
-                f"{path} holds other tables ({', '.join(sorted(tables - _OURS)[:3])}) and no"
-                " nous_session store; refusing to add ours (pass adopt=True to share it)"
-            )
+    if "nous_schema" not in tables and tables - _OURS and not adopt:
+        raise StoreError(
+            f"{path} holds other tables ({', '.join(sorted(tables - _OURS)[:3])}) and no"
+            " nous_session store; refusing to add ours (pass adopt=True to share it)"
+        )
+
+
+def _migrate(connection: sqlite3.Connection, path: str) -> None:
+    with _errors(f"cannot open {path} as a nous_session store"), _transaction(connection):
         connection.execute("CREATE TABLE IF NOT EXISTS nous_schema (version INTEGER NOT NULL)")
         rows = connection.execute("SELECT version FROM nous_schema").fetchall()
         if len(rows) > 1:
