@@ -773,6 +773,14 @@ class SessionActor:
             first = self._landed_at[0]
             stored = list(log.since(first)[: len(events)])
             rebuilt = False
+        elif rebased.horizon != base.horizon:
+            # Another writer's snapshot dropped events this log still holds: read it all again
+            # (the batch with it) rather than extend a history that no longer is.
+            self._batches += 1
+            await self._reload(None)
+            log = self._published.log
+            stored = list(rebased.events)
+            rebuilt = True
         else:
             # Other writers' events (if any) go before ours; every caller hears the seqs its
             # events were stored at.

@@ -25,7 +25,7 @@ from faultkit import (
     terminate_backends,
 )
 
-from nous_session import StoreError
+from nous_session import ConflictError, OutcomeUnknownError, StoreError
 from nous_session.event import make_event
 
 psycopg = pytest.importorskip("psycopg")
@@ -454,29 +454,22 @@ async def stores(
 
 @needs_server
 @pytest.mark.anyio
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="lost reply is reported as failed although it landed: issue 9 item 1",
-)
-async def test_a_commit_whose_reply_is_lost_has_a_knowable_outcome(
+async def test_a_commit_whose_reply_is_lost_is_reported_as_unknown_not_failed(
     proxy: ReplyDroppingProxy, stores: tuple[PostgresStore, PostgresStore]
 ) -> None:
+    """Issue 9 item 1, at the store: a StoreError means nothing was stored, so a commit whose
+    reply was lost (it did land) must not raise one; it raises OutcomeUnknownError."""
     faulty, straight = stores
     assert list(await faulty.load("s")) == []  # connect and migrate before arming
     proxy.drop_after_write()
     event = make_event(0, "user_message", {"content": "did this land?"})
-    try:
-        await faulty.commit("s", expected_count=0, events=[event])
-        reported = "committed"
-    except StoreError:
-        reported = "failed"
-    if proxy.dropped != 1:  # not an AssertionError: a broken proxy must not pass as the xfail
+    with pytest.raises(OutcomeUnknownError, match="may or may not have landed"):
+        await faulty.commit("s", expected_count=0, events=[event], commit_id="c-1")
+    if proxy.dropped != 1:
         pytest.fail(f"the proxy dropped {proxy.dropped} replies, expected the commit's")
-    stored = [(e.seq, e.data["content"]) for e in await straight.load("s")]
-    # What the library must guarantee: the outcome it reports is the outcome. A commit that
-    # raised StoreError wrote nothing; one that returned stored its batch. Today it raises
-    # StoreError although the batch is stored.
-    assert (reported, stored) in [("failed", []), ("committed", [(0, "did this land?")])], (
-        f"commit {reported}, yet the store holds {stored}"
-    )
+    assert [(e.seq, e.data["content"]) for e in await straight.load("s")] == [(0, "did this land?")]
+    # The commit id says where it landed, and sending it again cannot land it twice.
+    assert await straight.committed("s", "c-1") == (0, 1)
+    with pytest.raises(ConflictError):
+        await faulty.commit("s", expected_count=0, events=[event], commit_id="c-1")
+    assert len(await straight.load("s")) == 1

@@ -215,12 +215,15 @@ class Rebased:
             these landed, in seq order (fewer than ``shift`` when a snapshot dropped some).
         events: the events as stored, at their new seqs.
         keys: the idempotency keys the other writers committed in between.
+        horizon: the session's horizon: when another writer's snapshot moved it, the caller's
+            copy of the history may hold events that are gone, and must be read again.
     """
 
     shift: int
     others: Sequence[Event]
     events: Sequence[Event]
     keys: Mapping[str, tuple[int, int]] = _NO_KEYS
+    horizon: int = 0
 
 
 @runtime_checkable

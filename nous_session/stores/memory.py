@@ -224,7 +224,7 @@ class MemoryStore:
             session.keys[key] = (first, size)
         if commit_id is not None:
             session.commits[commit_id] = (placed[0].seq, len(placed))
-        return Rebased(shift, others, placed, MappingProxyType(between))
+        return Rebased(shift, others, placed, MappingProxyType(between), session.horizon)
 
     async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
         """Where the commit ``commit_id`` landed, or None."""

@@ -358,20 +358,21 @@ class PostgresStore:
                 WHERE %(commit_id)s::text IS NOT NULL
                 RETURNING 1
             )
-            SELECT base, pg_notify(%(channel)s, json_build_object(
+            SELECT base, horizon, pg_notify(%(channel)s, json_build_object(
                 'session', %(name)s::text, 'head', base + %(n)s)::text) FROM moved
         """
         self._rebased = sql.SQL(
             """WITH moved AS (
                 UPDATE {sessions} SET count = count + %(n)s
-                WHERE name = %(name)s AND count >= %(expected)s RETURNING count - %(n)s AS base"""
+                WHERE name = %(name)s AND count >= %(expected)s
+                RETURNING count - %(n)s AS base, horizon"""
             + rebased
         ).format(**tables)
         self._first_rebased = sql.SQL(
             """WITH moved AS (
                 INSERT INTO {sessions} AS s (name, count) VALUES (%(name)s, %(n)s)
                 ON CONFLICT (name) DO UPDATE SET count = s.count + excluded.count
-                RETURNING s.count - %(n)s AS base"""
+                RETURNING s.count - %(n)s AS base, s.horizon"""
             + rebased
         ).format(**tables)
         # Run in the same transaction, after the row lock is taken: a new statement sees what
@@ -807,22 +808,22 @@ class PostgresStore:
         }
         statement = self._first_rebased if expected_count == 0 else self._rebased
 
-        def commit() -> tuple[int | None, list[Any], list[Any]]:
+        def commit() -> tuple[Any, list[Any], list[Any]]:
             parameters["tails"] = [_tail(event) for event in rows]
             with _commit_errors(session_id), self._pool.connection() as connection:
                 with connection.pipeline(), connection.transaction():
                     counted = connection.execute(statement, parameters)
                     others = connection.execute(self._others, parameters)
                     keyed = connection.execute(self._others_keys, parameters)
-                done = counted.fetchone()
-                return (None if done is None else done[0]), others.fetchall(), keyed.fetchall()
+                return counted.fetchone(), others.fetchall(), keyed.fetchall()
 
-        base, others, keyed = await self._run(commit)
-        if base is None:
+        done, others, keyed = await self._run(commit)
+        if done is None:
             raise ConflictError(
                 f"session {session_id!r} has a count below the expected {expected_count}"
                 " (deleted, or written by another store?); nothing was written"
             )
+        base, horizon = done[0], done[1]
         shift = base - expected_count
         try:
             between = decode_rows(others, place(session_id, f"schema {self.schema}"))
@@ -836,6 +837,7 @@ class PostgresStore:
             between,
             moved(rows, shift) if shift else rows,
             MappingProxyType({key: (seq, n) for key, seq, n in keyed}),
+            horizon,
         )
 
     async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:

@@ -585,7 +585,9 @@ class SQLiteStore:
                     keys=moved_keys(keys, shift),
                     commit_id=commit_id,
                 )
-            return Rebased(shift, others, placed, MappingProxyType(between))
+            return Rebased(
+                shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon
+            )
 
         return await self._run(commit)
 
