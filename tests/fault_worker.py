@@ -48,7 +48,9 @@ async def _diverged(session: SessionActor, probe: object) -> str | None:
 async def _keyed(session: SessionActor, name: str, index: int) -> int:
     while True:
         try:
-            event = await session.add_message(Message.user(f"{name} {index}"), key=f"{name}-{index}")
+            event = await session.add_message(
+                Message.user(f"{name} {index}"), key=f"{name}-{index}"
+            )
             return event.seq
         except (ConflictError, StoreError, OutcomeUnknownError):
             await anyio.sleep(0.01)  # the same key again: safe, whatever happened

@@ -25,7 +25,7 @@ from faultkit import (
     terminate_backends,
 )
 
-from nous_session import ConflictError, OutcomeUnknownError, StoreError
+from nous_session import ConflictError, OutcomeUnknownError
 from nous_session.event import make_event
 
 psycopg = pytest.importorskip("psycopg")
@@ -343,9 +343,10 @@ async def test_the_proxy_serves_async_tests_on_either_event_loop(
         await store.commit("s", expected_count=0, events=[make_event(0, "user_message", {})])
         assert [event.seq for event in await store.load("s")] == [0]
         assert await anyio.to_thread.run_sync(proxy.cut_all) == 1
-        with pytest.raises(StoreError):  # the pool's connection was cut
-            await store.load("s")
-        assert [event.seq for event in await store.load("s")] == [0]  # the pool reconnected
+        # The pool's connection was cut: a read tries once more on a new one (a read changes
+        # nothing, so that is safe), and succeeds.
+        assert [event.seq for event in await store.load("s")] == [0]
+        assert proxy.connections >= 2
 
 
 # terminate_backends ---------------------------------------------------------------------------
@@ -433,8 +434,7 @@ async def test_a_restart_under_a_running_store_and_a_proxy(server: PostgresServe
         async with PostgresStore(proxy.url, schema=schema, max_size=1) as store:
             await store.commit("s", expected_count=0, events=[make_event(0, "user_message", {})])
             await anyio.to_thread.run_sync(server.restart)
-            with pytest.raises(StoreError):  # the pooled connection died with the server
-                await store.load("s")
+            # The pooled connection died with the server: the read tries once more, anew.
             assert [event.seq for event in await store.load("s")] == [0]
         assert proxy.errors == []
 

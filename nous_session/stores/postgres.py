@@ -414,6 +414,18 @@ class PostgresStore:
             await anyio.to_thread.run_sync(self._open)
         return await anyio.to_thread.run_sync(function, limiter=self._limiter)
 
+    async def _read(self, function: Callable[[], T]) -> T:
+        """Run a read; once more if the pool's connection turns out to be dead (the server
+        restarted, the backend was terminated): a read changes nothing, so trying it again is
+        safe, once the pool has dropped every dead connection it holds."""
+        try:
+            return await self._run(function)
+        except StoreError as error:
+            if not isinstance(error.__cause__, psycopg.OperationalError):
+                raise
+            await anyio.to_thread.run_sync(self._pool.check)
+            return await self._run(function)
+
     def _open(self) -> None:
         with self._open_lock:  # first calls may race from several worker threads
             if not self._opened:
@@ -629,7 +641,7 @@ class PostgresStore:
                     rows = own.fetchall()
             return decode_rows(rows, place(session_id, f"schema {self.schema}"))
 
-        return await self._run(load)
+        return await self._read(load)
 
     async def read(self, session_id: str, *, since: int = 0) -> Stored:
         """The session's events from ``since`` with its count, horizon, keys and lineage, in
@@ -683,7 +695,7 @@ class PostgresStore:
                 fork_point,
             )
 
-        return await self._run(read)
+        return await self._read(read)
 
     async def commit(
         self,
@@ -862,7 +874,7 @@ class PostgresStore:
                 found = connection.execute(query, (session_id, commit_id)).fetchone()
             return None if found is None else (found[0], found[1])
 
-        return await self._run(committed)
+        return await self._read(committed)
 
     async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
         """A new session sharing ``session_id``'s rows up to seq ``at``: one row inserted,
@@ -924,7 +936,7 @@ class PostgresStore:
                     infos.append(SessionInfo(name, count, held, horizon, parent, fork_point))
             return infos
 
-        return await self._run(sessions)
+        return await self._read(sessions)
 
     async def delete(self, session_id: str) -> bool:
         """Delete a session and all its events in one transaction (its forks get their own
