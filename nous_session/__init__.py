@@ -26,6 +26,16 @@ from nous_session.errors import (
 from nous_session.event import SURFACE_TYPES, Event, EventType, Replace
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
+from nous_session.parts import (
+    ImagePart,
+    OtherPart,
+    Part,
+    ProviderPart,
+    RedactedThinkingPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+)
 from nous_session.stores import (
     MemoryStore,
     Rebased,
@@ -44,13 +54,18 @@ __all__ = [
     "CorruptRecordError",
     "Event",
     "EventType",
+    "ImagePart",
     "InvalidEventError",
     "Log",
     "MemoryStore",
     "Message",
     "NousSessionError",
+    "OtherPart",
+    "Part",
+    "ProviderPart",
     "Rebased",
     "RebasingStore",
+    "RedactedThinkingPart",
     "Replace",
     "Role",
     "SURFACE_TYPES",
@@ -62,7 +77,10 @@ __all__ = [
     "StoreError",
     "Subscription",
     "Summarizer",
+    "TextPart",
+    "ThinkingPart",
     "ToolCall",
+    "ToolCallPart",
     "Unchanged",
     "messages",
     "open_store",
