@@ -7,23 +7,27 @@ How the layers stack (imports only point down):
     stores (memory, sqlite, postgres) -- codec (orjson)
     Log (log.py)  -- Transcript (transcript.py)
     Event (event.py)
-    Message, ToolCall, messages helpers (message.py, messages.py)
+    Message, ToolCall, content parts, messages helpers (message.py, parts.py, messages.py)
+    provider formats (formats/): Message lists <-> OpenAI, Anthropic and Gemini payloads
 
 Log, Transcript, Event and Message are pure and synchronous: no I/O, no event loop.
 """
 
-from nous_session import messages, transcript
+from nous_session import formats, messages, transcript
 from nous_session.actor import SessionActor, SessionStatistics, Subscription
 from nous_session.compaction import CompactionPolicy, Summarizer
 from nous_session.errors import (
     ConflictError,
     CorruptRecordError,
+    FormatError,
     InvalidEventError,
+    LossyConversionError,
     NousSessionError,
     SessionClosedError,
     StoreError,
 )
 from nous_session.event import SURFACE_TYPES, Event, EventType, Replace
+from nous_session.formats import Conversion
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
 from nous_session.parts import (
@@ -51,12 +55,15 @@ __all__ = [
     "CompactionPolicy",
     "ConflictError",
     "ContentPart",
+    "Conversion",
     "CorruptRecordError",
     "Event",
     "EventType",
+    "FormatError",
     "ImagePart",
     "InvalidEventError",
     "Log",
+    "LossyConversionError",
     "MemoryStore",
     "Message",
     "NousSessionError",
@@ -82,6 +89,7 @@ __all__ = [
     "ToolCall",
     "ToolCallPart",
     "Unchanged",
+    "formats",
     "messages",
     "open_store",
     "transcript",
