@@ -151,7 +151,7 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
             turn = extras.get(TURN)
             if (
                 contents
-                and contents[-1]["role"] == "user"
+                and _is_user(contents[-1])
                 and ((previous is Role.TOOL and turn != "split") or turn == "join")
             ):
                 contents[-1]["parts"].append(part)
@@ -168,13 +168,17 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
                     "instructions only before the conversation"
                 )
             parts = _parts(message, notes, i)
-            if extras.get(TURN) == "join" and contents and contents[-1]["role"] == "user":
+            if extras.get(TURN) == "join" and contents and _is_user(contents[-1]):
                 contents[-1]["parts"].extend(parts)
             else:
                 contents.append(merge({"role": "user", "parts": parts}, extras))
         previous = Role.USER if role in (Role.SYSTEM, Role.DEVELOPER) and i else role
     payload["contents"] = contents
     return payload
+
+
+def _is_user(content: dict[str, Any]) -> bool:
+    return content.get("role", "user") in ("user", "function")  # no role: the user's
 
 
 def _parts(message: Message, notes: Notes, i: int) -> list[Any]:
@@ -372,13 +376,14 @@ class _Reader:
         if type(value) is str:  # the Python SDK takes a bare string too
             value = {"parts": [{"text": value}]}
         content = need_object(PROVIDER, value, where, "the system instruction")
+        read = self.parts(content, where)
         parts = tuple(
-            self.part(part, (*where, "parts", k), model=False)
-            for k, part in enumerate(self.parts(content, where))
+            self.part(part, (*where, "parts", k), model=False) for k, part in enumerate(read)
         )
         plain = Message(Role.SYSTEM, _simple(parts), created_at=self.created_at)
         default = {"parts": _parts(plain, Notes(PROVIDER), 0)}
-        return attrs.evolve(plain, provider_data=with_extras(diff(content, default), PROVIDER))
+        extras = diff(_normalised(content, read), default)
+        return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))
 
     def content(self, value: object, where: Path, out: list[Message]) -> None:
         content = need_object(PROVIDER, value, where, "a content")
@@ -390,7 +395,7 @@ class _Reader:
             text = None if calls and not content_parts else _simple(content_parts, bool(calls))
             plain = Message(Role.ASSISTANT, text, tool_calls=calls, created_at=self.created_at)
             default = {"role": "model", "parts": _parts(plain, Notes(PROVIDER), 0)}
-            extras = diff(content, default)
+            extras = diff(_normalised(content, parts), default)
             out.append(attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER)))
             return
         if role not in ("user", "function"):
@@ -528,6 +533,11 @@ def _image(part: dict[str, Any]) -> ImagePart | None:
         return ImagePart(data=data, media_type=media_type) if type(data) is str else None
     uri = source.get("fileUri")
     return ImagePart(uri, media_type=media_type) if type(uri) is str else None
+
+
+def _normalised(content: dict[str, Any], parts: list[Any]) -> dict[str, Any]:
+    """The content with its parts as read (camelCase)."""
+    return {**content, "parts": parts} if "parts" in content else content
 
 
 def _simple(parts: tuple[Part, ...], calls: bool = False) -> str | tuple[Part, ...]:

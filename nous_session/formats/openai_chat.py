@@ -84,7 +84,13 @@ def _message(message: Message, notes: Notes, i: int, ids: CallIds) -> dict[str, 
             notes.drop(i, "the error flag", f"{PROVIDER} tool messages have none")
         if message.tool_call_id is None:
             data = {"role": "function", "name": message.name or ""}
-            data["content"] = _content(message, notes, i, "function")
+            content = _content(message, notes, i, "function")
+            if isinstance(content, list):  # a function message's content is a string
+                if any(block.get("type") != "text" for block in content):
+                    notes.drop(i, "the parts other than text", "function messages hold a string")
+                texts = [block for block in content if block.get("type") == "text"]
+                content = "".join(str(block.get("text", "")) for block in texts)
+            data["content"] = content
         else:
             data = {"role": "tool", "tool_call_id": ids.result_id(i, message)}
             data["content"] = _content(message, notes, i, "tool")

@@ -156,7 +156,9 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
         return merge(block, extras)
     if isinstance(part, ImagePart) and context != "assistant":
         assert isinstance(part, ImagePart)
-        block = {"type": "input_image", "detail": part.detail or "auto"}
+        block = {"type": "input_image"}
+        if part.detail is not None or context == "input":  # required in messages only
+            block["detail"] = part.detail or "auto"
         if part.file_id is not None:
             block["file_id"] = part.file_id
         else:
