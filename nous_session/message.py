@@ -345,6 +345,18 @@ class Message:
         """A developer message: instructions from the application (OpenAI's ``developer`` role).
 
         Providers without the role get it as a system message, and say so.
+
+        Args:
+            content: the text, or content parts.
+            name: an optional participant name.
+            metadata: JSON kept with the message, never sent to a model.
+            created_at: an aware datetime (default: now).
+
+        Returns:
+            The message, with ``role`` ``Role.DEVELOPER``.
+
+        Raises:
+            ValueError: as the constructor.
         """
         return cls._build(
             Role.DEVELOPER, content, name=name, metadata=metadata, created_at=created_at

@@ -93,7 +93,14 @@ def provider_data(value: object, what: str = "provider_data") -> ProviderData:
 
 
 def provider_data_json(value: ProviderData) -> dict[str, JSON]:
-    """The JSON form of a ``provider_data`` value (a deep copy)."""
+    """The JSON form of a ``provider_data`` value (a deep copy).
+
+    Args:
+        value: a validated ``provider_data`` mapping.
+
+    Returns:
+        Plain dicts the caller owns.
+    """
     return {key: copy_json_object(entry) for key, entry in value.items()}
 
 
@@ -563,8 +570,14 @@ def stored_part(data: dict[str, Any]) -> Part:
     """The part a stored JSON object stands for (trusted: ``data`` is checked JSON, kept).
 
     Only for dicts the log validated (an object with a string ``type``; a text part has a
-    string ``text``). Typed when ``data`` is exactly a typed part's stored form, else an
-    :class:`OtherPart` over ``data`` itself.
+    string ``text``), which nothing changes afterwards: the part may share them.
+
+    Args:
+        data: the stored object.
+
+    Returns:
+        The typed part when ``data`` is exactly a typed part's stored form, else an
+        :class:`OtherPart` over ``data`` itself; either way ``part.to_json() == data``.
     """
     reader = _READERS.get(data["type"])
     if reader is not None:
