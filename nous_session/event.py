@@ -419,7 +419,8 @@ def _tool_call(call: Any) -> ToolCall:
     arguments = call.get("arguments", {})
     if type(arguments) is dict:
         arguments = MappingProxyType(arguments)
-    if len(call) <= 3:
+    size = len(call)
+    if size == 2 or (size == 3 and "arguments" in call):  # {"id", "name"[, "arguments"]}
         return ToolCall._trusted(call["id"], call["name"], arguments)
     provider_data = call.get("provider_data")
     return ToolCall._trusted(

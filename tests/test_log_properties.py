@@ -130,14 +130,15 @@ payloads = st.fixed_dictionaries(
         "metadata": st.dictionaries(st.text(max_size=3), st.integers(-5, 5), max_size=2),
         "tool_calls": st.lists(
             st.fixed_dictionaries(
-                {
-                    "id": st.text(max_size=3),
-                    "name": st.text(max_size=3),
+                {"id": st.text(max_size=3), "name": st.text(max_size=3)},
+                optional={
                     "arguments": st.one_of(
                         st.text(max_size=4),
                         st.dictionaries(st.text(max_size=2), st.booleans(), max_size=2),
                     ),
-                }
+                    "item_id": st.text(max_size=3),
+                    "status": st.sampled_from(["completed", "in_progress"]),
+                },
             ),
             max_size=2,
         ),

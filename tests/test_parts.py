@@ -357,6 +357,13 @@ def test_events_of_earlier_versions_project_as_before() -> None:
     assert message.tool_calls == (ToolCall("a", "one", {"x": 1}), ToolCall("b", "two", "{}"))
 
 
+def test_a_stored_call_keeps_its_item_fields_without_arguments() -> None:
+    data = {"tool_calls": [{"id": "c", "name": "f", "item_id": "fc_1"}]}
+    message = to_message(make_event(1, "assistant_message", data, T0))
+    assert message.tool_calls == (ToolCall("c", "f", item_id="fc_1"),)
+    assert message == Message(Role.ASSISTANT, tool_calls=data["tool_calls"], created_at=T0)
+
+
 @pytest.mark.parametrize(
     ("data", "match"),
     [
