@@ -7,27 +7,41 @@ How the layers stack (imports only point down):
     stores (memory, sqlite, postgres) -- codec (orjson)
     Log (log.py)  -- Transcript (transcript.py)
     Event (event.py)
-    Message, ToolCall, messages helpers (message.py, messages.py)
+    Message, ToolCall, content parts, messages helpers (message.py, parts.py, messages.py)
+    provider formats (formats/): Message lists <-> OpenAI, Anthropic and Gemini payloads
 
 Log, Transcript, Event and Message are pure and synchronous: no I/O, no event loop.
 """
 
-from nous_session import messages, transcript
+from nous_session import formats, messages, transcript
 from nous_session.actor import SessionActor, SessionStatistics, Subscription
 from nous_session.compaction import CompactionPolicy, Summarizer
 from nous_session.errors import (
     ConflictError,
     CorruptRecordError,
+    FormatError,
     InvalidEventError,
+    LossyConversionError,
     NousSessionError,
     OutcomeUnknownError,
     SessionClosedError,
     StoreError,
 )
 from nous_session.event import SURFACE_TYPES, Event, EventType
+from nous_session.formats import Conversion
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
 from nous_session.ops import Remove, Replace, Rewind, SurfaceOp, Uncompact
+from nous_session.parts import (
+    ImagePart,
+    OtherPart,
+    Part,
+    ProviderPart,
+    RedactedThinkingPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+)
 from nous_session.stores import (
     ForkingStore,
     MemoryStore,
@@ -46,19 +60,27 @@ __all__ = [
     "CompactionPolicy",
     "ConflictError",
     "ContentPart",
+    "Conversion",
     "CorruptRecordError",
     "Event",
     "EventType",
     "ForkingStore",
+    "FormatError",
+    "ImagePart",
     "InvalidEventError",
     "Log",
+    "LossyConversionError",
     "MemoryStore",
     "Message",
     "NousSessionError",
+    "OtherPart",
     "OutcomeStore",
     "OutcomeUnknownError",
+    "Part",
+    "ProviderPart",
     "Rebased",
     "RebasingStore",
+    "RedactedThinkingPart",
     "Remove",
     "Replace",
     "Rewind",
@@ -74,9 +96,13 @@ __all__ = [
     "Subscription",
     "Summarizer",
     "SurfaceOp",
+    "TextPart",
+    "ThinkingPart",
     "ToolCall",
+    "ToolCallPart",
     "Unchanged",
     "Uncompact",
+    "formats",
     "messages",
     "open_store",
     "transcript",

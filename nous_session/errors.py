@@ -6,6 +6,9 @@ raises on purpose::
     NousSessionError
     ├── InvalidEventError (also a ValueError)  an event, message or request was refused;
     │                                          the log or session is exactly as it was
+    ├── FormatError (also a ValueError)        a provider payload is malformed, or the
+    │   │                                      provider is unknown (nous_session.formats)
+    │   └── LossyConversionError               a strict conversion would drop something
     ├── SessionClosedError                     the session no longer takes requests
     ├── OutcomeUnknownError                    a commit may or may not have landed (the
     │                                          store could not be asked); retry with the
@@ -22,7 +25,9 @@ from __future__ import annotations
 __all__ = [
     "ConflictError",
     "CorruptRecordError",
+    "FormatError",
     "InvalidEventError",
+    "LossyConversionError",
     "NousSessionError",
     "OutcomeUnknownError",
     "SessionClosedError",
@@ -41,6 +46,28 @@ class InvalidEventError(NousSessionError, ValueError):
     ``event 7 (user_message): data["metadata"]["tags"][1]: bytes is not JSON``.
     Whatever raised it left the log or session unchanged.
     """
+
+
+class FormatError(NousSessionError, ValueError):
+    """A provider payload is malformed, or a conversion names an unknown provider.
+
+    The message names the provider and where the problem is, for example
+    ``anthropic payload: messages[2]["content"][0]: a tool_use block needs a string "id"``.
+    """
+
+
+class LossyConversionError(FormatError):
+    """A strict conversion (``to_provider(..., strict=True)``) would have dropped something.
+
+    Attributes:
+        dropped: the notes saying what could not be carried, one per item.
+    """
+
+    def __init__(self, provider: str, dropped: tuple[str, ...]) -> None:
+        lines = "".join(f"\n  {note}" for note in dropped)
+        super().__init__(f"converting to {provider} would lose {len(dropped)} item(s):{lines}")
+        self.provider = provider
+        self.dropped = dropped
 
 
 class SessionClosedError(NousSessionError):

@@ -20,7 +20,7 @@ import attrs
 
 from nous_session._json import JSON, NotJSONError, check_text, copy_json
 from nous_session.errors import InvalidEventError
-from nous_session.message import Message, Role, ToolCall, utc_datetime
+from nous_session.message import Message, Role, ToolCall, _trusted_message, utc_datetime
 from nous_session.ops import (
     OP_KEY,
     OpError,
@@ -31,6 +31,7 @@ from nous_session.ops import (
     Uncompact,
     parse_op,
 )
+from nous_session.parts import stored_part
 
 __all__ = [
     "OPERATION_TYPES",
@@ -58,6 +59,7 @@ class EventType(enum.StrEnum):
     USER_MESSAGE = "user_message"
     ASSISTANT_MESSAGE = "assistant_message"
     TOOL_RESULT = "tool_result"
+    DEVELOPER_MESSAGE = "developer_message"
     # Bookkeeping types: recorded, never shown to the model.
     TOOL_CALL = "tool_call"
     TURN_START = "turn_start"
@@ -78,6 +80,7 @@ SURFACE_TYPES: Final = (
     EventType.USER_MESSAGE,
     EventType.ASSISTANT_MESSAGE,
     EventType.TOOL_RESULT,
+    EventType.DEVELOPER_MESSAGE,
 )
 """The event types that project into messages, in this order."""
 
@@ -108,6 +111,7 @@ _ROLE_OF: Final = {
     EventType.USER_MESSAGE: Role.USER,
     EventType.ASSISTANT_MESSAGE: Role.ASSISTANT,
     EventType.TOOL_RESULT: Role.TOOL,
+    EventType.DEVELOPER_MESSAGE: Role.DEVELOPER,
 }
 _TYPE_OF: Final = {role: event_type for event_type, role in _ROLE_OF.items()}
 _TYPE_BY_ROLE_NAME: Final = {role.value: event_type for role, event_type in _TYPE_OF.items()}
@@ -198,6 +202,16 @@ def _check_surface_fields(data: dict[str, JSON]) -> None:
     metadata = data.get("metadata")
     if metadata is not None and type(metadata) is not dict:
         raise _Refusal('data["metadata"] must be an object or null')
+    is_error = data.get("is_error")
+    if is_error is not None and type(is_error) is not bool:
+        raise _Refusal('data["is_error"] must be a bool or null')
+    provider_data = data.get("provider_data")
+    if provider_data is not None:
+        if type(provider_data) is not dict:
+            raise _Refusal('data["provider_data"] must be an object or null')
+        for key, entry in provider_data.items():
+            if type(entry) is not dict:
+                raise _Refusal(f'data["provider_data"]["{key}"] must be an object')
 
 
 def _copy_item(copy: dict[str, JSON], key: object, value: object) -> None:
@@ -513,8 +527,11 @@ def to_message(event: Event) -> Message:
     """Project a surface event into its Message, field by field.
 
     The role comes from the type; ``content``, ``reasoning_content``, ``tool_calls``,
-    ``tool_call_id``, ``name`` and ``metadata`` from the data keys of the same names (missing
-    keys give the defaults); ``created_at`` is the event's time. Other keys never reach the
+    ``tool_call_id``, ``name``, ``metadata``, ``is_error`` and ``provider_data`` from the data
+    keys of the same names (missing keys give the defaults); ``created_at`` is the event's time.
+    Content parts become the typed parts of :mod:`nous_session.parts` whose stored form they
+    are exactly, and :class:`~nous_session.parts.OtherPart` otherwise, so the content written by
+    earlier versions (plain part objects) projects as it did. Other keys never reach the
     message.
 
     Raises:
@@ -528,23 +545,34 @@ def to_message(event: Event) -> Message:
     # are read-only views of the log's own data, which nothing mutates.
     data = event.data
     content: Any = data.get("content")
+    if len(data) == 1 and type(content) is str:  # the common {"content": str}
+        return _trusted_message(
+            role, content, None, (), None, None, _NO_METADATA, event.time, False, _NO_METADATA
+        )
     if type(content) is list:
-        content = tuple(MappingProxyType(part) for part in content)
+        content = tuple(stored_part(part) for part in content)
     calls = data.get("tool_calls")
     metadata = data.get("metadata")
-    return Message._trusted(
+    provider_data: Any = data.get("provider_data")
+    return _trusted_message(
         role,
         content,
-        data.get("reasoning_content"),  # type: ignore[arg-type]
+        data.get("reasoning_content"),
         tuple(_tool_call(call) for call in calls) if calls else (),  # type: ignore[union-attr]
-        data.get("tool_call_id"),  # type: ignore[arg-type]
-        data.get("name"),  # type: ignore[arg-type]
+        data.get("tool_call_id"),
+        data.get("name"),
         MappingProxyType(metadata) if metadata else _NO_METADATA,  # type: ignore[arg-type]
         event.time,
+        data.get("is_error") is True,
+        _read_only_provider_data(provider_data) if provider_data else _NO_METADATA,
     )
 
 
-_NO_METADATA: Final[Mapping[str, JSON]] = MappingProxyType({})
+_NO_METADATA: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+def _read_only_provider_data(value: dict[str, dict[str, JSON]]) -> Mapping[str, Any]:
+    return MappingProxyType({key: MappingProxyType(entry) for key, entry in value.items()})
 
 
 def _tool_call(call: Any) -> ToolCall:
@@ -553,4 +581,15 @@ def _tool_call(call: Any) -> ToolCall:
     arguments = call.get("arguments", {})
     if type(arguments) is dict:
         arguments = MappingProxyType(arguments)
-    return ToolCall._trusted(call["id"], call["name"], arguments)
+    size = len(call)
+    if size == 2 or (size == 3 and "arguments" in call):  # {"id", "name"[, "arguments"]}
+        return ToolCall._trusted(call["id"], call["name"], arguments)
+    provider_data = call.get("provider_data")
+    return ToolCall._trusted(
+        call["id"],
+        call["name"],
+        arguments,
+        call.get("item_id"),
+        call.get("status"),
+        _read_only_provider_data(provider_data) if provider_data else _NO_METADATA,
+    )

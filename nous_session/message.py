@@ -1,38 +1,56 @@
 """Messages: what the model sees, one frozen value per turn.
 
 A :class:`Message` is a plain value with no behaviour beyond a few read-only properties. The
-builders (:meth:`Message.system`, :meth:`Message.user`, :meth:`Message.assistant`,
-:meth:`Message.tool`) are the usual way to make one. Nothing here checks how fields combine (a
-user message may carry tool calls): the log must be able to project any valid event, so the
-message type does not second-guess it.
+builders (:meth:`Message.system`, :meth:`Message.developer`, :meth:`Message.user`,
+:meth:`Message.assistant`, :meth:`Message.tool`) are the usual way to make one. Nothing here
+checks how fields combine (a user message may carry tool calls): the log must be able to project
+any valid event, so the message type does not second-guess it.
+
+Content is a string, None, or an ordered tuple of typed parts (see :mod:`nous_session.parts`):
+text, images, thinking (with the provider's signature), references placing a tool call among
+them, a provider's own block kept verbatim, and :class:`~nous_session.parts.OtherPart` for any
+other JSON object. Every part is also a read-only mapping of its JSON form, so code written for
+the plain ``{"type": "text", "text": ...}`` mappings of earlier versions keeps working, and
+such mappings are still accepted wherever parts are.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import attrs
 import orjson
 
-from nous_session._json import JSON, NotJSONError, copy_json, copy_json_object
+from nous_session._json import JSON, NotJSONError, copy_json_object
+from nous_session.parts import (
+    OtherPart,
+    Part,
+    ProviderData,
+    TextPart,
+    as_part,
+    provider_data,
+    provider_data_json,
+)
 
 __all__ = ["ContentPart", "Message", "Role", "ToolCall", "utc_datetime"]
 
 ContentPart: TypeAlias = Mapping[str, JSON]
-"""One part of a multi-part content: ``{"type": "text", "text": ...}``,
-``{"type": "image_url", "url": ...}``, or any other JSON object with a string ``type``."""
+"""One part of a multi-part content, as accepted: a typed part (:mod:`nous_session.parts`,
+each also a mapping of its JSON form) or a plain JSON object with a string ``type`` such as
+``{"type": "text", "text": ...}``, which is read into the typed part it stands for."""
 
-_EMPTY: Mapping[str, JSON] = MappingProxyType({})
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 class Role(enum.StrEnum):
     """Who a message is from. A ``str`` enum: ``Role.USER == "user"``."""
 
     SYSTEM = "system"
+    DEVELOPER = "developer"
     USER = "user"
     ASSISTANT = "assistant"
     TOOL = "tool"
@@ -86,23 +104,49 @@ def _arguments(value: object) -> Mapping[str, JSON] | str:
     return _read_only_json_object(value, "tool call arguments")
 
 
+def _call_provider_data(value: object) -> ProviderData:
+    return provider_data(value, "ToolCall.provider_data")
+
+
 @attrs.frozen(unsafe_hash=False)  # holds read-only mappings, which cannot hash
 class ToolCall:
     """A function call the model asked for.
 
     ``arguments`` is kept as given: a mapping (stored as a read-only JSON copy) or a JSON string
-    (not parsed).
+    (not parsed). OpenAI sends a string, Anthropic and Gemini an object; the converters of
+    :mod:`nous_session.formats` translate between the two.
+
+    Attributes:
+        id: the call id the result refers to (OpenAI ``call_id``, Anthropic ``tool_use.id``,
+            Gemini ``functionCall.id``; ``""`` when the provider gave none).
+        name: the function's name.
+        arguments: a read-only JSON object, or a string as the model wrote it.
+        item_id: the provider's id of the item carrying the call (OpenAI Responses
+            ``function_call.id``, ``fc_...``), or None.
+        status: the provider's status of that item (``"completed"``...), or None.
+        provider_data: per provider, the call's fields with no neutral equivalent (see
+            :mod:`nous_session.parts`).
     """
 
     id: str = attrs.field(validator=attrs.validators.instance_of(str))
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
     arguments: Mapping[str, JSON] | str = attrs.field(factory=dict, converter=_arguments)
+    item_id: str | None = attrs.field(
+        default=None, validator=_optional_str("ToolCall.item_id"), kw_only=True
+    )
+    status: str | None = attrs.field(
+        default=None, validator=_optional_str("ToolCall.status"), kw_only=True
+    )
+    provider_data: ProviderData = attrs.field(
+        default=_EMPTY, converter=_call_provider_data, kw_only=True
+    )
 
     @classmethod
     def coerce(cls, obj: object) -> ToolCall:
         """Make a ToolCall from a ToolCall, a flat mapping, or OpenAI's nested form.
 
-        Accepted: ``ToolCall(...)``; ``{"id", "name", "arguments"}``; and
+        Accepted: ``ToolCall(...)``; ``{"id", "name", "arguments"}`` (optionally with
+        ``item_id``, ``status`` and ``provider_data``, the form the log stores); and
         ``{"id", "type": "function", "function": {"name", "arguments"}}``. A missing
         ``arguments`` means ``{}``.
 
@@ -129,29 +173,59 @@ class ToolCall:
         ident, name = obj["id"], source["name"]
         if not isinstance(ident, str) or not isinstance(name, str):
             raise ValueError(f"a tool call's id and name must be strings: {dict(obj)!r}")
+        if source is obj and ("item_id" in obj or "status" in obj or "provider_data" in obj):
+            return cls(
+                ident,
+                name,
+                obj.get("arguments", {}),
+                item_id=obj.get("item_id"),
+                status=obj.get("status"),
+                provider_data=obj.get("provider_data"),
+            )
         return cls(ident, name, source.get("arguments", {}))
 
     @classmethod
-    def _trusted(cls, ident: str, name: str, arguments: Mapping[str, JSON] | str) -> ToolCall:
+    def _trusted(
+        cls,
+        ident: str,
+        name: str,
+        arguments: Mapping[str, JSON] | str,
+        item_id: str | None = None,
+        status: str | None = None,
+        provider_data: ProviderData = _EMPTY,
+    ) -> ToolCall:
         """Build without checks or copies, from fields the log has already validated."""
         call = object.__new__(cls)
         _set = object.__setattr__
         _set(call, "id", ident)
         _set(call, "name", name)
         _set(call, "arguments", arguments)
+        _set(call, "item_id", item_id)
+        _set(call, "status", status)
+        _set(call, "provider_data", provider_data)
         return call
 
     def to_json(self) -> dict[str, JSON]:
-        """The flat ``{"id", "name", "arguments"}`` form, as the log stores it."""
+        """The flat ``{"id", "name", "arguments"}`` form, as the log stores it.
+
+        ``item_id``, ``status`` and ``provider_data`` are added only when set.
+        """
         arguments = self.arguments
-        return {
+        data: dict[str, JSON] = {
             "id": self.id,
             "name": self.name,
             "arguments": arguments if isinstance(arguments, str) else copy_json_object(arguments),
         }
+        if self.item_id is not None:
+            data["item_id"] = self.item_id
+        if self.status is not None:
+            data["status"] = self.status
+        if self.provider_data:
+            data["provider_data"] = provider_data_json(self.provider_data)
+        return data
 
 
-def _content(value: object) -> str | tuple[ContentPart, ...] | None:
+def _content(value: object) -> str | tuple[Part, ...] | None:
     if value is None or type(value) is str:
         return value
     if isinstance(value, str):
@@ -161,17 +235,7 @@ def _content(value: object) -> str | tuple[ContentPart, ...] | None:
             "content must be a string, None, or a list of content parts, "
             f"not {type(value).__name__}"
         )
-    parts = []
-    for index, part in enumerate(value):
-        what = f"content[{index}]"
-        frozen = _read_only_json_object(part, what)
-        kind = frozen.get("type")
-        if not isinstance(kind, str):
-            raise ValueError(f'{what} needs a string "type"')
-        if kind == "text" and not isinstance(frozen.get("text"), str):
-            raise ValueError(f'{what} is a text part without a string "text"')
-        parts.append(frozen)
-    return tuple(parts)
+    return tuple(as_part(part, f"content[{index}]") for index, part in enumerate(value))
 
 
 def _tool_calls(value: object) -> tuple[ToolCall, ...]:
@@ -206,14 +270,40 @@ def _created_at(value: object) -> datetime:
     return utc_datetime(value, "created_at")
 
 
+def _is_error(_instance: object, _attribute: object, value: object) -> None:
+    if type(value) is not bool:
+        raise ValueError(f"is_error must be a bool, not {type(value).__name__}")
+
+
+def _message_provider_data(value: object) -> ProviderData:
+    return provider_data(value, "provider_data")
+
+
+def _is_part_sequence(value: object) -> bool:
+    return (
+        isinstance(value, list | tuple)
+        and bool(value)
+        and all(isinstance(item, _PART_CLASSES) for item in value)
+    )
+
+
+_PART_CLASSES: tuple[type, ...] = Part.__args__
+
+
 @attrs.frozen(unsafe_hash=False)  # holds read-only mappings, which cannot hash
 class Message:
     """One message of a conversation, as the model sees it.
 
     Prefer the builders. ``content`` is a string, None, or a tuple of content parts (a list is
-    accepted and stored as a tuple); ``tool_calls`` entries go through :meth:`ToolCall.coerce`;
-    ``metadata`` must be JSON and is copied into a read-only mapping; ``created_at`` is an
-    aware datetime stored in UTC (default: now).
+    accepted and stored as a tuple; plain mappings are read with
+    :func:`~nous_session.parts.as_part`); ``tool_calls`` entries go through
+    :meth:`ToolCall.coerce`; ``metadata`` must be JSON and is copied into a read-only mapping;
+    ``created_at`` is an aware datetime stored in UTC (default: now).
+
+    ``is_error`` marks a tool result that reports a failure (Anthropic's ``is_error``).
+    ``provider_data`` holds, per provider, the message's fields that have no neutral equivalent,
+    as :mod:`nous_session.formats` needs them to give back a provider's exact form. Neither
+    ``metadata`` nor ``created_at`` is sent to a model.
 
     Raises:
         ValueError: a field has the wrong type, an unknown role, non-JSON metadata, or a naive
@@ -221,7 +311,7 @@ class Message:
     """
 
     role: Role = attrs.field(converter=_role)
-    content: str | tuple[ContentPart, ...] | None = attrs.field(default=None, converter=_content)
+    content: str | tuple[Part, ...] | None = attrs.field(default=None, converter=_content)
     reasoning_content: str | None = attrs.field(
         default=None, validator=_optional_str("reasoning_content")
     )
@@ -230,6 +320,10 @@ class Message:
     name: str | None = attrs.field(default=None, validator=_optional_str("name"))
     metadata: Mapping[str, JSON] = attrs.field(default=_EMPTY, converter=_metadata)
     created_at: datetime = attrs.field(factory=_now, converter=_created_at)
+    is_error: bool = attrs.field(default=False, validator=_is_error, kw_only=True)
+    provider_data: ProviderData = attrs.field(
+        default=_EMPTY, converter=_message_provider_data, kw_only=True
+    )
 
     # Builders -------------------------------------------------------------------------------
 
@@ -246,6 +340,35 @@ class Message:
         return cls._build(Role.SYSTEM, content, name=name, metadata=metadata, created_at=created_at)
 
     @classmethod
+    def developer(
+        cls,
+        content: str | Iterable[ContentPart] | None,
+        *,
+        name: str | None = None,
+        metadata: Mapping[str, JSON] | None = None,
+        created_at: datetime | None = None,
+    ) -> Message:
+        """A developer message: instructions from the application (OpenAI's ``developer`` role).
+
+        Providers without the role get it as a system message, and say so.
+
+        Args:
+            content: the text, or content parts.
+            name: an optional participant name.
+            metadata: JSON kept with the message, never sent to a model.
+            created_at: an aware datetime (default: now).
+
+        Returns:
+            The message, with ``role`` ``Role.DEVELOPER``.
+
+        Raises:
+            ValueError: as the constructor.
+        """
+        return cls._build(
+            Role.DEVELOPER, content, name=name, metadata=metadata, created_at=created_at
+        )
+
+    @classmethod
     def user(
         cls,
         content: str | Iterable[ContentPart] | None,
@@ -255,6 +378,23 @@ class Message:
         created_at: datetime | None = None,
     ) -> Message:
         """A user message."""
+        if (
+            type(content) is str
+            and name is None
+            and metadata is None
+            and (created_at is None or (type(created_at) is datetime and created_at.tzinfo is UTC))
+        ):
+            # The common case, with nothing to check or copy: build the value directly.
+            return _trusted_message(
+                Role.USER,
+                content,
+                None,
+                (),
+                None,
+                None,
+                _EMPTY,
+                _now() if created_at is None else created_at,
+            )
         return cls._build(Role.USER, content, name=name, metadata=metadata, created_at=created_at)
 
     @classmethod
@@ -286,17 +426,23 @@ class Message:
         result: object,
         *,
         name: str | None = None,
+        is_error: bool = False,
         metadata: Mapping[str, JSON] | None = None,
         created_at: datetime | None = None,
     ) -> Message:
         """The result of the tool call ``tool_call_id``.
 
-        A string result is kept as is; anything else is encoded as compact UTF-8 JSON.
+        A string result is kept as is; a non-empty list of content parts
+        (:mod:`nous_session.parts` instances, such as text and images) becomes the content;
+        anything else is encoded as compact UTF-8 JSON. ``name`` is the function's name (Gemini
+        needs it); ``is_error`` marks a failed call.
 
         Raises:
             ValueError: ``result`` cannot be encoded as JSON.
         """
-        if not isinstance(result, str):
+        if _is_part_sequence(result):
+            result = list(result)  # type: ignore[call-overload]
+        elif not isinstance(result, str):
             try:
                 result = orjson.dumps(result).decode()
             except TypeError as e:
@@ -306,6 +452,7 @@ class Message:
             result,
             tool_call_id=tool_call_id,
             name=name,
+            is_error=is_error,
             metadata=metadata,
             created_at=created_at,
         )
@@ -331,46 +478,75 @@ class Message:
     def _trusted(
         cls,
         role: Role,
-        content: str | tuple[ContentPart, ...] | None,
+        content: str | tuple[Part, ...] | None,
         reasoning_content: str | None,
         tool_calls: tuple[ToolCall, ...],
         tool_call_id: str | None,
         name: str | None,
         metadata: Mapping[str, JSON],
         created_at: datetime,
+        is_error: bool = False,
+        provider_data: ProviderData = _EMPTY,
     ) -> Message:
         """Build without checks or copies, from fields the log has already validated.
 
         Only for the projection of a logged event (``event.to_message``): every argument
         must already have the type and form the constructor would give it.
         """
-        message = object.__new__(cls)
-        _set = object.__setattr__
-        _set(message, "role", role)
-        _set(message, "content", content)
-        _set(message, "reasoning_content", reasoning_content)
-        _set(message, "tool_calls", tool_calls)
-        _set(message, "tool_call_id", tool_call_id)
-        _set(message, "name", name)
-        _set(message, "metadata", metadata)
-        _set(message, "created_at", created_at)
-        return message
+        if cls is not Message:
+            message = object.__new__(cls)
+            for name_, value in zip(
+                _MESSAGE_SLOTS,
+                (
+                    role,
+                    content,
+                    reasoning_content,
+                    tool_calls,
+                    tool_call_id,
+                    name,
+                    metadata,
+                    created_at,
+                    is_error,
+                    provider_data,
+                ),
+                strict=True,
+            ):
+                object.__setattr__(message, name_, value)
+            return message
+        return _trusted_message(
+            role,
+            content,
+            reasoning_content,
+            tool_calls,
+            tool_call_id,
+            name,
+            metadata,
+            created_at,
+            is_error,
+            provider_data,
+        )
 
     # Properties ----------------------------------------------------------------------------
 
     @property
     def text(self) -> str:
-        """The text: string content as is, text parts joined with ``""``, ``""`` for None."""
+        """The text: string content as is, text parts joined with ``""``, ``""`` for None.
+
+        Text parts are the :class:`~nous_session.parts.TextPart` ones and any
+        :class:`~nous_session.parts.OtherPart` of type ``"text"``; thinking is not text.
+        """
         content = self.content
         if content is None:
             return ""
         if isinstance(content, str):
             return content
-        return "".join(
-            part["text"]  # type: ignore[misc]
-            for part in content
-            if part.get("type") == "text"
-        )
+        texts: list[str] = []
+        for part in content:
+            if type(part) is TextPart:
+                texts.append(part.text)
+            elif type(part) is OtherPart and part.data.get("type") == "text":
+                texts.append(part.data["text"])  # type: ignore[arg-type]
+        return "".join(texts)
 
     @property
     def is_system(self) -> bool:
@@ -393,7 +569,7 @@ class Message:
         content = self.content
         if content is not None:
             data["content"] = (
-                content if isinstance(content, str) else [copy_json(part) for part in content]
+                content if isinstance(content, str) else [part.to_json() for part in content]
             )
         if self.reasoning_content is not None:
             data["reasoning_content"] = self.reasoning_content
@@ -405,4 +581,71 @@ class Message:
             data["name"] = self.name
         if self.metadata:
             data["metadata"] = copy_json_object(self.metadata)
+        if self.is_error:
+            data["is_error"] = True
+        if self.provider_data:
+            data["provider_data"] = provider_data_json(self.provider_data)
         return data
+
+
+_MESSAGE_SLOTS: Final = (
+    "role",
+    "content",
+    "reasoning_content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "metadata",
+    "created_at",
+    "is_error",
+    "provider_data",
+)
+
+
+def _make_trusted_message() -> Callable[..., Message]:
+    # The slots' own descriptors set a frozen value's fields faster than object.__setattr__,
+    # and closure cells are the fastest way to reach them. This is the projection's hot path.
+    new = object.__new__
+    (
+        set_role,
+        set_content,
+        set_reasoning,
+        set_calls,
+        set_call_id,
+        set_name,
+        set_metadata,
+        set_created_at,
+        set_is_error,
+        set_provider_data,
+    ) = (getattr(Message, slot).__set__ for slot in _MESSAGE_SLOTS)
+
+    def trusted(
+        role: Role,
+        content: str | tuple[Part, ...] | None,
+        reasoning_content: str | None,
+        tool_calls: tuple[ToolCall, ...],
+        tool_call_id: str | None,
+        name: str | None,
+        metadata: Mapping[str, JSON],
+        created_at: datetime,
+        is_error: bool = False,
+        provider_data: ProviderData = _EMPTY,
+    ) -> Message:
+        message: Message = new(Message)
+        set_role(message, role)
+        set_content(message, content)
+        set_reasoning(message, reasoning_content)
+        set_calls(message, tool_calls)
+        set_call_id(message, tool_call_id)
+        set_name(message, name)
+        set_metadata(message, metadata)
+        set_created_at(message, created_at)
+        set_is_error(message, is_error)
+        set_provider_data(message, provider_data)
+        return message
+
+    return trusted
+
+
+_trusted_message = _make_trusted_message()
+"""``Message._trusted`` for the Message class itself: no checks, no copies."""

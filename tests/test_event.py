@@ -61,6 +61,7 @@ def test_event_type_values() -> None:
         "USER_MESSAGE": "user_message",
         "ASSISTANT_MESSAGE": "assistant_message",
         "TOOL_RESULT": "tool_result",
+        "DEVELOPER_MESSAGE": "developer_message",
         "TOOL_CALL": "tool_call",
         "TURN_START": "turn_start",
         "TURN_END": "turn_end",
@@ -86,6 +87,7 @@ def test_surface_types_in_order() -> None:
         EventType.USER_MESSAGE,
         EventType.ASSISTANT_MESSAGE,
         EventType.TOOL_RESULT,
+        EventType.DEVELOPER_MESSAGE,
     ]
     assert set(EventType) - set(SURFACE_TYPES) == set(BOOKKEEPING_TYPES) | set(OPERATION_TYPES)
 

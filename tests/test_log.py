@@ -243,6 +243,7 @@ def test_all_bookkeeping_types_together_never_reach_the_surface() -> None:
         Role.USER,
         Role.ASSISTANT,
         Role.TOOL,
+        Role.DEVELOPER,
     ]
 
 

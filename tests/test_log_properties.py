@@ -28,13 +28,20 @@ from hypothesis.stateful import (
 
 from nous_session import Event, EventType, InvalidEventError, Log, Message, Role
 
-SURFACE = ["system_message", "user_message", "assistant_message", "tool_result"]
+SURFACE = [
+    "system_message",
+    "user_message",
+    "assistant_message",
+    "tool_result",
+    "developer_message",
+]
 BOOKKEEPING = ["tool_call", "turn_start", "turn_end", "step_start", "step_end", "request_header"]
 ROLE = {
     "system_message": Role.SYSTEM,
     "user_message": Role.USER,
     "assistant_message": Role.ASSISTANT,
     "tool_result": Role.TOOL,
+    "developer_message": Role.DEVELOPER,
 }
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -86,6 +93,8 @@ def naive_message(event: tuple[int, str, dict[str, Any], datetime]) -> Message:
         name=data.get("name"),
         metadata=data.get("metadata") or {},
         created_at=time,
+        is_error=data.get("is_error") is True,
+        provider_data=data.get("provider_data"),
     )
 
 
@@ -100,8 +109,16 @@ contents = st.one_of(
         st.one_of(
             st.builds(lambda t: {"type": "text", "text": t}, st.text(max_size=5)),
             st.builds(lambda u: {"type": "image_url", "url": u}, st.text(max_size=5)),
+            # The typed parts' stored forms, and near misses of them.
+            st.builds(
+                lambda t: {"type": "thinking", "text": t, "signature": "s"}, st.text(max_size=3)
+            ),
+            st.builds(lambda n: {"type": "tool_call", "index": n}, st.integers(-1, 2)),
+            st.builds(lambda u: {"type": "image", "url": u, "detail": "low"}, st.text(max_size=3)),
+            st.just({"type": "provider", "provider": "anthropic", "data": {"type": "document"}}),
+            st.just({"type": "text", "text": "t", "provider_data": {"gemini": {"x": 1}}}),
         ),
-        max_size=2,
+        max_size=3,
     ),
 )
 payloads = st.fixed_dictionaries(
@@ -113,18 +130,25 @@ payloads = st.fixed_dictionaries(
         "metadata": st.dictionaries(st.text(max_size=3), st.integers(-5, 5), max_size=2),
         "tool_calls": st.lists(
             st.fixed_dictionaries(
-                {
-                    "id": st.text(max_size=3),
-                    "name": st.text(max_size=3),
+                {"id": st.text(max_size=3), "name": st.text(max_size=3)},
+                optional={
                     "arguments": st.one_of(
                         st.text(max_size=4),
                         st.dictionaries(st.text(max_size=2), st.booleans(), max_size=2),
                     ),
-                }
+                    "item_id": st.text(max_size=3),
+                    "status": st.sampled_from(["completed", "in_progress"]),
+                },
             ),
             max_size=2,
         ),
         "source": st.sampled_from(["model", "user", "compaction"]),
+        "is_error": st.booleans(),
+        "provider_data": st.dictionaries(
+            st.sampled_from(["anthropic", "gemini"]),
+            st.dictionaries(st.text(max_size=3), st.integers(-5, 5), max_size=2),
+            max_size=2,
+        ),
     },
 )
 

@@ -19,7 +19,7 @@ from nous_session.message import Message, Role, ToolCall
 
 T0 = datetime(2024, 5, 17, 9, 30, 15, 123456, tzinfo=UTC)
 
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 # Fields and defaults -----------------------------------------------------------------------

@@ -99,13 +99,13 @@ def test_find_by_role_does_not_mutate() -> None:
 
 def test_count_by_role_counts_every_role() -> None:
     counts = count_by_role(conversation())
-    assert counts == {"system": 2, "user": 2, "assistant": 3, "tool": 3}
+    assert counts == {"system": 2, "developer": 0, "user": 2, "assistant": 3, "tool": 3}
 
 
 def test_count_by_role_includes_zeros() -> None:
     counts = count_by_role([Message.user("a"), Message.user("b")])
-    assert counts == {"system": 0, "user": 2, "assistant": 0, "tool": 0}
-    assert set(counts) == {"system", "user", "assistant", "tool"}
+    assert counts == {"system": 0, "developer": 0, "user": 2, "assistant": 0, "tool": 0}
+    assert set(counts) == {"system", "developer", "user", "assistant", "tool"}
     assert counts["tool"] == 0
     assert counts["user"] == 2
     assert counts[Role.USER] == 2
@@ -113,25 +113,26 @@ def test_count_by_role_includes_zeros() -> None:
 
 def test_count_by_role_of_nothing() -> None:
     counts = count_by_role([])
-    assert counts == {"system": 0, "user": 0, "assistant": 0, "tool": 0}
-    assert len(counts) == 4
+    assert counts == {"system": 0, "developer": 0, "user": 0, "assistant": 0, "tool": 0}
+    assert len(counts) == 5
 
 
 def test_count_by_role_seed_example() -> None:
     # Nous.Messages.count_by_role(result.all_messages)
     # #=> %{system: 1, user: 1, assistant: 4, tool: 4}
     counts = count_by_role(flight_run())
-    assert counts == {"system": 1, "user": 1, "assistant": 4, "tool": 4}
+    assert counts == {"system": 1, "developer": 0, "user": 1, "assistant": 4, "tool": 4}
 
 
-role_lists = st.lists(st.sampled_from(["system", "user", "assistant", "tool"]), max_size=30)
+ROLES = ("system", "developer", "user", "assistant", "tool")
+role_lists = st.lists(st.sampled_from(ROLES), max_size=30)
 
 
 @given(role_lists)
 def test_count_by_role_matches_naive_count(roles: list[str]) -> None:
     messages = [Message(role=role, content="x") for role in roles]
     counts = count_by_role(messages)
-    assert counts == {role: roles.count(role) for role in ("system", "user", "assistant", "tool")}
+    assert counts == {role: roles.count(role) for role in ROLES}
     assert sum(counts.values()) == len(messages)
 
 

@@ -33,11 +33,24 @@ payloads = st.fixed_dictionaries(
                 st.one_of(
                     st.builds(lambda t: {"type": "text", "text": t}, texts),
                     st.builds(lambda u: {"type": "image_url", "url": u}, texts),
+                    # Typed parts: text with provider data counts, thinking does not.
+                    st.builds(
+                        lambda t: {"type": "text", "text": t, "provider_data": {"x": {}}}, texts
+                    ),
+                    st.builds(lambda t: {"type": "thinking", "text": t, "signature": "s"}, texts),
+                    st.just({"type": "tool_call", "index": 0}),
                 ),
                 max_size=3,
             ),
         ),
-        "tool_calls": st.lists(st.one_of(flat_call, nested_call), max_size=2),
+        "tool_calls": st.lists(
+            st.one_of(
+                flat_call,
+                nested_call,
+                flat_call.map(lambda call: {**call, "item_id": "fc_1", "status": "completed"}),
+            ),
+            max_size=2,
+        ),
         "name": texts,
     },
 )

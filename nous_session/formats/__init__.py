@@ -1,0 +1,185 @@
+"""Provider formats: a conversation as a model provider's API takes it, and back.
+
+::
+
+    from nous_session.formats import convert, from_provider, to_provider
+
+    payload = to_provider(messages, "anthropic")         # {"system": ..., "messages": [...]}
+    messages = from_provider(payload, "anthropic")       # the same messages back
+    result = convert(messages, "openai-chat")            # another provider, with a report
+    result.payload, result.dropped                       # [...], ("thinking of message 3 ...",)
+
+The providers (:data:`PROVIDERS`) and their payloads:
+
+* ``"openai-chat"``: Chat Completions, the ``messages`` list.
+* ``"openai-responses"``: the Responses API, the ``input`` items list.
+* ``"anthropic"``: the Messages API, ``{"system": ..., "messages": [...]}`` (``system`` only when
+  the conversation starts with one).
+* ``"gemini"``: ``generateContent``, ``{"system_instruction": ..., "contents": [...]}`` in the
+  REST API's JSON (camelCase inside contents; snake_case keys are read too).
+
+Round trips are exact both ways within one provider: ``to_provider(from_provider(payload, p), p)
+== payload`` for everything these APIs put in a conversation, and ``from_provider(to_provider(m,
+p), p) == m`` for messages in the form reading gives (string content where the provider has it,
+for instance). What a provider's form has and the neutral one does not (``cache_control``,
+annotations, item ids and statuses, a Gemini ``thoughtSignature`` on a function call...) is kept
+in ``provider_data[provider]`` on the message, part or tool call it came with, and written back
+only to that provider. Messages get the same ``created_at`` (a payload has no times);
+``metadata`` is never sent.
+
+Across providers, whatever has no place in the target is dropped and reported:
+:func:`convert` returns the payload with one note per item in :attr:`Conversion.dropped`, and
+``to_provider(..., strict=True)`` raises :class:`~nous_session.errors.LossyConversionError`
+instead of losing anything. Thinking goes only to the provider that signed it; tool calls
+without ids (Gemini's) get ids where the target needs them; ``developer`` messages become system
+messages where there is no such role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Final, Literal, TypeAlias
+
+import attrs
+
+from nous_session._json import JSON
+from nous_session.errors import FormatError, LossyConversionError
+from nous_session.formats import anthropic, gemini, openai_chat, openai_responses
+from nous_session.formats._common import Notes
+from nous_session.message import Message, utc_datetime
+
+__all__ = [
+    "PROVIDERS",
+    "Conversion",
+    "Payload",
+    "Provider",
+    "convert",
+    "from_provider",
+    "to_provider",
+]
+
+Provider: TypeAlias = Literal["openai-chat", "openai-responses", "anthropic", "gemini"]
+"""A provider name."""
+
+PROVIDERS: Final[tuple[Provider, ...]] = ("openai-chat", "openai-responses", "anthropic", "gemini")
+"""Every provider :func:`to_provider` and :func:`from_provider` know."""
+
+Payload: TypeAlias = "list[dict[str, JSON]] | dict[str, JSON]"
+"""A provider payload: a list for the OpenAI APIs, an object for Anthropic and Gemini."""
+
+_MODULES: Final[dict[str, Any]] = {
+    "openai-chat": openai_chat,
+    "openai-responses": openai_responses,
+    "anthropic": anthropic,
+    "gemini": gemini,
+}
+
+
+def _module(provider: object) -> Any:
+    module = _MODULES.get(provider) if isinstance(provider, str) else None
+    if module is None:
+        raise FormatError(f"unknown provider {provider!r}; known: {', '.join(PROVIDERS)}")
+    return module
+
+
+@attrs.frozen
+class Conversion:
+    """What :func:`convert` made: the payload, and what could not be carried.
+
+    Attributes:
+        provider: the provider the payload is for.
+        payload: the payload, plain JSON the caller owns.
+        dropped: one human-readable note per item that did not carry over as it was (dropped,
+            or changed to fit, like a made-up call id), naming the message by its index;
+            empty when nothing was lost.
+    """
+
+    provider: Provider
+    payload: Payload
+    dropped: tuple[str, ...]
+
+    @property
+    def lossless(self) -> bool:
+        """True when nothing was dropped or changed."""
+        return not self.dropped
+
+
+def _messages(messages: Iterable[Message]) -> Sequence[Message]:
+    if isinstance(messages, Message) or not isinstance(messages, Iterable):
+        raise FormatError(f"messages must be a sequence of Message, not {type(messages).__name__}")
+    items = list(messages)
+    for index, message in enumerate(items):
+        if not isinstance(message, Message):
+            raise FormatError(f"messages[{index}] is a {type(message).__name__}, not a Message")
+    return items
+
+
+def convert(messages: Iterable[Message], provider: Provider) -> Conversion:
+    """Write ``messages`` in ``provider``'s format, saying what could not be carried.
+
+    Args:
+        messages: the conversation, in order.
+        provider: one of :data:`PROVIDERS`.
+
+    Returns:
+        The :class:`Conversion`: ``payload`` and the ``dropped`` notes.
+
+    Raises:
+        FormatError: ``provider`` is unknown, or ``messages`` holds something else than
+            messages.
+    """
+    module = _module(provider)
+    notes = Notes(provider)
+    payload = module.dump(_messages(messages), notes)
+    return Conversion(provider, payload, tuple(notes.items))
+
+
+def to_provider(
+    messages: Iterable[Message], provider: Provider, *, strict: bool = False
+) -> Payload:
+    """Write ``messages`` in ``provider``'s format.
+
+    Args:
+        messages: the conversation, in order.
+        provider: one of :data:`PROVIDERS`.
+        strict: raise instead of dropping what the provider has no place for.
+
+    Returns:
+        The payload (plain JSON the caller owns): see the module docstring for each provider's.
+
+    Raises:
+        FormatError: ``provider`` is unknown, or ``messages`` holds something else than
+            messages.
+        LossyConversionError: ``strict`` is set and something would be dropped; its
+            ``dropped`` says what.
+    """
+    result = convert(messages, provider)
+    if strict and result.dropped:
+        raise LossyConversionError(provider, result.dropped)
+    return result.payload
+
+
+def from_provider(
+    payload: object, provider: Provider, *, created_at: datetime | None = None
+) -> list[Message]:
+    """Read a ``provider`` payload into messages.
+
+    Args:
+        payload: the conversation in the provider's format (see the module docstring); it is
+            read, never changed.
+        provider: one of :data:`PROVIDERS`.
+        created_at: the time every message gets (an aware datetime; default: now).
+
+    Returns:
+        The messages, in order.
+
+    Raises:
+        FormatError: ``provider`` is unknown or the payload is malformed; the message names the
+            place in the payload and what is wrong.
+        ValueError: ``created_at`` is naive or not a datetime.
+    """
+    module = _module(provider)
+    when = utc_datetime(datetime.now().astimezone() if created_at is None else created_at)
+    messages: list[Message] = module.load(payload, when)
+    return messages

@@ -1,0 +1,393 @@
+"""What the provider converters share: notes, exact-form extras, tool-call order and ids.
+
+Exactness. A converter reads a provider object (a message, a block, an item) into the neutral
+fields, then builds the object those fields alone would give back (its *default*), and keeps
+only the difference (:func:`diff`) in ``provider_data[provider]``: the object's keys the neutral
+form has no field for, keys whose value differs, and under ``"$absent"`` the keys the default
+has that the object lacked. Writing merges the difference back (:func:`merge`), so every object
+round-trips exactly by construction, and a provider's entry is never sent to another provider.
+Keys starting with ``"$"`` are the converters' own hints (``"$turn"``...), never sent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, NoReturn
+
+import attrs
+import orjson
+
+from nous_session._json import JSON, NotJSONError, copy_json, copy_json_object, format_path
+from nous_session.errors import FormatError
+from nous_session.message import Message, Role, ToolCall
+from nous_session.parts import ImagePart, OtherPart, Part, ProviderData, ProviderPart, ToolCallPart
+
+__all__: list[str] = []
+
+ABSENT: Final = "$absent"
+TURN: Final = "$turn"
+"""Hint: ``"join"`` this message to the provider message before it, or ``"split"`` it off."""
+MESSAGE: Final = "$message"
+"""Hint: the provider message's own extra keys, kept on a tool result that opens it."""
+
+Path = tuple[str | int, ...]
+
+
+# Errors ---------------------------------------------------------------------------------------
+
+
+def fail(provider: str, where: Path, problem: str) -> NoReturn:
+    """Raise the FormatError naming the provider, the place in the payload, and the problem."""
+    place = format_path(where) if where else ""
+    if place.startswith("[") and where and isinstance(where[0], str):
+        # messages[2]["content"] reads better than ["messages"][2]["content"]
+        place = f"{where[0]}{format_path(where[1:])}"
+    raise FormatError(f"{provider} payload: {place + ': ' if place else ''}{problem}")
+
+
+def plain_json(provider: str, payload: object) -> Any:
+    """A validated deep copy of a payload as plain JSON (dicts, lists, scalars)."""
+    try:
+        return copy_json(payload)
+    except NotJSONError as e:
+        raise FormatError(f"{provider} payload: {e.where('payload')}: {e.reason}") from None
+
+
+def need(provider: str, obj: Mapping[str, Any], key: str, kind: type, where: Path) -> Any:
+    """``obj[key]``, which must be a ``kind``; else the FormatError saying so."""
+    value = obj.get(key)
+    if type(value) is not kind:
+        article = "an" if kind.__name__[0] in "aeiou" else "a"
+        if key not in obj:
+            fail(provider, where, f'needs {article} {kind.__name__} "{key}"')
+        fail(provider, (*where, key), f"must be {article} {kind.__name__}, not {_kind(value)}")
+    return value
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def need_object(provider: str, value: object, where: Path, what: str) -> dict[str, Any]:
+    """``value``, which must be a JSON object; else the FormatError saying so."""
+    if type(value) is not dict:
+        fail(provider, where, f"{what} must be an object, not {_kind(value)}")
+    return value
+
+
+def need_list(provider: str, value: object, where: Path, what: str) -> list[Any]:
+    """``value``, which must be a JSON array; else the FormatError saying so."""
+    if type(value) is not list:
+        fail(provider, where, f"{what} must be a list, not {_kind(value)}")
+    return value
+
+
+# Exact forms ----------------------------------------------------------------------------------
+
+
+def same(a: Any, b: Any) -> bool:
+    """JSON equality that tells ``1``, ``1.0`` and ``True`` apart."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return len(a) == len(b) and all(map(same, a, b))
+    return bool(a == b)
+
+
+def diff(actual: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    """What ``actual`` has that ``default`` lacks or has otherwise (see the module docstring)."""
+    out: dict[str, Any] = {}
+    for key, value in actual.items():
+        if key in default:
+            base = default[key]
+            if same(value, base):
+                continue
+            if type(value) is dict and type(base) is dict:
+                out[key] = diff(value, base)
+                continue
+        out[key] = value
+    absent = [key for key in default if key not in actual]
+    if absent:
+        out[ABSENT] = absent
+    return out
+
+
+def merge(default: dict[str, Any], extras: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``default`` with ``extras`` (a :func:`diff`) applied, in place; hints are skipped."""
+    if not extras:
+        return default
+    for key, value in extras.items():
+        if key[:1] == "$":
+            continue
+        base = default.get(key)
+        if isinstance(value, Mapping) and type(base) is dict:
+            merge(base, value)
+        else:
+            default[key] = copy_json(value)
+    absent = extras.get(ABSENT)
+    if absent:
+        for key in absent:
+            default.pop(key, None)
+    return default
+
+
+def copy_object(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain deep copy of a JSON object (for the payloads, which the caller owns)."""
+    return copy_json_object(value)
+
+
+def own(data: ProviderData, provider: str) -> Mapping[str, Any]:
+    """The provider's own entry of ``data`` (empty when there is none)."""
+    return data.get(provider) or {}
+
+
+def with_extras(data: dict[str, Any], provider: str) -> ProviderData:
+    """``{provider: data}``, or empty when ``data`` is."""
+    return {provider: data} if data else {}
+
+
+# Notes ----------------------------------------------------------------------------------------
+
+_QUIET: Final = {"openai-responses": {"type", "id", "status"}}
+"""Per provider: extra keys that are bookkeeping only, dropped without a note."""
+
+
+class Notes:
+    """Collects what a conversion could not carry, one human-readable line per item."""
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+        self.items: list[str] = []
+
+    def add(self, text: str) -> None:
+        """Record a note as given."""
+        self.items.append(text)
+
+    def drop(self, index: int, what: str, why: str | None = None) -> None:
+        """Record that ``what`` of message ``index`` was dropped, and why."""
+        reason = why if why is not None else f"{self.provider} has no place for it"
+        self.items.append(f"{what} of message {index} dropped: {reason}")
+
+    def foreign(self, index: int, what: str | None, data: ProviderData) -> None:
+        """Note the other providers' fields of ``data`` (on ``what``, else the message)."""
+        for other, extras in data.items():
+            if other == self.provider:
+                continue
+            quiet = _QUIET.get(other, ())
+            keys = sorted(
+                key
+                for key, value in extras.items()
+                if key[:1] != "$"
+                and key not in quiet
+                and value is not False
+                and value not in (None, [], {})
+            )
+            if keys:
+                field = "field" if len(keys) == 1 else "fields"
+                label = f"the {other} {field} {', '.join(keys)}"
+                self.drop(
+                    index,
+                    label if what is None else f"{label} of {what}",
+                    f"only {other} reads {'it' if len(keys) == 1 else 'them'}",
+                )
+
+
+# Tool calls -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Placed:
+    """A tool call at its place among a message's parts: ``message.tool_calls[index]``."""
+
+    index: int
+    call: ToolCall
+
+
+def elements(message: Message, notes: Notes, index: int) -> list[tuple[int, Part | Placed]]:
+    """The message's parts with its tool calls in their places, in order, with positions.
+
+    Each item is ``(j, item)``: ``j`` is the part's index in the content (for notes; ``-1`` for
+    a call no part places). A :class:`ToolCallPart` puts its call where it stands; calls no part
+    places follow all the parts. A reference to a call the message does not have, or a second
+    one to the same call, is dropped with a note. String content is not a part: the caller
+    handles it.
+    """
+    calls = message.tool_calls
+    out: list[tuple[int, Part | Placed]] = []
+    placed: set[int] = set()
+    content = message.content
+    if content is not None and not isinstance(content, str):
+        for j, part in enumerate(content):
+            if type(part) is ToolCallPart:
+                k = part.index
+                if k < len(calls) and k not in placed:
+                    placed.add(k)
+                    out.append((j, Placed(k, calls[k])))
+                else:
+                    notes.drop(
+                        index, f"the reference to tool call {k} (part {j})", "there is no such call"
+                    )
+            else:
+                out.append((j, part))
+    out.extend((-1, Placed(k, call)) for k, call in enumerate(calls) if k not in placed)
+    return out
+
+
+def arrange(items: Sequence[Part | ToolCall]) -> tuple[tuple[Part, ...], tuple[ToolCall, ...]]:
+    """Content parts and tool calls for ``items`` read in provider order.
+
+    References (:class:`ToolCallPart`) are added only when a call comes before some other part;
+    when every call follows all the parts, they are left out.
+    """
+    calls = tuple(item for item in items if isinstance(item, ToolCall))
+    parts: list[Part] = [item for item in items if not isinstance(item, ToolCall)]
+    if not calls or not parts:
+        return tuple(parts), calls
+    last_part = max(k for k, item in enumerate(items) if not isinstance(item, ToolCall))
+    first_call = min(k for k, item in enumerate(items) if isinstance(item, ToolCall))
+    if first_call > last_part:
+        return tuple(parts), calls
+    out: list[Part] = []
+    count = 0
+    for item in items:
+        if isinstance(item, ToolCall):
+            out.append(ToolCallPart(count))
+            count += 1
+        else:
+            out.append(item)
+    return tuple(out), calls
+
+
+def arguments_text(call: ToolCall) -> str:
+    """The call's arguments as the JSON string OpenAI wants (kept as written when a string)."""
+    arguments = call.arguments
+    if isinstance(arguments, str):
+        return arguments
+    # The mapping is read-only (a mappingproxy): let orjson see it as the dict it is.
+    return orjson.dumps(arguments, default=dict).decode()
+
+
+def arguments_object(call: ToolCall, notes: Notes, index: int, k: int) -> dict[str, JSON]:
+    """The call's arguments as the JSON object Anthropic and Gemini want.
+
+    A string is parsed; one that is not a JSON object is sent as ``{}`` with a note.
+    """
+    arguments = call.arguments
+    if not isinstance(arguments, str):
+        return copy_json(arguments)  # type: ignore[return-value]
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        value = None
+    if type(value) is not dict:
+        notes.drop(
+            index,
+            f"the arguments of tool call {k} ({call.name})",
+            f"they are not a JSON object, and {notes.provider} needs one; sent {{}}",
+        )
+        return {}
+    return plain_json(notes.provider, value)  # type: ignore[no-any-return]
+
+
+class CallIds:
+    """Gives tool calls without an id (Gemini's) one, and their results the same one.
+
+    Only for providers that need ids: a call with ``id == ""`` is sent as ``call_{i}_{k}``; a
+    later result with an empty ``tool_call_id`` takes the first such id not yet answered whose
+    call has the result's ``name`` (any, when the result has no name).
+    """
+
+    def __init__(self, notes: Notes) -> None:
+        self.notes = notes
+        self.pending: list[tuple[str, str]] = []
+
+    def call_id(self, index: int, k: int, call: ToolCall) -> str:
+        """The id to send for ``message[index].tool_calls[k]``."""
+        if call.id:
+            return call.id
+        made = f"call_{index}_{k}"
+        self.pending.append((call.name, made))
+        self.notes.add(
+            f"tool call {k} of message {index} has no id; sent as {made!r}: "
+            f"{self.notes.provider} needs one"
+        )
+        return made
+
+    def result_id(self, index: int, message: Message) -> str:
+        """The call id to send for the tool result ``message[index]``."""
+        if message.tool_call_id:
+            return message.tool_call_id
+        for j, (name, made) in enumerate(self.pending):
+            if message.name is None or name == message.name:
+                del self.pending[j]
+                self.notes.add(f"tool result {index} has no call id; sent as {made!r}")
+                return made
+        self.notes.add(
+            f"tool result {index} has no call id, and no call without one is waiting for it: "
+            f"{self.notes.provider} needs one"
+        )
+        return message.tool_call_id or ""
+
+
+# Images ---------------------------------------------------------------------------------------
+
+_DATA_URL: Final = re.compile(r"data:([\w!#$&^.+-]+/[\w!#$&^.+-]+);base64,(.*)", re.DOTALL)
+
+
+def data_url(part: ImagePart) -> str:
+    """The ``data:`` URL of a base64 image (or its URL)."""
+    if part.data is not None:
+        return f"data:{part.media_type};base64,{part.data}"
+    return part.url or ""
+
+
+def image_from_url(url: str, **fields: Any) -> ImagePart:
+    """An ImagePart for a URL; a base64 ``data:`` URL becomes ``data`` and ``media_type``."""
+    match = _DATA_URL.fullmatch(url)
+    if match is not None:
+        return ImagePart(data=match[2], media_type=match[1], **fields)
+    return ImagePart(url, **fields)
+
+
+def plain(parts: Iterable[Part]) -> bool:
+    """True when no part carries provider data."""
+    return not any(getattr(part, "provider_data", None) for part in parts)
+
+
+def part_kind(part: Part) -> str:
+    """A short name for a part's kind, for notes: ``"thinking"``, ``"anthropic document block"``."""
+    if isinstance(part, ProviderPart):
+        data = part.data
+        kind = data.get("type") if "type" in data else next(iter(data), "empty")
+        return f"{part.provider} {kind} block"
+    if isinstance(part, OtherPart):
+        return f"{part.data.get('type')} part"
+    return type(part).TYPE.replace("_", " ")
+
+
+def unsupported(
+    message: Message, notes: Notes, index: int, *, name: bool = False, reasoning: bool = False
+) -> None:
+    """Note the message fields the provider has no place for.
+
+    Args:
+        message: the message being written.
+        notes: where the notes go.
+        index: the message's index.
+        name: whether the provider carries ``name`` for this message.
+        reasoning: whether it carries ``reasoning_content``.
+    """
+    if message.name is not None and not name:
+        notes.drop(index, f"the name {message.name!r}")
+    if message.reasoning_content is not None and not reasoning:
+        notes.drop(index, "reasoning_content")
+    if message.tool_calls and message.role is not Role.ASSISTANT:
+        notes.drop(
+            index, "the tool calls", f"{notes.provider} takes tool calls only from the model"
+        )
+    if message.is_error and message.role is not Role.TOOL:
+        notes.drop(index, "the error flag", "only tool results carry one")
