@@ -27,7 +27,7 @@ import sqlite3
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
@@ -56,7 +56,9 @@ _IDLE_POLL: Final = 1.0
 
 # One name for every job's savepoint: they never nest, and a job's own savepoints (if it takes
 # any) are unlikely to collide with a name this specific.
-_SAVEPOINT: Final = "nous_writer_job"
+_SAVEPOINT: Final = "SAVEPOINT nous_writer_job"
+_RELEASE: Final = "RELEASE nous_writer_job"
+_ROLLBACK_TO: Final = "ROLLBACK TO nous_writer_job"
 
 _WRITE: Final = 0
 _READ: Final = 1
@@ -104,6 +106,10 @@ class WriterStatistics:
         return self.writes + self.reads
 
 
+async def _asyncio_pause() -> None:
+    await asyncio.sleep(0)
+
+
 def _set_futures(futures: list[asyncio.Future[None]]) -> None:
     """On the event loop: complete the waiters of one group (cancelled ones are left alone)."""
     for future in futures:
@@ -126,10 +132,10 @@ class _Call(Generic[T]):
 
     __slots__ = (
         "abandoned",
-        "defer",
         "error",
         "job",
         "kind",
+        "pause",
         "result",
         "schedule",
         "setter",
@@ -147,8 +153,8 @@ class _Call(Generic[T]):
         self.schedule: Callable[..., object] | None = None
         self.setter: Callable[[Any], None] | None = None
         self.signal: asyncio.Future[None] | trio.Event | None = None
-        # How to run a callback on the caller's loop later in this iteration (from its thread).
-        self.defer: Callable[..., object] | None = None
+        # Yield to the caller's scheduler once, letting the other tasks ready now run first.
+        self.pause: Callable[[], Awaitable[None]] | None = None
 
     def arm(self) -> None:
         """Capture the calling task's event loop, so the thread can wake this task on it.
@@ -164,17 +170,42 @@ class _Call(Generic[T]):
         if library == "trio":
             import trio
 
-            self.schedule = self.defer = trio.lowlevel.current_trio_token().run_sync_soon
+            self.schedule = trio.lowlevel.current_trio_token().run_sync_soon
+            self.pause = trio.lowlevel.checkpoint
             self.setter = _set_events
             self.signal = trio.Event()
         elif library == "asyncio":
             loop = asyncio.get_running_loop()
             self.schedule = loop.call_soon_threadsafe
-            self.defer = loop.call_soon
+            self.pause = _asyncio_pause
             self.setter = _set_futures
             self.signal = loop.create_future()
         else:
             raise RuntimeError(f"SQLiteWriter runs on asyncio or trio, not {library}")
+
+    async def send(self, engine: _Engine) -> None:
+        """Hand the call to ``engine``, with the calls other tasks send in this same round.
+
+        The first call of a round yields once, so that every task its event loop has ready
+        (typically all the tasks one commit just woke) sends its call too, then hands them all
+        to the thread as one list: they become one transaction instead of one small one for
+        the first caller and a big one for the rest. A call is handed over even if its caller
+        is cancelled meanwhile.
+
+        Raises:
+            StoreError: the writer is closed.
+        """
+        if not engine.submit(self):
+            return  # another task of this round hands it over
+        try:
+            assert self.pause is not None
+            await self.pause()
+        except BaseException:
+            self.abandoned = True
+            raise
+        finally:
+            assert self.schedule is not None
+            engine.flush(self.schedule)
 
     async def wait(self) -> None:
         """Wait until the thread has answered; on cancellation mark the call abandoned."""
@@ -219,10 +250,11 @@ class _Engine:
         self.group_cap = group_cap
         # Lists of calls, in the order they were sent; a close is a list of its own.
         self.queue: queue.SimpleQueue[list[_Call[Any]]] = queue.SimpleQueue()
-        # Calls sent during the current iteration of each event loop (keyed by the loop's
-        # ``schedule``), handed to the thread together at the end of that iteration: tasks
-        # woken by one commit then reach the thread as one group instead of trickling in
-        # while it already runs the next transaction with the first few.
+        # The current round of calls of each event loop (keyed by the loop's ``schedule``):
+        # the calls sent by the tasks that loop runs before the round's first caller resumes
+        # (see _Call.send), handed to the thread together. Tasks woken by one commit then
+        # reach the thread as one group instead of trickling in while it already runs the
+        # next transaction with the first few.
         self.pending: dict[Callable[..., object], list[_Call[Any]]] = {}
         # What the thread took from the queue beyond ``group_cap``: the next batch starts there.
         self.leftover: list[_Call[Any]] = []
@@ -232,6 +264,9 @@ class _Engine:
         self.finished = False  # the thread has closed the connection and is exiting
         self.thread: threading.Thread | None = None
         self.connection: sqlite3.Connection | None = None
+        # The writer's own statements go through one cursor of the connection: cheaper than
+        # the fresh cursor each ``connection.execute`` makes, twice per job.
+        self.cursor: sqlite3.Cursor | None = None
         # Statistics: written by the thread only, before it wakes the callers they describe.
         self.transactions = 0
         self.failed_transactions = 0
@@ -242,12 +277,11 @@ class _Engine:
 
     # The event loop's side ---------------------------------------------------------------------
 
-    def submit(self, call: _Call[Any]) -> None:
-        """Send ``call``, starting the thread on first use.
+    def submit(self, call: _Call[Any]) -> bool:
+        """Add ``call`` to its event loop's round, starting the thread on first use.
 
-        The call reaches the thread at the end of the caller's current loop iteration, with
-        every other call sent in that iteration; it is answered even if its caller is
-        cancelled before then.
+        Returns:
+            True when ``call`` opened the round: its caller must :meth:`flush` it.
 
         Raises:
             StoreError: the writer is closed.
@@ -267,13 +301,12 @@ class _Engine:
             calls = self.pending.get(schedule)
             if calls is not None:
                 calls.append(call)
-                return
+                return False
             self.pending[schedule] = [call]
-        assert call.defer is not None
-        call.defer(self.flush, schedule)
+            return True
 
     def flush(self, schedule: Callable[..., object]) -> None:
-        """On the caller's loop: hand the calls of this iteration to the thread."""
+        """Hand the round of the event loop ``schedule`` belongs to over to the thread."""
         with self.lock:
             calls = self.pending.pop(schedule, None)  # a close may have handed them over
             if calls is not None:
@@ -379,6 +412,7 @@ class _Engine:
             return None
         _logger.debug("nous_session.writer_connected")
         self.connection = connection
+        self.cursor = connection.cursor()
         return connection
 
     def write_group(self, connection: sqlite3.Connection, calls: list[_Call[Any]]) -> None:
@@ -389,27 +423,26 @@ class _Engine:
         """
         size = len(calls)
         self.writes += size
+        cursor = self.cursor
+        assert cursor is not None
+        execute = self.execute
         try:
-            self.execute(connection, "BEGIN IMMEDIATE", "cannot begin the transaction")
+            execute(cursor, "BEGIN IMMEDIATE", "cannot begin the transaction")
             if size == 1:
                 # Alone in its transaction a job needs no savepoint: ROLLBACK undoes just it.
                 call = calls[0]
                 self.run_write(connection, call)
                 if call.error is not None:
-                    self.execute(connection, "ROLLBACK", "cannot roll back the transaction")
+                    execute(cursor, "ROLLBACK", "cannot roll back the transaction")
                     return
             else:
                 for call in calls:
-                    self.execute(connection, f"SAVEPOINT {_SAVEPOINT}", "cannot take a savepoint")
+                    execute(cursor, _SAVEPOINT, "cannot take a savepoint")
                     self.run_write(connection, call)
                     if call.error is not None:
-                        self.execute(
-                            connection,
-                            f"ROLLBACK TO {_SAVEPOINT}",
-                            "cannot roll back to a job's savepoint",
-                        )
-                    self.execute(connection, f"RELEASE {_SAVEPOINT}", "cannot release a savepoint")
-            self.execute(connection, "COMMIT", "cannot commit the transaction")
+                        execute(cursor, _ROLLBACK_TO, "cannot roll back to a job's savepoint")
+                    execute(cursor, _RELEASE, "cannot release a savepoint")
+            execute(cursor, "COMMIT", "cannot commit the transaction")
         except _GroupFailed as failure:
             self.failed_transactions += 1
             self.rollback(connection)
@@ -470,10 +503,11 @@ class _Engine:
             if call.error is None:
                 call.error = StoreError("a read job left a transaction open; it was rolled back")
 
-    def execute(self, connection: sqlite3.Connection, sql: str, what: str) -> None:
+    @staticmethod
+    def execute(cursor: sqlite3.Cursor, sql: str, what: str) -> None:
         """One of the writer's own statements; its failure fails the whole group."""
         try:
-            connection.execute(sql)
+            cursor.execute(sql)
         except BaseException as error:
             raise _GroupFailed(what, error) from error
 
@@ -484,7 +518,7 @@ class _Engine:
                 connection.execute("ROLLBACK")
         except BaseException as error:
             _logger.debug("nous_session.writer_rollback_failed", error=_describe(error))
-            self.connection = None  # the next batch opens a fresh connection
+            self.connection = self.cursor = None  # the next batch opens a fresh connection
             try:
                 connection.close()
             except BaseException as close_error:
@@ -519,7 +553,7 @@ class _Engine:
 
     def finish(self, closes: list[_Call[Any]]) -> None:
         """Close the connection, then answer every close queued, and let the thread end."""
-        connection, self.connection = self.connection, None
+        connection, self.connection, self.cursor = self.connection, None, None
         if connection is not None:
             try:
                 connection.close()  # may checkpoint the WAL: disk, so here and not in aclose
@@ -556,7 +590,7 @@ class _Engine:
         for call in batch:
             if call.kind != _CLOSE and call.error is None:
                 call.error = _store_error(f"the SQLite writer failed: {_describe(error)}", error)
-        connection, self.connection = self.connection, None
+        connection, self.connection, self.cursor = self.connection, None, None
         if connection is not None:
             try:
                 connection.close()
@@ -625,7 +659,7 @@ class SQLiteWriter:
         """
         call: _Call[T] = _Call(_WRITE, job)
         call.arm()
-        self._engine.submit(call)
+        await call.send(self._engine)
         await call.wait()
         return call.outcome()
 
@@ -654,7 +688,7 @@ class SQLiteWriter:
         await anyio.lowlevel.checkpoint_if_cancelled()
         call: _Call[T] = _Call(_READ, job)
         call.arm()
-        self._engine.submit(call)
+        await call.send(self._engine)
         await call.wait()
         return call.outcome()
 
