@@ -255,6 +255,50 @@ async def test_a_commit_failure_fails_the_whole_group_and_commits_nothing(
 
 
 @pytest.mark.anyio
+async def test_a_full_disk_mid_group_fails_the_group_and_keeps_the_jobs_own_error(
+    tmp_path: Path,
+) -> None:
+    """SQLITE_FULL rolls the whole transaction back by itself: no write of the group stays."""
+    path = tmp_path / "w.sqlite3"
+    outcomes: dict[str, object] = {}
+
+    def huge(connection: sqlite3.Connection) -> None:
+        connection.execute("INSERT INTO rows VALUES ('huge', ?)", (0,))
+        connection.execute("CREATE TABLE blobs (data BLOB)")
+        connection.execute("INSERT INTO blobs VALUES (?)", (b"z" * 200_000,))
+
+    async with SQLiteWriter(factory(path)) as writer:
+        await writer.write(insert("before", 0))
+        pages = await writer.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+        await writer.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages + 4}"))
+
+        async def call(name: str, job: Callable[[sqlite3.Connection], object]) -> None:
+            try:
+                outcomes[name] = await writer.write(job)
+            except (StoreError, sqlite3.Error) as error:
+                outcomes[name] = error
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "first", insert("g", 1))
+            group.start_soon(call, "huge", huge)
+            group.start_soon(call, "third", insert("g", 2))
+
+        full = outcomes["huge"]
+        assert isinstance(full, sqlite3.OperationalError)
+        assert "full" in str(full)
+        for name in ("first", "third"):
+            error = outcomes[name]
+            assert isinstance(error, StoreError), name
+            assert "rolled the transaction back" in str(error)
+            assert "none of the 3 writes of its group were committed" in str(error)
+            assert error.__cause__ is full
+        assert writer.statistics().failed_transactions == 1
+        await writer.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823"))
+        assert await writer.write(insert("after", 3)) == 3
+    assert on_disk(path) == [("after", 3), ("before", 0)]
+
+
+@pytest.mark.anyio
 async def test_a_begin_failure_fails_the_group_and_the_next_one_succeeds(
     tmp_path: Path,
 ) -> None:
@@ -404,6 +448,42 @@ def test_the_group_cap_must_be_a_positive_int(tmp_path: Path) -> None:
     for cap in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="group_cap"):
             SQLiteWriter(factory(tmp_path / "w.sqlite3"), group_cap=cap)  # type: ignore[arg-type]
+
+
+def test_event_loops_in_two_threads_share_one_writer(tmp_path: Path) -> None:
+    """An asyncio loop and a trio run, each in its own thread, write through one writer."""
+    path = tmp_path / "w.sqlite3"
+    writer = SQLiteWriter(factory(path))
+    failures: list[BaseException] = []
+
+    async def sessions(prefix: str) -> None:
+        async def session(name: str) -> None:
+            for n in range(10):
+                assert await writer.write(insert(name, n)) == n
+
+        async with anyio.create_task_group() as group:
+            for index in range(5):
+                group.start_soon(session, f"{prefix}{index}")
+
+    def run(backend: str) -> None:
+        try:
+            anyio.run(sessions, backend, backend=backend)
+        except BaseException as error:  # reported below, from the test's thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=run, args=(backend,)) for backend in ("asyncio", "trio")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    anyio.run(writer.aclose)
+    assert failures == []
+    assert on_disk(path) == sorted(
+        (f"{backend}{index}", n)
+        for backend in ("asyncio", "trio")
+        for index in range(5)
+        for n in range(10)
+    )
 
 
 # Cancellation -------------------------------------------------------------------------------------
