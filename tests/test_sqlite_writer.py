@@ -9,7 +9,10 @@ their call) share a transaction. Where a test needs the thread busy, a job block
 from __future__ import annotations
 
 import gc
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +25,7 @@ from nous_session.errors import StoreError
 from nous_session.stores._writer import SQLiteWriter, WriterStatistics
 
 THREAD_PREFIX = "nous_session-sqlite-writer"
+ROOT = Path(__file__).resolve().parent.parent
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS rows (session TEXT NOT NULL, n INTEGER NOT NULL)",
@@ -673,3 +677,44 @@ def test_an_unused_writer_collects_silently(tmp_path: Path) -> None:
     writer = SQLiteWriter(factory(tmp_path / "w.sqlite3"))
     del writer
     gc.collect()  # warnings are errors here: a warning would fail the test
+
+
+FORGOTTEN = """
+import sqlite3, sys, anyio
+from nous_session.stores._writer import SQLiteWriter
+
+def connect():
+    return sqlite3.connect(sys.argv[1], isolation_level=None)
+
+WRITER = SQLiteWriter(connect)  # a global: never collected before the interpreter exits
+
+async def main():
+    await WRITER.write(lambda c: c.execute("CREATE TABLE t (n INTEGER)"))
+    await WRITER.write(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+
+anyio.run(main)
+print("main done", flush=True)
+"""
+
+
+def test_a_writer_nobody_closed_does_not_keep_the_process_alive(tmp_path: Path) -> None:
+    """The non-daemon thread closes the writer itself once the main thread has finished."""
+    path = tmp_path / "forgotten.sqlite3"
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", FORGOTTEN, str(path)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # structlog's default configuration prints the writer's debug events: it closed itself.
+    lines = [line.split()[-1] for line in done.stdout.splitlines()]
+    assert lines[-2:] == ["done", "nous_session.writer_closed"], done.stdout
+    assert "Warning" not in done.stderr
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("SELECT n FROM t").fetchall() == [(1,)]
+    finally:
+        connection.close()

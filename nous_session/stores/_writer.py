@@ -1,8 +1,8 @@
 """SQLiteWriter: one thread owns a SQLite connection and group-commits the writes sent to it.
 
-The store's calls used to hop into a fresh worker thread each (``anyio.to_thread.run_sync``
-behind a limiter of one) and commit one by one: one thread hand-off and one fsync per call.
-Here one long-lived thread owns the connection and serves a queue:
+The store's calls used to hop into a worker thread each (``anyio.to_thread.run_sync`` behind a
+limiter of one) and commit one by one: one thread hand-off and one fsync per call. Here one
+long-lived thread owns the connection and serves a queue:
 
 * every write job waiting in the queue (up to ``group_cap``) runs in ONE transaction, each in
   its own ``SAVEPOINT`` so a job that raises undoes only itself, and one ``COMMIT`` makes them
@@ -12,10 +12,19 @@ Here one long-lived thread owns the connection and serves a queue:
 * the answer goes straight back to the awaiting task: the thread completes a per-call waiter
   and wakes the caller's event loop itself (``loop.call_soon_threadsafe`` on asyncio,
   ``TrioToken.run_sync_soon`` on trio), once per group per event loop, never through another
-  thread.
+  thread;
+* calls reach the thread in rounds: the calls an event loop's ready tasks send before the
+  round's first caller has yielded once go over as one list. Tasks woken by one commit then
+  form the next group together, instead of the first one starting a transaction alone while
+  the rest pile up behind it.
 
 The event loop never touches the disk; the thread never touches the event loop's objects
 except through those thread-safe wake-ups.
+
+The thread is not a daemon (a daemon could be killed mid-commit at exit). So that a writer
+nobody closed cannot keep the interpreter from exiting, the idle thread closes the writer
+itself once the main thread has finished; calls after that get :class:`StoreError`, like
+``concurrent.futures`` refusing work after interpreter shutdown.
 """
 
 from __future__ import annotations
