@@ -41,6 +41,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 import anyio
+import anyio.lowlevel
 import attrs
 import structlog
 
@@ -462,7 +463,7 @@ class _Engine:
             message += (
                 f"none of the {size} writes of its group were committed"
                 if size > 1
-                else ("the write was not committed")
+                else "the write was not committed"
             )
             for call in calls:
                 if call.error is None:  # it succeeded or never ran: its writes are not stored
@@ -662,8 +663,9 @@ class SQLiteWriter:
 
         Raises:
             StoreError: the writer is closed; or the database could not be opened; or the
-                group's transaction failed to begin or commit (none of its writes were
-                committed); or the job ended the transaction itself.
+                group's transaction failed as a whole (BEGIN or COMMIT failed, or another job's
+                error made SQLite roll it back, as a full disk does): none of its writes were
+                committed; or the job ended the transaction itself.
             Exception: whatever ``job`` raised (its changes were rolled back).
         """
         call: _Call[T] = _Call(_WRITE, job)
