@@ -98,6 +98,9 @@ async def _run(make: Callable[[], Store], steps: list[tuple[int, str, int]]) -> 
                     await _check(each, probe)
             for each in actors:
                 await each.reload()
+            await c.wait_for_compaction()  # a reload may have started one
+            for each in actors:
+                await each.reload()
                 await _check(each, probe)
                 assert each.log.count == (await _fresh(probe))[0]
     finally:

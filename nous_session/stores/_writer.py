@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 import anyio
 import anyio.lowlevel
 import attrs
-import structlog
 
+from nous_session._logging import get_logger
 from nous_session.errors import StoreError
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ T = TypeVar("T")
 DEFAULT_GROUP_CAP: Final = 512
 """The most jobs the writer takes from its queue at once (so the most writes per transaction)."""
 
-_logger = structlog.get_logger("nous_session")
+_logger = get_logger("nous_session.sqlite")
 
 # How long the idle thread sleeps before it checks whether the interpreter is shutting down.
 # It is a non-daemon thread, so a writer nobody closed (a module global, say) would otherwise
@@ -479,12 +479,13 @@ class _Engine:
             _GroupFailed: the transaction is gone after the job (SQLite rolls back on its own
                 after some errors, such as a full disk; or the job ended it itself).
         """
-        job = call.job
+        job, call.job = call.job, None  # the thread keeps no job (nor what it holds) once run
         assert job is not None
         try:
             call.result = job(connection)
         except BaseException as error:  # even SystemExit: it is the job's, not the thread's
             call.error = error
+        del job
         if connection.in_transaction:
             return
         if call.error is not None:
@@ -501,12 +502,13 @@ class _Engine:
 
     def read(self, connection: sqlite3.Connection, call: _Call[Any]) -> None:
         """Run one read job outside any transaction, keeping its result or error."""
-        job = call.job
+        job, call.job = call.job, None  # the thread keeps no job (nor what it holds) once run
         assert job is not None
         try:
             call.result = job(connection)
         except BaseException as error:
             call.error = error
+        del job
         if connection.in_transaction:
             # Left open, it would hold a read snapshot (or the write lock) for ever after.
             self.rollback(connection)
@@ -751,6 +753,18 @@ class SQLiteWriter:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    def abandon(self) -> bool:
+        """Close without waiting, for an owner that is being garbage-collected unclosed (it
+        warns for itself). True when a thread was running.
+
+        The writes already sent are still committed, then the thread ends.
+        """
+        engine: _Engine | None = getattr(self, "_engine", None)
+        if engine is None or engine.thread is None or engine.closed:
+            return False
+        engine.request_close(_Call(_CLOSE, None))
+        return True
 
     def __del__(self) -> None:
         engine: _Engine | None = getattr(self, "_engine", None)

@@ -50,6 +50,7 @@ import attrs
 from nous_session.codec import decode_rows, encode
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
+from nous_session.stores._writer import SQLiteWriter
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -244,6 +245,76 @@ def _check_since(since: object) -> None:
         raise ValueError(f"since must be an int >= 0, got {since!r}")
 
 
+class _File:
+    """The identity (device, inode) of the file a store opened, to notice it being replaced."""
+
+    __slots__ = ("identity", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.identity: tuple[int, int] | None = None
+
+    def _stat(self) -> tuple[int, int] | None:
+        if self.path == ":memory:":
+            return None
+        status = os.stat(self.path)
+        return (status.st_dev, status.st_ino)
+
+    def opened(self) -> None:
+        self.identity = self._stat()
+
+    def check(self) -> None:
+        if self.identity is None:
+            return
+        try:
+            now = self._stat()
+        except OSError:
+            now = None
+        if now != self.identity:
+            raise StoreError(
+                f"the store file {self.path} was deleted or replaced while open; refusing to"
+                " write to the orphaned file (reopen the store)"
+            )
+
+
+@attrs.frozen
+class _Opener:
+    """Opens the store's connection for writing: the file, WAL, durability, the schema."""
+
+    path: str
+    synchronous: str
+    busy_timeout: float
+    adopt: bool
+    file: _File
+
+    def __call__(self) -> sqlite3.Connection:
+        path = self.path
+        try:
+            if path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(f"cannot open {path}: {_describe(error)}") from error
+        with _errors(f"cannot open {path}"):
+            connection = sqlite3.connect(
+                path,
+                timeout=self.busy_timeout,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # made on the writer's thread, closed by it
+            )
+        try:
+            # Before anything changes the file (even its journal mode): is it ours to use?
+            _check_ours(connection, path, adopt=self.adopt)
+            with _errors(f"cannot open {path}"):
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute(f"PRAGMA synchronous={self.synchronous}")
+            _migrate(connection, path)
+            self.file.opened()
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+
 @attrs.define
 class SQLiteStore:
     """Sessions in one SQLite file.
@@ -270,12 +341,14 @@ class SQLiteStore:
     read_only: bool = attrs.field(default=False, kw_only=True)
     adopt: bool = attrs.field(default=False, kw_only=True)
     _connection: sqlite3.Connection | None = attrs.field(default=None, init=False)
-    _identity: tuple[int, int] | None = attrs.field(default=None, init=False)
+    _file: _File = attrs.field(init=False)
     _immutable: bool = attrs.field(default=False, init=False)
     _limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
+    _writer: SQLiteWriter | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
+        self._file = _File(self.path)
         if self.synchronous not in ("FULL", "NORMAL", "OFF", "EXTRA"):
             raise ValueError(
                 f"synchronous must be FULL, NORMAL, OFF or EXTRA, got {self.synchronous!r}"
@@ -293,12 +366,47 @@ class SQLiteStore:
     # Plumbing ---------------------------------------------------------------------------------
 
     async def _run(self, function: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``function(connection)`` in a worker thread, one at a time."""
+        """Run a read ``function(connection)`` off the event loop.
+
+        A store opened for writing has one long-lived writer thread that owns the connection
+        (:class:`~nous_session.stores._writer.SQLiteWriter`): reads run there, outside any write
+        transaction. A read-only store reads in a worker thread, one call at a time.
+        """
         if self._closed:
             raise StoreError(f"the store {self.url} is closed")
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(1)
-        return await anyio.to_thread.run_sync(self._call, function, limiter=self._limiter)
+        if self.read_only:
+            if self._limiter is None:
+                self._limiter = anyio.CapacityLimiter(1)
+            return await anyio.to_thread.run_sync(self._call, function, limiter=self._limiter)
+        return await self._writer_thread().read(function)
+
+    async def _write(self, function: Callable[[sqlite3.Connection], T], what: str) -> T:
+        """Run a write ``function(connection)`` in the writer thread's next transaction.
+
+        Every write waiting while the previous transaction is on disk (this store's sessions'
+        commits, whoever sent them) goes into the next one, each in a savepoint of its own:
+        one fsync for all of them, and a job that raises (a conflict, a bad row) undoes only
+        itself. ``function`` runs inside that transaction; it neither begins nor commits.
+        """
+        if self._closed:
+            raise StoreError(f"the store {self.url} is closed")
+        if self.read_only:
+            raise StoreError(f"the store {self.url} is open read-only")
+
+        def job(connection: sqlite3.Connection) -> T:
+            self._check_file()
+            with _errors(what):
+                return function(connection)
+
+        return await self._writer_thread().write(job)
+
+    def _writer_thread(self) -> SQLiteWriter:
+        if self._writer is None:
+            # The writer's thread holds the opener, not the store, so that a store nobody
+            # closed can still be garbage-collected (and warn).
+            opener = _Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)
+            self._writer = SQLiteWriter(opener)
+        return self._writer
 
     def _call(self, function: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:  # closed while this call waited for the limiter
@@ -317,30 +425,7 @@ class SQLiteStore:
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
             return self._connect_read_only()
-        try:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise StoreError(f"cannot open {self.path}: {_describe(error)}") from error
-        with _errors(f"cannot open {self.path}"):
-            connection = sqlite3.connect(
-                self.path,
-                timeout=self.busy_timeout,
-                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-                check_same_thread=False,  # worker threads take turns behind the limiter
-            )
-        try:
-            # Before anything changes the file (even its journal mode): is it ours to use?
-            _check_ours(connection, self.path, adopt=self.adopt)
-            with _errors(f"cannot open {self.path}"):
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            _migrate(connection, self.path)
-            self._identity = self._file_identity()
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+        return _Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)()
 
     def _connect_read_only(self) -> sqlite3.Connection:
         if self.path == ":memory:" or not Path(self.path).is_file():
@@ -383,34 +468,10 @@ class SQLiteStore:
             raise
         return connection
 
-    def _file_identity(self) -> tuple[int, int] | None:
-        if self.path == ":memory:":
-            return None
-        status = os.stat(self.path)
-        return (status.st_dev, status.st_ino)
-
     def _check_file(self) -> None:
         """Refuse to write once the path no longer names the file this store opened: the
         writes would land in an orphaned file that nothing reads again."""
-        if self._identity is None:
-            return
-        try:
-            identity = self._file_identity()
-        except OSError:
-            identity = None
-        if identity != self._identity:
-            raise StoreError(
-                f"the store file {self.path} was deleted or replaced while open; refusing to"
-                " write to the orphaned file (reopen the store)"
-            )
-
-    def _writing(self, connection: sqlite3.Connection, what: str) -> Any:
-        """The context of every write: read-only refused, the file checked, one transaction,
-        errors translated."""
-        if self.read_only:
-            raise StoreError(f"the store {self.url} is open read-only")
-        self._check_file()
-        return _write(connection, what)
+        self._file.check()
 
     # The Store protocol -----------------------------------------------------------------------
 
@@ -509,23 +570,23 @@ class SQLiteStore:
             expected_horizon=expected_horizon,
         )
 
-        def commit(connection: sqlite3.Connection) -> None:
-            records = [(event.seq, encode(event)) for event in rows]
-            with self._writing(connection, f"commit to session {session_id!r} in {self.path}"):
-                _commit(
-                    connection,
-                    session_id,
-                    expected_count,
-                    records,
-                    dropped,
-                    expected_horizon=expected_horizon,
-                    horizon=horizon,
-                    keys=keys,
-                    kept=kept,
-                    commit_id=commit_id,
-                )
+        records = [(event.seq, encode(event)) for event in rows]  # encoded before joining a group
 
-        await self._run(commit)
+        def commit(connection: sqlite3.Connection) -> None:
+            _commit(
+                connection,
+                session_id,
+                expected_count,
+                records,
+                dropped,
+                expected_horizon=expected_horizon,
+                horizon=horizon,
+                keys=keys,
+                kept=kept,
+                commit_id=commit_id,
+            )
+
+        await self._write(commit, f"commit to session {session_id!r} in {self.path}")
 
     async def commit_rebased(
         self,
@@ -552,44 +613,43 @@ class SQLiteStore:
         )
 
         def commit(connection: sqlite3.Connection) -> Rebased:
-            with self._writing(connection, f"commit to session {session_id!r} in {self.path}"):
-                row = _row(connection, session_id)
-                stored = 0 if row is None else row.count
-                if stored < expected_count:
-                    raise ConflictError(
-                        f"session {session_id!r} has count {stored},"
-                        f" below the expected {expected_count}"
-                    )
-                shift = stored - expected_count
-                others: list[Event] = []
-                between: dict[str, tuple[int, int]] = {}
-                if shift and row is not None:
-                    others = decode_rows(
-                        _rows(connection, row, expected_count), place(session_id, self.path)
-                    )
-                    between = {
-                        key: (seq, n)
-                        for key, seq, n in connection.execute(
-                            "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
-                            (row.id, expected_count),
-                        )
-                    }
-                placed = moved(listed, shift) if shift else listed
-                records = [(event.seq, encode(event)) for event in placed]
-                _commit(
-                    connection,
-                    session_id,
-                    stored,
-                    records,
-                    (),
-                    keys=moved_keys(keys, shift),
-                    commit_id=commit_id,
+            row = _row(connection, session_id)
+            stored = 0 if row is None else row.count
+            if stored < expected_count:
+                raise ConflictError(
+                    f"session {session_id!r} has count {stored},"
+                    f" below the expected {expected_count}"
                 )
+            shift = stored - expected_count
+            others: list[Event] = []
+            between: dict[str, tuple[int, int]] = {}
+            if shift and row is not None:
+                others = decode_rows(
+                    _rows(connection, row, expected_count), place(session_id, self.path)
+                )
+                between = {
+                    key: (seq, n)
+                    for key, seq, n in connection.execute(
+                        "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
+                        (row.id, expected_count),
+                    )
+                }
+            placed = moved(listed, shift) if shift else listed
+            records = [(event.seq, encode(event)) for event in placed]
+            _commit(
+                connection,
+                session_id,
+                stored,
+                records,
+                (),
+                keys=moved_keys(keys, shift),
+                commit_id=commit_id,
+            )
             return Rebased(
                 shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon
             )
 
-        return await self._run(commit)
+        return await self._write(commit, f"commit to session {session_id!r} in {self.path}")
 
     async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
         """Where the commit ``commit_id`` landed (first seq, events), or None.
@@ -615,23 +675,22 @@ class SQLiteStore:
         check_session_id(new_session_id)
 
         def fork(connection: sqlite3.Connection) -> None:
-            with self._writing(connection, f"cannot fork session {session_id!r}"):
-                parent = _row(connection, session_id)
-                if parent is None or parent.count == 0:
-                    raise ValueError(f"no session {session_id!r} to fork")
-                check_fork_point(session_id, at, parent.count, parent.horizon)
-                existing = _row(connection, new_session_id)
-                if existing is not None:
-                    if existing.count:
-                        raise ValueError(f"session {new_session_id!r} exists already")
-                    connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.id,))
-                connection.execute(
-                    "INSERT INTO nous_sessions (name, count, held, horizon, parent, fork_point,"
-                    " shares) VALUES (?, ?, 0, ?, ?, ?, 1)",
-                    (new_session_id, at + 1, parent.horizon, session_id, at),
-                )
+            parent = _row(connection, session_id)
+            if parent is None or parent.count == 0:
+                raise ValueError(f"no session {session_id!r} to fork")
+            check_fork_point(session_id, at, parent.count, parent.horizon)
+            existing = _row(connection, new_session_id)
+            if existing is not None:
+                if existing.count:
+                    raise ValueError(f"session {new_session_id!r} exists already")
+                connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.id,))
+            connection.execute(
+                "INSERT INTO nous_sessions (name, count, held, horizon, parent, fork_point,"
+                " shares) VALUES (?, ?, 0, ?, ?, ?, 1)",
+                (new_session_id, at + 1, parent.horizon, session_id, at),
+            )
 
-        await self._run(fork)
+        await self._write(fork, f"cannot fork session {session_id!r}")
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session with a nonzero count, by id (a sharing fork's held events counted
@@ -660,24 +719,25 @@ class SQLiteStore:
         when it existed."""
 
         def delete(connection: sqlite3.Connection) -> bool:
-            with self._writing(connection, f"cannot delete session {session_id!r}"):
-                row = _row(connection, session_id)
-                if row is None:
-                    return False
-                _release_shared(connection, row, session_id, 0)
-                for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
-                    connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.id,))
-                connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.id,))
+            row = _row(connection, session_id)
+            if row is None:
+                return False
+            _release_shared(connection, row, session_id, 0)
+            for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
+                connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.id,))
+            connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.id,))
             return True
 
-        return await self._run(delete)
+        return await self._write(delete, f"cannot delete session {session_id!r}")
 
     async def vacuum(self) -> None:
         """Give the space of deleted events back to the file system (after a snapshot)."""
 
+        if self.read_only:
+            raise StoreError(f"the store {self.url} is open read-only")
+
         def vacuum(connection: sqlite3.Connection) -> None:
-            if self.read_only:
-                raise StoreError(f"the store {self.url} is open read-only")
+            # Outside any transaction (VACUUM cannot run in one): the writer's read path.
             self._check_file()
             with _errors(f"cannot vacuum {self.path}"):
                 connection.execute("VACUUM")
@@ -686,10 +746,13 @@ class SQLiteStore:
         await self._run(vacuum)
 
     async def aclose(self) -> None:
-        """Close the connection. Idempotent."""
+        """Close the connection (after the writes already sent are committed). Idempotent."""
         if self._closed:
             return
         self._closed = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.aclose()
         connection, self._connection = self._connection, None
         if connection is not None:
             if self._limiter is None:
@@ -711,13 +774,16 @@ class SQLiteStore:
 
     def __del__(self) -> None:
         connection = getattr(self, "_connection", None)
-        if connection is not None:
+        writer = getattr(self, "_writer", None)
+        abandoned = writer is not None and writer.abandon()  # one warning, this one
+        if connection is not None or abandoned:
             warnings.warn(
                 f"SQLiteStore({self.path!r}) was not closed; call aclose()",
                 ResourceWarning,
                 stacklevel=2,
                 source=self,
             )
+        if connection is not None:
             connection.close()
 
 
