@@ -10,8 +10,8 @@ A library is silent unless its application says otherwise. So:
   never anything on stdout; ``logging.basicConfig(level=logging.INFO)`` or a handler on the
   ``nous_session`` logger shows more.
 
-The choice is made the first time a logger is used, not when it is made, so an application
-may configure logging after importing nous_session.
+The choice is made the first time a module's logger is used (or bound), not when it is made
+at import, so an application may configure logging after importing nous_session.
 """
 
 from __future__ import annotations
@@ -56,9 +56,11 @@ class _LazyLogger:
         self._context = context
         self._bound: Any = None
 
-    def bind(self, **context: Any) -> _LazyLogger:
-        """A logger with more context, decided at its own first use."""
-        return _LazyLogger(self._name, {**self._context, **context})
+    def bind(self, **context: Any) -> Any:
+        """A bound logger with more context, decided now: binding happens at run time (an
+        actor binds its session id when it opens), after the application has set up logging,
+        and the bound logger is then called directly (no lookup through this proxy)."""
+        return _resolve(self._name).bind(**self._context, **context)
 
     def __getattr__(self, name: str) -> Any:
         bound = self._bound

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, NamedTuple, TypeAlias
 
 import anyio
-import attrs
 
 from nous_session.errors import ConflictError, InvalidEventError
 from nous_session.event import Event, EventType, replace_data, to_message
@@ -41,9 +40,9 @@ Prepared: TypeAlias = tuple[EventType | str, dict[str, Any], datetime]
 """What :func:`nous_session.event.prepare` returns: a validated, copied event before its seq."""
 
 
-@attrs.frozen
-class Applied:
-    """What applying one request to a Log value gives.
+class Applied(NamedTuple):
+    """What applying one request to a Log value gives (a tuple: it is made for every request
+    of every batch).
 
     Attributes:
         log: the Log after the request.
@@ -110,7 +109,10 @@ class Append(Request):
     __slots__ = ("items", "key")
 
     def __init__(self, items: tuple[Prepared, ...], key: str | None = None) -> None:
-        super().__init__()
+        # Request.__init__, inlined: one of these is made for every append.
+        self.done = anyio.Event()
+        self.result = None
+        self.error = None
         self.items = items
         self.key = key
 

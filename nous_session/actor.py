@@ -26,7 +26,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import anyio
 import anyio.abc
@@ -91,9 +91,8 @@ _WARM_ABOVE: Final = 2048
 _RESOLVE_FOR: Final = 30.0
 
 
-@attrs.frozen
-class _Batch:
-    """A batch applied to the published log, not yet committed.
+class _Batch(NamedTuple):
+    """A batch applied to the published log, not yet committed (a tuple: one per commit).
 
     ``known`` are the requests answered from an idempotency key committed before: their
     answer stands whatever happens to the batch.
@@ -206,6 +205,7 @@ class SessionActor:
         "_landed_at",
         "_log_commits",
         "_logger",
+        "_name_commits",
         "_parked",
         "_published",
         "_rebase",
@@ -249,6 +249,10 @@ class SessionActor:
         self._keys: dict[str, tuple[int, int]] = {} if stored is None else dict(stored.keys)
         self._kept: dict[int, Event] = {} if stored is None else {e.seq: e for e in stored.kept}
         self._landed_at = (0, 0)  # where a commit with an unknown outcome was found to land
+        # Commit ids cost a row per commit: sent only to a store that can lose a reply.
+        self._name_commits = supports(store, OutcomeStore) and bool(
+            getattr(type(store), "outcome_may_be_unknown", False)
+        )
         self._published = Published(log)
         self._send, self._receive = anyio.create_memory_object_stream[Request](queue_size)
         self._space = anyio.Event()  # set (and replaced) whenever queue space may have freed
@@ -449,7 +453,8 @@ class SessionActor:
                     batch.append(receive.receive_nowait())
                 except (anyio.WouldBlock, anyio.EndOfStream):
                     break
-            self._free_space()
+            if self._space_waiters:
+                self._free_space()
             if not self._closing:
                 return batch
             # Closing: the first `_admit` requests were queued before the close; any later
@@ -464,9 +469,8 @@ class SessionActor:
 
     def _free_space(self) -> None:
         """Wake the callers waiting for queue space (each tries again)."""
-        if self._space_waiters:
-            space, self._space = self._space, anyio.Event()
-            space.set()
+        space, self._space = self._space, anyio.Event()
+        space.set()
 
     def _refuse_the_rest(self) -> None:
         receive = self._receive
@@ -530,7 +534,11 @@ class SessionActor:
             applied.append((request, step.result))
             if key is not None:
                 keyed[key] = step.result
-        keys = [(key, events[0].seq, len(events)) for key, events in keyed.items() if events]
+        keys = (
+            [(key, events[0].seq, len(events)) for key, events in keyed.items() if events]
+            if keyed
+            else []
+        )
         return _Batch(base, log, dropped, applied, rebuilt, keys, known)
 
     def _keyed_events(self, key: str) -> tuple[Event, ...] | None:
@@ -552,9 +560,10 @@ class SessionActor:
         }
         if not self._full_store:
             return arguments
-        arguments["expected_horizon"] = batch.base.horizon
-        if batch.log.horizon != batch.base.horizon:
-            arguments["horizon"] = batch.log.horizon
+        horizon = batch.base._horizon
+        arguments["expected_horizon"] = horizon
+        if batch.log._horizon != horizon:
+            arguments["horizon"] = batch.log._horizon
         if batch.keys:
             arguments["keys"] = batch.keys
         if batch.dropped and self._keys:
@@ -562,7 +571,8 @@ class SessionActor:
                 seq for first, size in self._keys.values() for seq in range(first, first + size)
             }
             arguments["kept"] = [seq for seq in batch.dropped if seq in keyed]
-        arguments["commit_id"] = self._commit_ids()
+        if self._name_commits:
+            arguments["commit_id"] = self._commit_ids()
         return arguments
 
     async def _commit(self, requests: list[Request]) -> None:
@@ -590,7 +600,15 @@ class SessionActor:
                 # and a store may keep what it was given.
                 events = tuple(batch.log.since(batch.base.count))
                 arguments = self._commit_arguments(batch, events)
-                error = await self._store_commit(arguments)
+                error: BaseException | None = None
+                # Shielded: once the store has the batch, its callers must hear about it.
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self._store.commit(self._session_id, **arguments)
+                    except OutcomeUnknownError as unknown:
+                        error = await self._resolve(arguments, unknown)
+                    except Exception as failure:
+                        error = failure
                 if error is not None:
                     # The batch never happened: its events leave the log's shared storage,
                     # so catching up (or the next batch) extends it instead of copying it.
@@ -619,22 +637,6 @@ class SessionActor:
                 )
             self._acknowledge([*batch.known, *batch.applied], batch.log, rebuilt=batch.rebuilt)
             return
-
-    async def _store_commit(self, arguments: dict[str, Any]) -> BaseException | None:
-        """Commit to the store; None when it landed, else the error (nothing landed).
-
-        Shielded: once the store has the batch, its callers must hear about it. An unknown
-        outcome is resolved by :meth:`_resolve` before this returns.
-        """
-        try:
-            with anyio.CancelScope(shield=True):
-                await self._store.commit(self._session_id, **arguments)
-        except OutcomeUnknownError as error:
-            with anyio.CancelScope(shield=True):
-                return await self._resolve(arguments, error)
-        except Exception as error:
-            return error
-        return None
 
     async def _resolve(
         self, arguments: dict[str, Any], unknown: OutcomeUnknownError
@@ -745,7 +747,8 @@ class SessionActor:
         arguments: dict[str, Any] = {"expected_count": base.count, "events": events}
         if self._full_store:
             arguments["keys"] = [(key, first, size) for key, (first, size) in keyed.items()]
-            arguments["commit_id"] = self._commit_ids()
+            if self._name_commits:
+                arguments["commit_id"] = self._commit_ids()
         waiting = [(request, None) for request, _, _ in made_for]
         waiting.extend((request, None) for request, _ in repeats)
         try:
@@ -833,7 +836,9 @@ class SessionActor:
         self, applied: Sequence[tuple[Request, Any]], log: Log, *, rebuilt: bool
     ) -> None:
         """Answer each applied request with its result, then let compaction look."""
-        self._answer(applied)
+        self._requests += len(applied)
+        for request, result in applied:
+            request.resolve(result)
         if self._compaction is not None:
             self._compaction.committed(log, rebuilt=rebuilt)
 
@@ -966,7 +971,10 @@ class SessionActor:
                     self._space_waiters -= 1
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 raise _closed_error() from None
-        return await request.outcome()
+        await request.done.wait()  # Request.outcome, inlined: this is every call's path
+        if request.error is not None:
+            raise request.error
+        return request.result
 
     async def append(
         self,
@@ -1001,8 +1009,8 @@ class SessionActor:
         """
         # Validated and copied here, in the caller: its errors surface on the caller's stack,
         # and changing `data` after the call (even a cancelled one) changes nothing.
-        events = await self._call(Append((prepare(type, data, time),), _key(key)))
-        return events[0]  # type: ignore[no-any-return]
+        request = Append((prepare(type, data, time),), None if key is None else _key(key))
+        return (await self._call(request))[0]  # type: ignore[no-any-return]
 
     async def append_many(
         self, items: Iterable[Sequence[Any]], *, key: str | None = None
@@ -1044,8 +1052,9 @@ class SessionActor:
         """
         event_type, data = message_event(message)
         # The message's JSON is a fresh copy that only holds valid fields: nothing to re-check.
-        events = await self._call(Append(((event_type, data, message.created_at),), _key(key)))
-        return events[0]  # type: ignore[no-any-return]
+        item = (event_type, data, message.created_at)
+        request = Append((item,), None if key is None else _key(key))
+        return (await self._call(request))[0]  # type: ignore[no-any-return]
 
     async def replace(
         self,

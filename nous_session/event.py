@@ -285,7 +285,9 @@ def prepare(
     try:
         when = _time(time)
         copy = _copy_data(data)
-        _check_rules(event_type, copy, None)
+        # The common chat event, {"content": str}, has nothing more to check.
+        if event_type not in _SURFACE or len(copy) != 1 or type(copy.get("content")) is not str:
+            _check_rules(event_type, copy, None)
     except _Refusal as e:
         raise InvalidEventError(f"{event_type} event: {e}") from None
     return event_type, copy, when

@@ -369,9 +369,8 @@ class Log:
             InvalidEventError: the surface op does not fit this log at the new seq.
         """
         event_type, data, time = prepared
-        return self._push(
-            self._checked(make_event(self._count, event_type, data, time, decoded=True))
-        )
+        event = make_event(self._count, event_type, data, time, decoded=True)
+        return self._push(event if event.op is None else self._checked(event))
 
     def try_append(
         self, type: EventType | str, data: Any = None, *, time: datetime | None = None

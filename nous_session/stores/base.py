@@ -290,7 +290,15 @@ class ForkingStore(Store, Protocol):
 
 @runtime_checkable
 class OutcomeStore(Store, Protocol):
-    """A store that can tell whether a commit whose outcome was unknown landed after all."""
+    """A store that can tell whether a commit whose outcome was unknown landed after all.
+
+    A store whose class sets ``outcome_may_be_unknown = True`` (it can lose a commit's reply:
+    PostgreSQL over a network) is sent a commit id with every commit by the SessionActor, which
+    then resolves an unknown outcome itself. Other stores may record commit ids they are given,
+    but are not sent one (it would cost a row per commit for nothing).
+    """
+
+    outcome_may_be_unknown: bool
 
     async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
         """Where the commit named ``commit_id`` landed: its first seq and how many events it
@@ -385,7 +393,7 @@ def check_session_id(session_id: object) -> str:
     if "\x00" in session_id:
         raise ValueError(f"a session id cannot contain NUL characters: {session_id!r}")
     try:
-        size = len(session_id.encode())
+        size = len(session_id) if session_id.isascii() else len(session_id.encode())
     except UnicodeEncodeError as error:
         raise ValueError(
             f"a session id must be valid Unicode; {session_id!r} has a lone surrogate at"
@@ -443,7 +451,7 @@ def _event_list(events: Iterable[Event]) -> list[Event]:
     """``events`` as a list (read once, so a generator works), each checked to be an Event."""
     listed = list(events)
     for index, event in enumerate(listed):
-        if not isinstance(event, Event):
+        if type(event) is not Event and not isinstance(event, Event):
             raise ValueError(f"commit events must be Events; item {index} is {event!r}")
     return listed
 
@@ -485,11 +493,14 @@ def check_commit_arguments(
             raise ValueError(f"a dropped seq must be below {expected_count}, got {seq}")
     if kept and not set(kept) <= set(dropped):
         raise ValueError("every kept seq must also be dropped")
-    _check_keys(keys, listed)
-    _check_commit_id(commit_id)
-    for name, value in (("horizon", horizon), ("expected_horizon", expected_horizon)):
-        if value is not None and (type(value) is not int or value < 0):
-            raise ValueError(f"{name} must be None or an int >= 0, got {value!r}")
+    if keys:
+        _check_keys(keys, listed)
+    if commit_id is not None:
+        _check_commit_id(commit_id)
+    if horizon is not None and (type(horizon) is not int or horizon < 0):
+        raise ValueError(f"horizon must be None or an int >= 0, got {horizon!r}")
+    if expected_horizon is not None and (type(expected_horizon) is not int or expected_horizon < 0):
+        raise ValueError(f"expected_horizon must be None or an int >= 0, got {expected_horizon!r}")
     return listed
 
 

@@ -147,11 +147,13 @@ class MemoryStore:
                 f"session {session_id!r} has horizon {stored_horizon}, expected"
                 f" {expected_horizon}: another writer took a snapshot"
             )
-        taken = [key for key, _, _ in keys if session is not None and key in session.keys]
-        if taken or len({key for key, _, _ in keys}) < len(keys):
-            raise ConflictError(
-                f"session {session_id!r}: idempotency key {(taken or [keys[0][0]])[0]!r} is taken"
-            )
+        if keys:
+            taken = [key for key, _, _ in keys if session is not None and key in session.keys]
+            if taken or len({key for key, _, _ in keys}) < len(keys):
+                raise ConflictError(
+                    f"session {session_id!r}: idempotency key"
+                    f" {(taken or [keys[0][0]])[0]!r} is taken"
+                )
         if commit_id is not None and session is not None and commit_id in session.commits:
             raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
         if session is None:

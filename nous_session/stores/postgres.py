@@ -38,7 +38,7 @@ import threading
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
@@ -215,6 +215,9 @@ class PostgresStore:
 
     Nothing connects until first use. Close with :meth:`aclose` (or ``async with``).
     """
+
+    outcome_may_be_unknown: ClassVar[bool] = True
+    """A connection lost during a commit leaves its outcome unknown: commits carry ids."""
 
     def __init__(
         self,
