@@ -488,6 +488,14 @@ def check_commit_arguments(
                 f"commit events must have increasing seqs from {expected_count}; got {event.seq}"
             )
         previous = event.seq
+    if not (dropped or keys or kept or commit_id is not None or horizon is not None):
+        if expected_horizon is not None and (
+            type(expected_horizon) is not int or expected_horizon < 0
+        ):
+            raise ValueError(
+                f"expected_horizon must be None or an int >= 0, got {expected_horizon!r}"
+            )
+        return listed  # the common commit: only new events
     for seq in dropped:
         if not 0 <= seq < expected_count:
             raise ValueError(f"a dropped seq must be below {expected_count}, got {seq}")

@@ -136,28 +136,30 @@ class MemoryStore:
             expected_horizon=expected_horizon,
         )
         session = self._sessions.get(session_id)
-        stored = 0 if session is None else session.count
-        if stored != expected_count:
+        if session is None:
+            if expected_count != 0:
+                raise ConflictError(
+                    f"session {session_id!r} has count 0, expected {expected_count}"
+                )
+            session = self._sessions[session_id] = _Session()
+        elif session.count != expected_count:
             raise ConflictError(
-                f"session {session_id!r} has count {stored}, expected {expected_count}"
+                f"session {session_id!r} has count {session.count}, expected {expected_count}"
             )
-        stored_horizon = 0 if session is None else session.horizon
-        if expected_horizon is not None and stored_horizon != expected_horizon:
+        if expected_horizon is not None and session.horizon != expected_horizon:
             raise ConflictError(
-                f"session {session_id!r} has horizon {stored_horizon}, expected"
+                f"session {session_id!r} has horizon {session.horizon}, expected"
                 f" {expected_horizon}: another writer took a snapshot"
             )
         if keys:
-            taken = [key for key, _, _ in keys if session is not None and key in session.keys]
+            taken = [key for key, _, _ in keys if key in session.keys]
             if taken or len({key for key, _, _ in keys}) < len(keys):
                 raise ConflictError(
                     f"session {session_id!r}: idempotency key"
                     f" {(taken or [keys[0][0]])[0]!r} is taken"
                 )
-        if commit_id is not None and session is not None and commit_id in session.commits:
+        if commit_id is not None and commit_id in session.commits:
             raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
-        if session is None:
-            session = self._sessions[session_id] = _Session()
         if dropped:
             self._drop(session_id, session, dropped, kept)
         if horizon is not None:
