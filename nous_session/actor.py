@@ -217,6 +217,7 @@ class SessionActor:
         "_space",
         "_space_waiters",
         "_store",
+        "_task_group",
         "_unfollowable",
         "_waker_scope",
         "_watch_scope",
@@ -253,9 +254,10 @@ class SessionActor:
         self._name_commits = supports(store, OutcomeStore) and bool(
             getattr(type(store), "outcome_may_be_unknown", False)
         )
-        self._published = Published(log)
+        self._task_group = task_group
+        self._published = Published(log, self._start_waker)
         self._send, self._receive = anyio.create_memory_object_stream[Request](queue_size)
-        self._space = anyio.Event()  # set (and replaced) whenever queue space may have freed
+        self._space: anyio.Event | None = None  # set when queue space may have freed, if waited
         self._space_waiters = 0  # callers waiting for queue space
         self._commit_ids = _CommitIds()
         self._waker_scope = anyio.CancelScope()
@@ -374,7 +376,6 @@ class SessionActor:
                 )
                 try:
                     await task_group.start(actor._run)
-                    await task_group.start(actor._run_waker)
                     if watch:
                         await task_group.start(actor._watch)
                     if recover:
@@ -430,11 +431,15 @@ class SessionActor:
             self._waker_scope.cancel()
             self._published.close()
 
-    async def _run_waker(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
+    def _start_waker(self) -> None:
+        """Start coalescing subscribers' wake-ups (the first time there are many of them);
+        an idle session or one with few subscribers runs no waker task."""
+        if not self._closing:
+            self._task_group.start_soon(self._run_waker)
+
+    async def _run_waker(self) -> None:
         with self._waker_scope:
-            await self._published.run_waker(task_status=task_status)
+            await self._published.run_waker()
 
     async def _take(self) -> list[Request]:
         """The next batch: every request waiting in the queue. Empty when the actor must stop."""
@@ -469,8 +474,9 @@ class SessionActor:
 
     def _free_space(self) -> None:
         """Wake the callers waiting for queue space (each tries again)."""
-        space, self._space = self._space, anyio.Event()
-        space.set()
+        space, self._space = self._space, None
+        if space is not None:
+            space.set()
 
     def _refuse_the_rest(self) -> None:
         receive = self._receive
@@ -964,9 +970,12 @@ class SessionActor:
                 self._send.send_nowait(request)
                 break
             except anyio.WouldBlock:
+                space = self._space
+                if space is None:
+                    space = self._space = anyio.Event()
                 self._space_waiters += 1
                 try:
-                    await self._space.wait()  # set whenever the actor takes a batch, and at close
+                    await space.wait()  # set whenever the actor takes a batch, and at close
                 finally:
                     self._space_waiters -= 1
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -9,7 +9,7 @@ actor the same whatever the number of subscribers: it replaces the Log value and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Final
 
@@ -38,17 +38,37 @@ class Published:
         snapshots: bumped whenever a published Log dropped events (a subscriber's read-ahead
             may hold some of them).
         subscribers: open subscriptions.
+
+    Nothing is allocated for readers until one waits: an idle session (or one nobody
+    subscribes to) holds no event objects, and a commit with nobody waiting wakes nobody.
     """
 
-    __slots__ = ("_changed", "_wake_requested", "closed", "log", "snapshots", "subscribers")
+    __slots__ = (
+        "_changed",
+        "_start_waker",
+        "_wake_requested",
+        "closed",
+        "log",
+        "snapshots",
+        "subscribers",
+    )
 
-    def __init__(self, log: Log) -> None:
+    def __init__(self, log: Log, start_waker: Callable[[], None] | None = None) -> None:
         self.log = log
         self.closed = False
         self.snapshots = 0
         self.subscribers = 0
-        self._changed = anyio.Event()
-        self._wake_requested = anyio.Event()
+        self._changed: anyio.Event | None = None  # made by the first reader that waits
+        self._wake_requested: anyio.Event | None = None  # the waker's, once it is started
+        # Starts run_waker in the owner's task group, the first time wake-ups are coalesced.
+        self._start_waker = start_waker
+
+    def changed(self) -> anyio.Event:
+        """The event the next publish sets (for a reader about to wait)."""
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = anyio.Event()
+        return changed
 
     def publish(self, log: Log, *, dropped: bool = False) -> None:
         """Make ``log`` the committed value and tell the subscribers.
@@ -63,10 +83,16 @@ class Published:
         self.log = log
         if dropped:
             self.snapshots += 1
-        if self.subscribers < _COALESCE_FROM or self.closed:
+        if self._changed is None:
+            return  # nobody is waiting
+        if self.subscribers < _COALESCE_FROM or self.closed or self._start_waker is None:
             self.wake()
-        else:
-            self._wake_requested.set()
+            return
+        requested = self._wake_requested
+        if requested is None:
+            requested = self._wake_requested = anyio.Event()
+            self._start_waker()
+        requested.set()
 
     def close(self) -> None:
         """Nothing more will be published: wake every subscriber so it can finish."""
@@ -76,8 +102,9 @@ class Published:
     def wake(self) -> None:
         """Wake every waiting subscriber now."""
         # One Event per wake-up, shared by every subscriber: O(1) for the publisher.
-        changed, self._changed = self._changed, anyio.Event()
-        changed.set()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     async def run_waker(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -85,7 +112,9 @@ class Published:
         """Coalesce wake-ups while there are many subscribers; runs until cancelled."""
         task_status.started()
         while True:
-            await self._wake_requested.wait()
+            requested = self._wake_requested
+            assert requested is not None  # made before the waker is started
+            await requested.wait()
             # Let the commits of the next window gather behind this one wake-up.
             await anyio.sleep(self.subscribers * _WAKE_COST)
             self._wake_requested = anyio.Event()
@@ -148,7 +177,7 @@ class Subscription:
                     await anyio.lowlevel.checkpoint()
                 return event
             # Take the notification before reading the log: a publish in between sets it.
-            changed = published._changed
+            changed = published.changed()
             log = published.log
             if self._cursor < log.count:
                 fresh = log.since(self._cursor)
