@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
+import os
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
@@ -632,11 +632,15 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             wrapper_class=structlog.make_filtering_bound_logger(level),
             logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         )
-        # A closed pipe (`| head`) ends the command quietly, as it does for any Unix tool.
-        with suppress(AttributeError, ValueError):
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         anyio.run(_run, args, output)
+    except BrokenPipeError:
+        # A closed pipe (`| head`) ends the command quietly, as it does for any Unix tool.
+        # (Not SIGPIPE's default action: that would also kill the process for a socket a
+        # server closed under a database driver.)
+        with suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         return 130 if args.command != "tail" else 0
     except (CommandError, NousSessionError, ValueError, OSError, ImportError) as error:
