@@ -7,4 +7,13 @@ To add a suite (stores, peers, ...), write ``benchmarks/suites/<name>.py`` with 
 
 from __future__ import annotations
 
-SUITES: tuple[str, ...] = ("log", "actor", "stores", "history", "postgres", "scaling", "peers")
+SUITES: tuple[str, ...] = (
+    "log",
+    "actor",
+    "stores",
+    "history",
+    "many",
+    "postgres",
+    "scaling",
+    "peers",
+)

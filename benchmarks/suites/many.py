@@ -1,0 +1,315 @@
+"""Suite "many": many sessions on one store, and one session against the disk's floor (issue 11).
+
+Everything at the store's default durability (SQLite WAL with ``synchronous=FULL``: every
+commit fsyncs), on asyncio.
+
+* ``sessions_sqlite``: N sessions on one SQLite file, all at once, each awaiting its own 20
+  appends in order; appends/s and events per transaction, for N = 200 (the target), 1,000 and
+  10,000 (the curve).
+* ``one_session_sqlite``: one session awaiting each append vs a raw ``sqlite3`` loop of one-row
+  transactions on the same kind of file (WAL, FULL), side by side in slices: the floor is the
+  fsync, and the ratio says how close to it the library gets.
+* ``sessions_postgres``: 200 sessions spread over 4 processes (50 each), each awaiting its own 20
+  appends; appends/s over all of them (needs ``NOUS_SESSION_TEST_POSTGRES``).
+* ``idle_memory``: 10,000 open, idle sessions in one process: bytes per session (traced by
+  tracemalloc, and resident).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from benchmarks.harness import (
+    AsyncSide,
+    Context,
+    Measurement,
+    Target,
+    ainterleave_slices,
+    expect,
+    measure,
+    ratio,
+)
+from benchmarks.workloads import content
+from nous_session import EventType, SessionActor
+from nous_session.codec import encode
+from nous_session.event import make_event
+from nous_session.stores import MemoryStore
+from nous_session.stores.sqlite import SQLiteStore
+
+ISSUE_11 = "issue 11"
+USER = EventType.USER_MESSAGE
+EACH = 20
+
+
+async def _sessions(path: Path, count: int, each: int) -> tuple[float, float]:
+    """``count`` sessions, each awaiting ``each`` appends in order, all at once: (rate, mean
+    events per transaction)."""
+    payload = {"content": content(1)}
+    async with SQLiteStore(path) as store, AsyncExitStack() as stack:
+        sessions = [
+            await stack.enter_async_context(SessionActor.open(session_id=f"s{i}", store=store))
+            for i in range(count)
+        ]
+        writer = store._writer_thread()
+        before = writer.statistics()
+
+        async def produce(session: SessionActor) -> None:
+            for _ in range(each):
+                await session.append(USER, payload)
+
+        start = time.perf_counter()
+        async with anyio.create_task_group() as task_group:
+            for session in sessions:
+                task_group.start_soon(produce, session)
+        elapsed = time.perf_counter() - start
+        after = writer.statistics()
+        expect(
+            all(session.log.count == each for session in sessions), "sessions: an append is lost"
+        )
+        stored = sum(info.count for info in await store.sessions())
+        expect(stored == count * each, f"sessions: the file holds {stored} events")
+    transactions = max(after.transactions - before.transactions, 1)
+    return count * each / elapsed, count * each / transactions
+
+
+def sessions_sqlite(ctx: Context) -> list[Measurement]:
+    """200, 1,000 and 10,000 sessions on one SQLite file, each awaiting its own 20 appends."""
+    out: list[Measurement] = []
+    sizes = (200, 1_000, 10_000) if not ctx.quick else (200, 1_000)
+    for count in sizes:
+        rates, groups = [], []
+        rounds = ctx.rounds if count <= 1_000 else max(1, ctx.rounds // 3)
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory(prefix="nous-bench-many-") as name:
+                rate, group = anyio.run(
+                    _sessions, Path(name) / "many.sqlite3", count, EACH, backend="asyncio"
+                )
+            rates.append(rate)
+            groups.append(group)
+        target = Target(">=", 20_000, ISSUE_11) if count == 200 else None
+        out.append(
+            measure(
+                f"many.sessions_sqlite.rate_{count}",
+                "appends/s",
+                rates,
+                target=target,
+                note=f"{count:,} sessions on one SQLite file (WAL, FULL), all at once, each"
+                f" awaiting its own {EACH} appends in order",
+            )
+        )
+        out.append(
+            measure(
+                f"many.sessions_sqlite.per_transaction_{count}",
+                "events/txn",
+                groups,
+                note="events committed per SQLite transaction (one fsync each): group commit "
+                "across sessions",
+            )
+        )
+    return out
+
+
+def _raw_connection(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None)
+    expect(connection.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal", "raw: no WAL")
+    connection.execute("PRAGMA synchronous=FULL")
+    connection.execute(
+        "CREATE TABLE IF NOT EXISTS nous_events (sid INTEGER NOT NULL, seq INTEGER NOT NULL,"
+        " record BLOB NOT NULL, PRIMARY KEY (sid, seq)) WITHOUT ROWID"
+    )
+    return connection
+
+
+async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
+    slices, per_slice = ctx.size(10, 4), ctx.size(100, 25)
+    payload = {"content": content(2)}
+    raw = _raw_connection(directory / "raw.sqlite3")
+    raw_seq = [0]
+    async with (
+        SQLiteStore(directory / "one.sqlite3") as store,
+        SessionActor.open(session_id="one", store=store) as session,
+    ):
+
+        async def ours() -> AsyncIterator[float | None]:
+            before = session.log.count
+            yield None
+            for _ in range(slices):
+                start = time.perf_counter()
+                for _ in range(per_slice):
+                    await session.append(USER, payload)
+                yield time.perf_counter() - start
+            expect(session.log.count == before + slices * per_slice, "one: appends missing")
+
+        async def floor() -> AsyncIterator[float | None]:
+            yield None
+            for _ in range(slices):
+                rows = []
+                for _ in range(per_slice):
+                    event = make_event(raw_seq[0], USER, payload)
+                    rows.append((1, raw_seq[0], encode(event)))
+                    raw_seq[0] += 1
+                start = time.perf_counter()
+                for row in rows:
+                    raw.execute("BEGIN IMMEDIATE")
+                    raw.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
+                    raw.execute("COMMIT")
+                yield time.perf_counter() - start
+
+        samples = await ainterleave_slices(
+            ctx.rounds, {"ours": AsyncSide(ours, slices), "raw": AsyncSide(floor, slices)}
+        )
+    raw.close()
+    n = slices * per_slice
+    return {key: [n / s for s in values] for key, values in samples.items()}
+
+
+def one_session_sqlite(ctx: Context) -> list[Measurement]:
+    """One session awaiting each append vs a raw sqlite3 loop of one-row transactions."""
+    with tempfile.TemporaryDirectory(prefix="nous-bench-one-") as name:
+        rows = anyio.run(_one_session, ctx, Path(name), backend="asyncio")
+    return [
+        measure(
+            "many.one_session_sqlite.ours",
+            "appends/s",
+            rows["ours"],
+            note="`await session.append(...)`, one at a time, on SQLiteStore (WAL, FULL)",
+        ),
+        measure(
+            "many.one_session_sqlite.raw",
+            "rows/s",
+            rows["raw"],
+            note="the floor: a plain sqlite3 loop of BEGIN IMMEDIATE / one-row INSERT / COMMIT "
+            "on the same kind of file (WAL, FULL), in the event loop's own thread",
+        ),
+        ratio(
+            "many.one_session_sqlite.ratio",
+            rows["ours"],
+            rows["raw"],
+            target=Target(">=", 0.8, ISSUE_11),
+            note="ours / raw, side by side in 100-append slices",
+        ),
+    ]
+
+
+def sessions_postgres(ctx: Context) -> list[Measurement]:
+    """200 sessions spread over 4 processes on PostgreSQL, each awaiting its own 20 appends."""
+    url = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
+    if not url:
+        return []
+    import psycopg
+
+    worker = Path(__file__).with_name("_many_worker.py")
+    rates = []
+    for _ in range(ctx.rounds):
+        schema = f"bench_{uuid.uuid4().hex[:10]}"
+        try:
+            children = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(worker),
+                        f"{url}?schema={schema}",
+                        f"p{i}",
+                        "50",
+                        str(EACH),
+                    ],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for i in range(4)
+            ]
+            for child in children:  # every process has its sessions open
+                assert child.stdout is not None
+                expect(child.stdout.readline().strip() == "ready", "a worker did not start")
+            start = time.perf_counter()
+            for child in children:
+                assert child.stdin is not None
+                child.stdin.write("go\n")
+                child.stdin.flush()
+            for child in children:
+                assert child.stdout is not None
+                expect(child.stdout.readline().strip() == "done", "a worker failed")
+            elapsed = time.perf_counter() - start
+            for child in children:
+                child.communicate(timeout=60)
+                expect(child.returncode == 0, "a worker failed")
+            rates.append(4 * 50 * EACH / elapsed)
+        finally:
+            with psycopg.connect(url, autocommit=True) as connection:
+                connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return [
+        measure(
+            "many.sessions_postgres.rate",
+            "appends/s",
+            rates,
+            target=Target(">=", 20_000, ISSUE_11),
+            note=f"200 sessions over 4 processes (50 each) on one PostgreSQL database, each "
+            f"awaiting its own {EACH} appends in order; from 'go' to the last acknowledgement",
+        )
+    ]
+
+
+async def _idle(count: int) -> tuple[float, float]:
+    def resident() -> int:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    store = MemoryStore()
+    gc.collect()
+    rss_before = resident()
+    tracemalloc.start()
+    traced_before = tracemalloc.get_traced_memory()[0]
+    async with AsyncExitStack() as stack:
+        for index in range(count):
+            await stack.enter_async_context(SessionActor.open(session_id=f"s{index}", store=store))
+        gc.collect()
+        traced = tracemalloc.get_traced_memory()[0] - traced_before
+        rss = resident() - rss_before
+    tracemalloc.stop()
+    return traced / count, rss / count
+
+
+def idle_memory(ctx: Context) -> list[Measurement]:
+    """10,000 open idle sessions in one process: bytes per session."""
+    count = ctx.size(10_000, 2_000)
+    traced, rss = [], []
+    for _ in range(max(1, ctx.rounds // 3)):
+        a, b = anyio.run(_idle, count, backend="asyncio")
+        traced.append(a)
+        rss.append(b)
+    return [
+        measure(
+            "many.idle_memory.traced",
+            "B/session",
+            traced,
+            note=f"{count:,} open, idle sessions (SessionActor.open on a MemoryStore, no "
+            "events): Python allocations per session (tracemalloc)",
+        ),
+        measure(
+            "many.idle_memory.resident",
+            "B/session",
+            rss,
+            note="the process's resident memory per session, the same sessions",
+        ),
+    ]
+
+
+BENCHMARKS: list[Any] = [one_session_sqlite, sessions_sqlite, sessions_postgres, idle_memory]
