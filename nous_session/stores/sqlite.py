@@ -874,6 +874,15 @@ def _set_horizons(connection: sqlite3.Connection) -> None:
         connection.execute("UPDATE nous_sessions SET horizon = ? WHERE id = ?", (expected + 1, sid))
 
 
+_ADVANCE: Final = (
+    "UPDATE nous_sessions SET count = ?, held = held + ? WHERE name = ? AND count = ? RETURNING id"
+)
+_ADVANCE_AT_HORIZON: Final = (
+    "UPDATE nous_sessions SET count = ?, held = held + ?"
+    " WHERE name = ? AND count = ? AND horizon = ? RETURNING id"
+)
+
+
 def _commit(
     connection: sqlite3.Connection,
     session_id: str,
@@ -887,6 +896,35 @@ def _commit(
     kept: Sequence[int] = (),
     commit_id: str | None = None,
 ) -> None:
+    if (
+        records
+        and expected_count
+        and not (dropped or keys or kept)
+        and commit_id is None
+        and horizon is None
+    ):
+        # The common commit (new events to an existing session): the conditional UPDATE is
+        # the conflict check and gives the session's id, in one statement.
+        found = connection.execute(
+            _ADVANCE if expected_horizon is None else _ADVANCE_AT_HORIZON,
+            (records[-1][0] + 1, len(records), session_id, expected_count)
+            if expected_horizon is None
+            else (records[-1][0] + 1, len(records), session_id, expected_count, expected_horizon),
+        ).fetchone()
+        if found is not None:
+            sid = found[0]
+            if len(records) == 1:
+                connection.execute(
+                    "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
+                    (sid, *records[0]),
+                )
+            else:
+                connection.executemany(
+                    "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
+                    [(sid, seq, record) for seq, record in records],
+                )
+            return
+        # No row moved: the full path below says what the conflict is.
     row = _row(connection, session_id)
     stored = 0 if row is None else row.count
     if stored != expected_count:
