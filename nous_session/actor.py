@@ -903,7 +903,12 @@ class SessionActor:
                         raise CorruptRecordError(
                             f"session {self._session_id!r}: the store says its count is"
                             f" {stored.count}, but its events end at seq {log.count - 1}"
-                            " and no snapshot dropped any (rows are missing)"
+                            " and no snapshot dropped any"
+                            + (
+                                " (rows are missing)"
+                                if log.count < stored.count
+                                else " (rows past its count)"
+                            )
                         )
                     self._keys.update(stored.keys)
                     replaced = any(event.op is not None for event in events)
