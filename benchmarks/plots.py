@@ -1,8 +1,11 @@
-"""Draw the side-by-side run's PNGs from ``benchmarks/results/peers.json``.
+"""Draw the benchmark PNGs from ``benchmarks/results/peers.json`` (and ``latest.json``).
 
 Usage::
 
-    python benchmarks/plots.py [RESULTS_JSON] [--output DIR]
+    python benchmarks/plots.py [RESULTS_JSON ...] [--output DIR]
+
+With no file named, both results files that exist are read, ``peers.json`` winning where a
+measurement is in both.
 
 Writes into ``benchmarks/results/`` (or ``DIR``):
 
@@ -11,6 +14,8 @@ Writes into ``benchmarks/results/`` (or ``DIR``):
 * ``peers_agent_loop.png``: the agent loop's per-iteration time against history length.
 * ``scaling_curves.png``: our append / agent-loop / cold-fold costs against log length, log-log.
 * ``scaling_fanout.png``: append rate and delivery latency against the number of subscribers.
+* ``many_sessions.png``: sessions on one SQLite file, all at once: rate and events per
+  transaction against the number of sessions (``make bench``'s suite ``many``).
 
 Needs matplotlib (the ``bench`` extra).
 """
@@ -249,12 +254,74 @@ def fanout(data: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
+def many_sessions(data: dict[str, dict[str, Any]], path: Path) -> None:
+    rows = sorted(
+        (
+            (int(name.rsplit("_", 1)[1]), m, data.get(name.replace("rate_", "per_transaction_")))
+            for name, m in data.items()
+            if name.startswith("many.sessions_sqlite.rate_")
+        ),
+        key=lambda row: row[0],
+    )
+    if not rows:
+        return
+    figure, axis = plt.subplots(figsize=(9, 6))
+    xs = [count for count, _, _ in rows]
+    ys = [m["median"] for _, m, _ in rows]
+    low = [m["median"] - m["min"] for _, m, _ in rows]
+    high = [m["max"] - m["median"] for _, m, _ in rows]
+    axis.errorbar(
+        xs,
+        ys,
+        yerr=[low, high],
+        marker="o",
+        capsize=3,
+        color=COLORS["ours"],
+        label="appends/s (left)",
+    )
+    for x, y in zip(xs, ys, strict=True):
+        axis.annotate(_label(y), (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    axis.set_xscale("log")
+    axis.set_xlabel("sessions on one SQLite file, each awaiting its own 20 appends, all at once")
+    axis.set_ylabel("durable appends per second (synchronous=FULL)")
+    axis.set_ylim(bottom=0)
+    axis.grid(which="both", alpha=0.3)
+    groups = [(count, per["median"]) for count, _, per in rows if per is not None]
+    if groups:
+        twin = axis.twinx()
+        twin.plot(
+            [g[0] for g in groups],
+            [g[1] for g in groups],
+            marker="s",
+            linestyle="--",
+            color="#8073ac",
+            label="events per transaction (right)",
+        )
+        twin.set_yscale("log")
+        twin.set_ylabel("events per transaction (one fsync each)")
+        handles = axis.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+        axis.legend(handles=handles, fontsize=8, loc="lower left")
+    axis.set_title(
+        "Group commit across sessions: one fsync serves hundreds of sessions' commits;\n"
+        "the rate is bound by the CPU per append. Median of rounds, whiskers min-max",
+        fontsize=10,
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("results", nargs="?", type=Path, default=RESULTS / "peers.json")
+    parser.add_argument("results", nargs="*", type=Path)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    data = _by_name(json.loads(args.results.read_text()))
+    files = args.results or [
+        path for path in (RESULTS / "latest.json", RESULTS / "peers.json") if path.exists()
+    ]
+    data: dict[str, dict[str, Any]] = {}
+    for results in files:  # later files win
+        data.update(_by_name(json.loads(results.read_text())))
     args.output.mkdir(parents=True, exist_ok=True)
     written = []
     for name, draw in (
@@ -262,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("peers_agent_loop.png", agent_loop),
         ("scaling_curves.png", curves),
         ("scaling_fanout.png", fanout),
+        ("many_sessions.png", many_sessions),
     ):
         target = args.output / name
         draw(data, target)
