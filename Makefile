@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test test-frameworks lint typecheck bench clean
 
 $(BIN)/python:
 	$(shell command -v $(PYTHON) >/dev/null 2>&1 && echo $(PYTHON) || echo python3) -m venv $(VENV)
@@ -19,8 +19,13 @@ demo: $(STAMP)
 	@echo
 	$(BIN)/python -m nous_session demo
 
+# Our suite, then the frameworks' own tests against our adapters (each in its own virtualenv).
 test: $(STAMP)
 	$(BIN)/python -m pytest
+	$(MAKE) test-frameworks
+
+test-frameworks:
+	PYTHON=$(PYTHON) bash .ci/openai_agents
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -33,7 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) .venv-openai-agents build dist *.egg-info
 
 # The side-by-side run against the peers (issue 6), in its own virtualenv: the peers and
 # matplotlib come from the `bench` extra and never enter .venv. Writes

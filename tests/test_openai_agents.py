@@ -1,0 +1,302 @@
+"""nous_session.integrations.openai_agents: the openai-agents Session over nous_session.
+
+The SDK's own session tests run against NousSession in .ci/openai_agents (`make test`); these
+check what only we can see: what the log holds, other writers, other event loops, and a real
+``Runner.run`` with a scripted model. The SDK is asyncio-only, so these tests pin asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, Runner, function_tool
+from agents.items import ModelResponse
+from agents.models.interface import Model
+from agents.usage import Usage
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+from nous_session import EventType, InvalidEventError, Message, SessionActor, SessionClosedError
+from nous_session.integrations.openai_agents import NousSession, item_message, message_items
+from nous_session.registry import SessionsPortal
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The SDK runs on asyncio only (its sessions and runner use asyncio's own APIs)."""
+    return "asyncio"
+
+
+ITEMS: list[Any] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "look it up"}],
+        "encrypted_content": "gAAAA",
+    },
+    {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "weather",
+        "arguments": '{"city": "Paris"}',
+        "id": "fc_1",
+        "status": "completed",
+    },
+    {"type": "function_call_output", "call_id": "call_1", "output": "18C"},
+    {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "18C in Paris.", "annotations": []}],
+    },
+    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "x"}},
+    {"role": "user", "content": [{"type": "input_text", "text": "thanks"}]},
+]
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'agents.sqlite3'}"
+
+
+def test_every_item_round_trips_alone() -> None:
+    for item in ITEMS:
+        assert message_items(item_message(item)) == [item]
+    with pytest.raises(InvalidEventError, match="dict"):
+        item_message(["not", "an", "item"])
+
+
+async def test_items_are_stored_once_each_on_the_surface_and_come_back_exactly(url: str) -> None:
+    session = NousSession("chat", url)
+    try:
+        await session.add_items(ITEMS)
+        assert await session.get_items() == ITEMS
+        assert await session.get_items(limit=3) == ITEMS[-3:]
+        assert await session.get_items(limit=0) == []
+    finally:
+        session.close()
+    # What the log holds: one surface event per item, the neutral messages the formats read.
+    async with SessionActor.open(session_id="chat", store=url) as actor:
+        assert len(actor.log.events()) == len(ITEMS)
+        assert all(event.is_surface for event in actor.log.events())
+        texts = [m.text for m in actor.messages()]
+        assert texts[1] == "Weather in Paris?"
+        assert actor.messages()[3].tool_calls[0].name == "weather"
+
+
+async def test_pop_and_clear_are_surface_operations_and_keep_the_log(url: str) -> None:
+    session = NousSession("chat", url)
+    try:
+        await session.add_items(ITEMS)
+        assert await session.pop_item() == ITEMS[-1]
+        assert await session.get_items() == ITEMS[:-1]
+        await session.clear_session()
+        assert await session.get_items() == []
+        assert await session.pop_item() is None
+        await session.add_items([{"role": "user", "content": "again"}])
+        assert await session.get_items() == [{"role": "user", "content": "again"}]
+    finally:
+        session.close()
+    async with SessionActor.open(session_id="chat", store=url) as actor:
+        types = [event.type for event in actor.log.events()]
+        assert types.count(EventType.REMOVE) == 2  # the pop and the clear
+        assert len(types) == len(ITEMS) + 3
+        # Nothing was lost: rewinding to before the clear shows the popped history again.
+        clear_seq = [e.seq for e in actor.log.events() if e.type is EventType.REMOVE][-1]
+        await actor.rewind(clear_seq - 1)
+        assert len(actor.messages()) == len(ITEMS) - 1
+
+
+async def test_a_message_added_by_the_application_reaches_the_sdk_as_items(url: str) -> None:
+    async with SessionActor.open(session_id="chat", store=url) as actor:
+        await actor.add_message(Message.user("from the app"))
+    session = NousSession("chat", url)
+    try:
+        assert await session.get_items() == [{"role": "user", "content": "from the app"}]
+    finally:
+        session.close()
+
+
+async def test_two_sessions_on_one_store_see_each_others_writes_and_pop_atomically(
+    url: str,
+) -> None:
+    first, second = NousSession("shared", url), NousSession("shared", url)
+    try:
+        await first.add_items([{"role": "user", "content": str(i)} for i in range(20)])
+        popped = await asyncio.gather(*(s.pop_item() for s in [first, second] * 10))
+        assert sorted(int(item["content"]) for item in popped) == list(range(20))  # type: ignore[index]
+        assert await second.get_items() == []
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_a_session_is_usable_from_other_event_loops_and_threads(url: str) -> None:
+    session = NousSession("loops", url)
+    try:
+        await session.add_items([{"role": "user", "content": "main loop"}])
+
+        def elsewhere() -> None:
+            asyncio.run(session.add_items([{"role": "user", "content": "other loop"}]))
+
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        assert [i["content"] for i in await session.get_items()] == ["main loop", "other loop"]  # type: ignore[index]
+    finally:
+        session.close()
+
+
+async def test_a_closed_session_refuses_calls_and_a_bad_item_adds_nothing() -> None:
+    session = NousSession("closing")
+    await session.add_items([{"role": "user", "content": "one"}])
+    with pytest.raises(InvalidEventError, match="item 1"):
+        await session.add_items([{"role": "user", "content": "two"}, {"bad": object()}])
+    assert len(await session.get_items()) == 1
+    session.close()
+    session.close()
+    with pytest.raises(SessionClosedError):
+        await session.get_items()
+    with pytest.raises(ValueError, match="session_id"):
+        NousSession("")
+
+
+async def test_a_portal_of_ones_own_is_shared_and_stays_open() -> None:
+    with SessionsPortal("memory:") as portal:
+        session = NousSession("mine", sessions=portal)
+        await session.add_items([{"role": "user", "content": "hi"}])
+        session.close()
+        assert not portal.closed
+        assert (
+            portal.call("mine", lambda actor: _texts(actor)) == ["hi"]  # the same session
+        )
+    with pytest.raises(ValueError, match="not both"):
+        NousSession("x", "memory:", sessions=portal)
+
+
+async def _texts(actor: SessionActor) -> list[str | None]:
+    return [m.text for m in actor.messages()]
+
+
+async def test_the_compaction_hook_replaces_a_suffix_in_one_event_and_keeps_the_log(
+    url: str,
+) -> None:
+    session = NousSession("compact", url)
+    try:
+        await session.add_items([{"role": "user", "content": str(i)} for i in range(6)])
+        snapshot = await session._get_compaction_snapshot(4)
+        assert snapshot.items == [{"role": "user", "content": str(i)} for i in range(2, 6)]
+        assert not snapshot.complete
+        summary = {"role": "user", "content": "[summary of 3..5]"}
+        assert await snapshot.replace_suffix(1, [summary])
+        assert [i["content"] for i in await session.get_items()] == [  # type: ignore[index]
+            "0",
+            "1",
+            "2",
+            "[summary of 3..5]",
+        ]
+        assert not await snapshot.replace_suffix(1, [summary])  # the suffix changed: nothing
+    finally:
+        session.close()
+    async with SessionActor.open(session_id="compact", store=url) as actor:
+        assert len(actor.log.events()) == 7  # six items and one replace; nothing deleted
+
+
+class ScriptedModel(Model):
+    """A model that answers from a script: a tool call first, then text."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Any] = []
+
+    async def get_response(self, system_instructions, input, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        self.inputs.append(input)
+        turn = len(self.inputs)
+        if turn % 2 == 1:
+            output: list[Any] = [
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    id=f"fc_{turn}",
+                    call_id=f"call_{turn}",
+                    name="weather",
+                    arguments='{"city": "Paris"}',
+                    status="completed",
+                )
+            ]
+        else:
+            output = [
+                ResponseOutputMessage(
+                    id=f"msg_{turn}",
+                    type="message",
+                    role="assistant",
+                    status="completed",
+                    content=[ResponseOutputText(type="output_text", text="18C", annotations=[])],
+                )
+            ]
+        return ModelResponse(output=output, usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+
+@function_tool
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return f"18C in {city}"
+
+
+async def test_a_real_runner_run_keeps_its_history_in_nous_session(url: str) -> None:
+    model = ScriptedModel()
+    agent = Agent(name="Assistant", model=model, tools=[weather])
+    session = NousSession("run", url)
+    try:
+        first = await Runner.run(agent, "Weather in Paris?", session=session)
+        assert first.final_output == "18C"
+        second = await Runner.run(agent, "And tomorrow?", session=session)
+        assert second.final_output == "18C"
+        items = await session.get_items()
+    finally:
+        session.close()
+    # The second run's model input carried the first run's history, read back from the log.
+    assert model.inputs[2][0] == {"content": "Weather in Paris?", "role": "user"}
+    kinds = [item.get("type", item.get("role")) for item in items]  # type: ignore[union-attr]
+    assert kinds == [
+        "user",
+        "function_call",
+        "function_call_output",
+        "message",
+        "user",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    async with SessionActor.open(session_id="run", store=url) as actor:
+        assert [m.role.value for m in actor.messages()] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+        ] * 2
+
+
+def test_runner_run_sync_on_fresh_event_loops(tmp_path: Path) -> None:
+    agent = Agent(name="Assistant", model=ScriptedModel(), tools=[weather])
+    session = NousSession("sync", f"sqlite:///{tmp_path / 'sync.sqlite3'}")
+    try:
+        Runner.run_sync(agent, "one", session=session)
+        Runner.run_sync(agent, "two", session=session)
+        assert len(asyncio.run(session.get_items())) == 8
+    finally:
+        session.close()
