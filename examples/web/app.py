@@ -14,15 +14,15 @@ The store is a SQLite file, so the server can be stopped and started again and k
 session. Each session is opened once, lazily, by the first request that names it, and held
 open with a small compaction policy so that compactions happen while you watch.
 
-Run it (needs the ``web`` extra: ``pip install -e '.[web]'``)::
+Run it from the repository root (needs the ``web`` extra: ``pip install -e '.[web]'``)::
 
-    python -m examples.web.app serve --store sqlite:///web.sqlite3 --port 8000
+    python -m examples.web.app --store sqlite:///web.sqlite3 serve --port 8000
     # open http://127.0.0.1:8000/sessions/demo, then, from another shell:
     curl -X POST 'http://127.0.0.1:8000/sessions/demo/turns?count=5'
 
 and, with the server stopped (two processes must not write one SQLite session at once)::
 
-    python -m examples.web.app append demo 5 --store sqlite:///web.sqlite3
+    python -m examples.web.app --store sqlite:///web.sqlite3 append demo 5
 """
 
 from __future__ import annotations
@@ -176,18 +176,15 @@ def resume_point(request: Request) -> tuple[int, str]:
     Raises:
         ValueError: the header or the parameter is not a seq.
     """
-    last = request.headers.get("last-event-id")
-    if last:
-        seq = int(last)
-        if seq < -1:
-            raise ValueError(f"bad Last-Event-ID: {last!r}")
-        return seq + 1, "Last-Event-ID"
-    since = request.query_params.get("since")
-    if since:
-        seq = int(since)
-        if seq < 0:
-            raise ValueError(f"bad since: {since!r}")
-        return seq, "since"
+    for name, value, after in (
+        ("Last-Event-ID", request.headers.get("last-event-id"), 1),
+        ("since", request.query_params.get("since"), 0),
+    ):
+        if value:
+            seq = int(value) + after if value.isdecimal() else -1
+            if seq < 0:
+                raise ValueError(f"{name} must be a seq, got {value!r}")
+            return seq, name
     return 0, "start"
 
 
