@@ -278,6 +278,14 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         """The id of the session that holds ``thread_id``."""
         return f"{self._prefix}{thread_id}"
 
+    async def session(self, thread_id: object) -> SessionActor:
+        """The open session of ``thread_id`` (opened now if it is not): to follow its
+        checkpoints live (``subscribe``), read its surface, or append events of your own.
+        It stays open until the saver closes or the thread is deleted."""
+        thread = await self._thread(thread_id)
+        assert thread.actor is not None
+        return thread.actor
+
     # Threads ----------------------------------------------------------------------------------
 
     async def _thread(self, thread_id: object) -> _Thread:
@@ -598,15 +606,15 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
             isinstance(item, BaseMessage) for item in messages
         ):
             return None
-        shown = [message.metadata.get(_LANGGRAPH_ID) for message in actor.messages()]
-        ids = [message.id for message in messages]
-        if None in ids:
+        if any(message.id is None for message in messages):
             return None  # without ids, which message is which cannot be told
-        if ids[: len(shown)] == shown:
-            if len(ids) == len(shown):
+        shown = [message.to_json() for message in actor.messages()]
+        projected = [_to_message(item) for item in messages]
+        if [message.to_json() for message in projected[: len(shown)]] == shown:
+            if len(projected) == len(shown):
                 return None
-            return None, [_to_message(item) for item in messages[len(shown) :]]
-        return len(shown), [_to_message(item) for item in messages]
+            return None, projected[len(shown) :]
+        return len(shown), projected
 
     async def _replace_surface(self, actor: SessionActor, messages: list[Message]) -> None:
         surface = actor.log.surface()
