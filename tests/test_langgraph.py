@@ -1,0 +1,323 @@
+"""The LangGraph adapter (nous_session.integrations.langgraph).
+
+Two kinds of test:
+
+* LangGraph's own contract, the ``langgraph-checkpoint-conformance`` suite, run unmodified
+  against NousSessionSaver (its ``validate()`` over a factory, as the suite's README says) on
+  the memory and SQLite stores, and PostgreSQL when NOUS_SESSION_TEST_POSTGRES is set. The
+  saver is anyio and the suite only awaits it, so this runs on asyncio and on trio.
+* Real graphs: a StateGraph with a messages channel, a model node calling a tool, a tool
+  node and a human-review node that interrupts, run with the saver, resumed, reopened from
+  the SQLite file after a "restart", continued. LangGraph itself runs only on asyncio (its
+  runner is built on asyncio tasks and futures), so these tests pin the asyncio backend.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langchain_core.messages import (
+    AIMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import Capability
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command, interrupt
+
+from nous_session import Role, SessionActor, open_store
+from nous_session.integrations.langgraph import (
+    CHECKPOINT_EVENT,
+    WRITES_EVENT,
+    NousSessionSaver,
+)
+
+POSTGRES = os.environ.get("NOUS_SESSION_TEST_POSTGRES", "")
+ASYNCIO_ONLY = pytest.mark.parametrize(
+    "anyio_backend", [pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio")]
+)
+
+# The suite's tests per capability, as langgraph-checkpoint-conformance 0.0.2 has them: every
+# capability is detected on NousSessionSaver (it overrides every a... method), none skipped.
+SUITE = {
+    "put": 17,
+    "put_writes": 10,
+    "get_tuple": 10,
+    "list": 16,
+    "delete_thread": 5,
+    "delete_for_runs": 7,
+    "copy_thread": 8,
+    "prune": 8,
+}
+
+
+# The conformance suite ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    if not POSTGRES:
+        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://...")
+    psycopg = pytest.importorskip("psycopg")
+    schemas: list[str] = []
+
+    def url() -> str:
+        schemas.append(f"t_{uuid.uuid4().hex[:16]}")
+        return f"{POSTGRES}?schema={schemas[-1]}"
+
+    yield url  # type: ignore[misc]
+    with psycopg.connect(POSTGRES, autocommit=True) as connection:
+        for schema in schemas:
+            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def run_suite(urls: Any) -> None:
+    """Run the whole suite, a fresh saver over a fresh store for each capability."""
+
+    @checkpointer_test(name="NousSessionSaver")
+    async def factory() -> AsyncIterator[NousSessionSaver]:
+        async with NousSessionSaver.open(urls()) as saver:
+            yield saver
+
+    report = await validate(factory)
+    failures = [failure for result in report.results.values() for failure in result.failures]
+    assert failures == []
+    counts = {
+        name: (result.tests_passed, result.tests_failed, result.tests_skipped)
+        for name, result in report.results.items()
+    }
+    assert counts == {name: (passed, 0, 0) for name, passed in SUITE.items()}
+    assert set(report.results) == {capability.value for capability in Capability}
+    assert report.conformance_level() == "FULL"
+
+
+@pytest.mark.anyio
+async def test_the_conformance_suite_passes_whole_on_the_memory_store() -> None:
+    await run_suite(lambda: "memory:")
+
+
+@pytest.mark.anyio
+async def test_the_conformance_suite_passes_whole_on_sqlite(tmp_path: Path) -> None:
+    files = iter(range(100))
+    await run_suite(lambda: f"sqlite:///{tmp_path / f'suite-{next(files)}.sqlite3'}")
+
+
+@pytest.mark.anyio
+async def test_the_conformance_suite_passes_whole_on_postgres(postgres_url: Any) -> None:
+    await run_suite(postgres_url)
+
+
+# Real graphs ----------------------------------------------------------------------------------
+
+
+def build_graph() -> StateGraph[Any]:
+    """model -> tools -> model -> review (interrupts for a human) -> END.
+
+    The model is a deterministic stand-in: it calls the weather tool when the last message is
+    the user's, and answers from the tool's result otherwise.
+    """
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        last = state["messages"][-1]
+        turn = sum(isinstance(message, HumanMessage) for message in state["messages"])
+        if isinstance(last, HumanMessage):
+            call = {"id": f"call_{turn}", "name": "weather", "args": {"city": last.content}}
+            return {"messages": [AIMessage("", id=f"ai-call-{turn}", tool_calls=[call])]}
+        return {"messages": [AIMessage(f"It is sunny ({last.content}).", id=f"ai-{turn}")]}
+
+    def tools(state: MessagesState) -> dict[str, Any]:
+        call = state["messages"][-1].tool_calls[0]  # type: ignore[attr-defined]
+        result = f"18C in {call['args']['city']}"
+        return {
+            "messages": [
+                ToolMessage(result, tool_call_id=call["id"], name="weather", id=f"t-{call['id']}")
+            ]
+        }
+
+    def review(state: MessagesState) -> dict[str, Any]:
+        verdict = interrupt({"question": "send this answer?", "answer": state["messages"][-1].text})
+        if verdict == "ok":
+            return {}
+        turn = sum(isinstance(message, HumanMessage) for message in state["messages"])
+        return {"messages": [AIMessage(f"(edited) {verdict}", id=f"ai-{turn}")]}
+
+    def route(state: MessagesState) -> str:
+        return "tools" if state["messages"][-1].tool_calls else "review"  # type: ignore[attr-defined]
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_node("tools", tools)
+    builder.add_node("review", review)
+    builder.add_edge(START, "model")
+    builder.add_conditional_edges("model", route, ["tools", "review"])
+    builder.add_edge("tools", "model")
+    builder.add_edge("review", END)
+    return builder
+
+
+def texts(messages: Any) -> list[str]:
+    return [message.text for message in messages]
+
+
+@ASYNCIO_ONLY
+@pytest.mark.anyio
+async def test_a_graph_interrupts_resumes_and_continues_after_a_restart(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'graph.sqlite3'}"
+    config: Any = {"configurable": {"thread_id": "chat-1"}}
+    async with NousSessionSaver.open(url) as saver:
+        graph = build_graph().compile(checkpointer=saver)
+        result = await graph.ainvoke({"messages": [HumanMessage("Paris", id="h-1")]}, config)
+        assert result["__interrupt__"][0].value["answer"] == "It is sunny (18C in Paris)."
+        state = await graph.aget_state(config)
+        assert state.next == ("review",)
+        result = await graph.ainvoke(Command(resume="ok"), config)
+        assert texts(result["messages"]) == [
+            "Paris",
+            "",
+            "18C in Paris",
+            "It is sunny (18C in Paris).",
+        ]
+
+    # A new process: everything comes back from the SQLite file.
+    async with NousSessionSaver.open(url) as saver:
+        graph = build_graph().compile(checkpointer=saver)
+        state = await graph.aget_state(config)
+        assert state.next == ()
+        assert texts(state.values["messages"])[-1] == "It is sunny (18C in Paris)."
+        result = await graph.ainvoke({"messages": [HumanMessage("Oslo", id="h-2")]}, config)
+        assert "__interrupt__" in result
+        result = await graph.ainvoke(Command(resume="Cold, take a coat."), config)
+        assert texts(result["messages"])[4:] == [
+            "Oslo",
+            "",
+            "18C in Oslo",
+            "(edited) Cold, take a coat.",  # the review's edit replaced the model's answer
+        ]
+        history = [snapshot async for snapshot in graph.aget_state_history(config)]
+        assert len(history) > 8
+        assert history[0].values["messages"] == result["messages"]
+
+    # The thread is one session: the checkpoints are custom events, the conversation is on
+    # the surface (LangChain ids kept), and nothing of LangGraph's reaches it.
+    async with SessionActor.open(session_id="langgraph:chat-1", store=url) as session:
+        kinds = {event.type for event in session.log.events()}
+        assert {CHECKPOINT_EVENT, WRITES_EVENT} <= kinds
+        shown = session.messages()
+        assert [message.role for message in shown] == [
+            Role.USER,
+            Role.ASSISTANT,
+            Role.TOOL,
+            Role.ASSISTANT,
+            Role.USER,
+            Role.ASSISTANT,
+            Role.TOOL,
+            Role.ASSISTANT,
+        ]
+        assert shown[-1].text == "(edited) Cold, take a coat."  # the surface was replaced
+        assert shown[1].tool_calls[0].name == "weather"
+        assert shown[2].tool_call_id == "call_1"
+        assert [message.metadata["langgraph_id"] for message in shown] == [
+            message.id for message in result["messages"]
+        ]
+
+
+@ASYNCIO_ONLY
+@pytest.mark.anyio
+async def test_a_snapshot_of_the_session_keeps_every_checkpoint(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'snap.sqlite3'}"
+    config: Any = {"configurable": {"thread_id": "s"}}
+    async with NousSessionSaver.open(url) as saver:
+        graph = build_graph().compile(checkpointer=saver)
+        await graph.ainvoke({"messages": [HumanMessage("Rome", id="h-1")]}, config)
+        await graph.ainvoke(Command(resume="ok"), config)
+        before = [snapshot.config async for snapshot in graph.aget_state_history(config)]
+    async with SessionActor.open(session_id="langgraph:s", store=url) as session:
+        await session.snapshot()
+    async with NousSessionSaver.open(url) as saver:
+        graph = build_graph().compile(checkpointer=saver)
+        after = [snapshot.config async for snapshot in graph.aget_state_history(config)]
+        assert after == before
+        assert texts((await graph.aget_state(config)).values["messages"])[-1].startswith("It is")
+
+
+@ASYNCIO_ONLY
+@pytest.mark.anyio
+async def test_a_removed_message_replaces_the_surface_and_keeps_the_history() -> None:
+    config: Any = {"configurable": {"thread_id": "edit"}}
+    async with NousSessionSaver.open() as saver:
+        graph = build_graph().compile(checkpointer=saver)
+        await graph.ainvoke({"messages": [HumanMessage("Lima", id="h-1")]}, config)
+        await graph.ainvoke(Command(resume="ok"), config)
+        await graph.aupdate_state(config, {"messages": [RemoveMessage(id="t-call_1")]})
+        state = await graph.aget_state(config)
+        assert "18C in Lima" not in texts(state.values["messages"])
+        async with SessionActor.open(session_id="langgraph:edit", store=saver.store) as session:
+            assert texts(session.messages()) == texts(state.values["messages"])
+            assert any(e.data.get("content") == "18C in Lima" for e in session.log.events())
+
+
+@ASYNCIO_ONLY
+@pytest.mark.anyio
+async def test_the_sync_interface_works_from_another_thread_and_refuses_on_the_loop() -> None:
+    config: Any = {"configurable": {"thread_id": "sync"}}
+    async with NousSessionSaver.open() as saver:
+        graph = build_graph().compile(checkpointer=saver)
+
+        def run() -> Any:
+            graph.invoke({"messages": [HumanMessage("Kyiv", id="h-1")]}, config)
+            return graph.invoke(Command(resume="ok"), config)
+
+        result = await anyio.to_thread.run_sync(run)
+        assert texts(result["messages"])[-1] == "It is sunny (18C in Kyiv)."
+        assert (await saver.aget_tuple(config)) is not None
+        listed = await anyio.to_thread.run_sync(lambda: list(saver.list(config, limit=2)))
+        assert len(listed) == 2
+        with pytest.raises(RuntimeError, match="deadlock"):
+            saver.get_tuple(config)
+
+
+@pytest.mark.anyio
+async def test_checkpoints_stream_to_subscribers_and_survive_other_sessions(
+    tmp_path: Path,
+) -> None:
+    """The saver shares its store: other sessions stay untouched, and a subscriber of the
+    thread's session sees each checkpoint as it is committed (asyncio and trio)."""
+    store = open_store(f"sqlite:///{tmp_path / 'shared.sqlite3'}")
+    try:
+        async with SessionActor.open(session_id="other", store=store) as other:
+            await other.append("user_message", {"content": "not LangGraph's"})
+        async with NousSessionSaver.open(store) as saver:
+            config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            checkpoint: Any = {
+                "v": 4,
+                "id": "1f0",
+                "ts": "2026-01-01T00:00:00+00:00",
+                "channel_values": {"a": 1},
+                "channel_versions": {"a": "1"},
+                "versions_seen": {},
+                "updated_channels": None,
+            }
+            watcher = await saver.session("t")
+            async with watcher.subscribe() as events:
+                await saver.aput(config, checkpoint, {"step": 0}, {"a": "1"})
+                with anyio.fail_after(10):
+                    async for event in events:
+                        assert event.type == CHECKPOINT_EVENT
+                        break
+            assert [t.checkpoint["id"] async for t in saver.alist(None)] == ["1f0"]
+            await saver.adelete_thread("t")
+        assert [info.session_id for info in await store.sessions()] == ["other"]
+    finally:
+        await store.aclose()
