@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -309,8 +310,7 @@ async def test_checkpoints_stream_to_subscribers_and_survive_other_sessions(
                 "versions_seen": {},
                 "updated_channels": None,
             }
-            watcher = await saver.session("t")
-            async with watcher.subscribe() as events:
+            async with saver.session("t") as watcher, watcher.subscribe() as events:
                 await saver.aput(config, checkpoint, {"step": 0}, {"a": "1"})
                 with anyio.fail_after(10):
                     async for event in events:
@@ -321,3 +321,66 @@ async def test_checkpoints_stream_to_subscribers_and_survive_other_sessions(
         assert [info.session_id for info in await store.sessions()] == ["other"]
     finally:
         await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_idle_threads_beyond_the_limit_are_closed_and_reopened_from_the_store(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'many.sqlite3'}"
+    async with NousSessionSaver.open(url, max_open_threads=2) as saver:
+        for number in range(6):
+            config: Any = {"configurable": {"thread_id": f"t{number}", "checkpoint_ns": ""}}
+            checkpoint: Any = {
+                "v": 4,
+                "id": f"1f{number}",
+                "ts": "2026-01-01T00:00:00+00:00",
+                "channel_values": {"n": number},
+                "channel_versions": {"n": "1"},
+                "versions_seen": {},
+                "updated_channels": None,
+            }
+            await saver.aput(config, checkpoint, {"step": number}, {"n": "1"})
+        assert len(saver._threads) <= 2
+        async with saver.session("t5") as pinned:
+            for number in range(6):  # each one reopened in turn, t5 kept while pinned
+                config = {"configurable": {"thread_id": f"t{number}"}}
+                found = await saver.aget_tuple(config)
+                assert found is not None
+                assert found.checkpoint["channel_values"] == {"n": number}
+                assert not pinned.closed
+        assert len(saver._threads) <= 2
+        listed = [t.config["configurable"]["thread_id"] async for t in saver.alist(None)]
+        assert sorted(listed) == [f"t{number}" for number in range(6)]
+
+
+@pytest.mark.anyio
+async def test_a_thread_id_too_long_for_a_session_is_refused_and_the_saver_goes_on() -> None:
+    async with NousSessionSaver.open() as saver:
+        with pytest.raises(ValueError, match="session_id"):
+            await saver.aget_tuple({"configurable": {"thread_id": "x" * 300}})
+        assert await saver.aget_tuple({"configurable": {"thread_id": "ok"}}) is None
+
+
+@ASYNCIO_ONLY
+@pytest.mark.anyio
+async def test_messages_that_cannot_be_projected_never_fail_the_checkpoint() -> None:
+    """A tool call whose arguments are not JSON (a datetime: LangGraph's serde keeps it,
+    a nous_session message cannot) is stored in the checkpoint and left off the surface."""
+    config: Any = {"configurable": {"thread_id": "odd"}}
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        call = {"id": "c1", "name": "at", "args": {"when": datetime(2026, 1, 1, tzinfo=UTC)}}
+        return {"messages": [AIMessage("", id="a1", tool_calls=[call])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_edge(START, "model")
+    async with NousSessionSaver.open() as saver:
+        graph = builder.compile(checkpointer=saver)
+        result = await graph.ainvoke({"messages": [HumanMessage("when?", id="h1")]}, config)
+        state = await graph.aget_state(config)
+        assert state.values["messages"] == result["messages"]
+        assert state.values["messages"][-1].tool_calls[0]["args"]["when"].year == 2026
+        async with saver.session("odd") as session:
+            assert texts(session.messages()) == ["when?"]

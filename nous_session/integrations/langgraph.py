@@ -51,6 +51,7 @@ from __future__ import annotations
 import base64
 import random
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar, cast
@@ -88,7 +89,9 @@ except ImportError as error:  # pragma: no cover - the extra is installed for th
     ) from error
 
 from nous_session._json import JSON
+from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
+from nous_session.errors import InvalidEventError, StoreError
 from nous_session.event import Event, message_event
 from nous_session.message import Message, ToolCall
 from nous_session.stores import open_store
@@ -109,6 +112,7 @@ DELETED_EVENT: Final = "x.langgraph.deleted"
 """The custom event type recording checkpoints deleted (``adelete_for_runs``, ``aprune``)."""
 
 _LANGGRAPH_ID: Final = "langgraph_id"
+_logger = get_logger()
 _T = TypeVar("_T")
 # (ns, checkpoint id) -> {(task id, idx): (task id, channel, typed value, task path)}
 _Writes = dict[tuple[str, int], tuple[str, str, tuple[str, str], str]]
@@ -171,16 +175,18 @@ def _version_key(version: Any) -> Any:
 
 
 class _Thread:
-    """A thread's open session: its actor task and the index of its events."""
+    """A thread's open session: its actor task, the index of its events, and its users."""
 
-    __slots__ = ("actor", "done", "index", "release", "session_id")
+    __slots__ = ("actor", "done", "index", "opened", "release", "session_id", "users")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.actor: SessionActor | None = None
-        self.release = anyio.Event()
-        self.done = anyio.Event()
+        self.opened = anyio.Event()  # set once opening succeeded or failed
+        self.release = anyio.Event()  # set to close the actor
+        self.done = anyio.Event()  # set once the actor is closed
         self.index = _Index()
+        self.users = 0  # calls in progress (and session() blocks): never evicted meanwhile
 
     def indexed(self) -> _Index:
         """The index, caught up with the actor's committed log."""
@@ -207,6 +213,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None,
         session_prefix: str,
         messages_channel: str | None,
+        max_open_threads: int,
     ) -> None:
         if key is not _OPEN_KEY:
             raise TypeError("use `async with NousSessionSaver.open(store) as saver`")
@@ -215,8 +222,10 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         self._task_group = task_group
         self._prefix = session_prefix
         self._messages_channel = messages_channel
-        self._threads: dict[str, _Thread] = {}
-        self._opening = anyio.Lock()
+        self._max_open = max_open_threads
+        # The open threads, least recently used first.
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()
+        self._closing: dict[str, _Thread] = {}  # released, actor still closing
         self._token = anyio.lowlevel.current_token()
         self._loop_thread = threading.get_ident()
         self._closed = False
@@ -230,6 +239,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         session_prefix: str = "langgraph:",
         messages_channel: str | None = "messages",
+        max_open_threads: int = 256,
     ) -> AsyncIterator[NousSessionSaver]:
         """Run a saver for the duration of the ``async with`` block.
 
@@ -242,7 +252,15 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 at most 256 UTF-8 bytes).
             messages_channel: the channel whose LangChain messages are projected onto the
                 session's surface; None projects nothing.
+            max_open_threads: how many threads keep their session open (its actor and its
+                log in memory) between calls; beyond it the least recently used idle one is
+                closed, and opened again from the store when next used.
+
+        Raises:
+            ValueError: a bad argument.
         """
+        if type(max_open_threads) is not int or max_open_threads < 1:
+            raise ValueError(f"max_open_threads must be an int >= 1, got {max_open_threads!r}")
         owned = store is None or isinstance(store, str)
         resolved: Store = (
             open_store("memory:")
@@ -258,6 +276,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                     serde=serde,
                     session_prefix=session_prefix,
                     messages_channel=messages_channel,
+                    max_open_threads=max_open_threads,
                 )
                 try:
                     yield saver
@@ -278,31 +297,64 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         """The id of the session that holds ``thread_id``."""
         return f"{self._prefix}{thread_id}"
 
-    async def session(self, thread_id: object) -> SessionActor:
-        """The open session of ``thread_id`` (opened now if it is not): to follow its
+    @asynccontextmanager
+    async def session(self, thread_id: object) -> AsyncIterator[SessionActor]:
+        """The open session of ``thread_id``, for the ``async with`` block: to follow its
         checkpoints live (``subscribe``), read its surface, or append events of your own.
-        It stays open until the saver closes or the thread is deleted."""
-        thread = await self._thread(thread_id)
-        assert thread.actor is not None
-        return thread.actor
+
+        The saver's own actor for the thread (a second actor on a SQLite store would not see
+        the saver's commits); it is not closed for want of room while the block runs.
+        """
+        async with self._use(thread_id) as thread:
+            assert thread.actor is not None
+            yield thread.actor
 
     # Threads ----------------------------------------------------------------------------------
 
-    async def _thread(self, thread_id: object) -> _Thread:
-        """The thread's open session, opening it on first use."""
+    @asynccontextmanager
+    async def _use(self, thread_id: object) -> AsyncIterator[_Thread]:
+        """The thread's open session, opened on first use, kept open while the block runs."""
         session_id = self.session_id(thread_id)
-        thread = self._threads.get(session_id)
-        if thread is not None and thread.actor is not None:
-            return thread
-        async with self._opening:
+        while True:
             thread = self._threads.get(session_id)
             if thread is None:
-                if self._closed:
-                    raise RuntimeError("the NousSessionSaver is closed")
-                thread = _Thread(session_id)
-                await self._task_group.start(self._hold, thread)
-                self._threads[session_id] = thread
-            return thread
+                thread = await self._open_thread(session_id)
+                break
+            thread.users += 1
+            try:
+                await thread.opened.wait()
+            except BaseException:
+                thread.users -= 1
+                raise
+            if thread.actor is not None and not thread.release.is_set():
+                break
+            thread.users -= 1  # its opening failed, or it was closed meanwhile: try again
+        self._threads.move_to_end(session_id)
+        try:
+            yield thread
+        finally:
+            thread.users -= 1
+
+    async def _open_thread(self, session_id: str) -> _Thread:
+        """Open the thread's session (the caller becomes its first user)."""
+        if self._closed:
+            raise RuntimeError("the NousSessionSaver is closed")
+        thread = _Thread(session_id)
+        thread.users = 1
+        self._threads[session_id] = thread
+        try:
+            previous = self._closing.get(session_id)
+            if previous is not None:
+                await previous.done.wait()  # one actor per session in this process
+            await self._task_group.start(self._hold, thread)
+        except BaseException:
+            if self._threads.get(session_id) is thread:
+                del self._threads[session_id]
+            raise
+        finally:
+            thread.opened.set()
+        self._evict()
+        return thread
 
     async def _hold(
         self,
@@ -317,14 +369,37 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 await thread.release.wait()
         finally:
             thread.done.set()
+            if self._closing.get(thread.session_id) is thread:
+                del self._closing[thread.session_id]
+
+    def _release(self, thread: _Thread) -> None:
+        """Close the thread's actor (in the background) and forget it."""
+        if self._threads.get(thread.session_id) is thread:
+            del self._threads[thread.session_id]
+        if not thread.done.is_set():
+            self._closing[thread.session_id] = thread
+        thread.release.set()
+
+    def _evict(self) -> None:
+        """Close the least recently used idle threads beyond ``max_open_threads``."""
+        excess = len(self._threads) - self._max_open
+        for thread in list(self._threads.values()):
+            if excess <= 0:
+                break
+            if thread.users == 0 and thread.actor is not None:
+                self._release(thread)
+                excess -= 1
 
     async def _forget(self, session_id: str) -> None:
-        """Close the thread's actor, if open (before the store changes under it)."""
-        async with self._opening:
-            thread = self._threads.pop(session_id, None)
-            if thread is not None:
-                thread.release.set()
-                await thread.done.wait()
+        """Close the thread's actor, if open, and wait until it is (before the store changes
+        the session under it)."""
+        thread = self._threads.get(session_id)
+        if thread is not None:
+            await thread.opened.wait()
+            self._release(thread)
+        previous = self._closing.get(session_id)
+        if previous is not None:
+            await previous.done.wait()
 
     async def _index(self, session_id: str) -> _Index:
         """The thread's index: from its open actor, else read from the store once."""
@@ -385,7 +460,8 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = conf["thread_id"]
         ns = conf.get("checkpoint_ns", "")
-        index = (await self._thread(thread_id)).indexed()
+        async with self._use(thread_id) as thread:
+            index = thread.indexed()
         checkpoint_id = get_checkpoint_id(config) or index.latest(ns)
         data = index.checkpoints.get(ns, {}).get(checkpoint_id) if checkpoint_id else None
         return None if data is None else self._tuple(thread_id, ns, data, index)
@@ -409,7 +485,8 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
             want_ns = want_id = None
         else:
             conf = config["configurable"]
-            threads = [(conf["thread_id"], (await self._thread(conf["thread_id"])).session_id)]
+            async with self._use(conf["thread_id"]) as thread:  # opened: it is in use
+                threads = [(conf["thread_id"], thread.session_id)]
             want_ns = conf.get("checkpoint_ns")
             want_id = get_checkpoint_id(config)
         before_id = get_checkpoint_id(before) if before else None
@@ -424,7 +501,9 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                         before_id and checkpoint_id >= before_id
                     ):
                         continue
-                    data = held[checkpoint_id]
+                    data = held.get(checkpoint_id)
+                    if data is None:
+                        continue  # deleted while this listing was being read
                     if filter:
                         metadata = self._load(data["metadata"])
                         if not all(metadata.get(k) == v for k, v in filter.items()):
@@ -469,16 +548,20 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         run_id = merged.get("run_id")
         if isinstance(run_id, str):
             data["run_id"] = run_id  # readable, and found without decoding
-        thread = await self._thread(thread_id)
-        assert thread.actor is not None
-        items: list[tuple[str, Mapping[str, Any]]] = [(CHECKPOINT_EVENT, data)]
-        projected = self._projection(thread.actor, ns, values)
-        if projected is not None and projected[0] is None:
-            items.extend(message_event(message) for message in projected[1])
-            projected = None
-        await thread.actor.append_many(items)
-        if projected is not None:
-            await self._replace_surface(thread.actor, projected[1])
+        async with self._use(thread_id) as thread:
+            actor = thread.actor
+            assert actor is not None
+            items: list[tuple[Any, ...]] = [(CHECKPOINT_EVENT, data)]
+            replacement = None
+            projected = self._projection(actor, ns, values)
+            if projected is not None:
+                if projected[0]:
+                    replacement = projected[1]
+                else:  # new messages: in the checkpoint's commit
+                    items.extend(_message_items(projected[1]))
+            await actor.append_many(items)
+            if replacement is not None:
+                await self._replace_surface(actor, replacement)
         return _config(thread_id, ns, checkpoint["id"])
 
     async def aput_writes(
@@ -493,26 +576,26 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         ns = conf.get("checkpoint_ns", "")
         checkpoint_id = conf["checkpoint_id"]
-        thread = await self._thread(conf["thread_id"])
-        assert thread.actor is not None
-        stored = thread.indexed().writes.get((ns, checkpoint_id), {})
-        items: list[JSON] = []
-        for position, (channel, value) in enumerate(writes):
-            idx = WRITES_IDX_MAP.get(channel, position)
-            if idx >= 0 and (task_id, idx) in stored:
-                continue
-            items.append([idx, channel, *self._dump(value)])
-        if items:
-            await thread.actor.append(
-                WRITES_EVENT,
-                {
-                    "ns": ns,
-                    "checkpoint": checkpoint_id,
-                    "task": task_id,
-                    "path": task_path,
-                    "writes": items,
-                },
-            )
+        async with self._use(conf["thread_id"]) as thread:
+            assert thread.actor is not None
+            stored = thread.indexed().writes.get((ns, checkpoint_id), {})
+            items: list[JSON] = []
+            for position, (channel, value) in enumerate(writes):
+                idx = WRITES_IDX_MAP.get(channel, position)
+                if idx >= 0 and (task_id, idx) in stored:
+                    continue
+                items.append([idx, channel, *self._dump(value)])
+            if items:
+                await thread.actor.append(
+                    WRITES_EVENT,
+                    {
+                        "ns": ns,
+                        "checkpoint": checkpoint_id,
+                        "task": task_id,
+                        "path": task_path,
+                        "writes": items,
+                    },
+                )
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete the thread's session, and everything in it, from the store."""
@@ -549,17 +632,17 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
             return
         await self._forget(target)
         if not await self._store.load(target):
-            thread = await self._thread(source_thread_id)
-            assert thread.actor is not None
-            await thread.actor.fork(target)
+            async with self._use(source_thread_id) as thread:
+                assert thread.actor is not None
+                await thread.actor.fork(target)
             return
-        thread = await self._thread(target_thread_id)
-        assert thread.actor is not None
-        await thread.actor.append_many(
-            (event.type, event.data)
-            for event in events
-            if event.type in (CHECKPOINT_EVENT, WRITES_EVENT, DELETED_EVENT)
-        )
+        async with self._use(target_thread_id) as thread:
+            assert thread.actor is not None
+            await thread.actor.append_many(
+                (event.type, event.data)
+                for event in events
+                if event.type in (CHECKPOINT_EVENT, WRITES_EVENT, DELETED_EVENT)
+            )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: mark every checkpoint but each namespace's latest deleted;
@@ -576,9 +659,9 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 await self._mark_deleted(thread_id, gone)
 
     async def _mark_deleted(self, thread_id: object, gone: list[JSON]) -> None:
-        thread = await self._thread(thread_id)
-        assert thread.actor is not None
-        await thread.actor.append(DELETED_EVENT, {"checkpoints": gone})
+        async with self._use(thread_id) as thread:
+            assert thread.actor is not None
+            await thread.actor.append(DELETED_EVENT, {"checkpoints": gone})
 
     def get_next_version(self, current: str | int | None, channel: None) -> str:
         """A version above ``current``: a counter and a random fraction, as LangGraph's own
@@ -595,10 +678,11 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
 
     def _projection(
         self, actor: SessionActor, ns: str, values: Mapping[str, Any]
-    ) -> tuple[int | None, list[Message]] | None:
-        """What the root checkpoint's messages change on the surface: ``(None, new)`` to
-        append ``new``; ``(count, all)`` to replace the surface with ``all``; None for
-        nothing to do."""
+    ) -> tuple[bool, list[Message]] | None:
+        """What a root checkpoint's messages change on the surface: ``(False, new)`` to
+        append ``new``, ``(True, all)`` to replace the surface with ``all``, None for nothing
+        (no messages channel, nothing new, or messages that cannot be projected: the
+        checkpoint is what matters, so a projection never fails it)."""
         if ns or self._messages_channel is None:
             return None
         messages = values.get(self._messages_channel)
@@ -606,22 +690,39 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
             isinstance(item, BaseMessage) for item in messages
         ):
             return None
-        if any(message.id is None for message in messages):
-            return None  # without ids, which message is which cannot be told
+        try:
+            projected = [_to_message(item) for item in messages]
+            for message in projected:
+                message_event(message)  # refuses what no store could hold
+        except (ValueError, TypeError, KeyError) as error:
+            _logger.warning(
+                "nous_session.langgraph_messages_not_projected",
+                session_id=actor.session_id,
+                error=repr(error),
+            )
+            return None
         shown = [message.to_json() for message in actor.messages()]
-        projected = [_to_message(item) for item in messages]
         if [message.to_json() for message in projected[: len(shown)]] == shown:
             if len(projected) == len(shown):
                 return None
-            return None, projected[len(shown) :]
-        return len(shown), projected
+            return False, projected[len(shown) :]
+        return True, projected
 
     async def _replace_surface(self, actor: SessionActor, messages: list[Message]) -> None:
-        surface = actor.log.surface()
-        if not surface:
-            await actor.append_many(message_event(message) for message in messages)
-            return
-        await actor.replace(surface[0].position, surface[-1].position, messages)
+        """Put ``messages`` on the surface in place of what it shows (after the checkpoint's
+        commit: a failure here is logged, and the checkpoint stays)."""
+        try:
+            surface = actor.log.surface()
+            if not surface:
+                await actor.append_many(_message_items(messages))
+            else:
+                await actor.replace(surface[0].position, surface[-1].position, messages)
+        except (StoreError, InvalidEventError) as error:
+            _logger.warning(
+                "nous_session.langgraph_surface_not_replaced",
+                session_id=actor.session_id,
+                error=repr(error),
+            )
 
     # The sync interface -----------------------------------------------------------------------
 
@@ -707,6 +808,11 @@ def _config(thread_id: object, ns: str, checkpoint_id: str) -> RunnableConfig:
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def _message_items(messages: list[Message]) -> list[tuple[Any, ...]]:
+    """``append_many`` items for ``messages``, each timed at its ``created_at``."""
+    return [(*message_event(message), message.created_at) for message in messages]
 
 
 def _text(message: BaseMessage) -> str:
