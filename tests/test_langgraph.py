@@ -384,3 +384,41 @@ async def test_messages_that_cannot_be_projected_never_fail_the_checkpoint() -> 
         assert state.values["messages"][-1].tool_calls[0]["args"]["when"].year == 2026
         async with saver.session("odd") as session:
             assert texts(session.messages()) == ["when?"]
+
+
+@ASYNCIO_ONLY
+@pytest.mark.anyio
+async def test_concurrent_graphs_on_many_threads_lose_nothing(tmp_path: Path) -> None:
+    """Twelve conversations at once, two turns each, through a saver that keeps only three
+    threads open: every checkpoint and every message lands, and survives a reopen."""
+    url = f"sqlite:///{tmp_path / 'busy.sqlite3'}"
+
+    async def converse(graph: Any, number: int) -> None:
+        config = {"configurable": {"thread_id": f"c{number}"}}
+        for city in (f"A{number}", f"B{number}"):
+            await graph.ainvoke({"messages": [HumanMessage(city, id=f"h-{city}")]}, config)
+            await graph.ainvoke(Command(resume="ok"), config)
+
+    async with NousSessionSaver.open(url, max_open_threads=3) as saver:
+        graph = build_graph().compile(checkpointer=saver)
+        async with anyio.create_task_group() as group:
+            for number in range(12):
+                group.start_soon(converse, graph, number)
+        assert len(saver._threads) <= 3
+    async with NousSessionSaver.open(url) as saver:
+        graph = build_graph().compile(checkpointer=saver)
+        for number in range(12):
+            config: Any = {"configurable": {"thread_id": f"c{number}"}}
+            state = await graph.aget_state(config)
+            assert texts(state.values["messages"])[::4] == [f"A{number}", f"B{number}"]
+            assert len(state.values["messages"]) == 8
+            async with saver.session(f"c{number}") as session:
+                assert texts(session.messages()) == texts(state.values["messages"])
+
+
+@pytest.mark.anyio
+async def test_a_closed_saver_refuses_calls() -> None:
+    async with NousSessionSaver.open() as saver:
+        assert await saver.aget_tuple({"configurable": {"thread_id": "t"}}) is None
+    with pytest.raises(RuntimeError, match="closed"):
+        await saver.aget_tuple({"configurable": {"thread_id": "t"}})

@@ -14,7 +14,8 @@ The mapping:
 * **One session per thread**: session id ``session_prefix + str(thread_id)`` (default prefix
   ``"langgraph:"``); every ``checkpoint_ns`` of the thread (subgraphs) lives in that session,
   each event naming its namespace. One :class:`~nous_session.SessionActor` per thread in use
-  serialises its writes (and group-commits concurrent ones).
+  serialises its writes (and group-commits concurrent ones); at most ``max_open_threads`` stay
+  open, the least recently used idle one closing (and reopening from the store when needed).
 * ``x.langgraph.checkpoint``: ``aput``. The checkpoint without its channel values and the
   metadata, each as LangGraph's own serde made it (``serde.dumps_typed``: a type name and
   base64 bytes), its parent id, and a blob for each channel in ``new_versions`` (the
@@ -282,8 +283,8 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                     yield saver
                 finally:
                     saver._closed = True
-                    for thread in saver._threads.values():
-                        thread.release.set()
+                    for thread in list(saver._threads.values()):
+                        saver._release(thread)
         finally:
             if owned:
                 await resolved.aclose()
@@ -316,6 +317,8 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         """The thread's open session, opened on first use, kept open while the block runs."""
         session_id = self.session_id(thread_id)
         while True:
+            if self._closed:
+                raise RuntimeError("the NousSessionSaver is closed")
             thread = self._threads.get(session_id)
             if thread is None:
                 thread = await self._open_thread(session_id)
@@ -334,11 +337,11 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
             yield thread
         finally:
             thread.users -= 1
+            if len(self._threads) > self._max_open:
+                self._evict()  # what was busy when the last thread opened may be idle now
 
     async def _open_thread(self, session_id: str) -> _Thread:
         """Open the thread's session (the caller becomes its first user)."""
-        if self._closed:
-            raise RuntimeError("the NousSessionSaver is closed")
         thread = _Thread(session_id)
         thread.users = 1
         self._threads[session_id] = thread
