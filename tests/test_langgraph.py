@@ -422,3 +422,35 @@ async def test_a_closed_saver_refuses_calls() -> None:
         assert await saver.aget_tuple({"configurable": {"thread_id": "t"}}) is None
     with pytest.raises(RuntimeError, match="closed"):
         await saver.aget_tuple({"configurable": {"thread_id": "t"}})
+
+
+@pytest.mark.anyio
+async def test_two_savers_on_one_file_run_one_thread_in_turn(tmp_path: Path) -> None:
+    """Two processes' savers (two stores on one SQLite file) take turns on a thread: each
+    reads what the other wrote last, and neither write conflicts."""
+    url = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+
+    def checkpoint(number: int) -> Any:
+        return {
+            "v": 4,
+            "id": f"1f{number:02}",
+            "ts": "2026-01-01T00:00:00+00:00",
+            "channel_values": {"n": number},
+            "channel_versions": {"n": f"{number}"},
+            "versions_seen": {},
+            "updated_channels": None,
+        }
+
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    async with NousSessionSaver.open(url) as first, NousSessionSaver.open(url) as second:
+        parent = config
+        for number in range(6):
+            saver = (first, second)[number % 2]
+            latest = await saver.aget_tuple(config)
+            if number:
+                assert latest is not None
+                assert latest.checkpoint["channel_values"] == {"n": number - 1}
+                parent = latest.config
+            await saver.aput(parent, checkpoint(number), {"step": number}, {"n": f"{number}"})
+        listed = [t.checkpoint["id"] async for t in first.alist(config)]
+        assert listed == [f"1f{number:02}" for number in reversed(range(6))]

@@ -43,8 +43,9 @@ anyio; LangGraph runs graphs on asyncio). Its synchronous methods (``graph.invok
 any other thread while that loop runs; from the loop's own thread they raise RuntimeError
 (they would deadlock), use the ``a...`` methods there.
 
-Other processes' writes to a thread are seen as the actor sees them: live on PostgreSQL (its
-change feed), and after a reopen or the next conflict otherwise.
+Several processes (or savers) may run one thread: checkpoints are appended with the store's
+rebasing commit, so they never conflict, and each read first catches up with the store
+(``catch_up=True``, one short query).
 """
 
 from __future__ import annotations
@@ -215,6 +216,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         session_prefix: str,
         messages_channel: str | None,
         max_open_threads: int,
+        catch_up: bool,
     ) -> None:
         if key is not _OPEN_KEY:
             raise TypeError("use `async with NousSessionSaver.open(store) as saver`")
@@ -224,6 +226,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         self._prefix = session_prefix
         self._messages_channel = messages_channel
         self._max_open = max_open_threads
+        self._catch_up = catch_up
         # The open threads, least recently used first.
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
         self._closing: dict[str, _Thread] = {}  # released, actor still closing
@@ -241,6 +244,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         session_prefix: str = "langgraph:",
         messages_channel: str | None = "messages",
         max_open_threads: int = 256,
+        catch_up: bool = True,
     ) -> AsyncIterator[NousSessionSaver]:
         """Run a saver for the duration of the ``async with`` block.
 
@@ -256,6 +260,11 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
             max_open_threads: how many threads keep their session open (its actor and its
                 log in memory) between calls; beyond it the least recently used idle one is
                 closed, and opened again from the store when next used.
+            catch_up: read a thread's latest state from the store before each read
+                (``aget_tuple``, ``alist``): one short query, so that a thread that other
+                processes or other savers also run (several servers on one PostgreSQL
+                database) is never read stale. False trusts this saver to be the only writer
+                of the threads it reads.
 
         Raises:
             ValueError: a bad argument.
@@ -278,6 +287,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                     session_prefix=session_prefix,
                     messages_channel=messages_channel,
                     max_open_threads=max_open_threads,
+                    catch_up=catch_up,
                 )
                 try:
                     yield saver
@@ -366,7 +376,11 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
-            async with SessionActor.open(session_id=thread.session_id, store=self._store) as actor:
+            # Checkpoints are plain appends: with other writers on the session (other
+            # processes), the store puts them after whatever it holds instead of failing.
+            async with SessionActor.open(
+                session_id=thread.session_id, store=self._store, follow=False, on_conflict="rebase"
+            ) as actor:
                 thread.actor = actor
                 task_status.started()
                 await thread.release.wait()
@@ -464,6 +478,9 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         thread_id = conf["thread_id"]
         ns = conf.get("checkpoint_ns", "")
         async with self._use(thread_id) as thread:
+            if self._catch_up:
+                assert thread.actor is not None
+                await thread.actor.reload()
             index = thread.indexed()
         checkpoint_id = get_checkpoint_id(config) or index.latest(ns)
         data = index.checkpoints.get(ns, {}).get(checkpoint_id) if checkpoint_id else None
@@ -489,6 +506,9 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         else:
             conf = config["configurable"]
             async with self._use(conf["thread_id"]) as thread:  # opened: it is in use
+                if self._catch_up:
+                    assert thread.actor is not None
+                    await thread.actor.reload()
                 threads = [(conf["thread_id"], thread.session_id)]
             want_ns = conf.get("checkpoint_ns")
             want_id = get_checkpoint_id(config)
