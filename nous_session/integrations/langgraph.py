@@ -116,7 +116,7 @@ DELETED_EVENT: Final = "x.langgraph.deleted"
 _LANGGRAPH_ID: Final = "langgraph_id"
 _logger = get_logger()
 _T = TypeVar("_T")
-# (ns, checkpoint id) -> {(task id, idx): (task id, channel, typed value, task path)}
+# One checkpoint's pending writes: (task id, idx) -> (task id, channel, typed value, task path)
 _Writes = dict[tuple[str, int], tuple[str, str, tuple[str, str], str]]
 
 
@@ -232,7 +232,9 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         self._closing: dict[str, _Thread] = {}  # released, actor still closing
         self._token = anyio.lowlevel.current_token()
         self._loop_thread = threading.get_ident()
-        self._closed = False
+        # Shared with the copies LangGraph makes of a checkpointer (with_allowlist), as the
+        # dicts above are: a copy of a closed saver is closed too.
+        self._closed = [False]
 
     @classmethod
     @asynccontextmanager
@@ -292,7 +294,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 try:
                     yield saver
                 finally:
-                    saver._closed = True
+                    saver._closed[0] = True
                     for thread in list(saver._threads.values()):
                         saver._release(thread)
         finally:
@@ -327,7 +329,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         """The thread's open session, opened on first use, kept open while the block runs."""
         session_id = self.session_id(thread_id)
         while True:
-            if self._closed:
+            if self._closed[0]:
                 raise RuntimeError("the NousSessionSaver is closed")
             thread = self._threads.get(session_id)
             if thread is None:
