@@ -457,3 +457,31 @@ async def test_two_savers_on_one_file_run_one_thread_in_turn(tmp_path: Path) -> 
             await saver.aput(parent, checkpoint(number), {"step": number}, {"n": f"{number}"})
         listed = [t.checkpoint["id"] async for t in first.alist(config)]
         assert listed == [f"1f{number:02}" for number in reversed(range(6))]
+
+
+@pytest.mark.anyio
+async def test_the_sync_methods_reach_the_saver_from_a_worker_thread_on_either_loop() -> None:
+    config: Any = {"configurable": {"thread_id": "w", "checkpoint_ns": ""}}
+    checkpoint: Any = {
+        "v": 4,
+        "id": "1f0",
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": {"a": [1, 2]},
+        "channel_versions": {"a": "1"},
+        "versions_seen": {},
+        "updated_channels": None,
+    }
+    async with NousSessionSaver.open() as saver:
+
+        def work() -> Any:
+            stored = saver.put(config, checkpoint, {"step": 0}, {"a": "1"})
+            saver.put_writes(stored, [("a", 3)], "task")
+            found = saver.get_tuple(config)
+            saver.prune(["w"], strategy="delete")
+            return stored, found, list(saver.list(config))
+
+        stored, found, after = await anyio.to_thread.run_sync(work)
+        assert stored["configurable"]["checkpoint_id"] == "1f0"
+        assert found.checkpoint["channel_values"] == {"a": [1, 2]}
+        assert found.pending_writes == [("task", "a", 3)]
+        assert after == []
