@@ -1,0 +1,878 @@
+"""A LangGraph checkpointer that keeps each thread in a nous_session session.
+
+:class:`NousSessionSaver` is a full ``BaseCheckpointSaver``: LangGraph's checkpoints and pending
+writes become custom events of the session that stands for the thread, so they are stored,
+streamed (``session.subscribe``), exported and kept by snapshots like every event, in any
+nous_session store (memory, SQLite, PostgreSQL)::
+
+    async with NousSessionSaver.open("sqlite:///sessions.sqlite3") as saver:
+        graph = builder.compile(checkpointer=saver)
+        await graph.ainvoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t1"}})
+
+The mapping:
+
+* **One session per thread**: session id ``session_prefix + str(thread_id)`` (default prefix
+  ``"langgraph:"``); every ``checkpoint_ns`` of the thread (subgraphs) lives in that session,
+  each event naming its namespace. One :class:`~nous_session.SessionActor` per thread in use
+  serialises its writes (and group-commits concurrent ones); at most ``max_open_threads`` stay
+  open, the least recently used idle one closing (and reopening from the store when needed).
+* ``x.langgraph.checkpoint``: ``aput``. The checkpoint without its channel values and the
+  metadata, each as LangGraph's own serde made it (``serde.dumps_typed``: a type name and
+  base64 bytes), its parent id, and a blob for each channel in ``new_versions`` (the
+  channels that changed): a channel's value at a version is stored once, as LangGraph's own
+  savers do, and a checkpoint is rebuilt from the blobs of its ``channel_versions``.
+* ``x.langgraph.writes``: ``aput_writes``. A task's pending writes for one checkpoint, with
+  their indexes; a write already stored for ``(task_id, idx)`` is not stored again, and the
+  special channels (errors, interrupts) replace theirs, as in LangGraph's ``InMemorySaver``.
+* ``x.langgraph.deleted``: ``adelete_for_runs`` and ``aprune``. The log is append-only, so
+  these record which checkpoints (and their writes) are gone instead of erasing them: the
+  saver never returns them again, and the log still tells what happened. ``adelete_thread``
+  deletes the whole session from the store. ``acopy_thread`` forks the session (the target
+  shares the source's history; a target that exists already gets copies of the events).
+* **The surface.** When a root checkpoint's ``messages`` channel (``messages_channel``) holds
+  LangChain messages, they are also put on the session's surface as nous_session messages,
+  so ``session.messages()`` and ``nous-session messages langgraph:t1`` show the
+  conversation: new messages are appended with the checkpoint, in the same commit; a list
+  that no longer extends what the surface shows (a removed or edited message, a branch from
+  an older checkpoint) replaces the surface in one ``replace`` event, history kept. Each
+  message carries its LangChain id in ``metadata["langgraph_id"]``. ``messages_channel=None``
+  turns this off. Only the checkpoint events are read back: the surface is a view.
+
+The saver belongs to the event loop it was opened in (asyncio or trio: the saver itself is
+anyio; LangGraph runs graphs on asyncio). Its synchronous methods (``graph.invoke``) work from
+any other thread while that loop runs; from the loop's own thread they raise RuntimeError
+(they would deadlock), use the ``a...`` methods there.
+
+Several processes (or savers) may run one thread: checkpoints are appended with the store's
+rebasing commit, so they never conflict, and each read first catches up with the store
+(``catch_up=True``, one short query).
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final, TypeVar, cast
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
+
+try:
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        PendingWrite,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+        writes_sort_key,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as error:  # pragma: no cover - the extra is installed for the tests
+    raise ImportError(
+        "nous_session.integrations.langgraph needs LangGraph: pip install 'nous_session[langgraph]'"
+    ) from error
+
+from nous_session._json import JSON
+from nous_session._logging import get_logger
+from nous_session.actor import SessionActor
+from nous_session.errors import InvalidEventError, StoreError
+from nous_session.event import Event, message_event
+from nous_session.message import Message, ToolCall
+from nous_session.stores import open_store
+from nous_session.stores.base import Store
+
+__all__ = [
+    "CHECKPOINT_EVENT",
+    "DELETED_EVENT",
+    "WRITES_EVENT",
+    "NousSessionSaver",
+]
+
+CHECKPOINT_EVENT: Final = "x.langgraph.checkpoint"
+"""The custom event type of a checkpoint (``aput``)."""
+WRITES_EVENT: Final = "x.langgraph.writes"
+"""The custom event type of a task's pending writes (``aput_writes``)."""
+DELETED_EVENT: Final = "x.langgraph.deleted"
+"""The custom event type recording checkpoints deleted (``adelete_for_runs``, ``aprune``)."""
+
+_LANGGRAPH_ID: Final = "langgraph_id"
+_logger = get_logger()
+_T = TypeVar("_T")
+# One checkpoint's pending writes: (task id, idx) -> (task id, channel, typed value, task path)
+_Writes = dict[tuple[str, int], tuple[str, str, tuple[str, str], str]]
+
+
+class _Index:
+    """What a thread's events say, folded in seq order: its checkpoints, blobs and writes.
+
+    Values stay as stored (a serde type name and base64 text) until a reader asks for them.
+    """
+
+    __slots__ = ("blobs", "checkpoints", "count", "writes")
+
+    def __init__(self) -> None:
+        self.count = 0  # events folded: every seq below this
+        # ns -> checkpoint id -> the checkpoint event's data
+        self.checkpoints: dict[str, dict[str, Mapping[str, Any]]] = {}
+        # (ns, channel, version) -> typed value
+        self.blobs: dict[tuple[str, str, Any], tuple[str, str]] = {}
+        self.writes: dict[tuple[str, str], _Writes] = {}
+
+    def fold(self, events: Sequence[Event], count: int) -> None:
+        for event in events:
+            if event.seq < self.count:
+                continue
+            kind = event.type
+            if kind == CHECKPOINT_EVENT:
+                self._checkpoint(event.data)
+            elif kind == WRITES_EVENT:
+                self._writes(event.data)
+            elif kind == DELETED_EVENT:
+                gone: list[list[str]] = event.data["checkpoints"]  # type: ignore[assignment]
+                for ns, checkpoint_id in gone:
+                    self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
+                    self.writes.pop((ns, checkpoint_id), None)
+        self.count = max(self.count, count)
+
+    def _checkpoint(self, data: Mapping[str, Any]) -> None:
+        ns = data["ns"]
+        self.checkpoints.setdefault(ns, {})[data["id"]] = data
+        for channel, version, kind, value in data["blobs"]:
+            self.blobs[(ns, channel, _version_key(version))] = (kind, value)
+
+    def _writes(self, data: Mapping[str, Any]) -> None:
+        stored = self.writes.setdefault((data["ns"], data["checkpoint"]), {})
+        task_id, path = data["task"], data["path"]
+        for idx, channel, kind, value in data["writes"]:
+            if idx >= 0 and (task_id, idx) in stored:
+                continue  # stored already: a retried write is not a second write
+            stored[(task_id, idx)] = (task_id, channel, (kind, value), path)
+
+    def latest(self, ns: str) -> str | None:
+        held = self.checkpoints.get(ns)
+        return max(held) if held else None
+
+
+def _version_key(version: Any) -> Any:
+    # JSON keeps ints, floats and strings apart as LangGraph does; a list would not hash.
+    return tuple(version) if isinstance(version, list) else version
+
+
+class _Thread:
+    """A thread's open session: its actor task, the index of its events, and its users."""
+
+    __slots__ = ("actor", "done", "index", "opened", "release", "session_id", "users")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.actor: SessionActor | None = None
+        self.opened = anyio.Event()  # set once opening succeeded or failed
+        self.release = anyio.Event()  # set to close the actor
+        self.done = anyio.Event()  # set once the actor is closed
+        self.index = _Index()
+        self.users = 0  # calls in progress (and session() blocks): never evicted meanwhile
+
+    def indexed(self) -> _Index:
+        """The index, caught up with the actor's committed log."""
+        assert self.actor is not None
+        log = self.actor.log
+        if log.count > self.index.count:
+            self.index.fold(log.since(self.index.count), log.count)
+        return self.index
+
+
+class NousSessionSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer over a nous_session store; see the module's docstring.
+
+    Open it with :meth:`open` (an ``async with`` block): it owns one task per thread in use,
+    and closes them (and a store it opened from a URL) when the block ends.
+    """
+
+    def __init__(
+        self,
+        key: object,
+        *,
+        store: Store,
+        task_group: anyio.abc.TaskGroup,
+        serde: SerializerProtocol | None,
+        session_prefix: str,
+        messages_channel: str | None,
+        max_open_threads: int,
+        catch_up: bool,
+    ) -> None:
+        if key is not _OPEN_KEY:
+            raise TypeError("use `async with NousSessionSaver.open(store) as saver`")
+        super().__init__(serde=serde)
+        self._store = store
+        self._task_group = task_group
+        self._prefix = session_prefix
+        self._messages_channel = messages_channel
+        self._max_open = max_open_threads
+        self._catch_up = catch_up
+        # The open threads, least recently used first.
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()
+        self._closing: dict[str, _Thread] = {}  # released, actor still closing
+        self._token = anyio.lowlevel.current_token()
+        self._loop_thread = threading.get_ident()
+        # Shared with the copies LangGraph makes of a checkpointer (with_allowlist), as the
+        # dicts above are: a copy of a closed saver is closed too.
+        self._closed = [False]
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        store: Store | str | None = None,
+        *,
+        serde: SerializerProtocol | None = None,
+        session_prefix: str = "langgraph:",
+        messages_channel: str | None = "messages",
+        max_open_threads: int = 256,
+        catch_up: bool = True,
+    ) -> AsyncIterator[NousSessionSaver]:
+        """Run a saver for the duration of the ``async with`` block.
+
+        Args:
+            store: a nous_session Store, or a URL for :func:`~nous_session.open_store` (the
+                saver then owns and closes it); None: a private in-memory store.
+            serde: LangGraph's serializer for checkpoints and writes (default: LangGraph's
+                ``JsonPlusSerializer``).
+            session_prefix: put before a thread id to make its session id (a session id is
+                at most 256 UTF-8 bytes).
+            messages_channel: the channel whose LangChain messages are projected onto the
+                session's surface; None projects nothing.
+            max_open_threads: how many threads keep their session open (its actor and its
+                log in memory) between calls; beyond it the least recently used idle one is
+                closed, and opened again from the store when next used.
+            catch_up: read a thread's latest state from the store before each read
+                (``aget_tuple``, ``alist``): one short query, so that a thread that other
+                processes or other savers also run (several servers on one PostgreSQL
+                database) is never read stale. False trusts this saver to be the only writer
+                of the threads it reads.
+
+        Raises:
+            ValueError: a bad argument.
+        """
+        if type(max_open_threads) is not int or max_open_threads < 1:
+            raise ValueError(f"max_open_threads must be an int >= 1, got {max_open_threads!r}")
+        owned = store is None or isinstance(store, str)
+        resolved: Store = (
+            open_store("memory:")
+            if store is None
+            else (open_store(store) if isinstance(store, str) else store)
+        )
+        try:
+            async with anyio.create_task_group() as task_group:
+                saver = cls(
+                    _OPEN_KEY,
+                    store=resolved,
+                    task_group=task_group,
+                    serde=serde,
+                    session_prefix=session_prefix,
+                    messages_channel=messages_channel,
+                    max_open_threads=max_open_threads,
+                    catch_up=catch_up,
+                )
+                try:
+                    yield saver
+                finally:
+                    saver._closed[0] = True
+                    for thread in list(saver._threads.values()):
+                        saver._release(thread)
+        finally:
+            if owned:
+                await resolved.aclose()
+
+    @property
+    def store(self) -> Store:
+        """The store the sessions are kept in."""
+        return self._store
+
+    def session_id(self, thread_id: object) -> str:
+        """The id of the session that holds ``thread_id``."""
+        return f"{self._prefix}{thread_id}"
+
+    @asynccontextmanager
+    async def session(self, thread_id: object) -> AsyncIterator[SessionActor]:
+        """The open session of ``thread_id``, for the ``async with`` block: to follow its
+        checkpoints live (``subscribe``), read its surface, or append events of your own.
+
+        The saver's own actor for the thread (a second actor on a SQLite store would not see
+        the saver's commits); it is not closed for want of room while the block runs.
+        """
+        async with self._use(thread_id) as thread:
+            assert thread.actor is not None
+            yield thread.actor
+
+    # Threads ----------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _use(self, thread_id: object) -> AsyncIterator[_Thread]:
+        """The thread's open session, opened on first use, kept open while the block runs."""
+        session_id = self.session_id(thread_id)
+        while True:
+            if self._closed[0]:
+                raise RuntimeError("the NousSessionSaver is closed")
+            thread = self._threads.get(session_id)
+            if thread is None:
+                thread = await self._open_thread(session_id)
+                break
+            thread.users += 1
+            try:
+                await thread.opened.wait()
+            except BaseException:
+                thread.users -= 1
+                raise
+            if thread.actor is not None and not thread.release.is_set():
+                break
+            thread.users -= 1  # its opening failed, or it was closed meanwhile: try again
+        self._threads.move_to_end(session_id)
+        try:
+            yield thread
+        finally:
+            thread.users -= 1
+            if len(self._threads) > self._max_open:
+                self._evict()  # what was busy when the last thread opened may be idle now
+
+    async def _open_thread(self, session_id: str) -> _Thread:
+        """Open the thread's session (the caller becomes its first user)."""
+        thread = _Thread(session_id)
+        thread.users = 1
+        self._threads[session_id] = thread
+        try:
+            previous = self._closing.get(session_id)
+            if previous is not None:
+                await previous.done.wait()  # one actor per session in this process
+            await self._task_group.start(self._hold, thread)
+        except BaseException:
+            if self._threads.get(session_id) is thread:
+                del self._threads[session_id]
+            raise
+        finally:
+            thread.opened.set()
+        self._evict()
+        return thread
+
+    async def _hold(
+        self,
+        thread: _Thread,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            # Checkpoints are plain appends: with other writers on the session (other
+            # processes), the store puts them after whatever it holds instead of failing.
+            async with SessionActor.open(
+                session_id=thread.session_id, store=self._store, follow=False, on_conflict="rebase"
+            ) as actor:
+                thread.actor = actor
+                task_status.started()
+                await thread.release.wait()
+        finally:
+            thread.done.set()
+            if self._closing.get(thread.session_id) is thread:
+                del self._closing[thread.session_id]
+
+    def _release(self, thread: _Thread) -> None:
+        """Close the thread's actor (in the background) and forget it."""
+        if self._threads.get(thread.session_id) is thread:
+            del self._threads[thread.session_id]
+        if not thread.done.is_set():
+            self._closing[thread.session_id] = thread
+        thread.release.set()
+
+    def _evict(self) -> None:
+        """Close the least recently used idle threads beyond ``max_open_threads``."""
+        excess = len(self._threads) - self._max_open
+        for thread in list(self._threads.values()):
+            if excess <= 0:
+                break
+            if thread.users == 0 and thread.actor is not None:
+                self._release(thread)
+                excess -= 1
+
+    async def _forget(self, session_id: str) -> None:
+        """Close the thread's actor, if open, and wait until it is (before the store changes
+        the session under it)."""
+        thread = self._threads.get(session_id)
+        if thread is not None:
+            await thread.opened.wait()
+            self._release(thread)
+        previous = self._closing.get(session_id)
+        if previous is not None:
+            await previous.done.wait()
+
+    async def _index(self, session_id: str) -> _Index:
+        """The thread's index: from its open actor, else read from the store once."""
+        thread = self._threads.get(session_id)
+        if thread is not None and thread.actor is not None:
+            return thread.indexed()
+        index = _Index()
+        events = await self._store.load(session_id)
+        index.fold(events, events[-1].seq + 1 if events else 0)
+        return index
+
+    async def _session_ids(self) -> list[str]:
+        return [
+            info.session_id
+            for info in await self._store.sessions()
+            if info.session_id.startswith(self._prefix)
+        ]
+
+    # Values -----------------------------------------------------------------------------------
+
+    def _dump(self, value: Any) -> tuple[str, str]:
+        kind, data = self.serde.dumps_typed(value)
+        return kind, base64.b64encode(data).decode("ascii")
+
+    def _load(self, typed: Sequence[Any]) -> Any:
+        return self.serde.loads_typed((typed[0], base64.b64decode(typed[1])))
+
+    def _tuple(
+        self, thread_id: object, ns: str, data: Mapping[str, Any], index: _Index
+    ) -> CheckpointTuple:
+        checkpoint_id = data["id"]
+        checkpoint = cast(dict[str, Any], self._load(data["checkpoint"]))
+        values: dict[str, Any] = {}
+        for channel, version in checkpoint["channel_versions"].items():
+            typed = index.blobs.get((ns, channel, _version_key(version)))
+            if typed is not None and typed[0] != "empty":
+                values[channel] = self._load(typed)
+        checkpoint["channel_values"] = values
+        stored = index.writes.get((ns, checkpoint_id), {})
+        ordered = sorted(stored.items(), key=lambda item: writes_sort_key(item[1][3], *item[0]))
+        pending: list[PendingWrite] = [
+            (task_id, channel, self._load(typed)) for _, (task_id, channel, typed, _) in ordered
+        ]
+        parent = data["parent"]
+        return CheckpointTuple(
+            config=_config(thread_id, ns, checkpoint_id),
+            checkpoint=cast(Checkpoint, checkpoint),
+            metadata=cast(CheckpointMetadata, self._load(data["metadata"])),
+            parent_config=None if parent is None else _config(thread_id, ns, parent),
+            pending_writes=pending,
+        )
+
+    # The async interface ----------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``), else the thread's latest
+        in its ``checkpoint_ns``; None when there is none."""
+        conf = config["configurable"]
+        thread_id = conf["thread_id"]
+        ns = conf.get("checkpoint_ns", "")
+        async with self._use(thread_id) as thread:
+            if self._catch_up:
+                assert thread.actor is not None
+                await thread.actor.reload()
+            index = thread.indexed()
+        checkpoint_id = get_checkpoint_id(config) or index.latest(ns)
+        data = index.checkpoints.get(ns, {}).get(checkpoint_id) if checkpoint_id else None
+        return None if data is None else self._tuple(thread_id, ns, data, index)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,  # LangGraph's name
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """The checkpoints of ``config``'s thread (every thread's when None), newest first
+        in each namespace, filtered by ``config``'s ``checkpoint_ns`` and ``checkpoint_id``,
+        by metadata equal to ``filter``'s items, and to ids below ``before``'s."""
+        if config is None:
+            threads: list[tuple[object, str]] = [
+                (session_id[len(self._prefix) :], session_id)
+                for session_id in await self._session_ids()
+            ]
+            want_ns = want_id = None
+        else:
+            conf = config["configurable"]
+            async with self._use(conf["thread_id"]) as thread:  # opened: it is in use
+                if self._catch_up:
+                    assert thread.actor is not None
+                    await thread.actor.reload()
+                threads = [(conf["thread_id"], thread.session_id)]
+            want_ns = conf.get("checkpoint_ns")
+            want_id = get_checkpoint_id(config)
+        before_id = get_checkpoint_id(before) if before else None
+        remaining = limit
+        for thread_id, session_id in threads:
+            index = await self._index(session_id)
+            for ns, held in list(index.checkpoints.items()):
+                if want_ns is not None and ns != want_ns:
+                    continue
+                for checkpoint_id in sorted(held, reverse=True):
+                    if (want_id and checkpoint_id != want_id) or (
+                        before_id and checkpoint_id >= before_id
+                    ):
+                        continue
+                    data = held.get(checkpoint_id)
+                    if data is None:
+                        continue  # deleted while this listing was being read
+                    if filter:
+                        metadata = self._load(data["metadata"])
+                        if not all(metadata.get(k) == v for k, v in filter.items()):
+                            continue
+                    if remaining is not None:
+                        if remaining <= 0:
+                            return
+                        remaining -= 1
+                    yield self._tuple(thread_id, ns, data, index)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` (one ``x.langgraph.checkpoint`` event, committed before this
+        returns) with the values of the channels in ``new_versions``."""
+        conf = config["configurable"]
+        thread_id = conf["thread_id"]
+        ns = conf.get("checkpoint_ns", "")
+        rest = cast(dict[str, Any], checkpoint.copy())
+        values: dict[str, Any] = rest.pop("channel_values")
+        blobs: list[JSON] = [
+            [
+                channel,
+                version,
+                *(self._dump(values[channel]) if channel in values else ("empty", "")),
+            ]
+            for channel, version in new_versions.items()
+        ]
+        merged = get_checkpoint_metadata(config, metadata)
+        data: dict[str, JSON] = {
+            "ns": ns,
+            "id": checkpoint["id"],
+            "parent": conf.get("checkpoint_id"),
+            "checkpoint": list(self._dump(rest)),
+            "metadata": list(self._dump(merged)),
+            "blobs": blobs,
+        }
+        run_id = merged.get("run_id")
+        if isinstance(run_id, str):
+            data["run_id"] = run_id  # readable, and found without decoding
+        async with self._use(thread_id) as thread:
+            actor = thread.actor
+            assert actor is not None
+            items: list[tuple[Any, ...]] = [(CHECKPOINT_EVENT, data)]
+            replacement = None
+            projected = self._projection(actor, ns, values)
+            if projected is not None:
+                if projected[0]:
+                    replacement = projected[1]
+                else:  # new messages: in the checkpoint's commit
+                    items.extend(_message_items(projected[1]))
+            await actor.append_many(items)
+            if replacement is not None:
+                await self._replace_surface(actor, replacement)
+        return _config(thread_id, ns, checkpoint["id"])
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes for ``config``'s checkpoint (one
+        ``x.langgraph.writes`` event; nothing when every write is stored already)."""
+        conf = config["configurable"]
+        ns = conf.get("checkpoint_ns", "")
+        checkpoint_id = conf["checkpoint_id"]
+        async with self._use(conf["thread_id"]) as thread:
+            assert thread.actor is not None
+            stored = thread.indexed().writes.get((ns, checkpoint_id), {})
+            items: list[JSON] = []
+            for position, (channel, value) in enumerate(writes):
+                idx = WRITES_IDX_MAP.get(channel, position)
+                if idx >= 0 and (task_id, idx) in stored:
+                    continue
+                items.append([idx, channel, *self._dump(value)])
+            if items:
+                await thread.actor.append(
+                    WRITES_EVENT,
+                    {
+                        "ns": ns,
+                        "checkpoint": checkpoint_id,
+                        "task": task_id,
+                        "path": task_path,
+                        "writes": items,
+                    },
+                )
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Delete the thread's session, and everything in it, from the store."""
+        session_id = self.session_id(thread_id)
+        await self._forget(session_id)
+        await self._store.delete(session_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Mark every checkpoint made by one of ``run_ids`` deleted, with its writes (one
+        ``x.langgraph.deleted`` event per thread that has any)."""
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        for session_id in await self._session_ids():
+            index = await self._index(session_id)
+            gone: list[JSON] = [
+                [ns, checkpoint_id]
+                for ns, held in index.checkpoints.items()
+                for checkpoint_id, data in held.items()
+                if data.get("run_id") in wanted
+            ]
+            if gone:
+                thread_id = session_id[len(self._prefix) :]
+                await self._mark_deleted(thread_id, gone)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Give the target thread the source's checkpoints and writes: a fork of the source's
+        session when the target has none, else copies of the source's LangGraph events
+        appended to it."""
+        source = self.session_id(source_thread_id)
+        target = self.session_id(target_thread_id)
+        events = await self._store.load(source)
+        if not events:
+            return
+        await self._forget(target)
+        if not await self._store.load(target):
+            async with self._use(source_thread_id) as thread:
+                assert thread.actor is not None
+                await thread.actor.fork(target)
+            return
+        async with self._use(target_thread_id) as thread:
+            assert thread.actor is not None
+            await thread.actor.append_many(
+                (event.type, event.data)
+                for event in events
+                if event.type in (CHECKPOINT_EVENT, WRITES_EVENT, DELETED_EVENT)
+            )
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``"keep_latest"``: mark every checkpoint but each namespace's latest deleted;
+        ``"delete"``: mark them all deleted. The sessions and their surfaces stay."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f'strategy must be "keep_latest" or "delete", got {strategy!r}')
+        for thread_id in thread_ids:
+            index = await self._index(self.session_id(thread_id))
+            gone: list[JSON] = []
+            for ns, held in index.checkpoints.items():
+                keep = index.latest(ns) if strategy == "keep_latest" else None
+                gone.extend([ns, checkpoint_id] for checkpoint_id in held if checkpoint_id != keep)
+            if gone:
+                await self._mark_deleted(thread_id, gone)
+
+    async def _mark_deleted(self, thread_id: object, gone: list[JSON]) -> None:
+        async with self._use(thread_id) as thread:
+            assert thread.actor is not None
+            await thread.actor.append(DELETED_EVENT, {"checkpoints": gone})
+
+    def get_next_version(self, current: str | int | None, channel: None) -> str:
+        """A version above ``current``: a counter and a random fraction, as LangGraph's own
+        savers make them, so two branches from one checkpoint never share a blob's key."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(current.split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"  # a tie-breaker, not a secret
+
+    # The surface ------------------------------------------------------------------------------
+
+    def _projection(
+        self, actor: SessionActor, ns: str, values: Mapping[str, Any]
+    ) -> tuple[bool, list[Message]] | None:
+        """What a root checkpoint's messages change on the surface: ``(False, new)`` to
+        append ``new``, ``(True, all)`` to replace the surface with ``all``, None for nothing
+        (no messages channel, nothing new, or messages that cannot be projected: the
+        checkpoint is what matters, so a projection never fails it)."""
+        if ns or self._messages_channel is None:
+            return None
+        messages = values.get(self._messages_channel)
+        if not isinstance(messages, list) or not all(
+            isinstance(item, BaseMessage) for item in messages
+        ):
+            return None
+        try:
+            projected = [_to_message(item) for item in messages]
+            for message in projected:
+                message_event(message)  # refuses what no store could hold
+        except (ValueError, TypeError, KeyError) as error:
+            _logger.warning(
+                "nous_session.langgraph_messages_not_projected",
+                session_id=actor.session_id,
+                error=repr(error),
+            )
+            return None
+        shown = [message.to_json() for message in actor.messages()]
+        if [message.to_json() for message in projected[: len(shown)]] == shown:
+            if len(projected) == len(shown):
+                return None
+            return False, projected[len(shown) :]
+        return True, projected
+
+    async def _replace_surface(self, actor: SessionActor, messages: list[Message]) -> None:
+        """Put ``messages`` on the surface in place of what it shows (after the checkpoint's
+        commit: a failure here is logged, and the checkpoint stays)."""
+        try:
+            surface = actor.log.surface()
+            if not surface:
+                await actor.append_many(_message_items(messages))
+            else:
+                await actor.replace(surface[0].position, surface[-1].position, messages)
+        except (StoreError, InvalidEventError) as error:
+            _logger.warning(
+                "nous_session.langgraph_surface_not_replaced",
+                session_id=actor.session_id,
+                error=repr(error),
+            )
+
+    # The sync interface -----------------------------------------------------------------------
+
+    def _sync(self, function: Callable[..., Awaitable[_T]], *args: Any, **kwargs: Any) -> _T:
+        if threading.get_ident() == self._loop_thread:
+            raise RuntimeError(
+                "NousSessionSaver's synchronous methods run on its event loop from another "
+                "thread; on the loop's own thread they would deadlock: use the async ones "
+                "(graph.ainvoke, graph.astream, saver.aget_tuple, ...)"
+            )
+
+        async def call() -> _T:
+            return await function(*args, **kwargs)
+
+        return anyio.from_thread.run(call, token=self._token)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """:meth:`aget_tuple`, from a thread other than the saver's event loop."""
+        return self._sync(self.aget_tuple, config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,  # LangGraph's name
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """:meth:`alist`, from a thread other than the saver's event loop (read at once)."""
+
+        async def collect() -> list[CheckpointTuple]:
+            return [
+                item async for item in self.alist(config, filter=filter, before=before, limit=limit)
+            ]
+
+        return iter(self._sync(collect))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """:meth:`aput`, from a thread other than the saver's event loop."""
+        return self._sync(self.aput, config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`aput_writes`, from a thread other than the saver's event loop."""
+        self._sync(self.aput_writes, config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """:meth:`adelete_thread`, from a thread other than the saver's event loop."""
+        self._sync(self.adelete_thread, thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`adelete_for_runs`, from a thread other than the saver's event loop."""
+        self._sync(self.adelete_for_runs, run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`acopy_thread`, from a thread other than the saver's event loop."""
+        self._sync(self.acopy_thread, source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`aprune`, from a thread other than the saver's event loop."""
+        self._sync(self.aprune, thread_ids, strategy=strategy)
+
+
+_OPEN_KEY: Final = object()
+
+
+def _config(thread_id: object, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _message_items(messages: list[Message]) -> list[tuple[Any, ...]]:
+    """``append_many`` items for ``messages``, each timed at its ``created_at``."""
+    return [(*message_event(message), message.created_at) for message in messages]
+
+
+def _text(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(
+        part if isinstance(part, str) else str(part.get("text", ""))
+        for part in content
+        if isinstance(part, str) or part.get("type") == "text"
+    )
+
+
+def _to_message(message: BaseMessage) -> Message:
+    """The nous_session message a LangChain message stands for (text, tool calls and tool
+    results; its LangChain id in ``metadata["langgraph_id"]``)."""
+    metadata: dict[str, JSON] = {_LANGGRAPH_ID: message.id}
+    text = _text(message)
+    if isinstance(message, AIMessage):
+        calls = [
+            ToolCall(call["id"] or f"call_{index}", call["name"], call["args"])
+            for index, call in enumerate(message.tool_calls)
+        ]
+        return Message.assistant(text or None, tool_calls=calls, metadata=metadata)
+    if isinstance(message, ToolMessage):
+        return Message.tool(
+            message.tool_call_id,
+            text,
+            name=message.name,
+            is_error=message.status == "error",
+            metadata=metadata,
+        )
+    if isinstance(message, SystemMessage):
+        return Message.system(text, metadata=metadata)
+    if isinstance(message, HumanMessage):
+        return Message.user(text, metadata=metadata)
+    metadata["langgraph_type"] = message.type
+    return Message.user(text, metadata=metadata)
