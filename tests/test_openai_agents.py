@@ -291,12 +291,18 @@ async def test_a_real_runner_run_keeps_its_history_in_nous_session(url: str) -> 
         ] * 2
 
 
-def test_runner_run_sync_on_fresh_event_loops(tmp_path: Path) -> None:
+def test_runner_run_sync_from_synchronous_code(tmp_path: Path) -> None:
     agent = Agent(name="Assistant", model=ScriptedModel(), tools=[weather])
     session = NousSession("sync", f"sqlite:///{tmp_path / 'sync.sqlite3'}")
+    # run_sync runs on the thread's default event loop and leaves it open: give it one that
+    # this test closes (warnings are errors here, an unclosed loop among them).
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     try:
         Runner.run_sync(agent, "one", session=session)
         Runner.run_sync(agent, "two", session=session)
-        assert len(asyncio.run(session.get_items())) == 8
+        assert len(loop.run_until_complete(session.get_items())) == 8
     finally:
+        asyncio.set_event_loop(None)
+        loop.close()
         session.close()
