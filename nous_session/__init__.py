@@ -3,6 +3,8 @@
 How the layers stack (imports only point down):
 
     cli / examples / benchmarks
+    integrations (by path): framework adapters over the registry and the actor
+    Sessions, SessionsPortal (registry.py): many sessions of one store
     SessionActor (actor.py)  -- compaction policy + summarizers
     stores (memory, sqlite, postgres) -- codec (orjson)
     Log (log.py)  -- Transcript (transcript.py)
@@ -42,6 +44,7 @@ from nous_session.parts import (
     ThinkingPart,
     ToolCallPart,
 )
+from nous_session.registry import Sessions, SessionsPortal, SessionsStatistics
 from nous_session.stores import (
     ForkingStore,
     MemoryStore,
@@ -90,6 +93,9 @@ __all__ = [
     "SessionClosedError",
     "SessionInfo",
     "SessionStatistics",
+    "Sessions",
+    "SessionsPortal",
+    "SessionsStatistics",
     "Store",
     "StoreError",
     "Stored",
