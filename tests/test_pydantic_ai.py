@@ -513,6 +513,63 @@ async def test_a_function_model_run_is_on_the_surface_with_its_tool_calls() -> N
     assert result.conversation.revision == str(len(events))  # the session's count
 
 
+@ASYNCIO_ONLY
+@pytest.mark.anyio
+async def test_pydantic_ais_own_ui_adapter_keeps_a_server_held_chat_in_our_store() -> None:
+    """pydantic-ai's Vercel AI adapter loads, runs and saves each turn through the store."""
+    httpx = pytest.importorskip("httpx")
+    starlette_routing = pytest.importorskip("starlette.routing")
+    from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    agent = agent_with_tools()
+    async with NousConversationStore.open() as store:
+
+        async def chat(request: Request) -> Response:
+            return await VercelAIAdapter.dispatch_request(
+                request,
+                agent=agent,
+                conversation_store=store,
+                conversation_scope=request.headers["x-user"],
+            )
+
+        app = Starlette(routes=[starlette_routing.Route("/chat", chat, methods=["POST"])])
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+
+            async def turn(index: int, text: str, user_name: str) -> Any:
+                body = {
+                    "trigger": "submit-message",
+                    "id": "chat-1",
+                    "messages": [
+                        {
+                            "id": f"m{index}",
+                            "role": "user",
+                            "parts": [{"type": "text", "text": text}],
+                        }
+                    ],
+                }
+                return await client.post("/chat", json=body, headers={"x-user": user_name})
+
+            first = await turn(0, "What is 0 + 0?", "alice")
+            assert first.status_code == 200
+            assert "tool-input-available" in first.text
+            assert (await turn(1, "And again?", "alice")).status_code == 200
+            assert (await turn(2, "Not yours", "bob")).status_code == 404
+        loaded = await store.load("chat-1", scope="alice")
+        assert loaded is not None
+        assert texts(loaded.messages)[:1] == ["What is 0 + 0?"]
+        assert "And again?" in texts(loaded.messages)
+        assert "Not yours" not in texts(loaded.messages)
+        async with store.session("chat-1") as session:
+            surface = list(session.messages())
+        expected = [m for message in loaded.messages for m in entry_messages(message)]
+        assert [(m.role, m.text) for m in surface] == [(m.role, m.text) for m in expected]
+        assert [m.role for m in surface].count(Role.TOOL) == 2  # both tools, called once
+
+
 @pytest.mark.anyio
 async def test_the_surface_follows_branches_forks_and_deletes() -> None:
     async with NousConversationStore.open() as store:
