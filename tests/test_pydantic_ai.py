@@ -45,7 +45,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
-from nous_session import EventType, Role, SessionActor, open_store
+from nous_session import ConflictError, EventType, Role, SessionActor, open_store
 from nous_session.actor import SessionActor as Actor
 from nous_session.integrations.pydantic_ai import (
     DELETED_EVENT,
@@ -136,6 +136,14 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'conversations.sqlite3'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, sqlite_url: str) -> str:
+    """A store two NousConversationStores (as two processes would) open each on its own."""
+    if request.param == "sqlite":
+        return sqlite_url
+    return request.getfixturevalue("postgres_urls")()  # type: ignore[no-any-return]
 
 
 # The store contract's behaviours, on the reference and on ours ------------------------------------
@@ -625,10 +633,12 @@ async def test_entries_survive_a_snapshot_and_reopening(sqlite_url: str) -> None
 
 
 @pytest.mark.anyio
-async def test_two_stores_on_one_file_conflict_instead_of_overwriting(sqlite_url: str) -> None:
+async def test_two_stores_on_one_database_conflict_instead_of_overwriting(
+    shared_url: str,
+) -> None:
     async with (
-        NousConversationStore.open(sqlite_url) as one,
-        NousConversationStore.open(sqlite_url) as two,
+        NousConversationStore.open(shared_url) as one,
+        NousConversationStore.open(shared_url) as two,
     ):
         await one.save(Conversation(conversation_id="c", messages=[user("hi")]))
         mine = await one.load("c")
@@ -647,13 +657,13 @@ async def test_two_stores_on_one_file_conflict_instead_of_overwriting(sqlite_url
 
 @pytest.mark.anyio
 async def test_another_process_committing_between_check_and_commit_is_a_conflict(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The store's ConflictError (the count moved under our commit) becomes the check again,
     which finds the other writer's revision: ConversationConflict, and nothing of ours stored."""
     async with (
-        NousConversationStore.open(sqlite_url) as one,
-        NousConversationStore.open(sqlite_url) as two,
+        NousConversationStore.open(shared_url) as one,
+        NousConversationStore.open(shared_url) as two,
     ):
         await one.save(Conversation(conversation_id="c", messages=[user("hi")]))
         mine = await one.load("c")
@@ -662,24 +672,61 @@ async def test_another_process_committing_between_check_and_commit_is_a_conflict
         assert theirs is not None
         theirs.messages.append(reply("theirs"))
         mine.messages.append(reply("mine"))
-        reload = Actor.reload
-        interleaved: list[str] = []
+        reload, append_many, write_record = Actor.reload, Actor.append_many, one.write_record
+        steps: list[str] = []
+
+        async def write_record_marked(*args: Any, **kwargs: Any) -> None:
+            steps.append("write_record")
+            await write_record(*args, **kwargs)
 
         async def reload_then_let_them_commit(actor: SessionActor) -> Any:
             log = await reload(actor)
-            if actor.store is one.store and not interleaved:
-                interleaved.append("theirs")
-                await two.save(theirs)  # lands after our check read the log
+            if actor.store is one.store and steps == ["write_record"]:
+                await two.save(theirs)  # lands after our check read the log: count moved
+                steps.append("theirs saved")
             return log
 
+        async def append_many_noting_conflicts(actor: SessionActor, *args: Any) -> Any:
+            try:
+                return await append_many(actor, *args)
+            except ConflictError:
+                steps.append("ConflictError")
+                raise
+
+        monkeypatch.setattr(one, "write_record", write_record_marked)
         monkeypatch.setattr(Actor, "reload", reload_then_let_them_commit)
+        monkeypatch.setattr(Actor, "append_many", append_many_noting_conflicts)
         with pytest.raises(ConversationConflict):
             await one.save(mine)
-        assert interleaved == ["theirs"]
+        # Our check passed on the log read before their save; the store refused our commit;
+        # the check ran again on the caught-up log and found their revision.
+        assert steps == ["write_record", "theirs saved", "ConflictError"]
         monkeypatch.undo()
         loaded = await one.load("c")
         assert loaded is not None
         assert texts(loaded.messages) == ["hi", "theirs"]
+
+
+@pytest.mark.anyio
+async def test_conversations_beyond_max_open_close_and_reopen_from_the_store(
+    sqlite_url: str,
+) -> None:
+    async with NousConversationStore.open(sqlite_url, max_open=1) as store:
+        for name in ("a", "b", "c"):
+            await store.save(Conversation(conversation_id=name, messages=[user(name)]))
+        for name in ("a", "b", "c"):
+            loaded = await store.load(name)
+            assert loaded is not None
+            assert texts(loaded.messages) == [name]
+            loaded.messages.append(reply(name.upper()))
+            await store.save(loaded)
+        async with store.session("a") as held, store.session("b") as other:
+            assert held.messages()[-1].text == "A"  # both held open past max_open
+            assert other.messages()[-1].text == "B"
+        assert [r.conversation_id for r in await store.list_conversations()] == ["c", "b", "a"]
+    with pytest.raises(ValueError, match="max_open"):
+        async with NousConversationStore.open(max_open=0):
+            pass  # pragma: no cover
 
 
 @pytest.mark.anyio
@@ -719,4 +766,10 @@ def test_entry_messages_show_requests_and_responses() -> None:
 
 def test_the_store_is_opened_with_open() -> None:
     with pytest.raises(TypeError):
-        NousConversationStore(object(), sessions=None, session_prefix="", max_open=1)  # type: ignore[arg-type]
+        NousConversationStore(
+            object(),
+            store=open_store("memory:"),
+            task_group=None,  # type: ignore[arg-type]
+            session_prefix="",
+            max_open=1,
+        )

@@ -14,8 +14,11 @@ pydantic-ai's own ``load``, ``save``, ``branch``, ``fork``, ``list_conversations
 The mapping:
 
 * **One session per conversation**: session id ``session_prefix + conversation_id`` (default
-  ``"pydantic-ai:"``). One :class:`~nous_session.SessionActor` per conversation in use (a
-  :class:`~nous_session.registry.Sessions` registry: idle ones close by themselves).
+  ``"pydantic-ai:"``). One :class:`~nous_session.SessionActor` per conversation in use; at
+  most ``max_open`` stay open, the least recently used idle one closing (and reopening from
+  the store when next needed). The actors do not follow other processes' commits by
+  themselves (``follow=False``): every read and every write catches up with the store first,
+  and the count a write was checked against is the count its commit expects.
 * ``x.pydantic_ai.entry``: one message of the conversation's log, stored once, losslessly:
   its entry id, the entry before it, and the message as ``ModelMessagesTypeAdapter`` JSON
   (the text pydantic-ai itself writes and reads back, kept as a string).
@@ -44,7 +47,9 @@ Entry ids are pydantic-ai's own (unique, minted by its ``save``); the store reme
 conversation holds the entries it read or wrote. ``read_entry`` of an id it has not seen looks
 through the store's conversations.
 
-The store is anyio (asyncio or trio); pydantic-ai runs agents on asyncio.
+The store is anyio (asyncio or trio; pydantic-ai runs agents on asyncio only) and belongs to
+the event loop it was opened in. ``list_conversations`` (``read_records``) reads every
+conversation's record.
 
 Needs the ``pydantic-ai`` extra: ``pip install 'nous_session[pydantic-ai]'``.
 """
@@ -60,6 +65,7 @@ from datetime import datetime
 from typing import Any, Final
 
 import anyio
+import anyio.abc
 import pydantic
 
 from nous_session._logging import get_logger
@@ -68,7 +74,6 @@ from nous_session.errors import ConflictError, InvalidEventError, StoreError
 from nous_session.event import message_event
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
-from nous_session.registry import Sessions
 from nous_session.stores import open_store
 from nous_session.stores.base import Store
 
@@ -321,6 +326,18 @@ def _record(seq: int, data: Mapping[str, Any]) -> ConversationRecord:
     return record
 
 
+@dataclasses.dataclass(eq=False)
+class _Held:
+    """One conversation's open actor and who uses it."""
+
+    session_id: str
+    actor: SessionActor | None = None
+    users: int = 0
+    opened: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    release: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+
+
 # The store --------------------------------------------------------------------------------------
 
 
@@ -332,13 +349,24 @@ class NousConversationStore(ConversationStore):
     """
 
     def __init__(
-        self, key: object, *, sessions: Sessions, session_prefix: str, max_open: int
+        self,
+        key: object,
+        *,
+        store: Store,
+        task_group: anyio.abc.TaskGroup,
+        session_prefix: str,
+        max_open: int,
     ) -> None:
         if key is not _OPEN_KEY:
             raise TypeError("use `async with NousConversationStore.open(store) as store`")
-        self._sessions = sessions
-        self._max_indexes = 4 * max_open
+        self._store = store
+        self._task_group = task_group
         self._prefix = session_prefix
+        self._max_open = max_open
+        self._closed = False
+        # The open conversations' actors, least recently used first.
+        self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._closing: dict[str, _Held] = {}  # released, actor still closing
         self._indexes: dict[str, _Index] = {}
         self._locks: weakref.WeakValueDictionary[str, anyio.Lock] = weakref.WeakValueDictionary()
         # entry id -> the id of a conversation whose session holds it, least recently used first
@@ -351,39 +379,55 @@ class NousConversationStore(ConversationStore):
         store: Store | str | None = None,
         *,
         session_prefix: str = "pydantic-ai:",
-        idle_timeout: float = 300.0,
-        max_open: int = 1024,
+        max_open: int = 256,
     ) -> AsyncIterator[NousConversationStore]:
         """Run a conversation store for the duration of the ``async with`` block.
 
         Args:
             store: a nous_session Store, or a URL for :func:`~nous_session.open_store` (then
                 closed with the block); None: a private in-memory store.
-            session_prefix: put before a conversation id to make its session id.
-            idle_timeout: seconds after which a conversation's unused actor closes.
-            max_open: how many conversations keep their actor open at most.
+            session_prefix: put before a conversation id to make its session id (a session id
+                is at most 256 UTF-8 bytes).
+            max_open: how many conversations keep their session open (its actor and its log in
+                memory) between calls; beyond it the least recently used idle one is closed,
+                and opened again from the store when next used.
 
         Raises:
             ValueError: a bad argument.
         """
         if not isinstance(session_prefix, str):
             raise ValueError(f"session_prefix must be a str, got {session_prefix!r}")
-        owned = store is None
-        resolved: Store | str = open_store("memory:") if store is None else store
+        if type(max_open) is not int or max_open < 1:
+            raise ValueError(f"max_open must be an int >= 1, got {max_open!r}")
+        owned = store is None or isinstance(store, str)
+        resolved: Store = (
+            open_store("memory:")
+            if store is None
+            else (open_store(store) if isinstance(store, str) else store)
+        )
         try:
-            async with Sessions(resolved, idle_timeout=idle_timeout, max_open=max_open) as sessions:
-                yield cls(
-                    _OPEN_KEY, sessions=sessions, session_prefix=session_prefix, max_open=max_open
+            async with anyio.create_task_group() as task_group:
+                conversations = cls(
+                    _OPEN_KEY,
+                    store=resolved,
+                    task_group=task_group,
+                    session_prefix=session_prefix,
+                    max_open=max_open,
                 )
+                try:
+                    yield conversations
+                finally:
+                    conversations._closed = True
+                    for held in list(conversations._held.values()):
+                        conversations._release(held)
         finally:
             if owned:
-                assert not isinstance(resolved, str)
                 await resolved.aclose()
 
     @property
     def store(self) -> Store:
         """The nous_session store the conversations are kept in."""
-        return self._sessions.store
+        return self._store
 
     def session_id(self, conversation_id: str) -> str:
         """The id of the session that holds ``conversation_id``."""
@@ -392,9 +436,102 @@ class NousConversationStore(ConversationStore):
     @asynccontextmanager
     async def session(self, conversation_id: str) -> AsyncIterator[SessionActor]:
         """The open session of ``conversation_id`` for the block: to read its surface, follow
-        its events (``subscribe``) or append events of your own."""
-        async with self._sessions.use(self.session_id(conversation_id)) as actor:
+        its events (``subscribe``) or append events of your own.
+
+        The store's own actor for the conversation, not closed for want of room while the
+        block runs. It does not follow other processes' commits by itself: ``reload()`` first
+        where they matter.
+        """
+        async with self._use(self.session_id(conversation_id)) as actor:
             yield actor
+
+    # The actors -------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _use(self, session_id: str) -> AsyncIterator[SessionActor]:
+        """The session's actor, opened on first use, kept open while the block runs."""
+        while True:
+            if self._closed:
+                raise RuntimeError("the NousConversationStore is closed")
+            held = self._held.get(session_id)
+            if held is None:
+                held = await self._open_held(session_id)
+                break
+            held.users += 1
+            try:
+                await held.opened.wait()
+            except BaseException:
+                held.users -= 1
+                raise
+            if held.actor is not None and not held.release.is_set():
+                break
+            held.users -= 1  # its opening failed, or it was closed meanwhile: try again
+        self._held.move_to_end(session_id)
+        try:
+            assert held.actor is not None
+            yield held.actor
+        finally:
+            held.users -= 1
+            if len(self._held) > self._max_open:
+                self._evict()
+
+    async def _open_held(self, session_id: str) -> _Held:
+        """Open the session's actor (the caller becomes its first user)."""
+        held = _Held(session_id)
+        held.users = 1
+        self._held[session_id] = held
+        try:
+            previous = self._closing.get(session_id)
+            if previous is not None:
+                await previous.done.wait()  # one actor per session in this process
+            await self._task_group.start(self._hold, held)
+        except BaseException:
+            if self._held.get(session_id) is held:
+                del self._held[session_id]
+            raise
+        finally:
+            held.opened.set()
+        self._evict()
+        return held
+
+    async def _hold(
+        self,
+        held: _Held,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            # follow=False: the actor's count moves only with our commits and reloads, so a
+            # write's check and its commit see the same count (another process's commit in
+            # between is the store's ConflictError, never a silent catch-up).
+            async with SessionActor.open(
+                session_id=held.session_id, store=self._store, follow=False
+            ) as actor:
+                held.actor = actor
+                task_status.started()
+                await held.release.wait()
+        finally:
+            held.done.set()
+            if self._closing.get(held.session_id) is held:
+                del self._closing[held.session_id]
+
+    def _release(self, held: _Held) -> None:
+        """Close the session's actor (in the background) and forget it."""
+        if self._held.get(held.session_id) is held:
+            del self._held[held.session_id]
+        if not held.done.is_set():
+            self._closing[held.session_id] = held
+        held.release.set()
+
+    def _evict(self) -> None:
+        """Close the least recently used idle actors beyond ``max_open``."""
+        excess = len(self._held) - self._max_open
+        for held in list(self._held.values()):
+            if excess <= 0:
+                break
+            if held.users == 0 and held.actor is not None:
+                self._release(held)
+                excess -= 1
 
     # The storage primitives -------------------------------------------------------------------
 
@@ -441,7 +578,7 @@ class NousConversationStore(ConversationStore):
         conversation_id = record.conversation_id
         session_id = self.session_id(conversation_id)
         fresh = {entry.id for entry in new_entries}
-        async with self._lock(session_id), self._sessions.use(session_id) as actor:
+        async with self._lock(session_id), self._use(session_id) as actor:
             for _ in range(_ATTEMPTS):
                 index = self._fold(session_id, await actor.reload())
                 if index.revision() != expected_revision:
@@ -490,7 +627,7 @@ class NousConversationStore(ConversationStore):
             StoreError: the store failed (nothing was deleted).
         """
         session_id = self.session_id(conversation_id)
-        async with self._lock(session_id), self._sessions.use(session_id) as actor:
+        async with self._lock(session_id), self._use(session_id) as actor:
             for _ in range(_ATTEMPTS):
                 index = self._fold(session_id, await actor.reload())
                 if index.record is None or index.revision() != expected_revision:
@@ -549,10 +686,10 @@ class NousConversationStore(ConversationStore):
 
     async def _index_of(self, session_id: str) -> _Index:
         """The session's index, caught up with the store."""
-        async with self._sessions.use(session_id) as actor:
+        async with self._use(session_id) as actor:
             log = await actor.reload()
             index = self._fold(session_id, log)
-        if len(self._indexes) > self._max_indexes:
+        if len(self._indexes) > 4 * self._max_open:
             self._indexes = {session_id: index}  # a bound on memory; indexes are rebuilt on use
         return index
 
@@ -584,7 +721,7 @@ class NousConversationStore(ConversationStore):
     async def _session_ids(self) -> list[str]:
         return sorted(
             info.session_id
-            for info in await self.store.sessions()
+            for info in await self._store.sessions()
             if info.session_id.startswith(self._prefix)
         )
 
