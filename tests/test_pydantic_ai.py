@@ -608,6 +608,27 @@ async def test_the_surface_follows_branches_forks_and_deletes() -> None:
 
 
 @pytest.mark.anyio
+async def test_other_events_in_the_session_do_not_move_the_revision() -> None:
+    """The revision is the count at the record's commit: an application's own events in the
+    session (custom events, a message on the surface) are no conflict."""
+    async with NousConversationStore.open() as store:
+        await store.save(Conversation(conversation_id="c", messages=[user("hi")]))
+        loaded = await store.load("c")
+        assert loaded is not None
+        async with store.session("c") as session:
+            await session.append("x.myapp.note", {"seen": True})
+        loaded.messages.append(reply("hello"))
+        await store.save(loaded)
+        again = await store.load("c")
+        assert again is not None
+        assert texts(again.messages) == ["hi", "hello"]
+        assert again.revision == loaded.revision
+        async with store.session("c") as session:
+            assert [m.text for m in session.messages()] == ["hi", "hello"]
+            assert session.log.count == int(again.revision or 0)
+
+
+@pytest.mark.anyio
 async def test_entries_survive_a_snapshot_and_reopening(sqlite_url: str) -> None:
     async with NousConversationStore.open(sqlite_url) as store:
         conversation = Conversation(

@@ -590,6 +590,8 @@ class NousConversationStore(ConversationStore):
                     if record.forked_from is None or expected_revision is not None:
                         raise ConversationConflict(conversation_id)
                     copies = await self._chain(record.forked_from, head)
+                    if not copies:  # gone from the conversation it forks: released meanwhile
+                        raise ConversationConflict(conversation_id)
                 kept = [data for data in copies if data["id"] not in index.entries]
                 written = [_entry_data(entry) for entry in new_entries]
                 items: list[tuple[Any, ...]] = [
@@ -695,12 +697,12 @@ class NousConversationStore(ConversationStore):
 
     async def _chain(self, conversation_id: str, head_id: str) -> list[Mapping[str, Any]]:
         """The entry events' data of ``conversation_id``'s history up to ``head_id`` (its
-        current history or a branch it left), for a fork to copy."""
+        current history or a branch it left), for a fork to copy; empty when it has none."""
         index = await self._index_of(self.session_id(conversation_id))
         try:
             return index.chain(head_id)
         except KeyError:
-            raise ConversationConflict(conversation_id) from None
+            return []
 
     def _remember(self, conversation_id: str, *entry_ids: str | None) -> None:
         for entry_id in entry_ids:
