@@ -327,7 +327,7 @@ class NousSessionService(BaseSessionService):
                 events = [item for item in events if item[0] >= after]
             if config.num_recent_events is not None:
                 recent = config.num_recent_events
-                events = events[len(events) - recent :] if recent else []
+                events = events[max(0, len(events) - recent) :] if recent else []
         app_state = await self._state(self._app_id(app_name))
         user_state = await self._state(self._user_id(app_name, user_id))
         session = Session(
