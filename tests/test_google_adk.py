@@ -363,3 +363,26 @@ async def test_ids_with_separators_never_share_a_session(tmp_path: Path) -> None
         await store.aclose()
     assert ids <= stored
     assert "adk:s/a%2F/b/c" not in stored  # "a/b" + "c": escaped, never split
+
+
+async def test_events_and_state_read_back_exactly_beyond_64_bits(tmp_path: Path) -> None:
+    """ADK's JSON is stored as the text ADK made: nothing is re-encoded on the way."""
+    url = f"sqlite:///{tmp_path / 'adk.sqlite3'}"
+    huge = 2**70 + 1
+    call = types.FunctionCall(id="c", name="count", args={"n": huge, "x": 0.1 + 0.2})
+    event = Event(
+        author="assistant",
+        content=types.Content(role="model", parts=[types.Part(function_call=call)]),
+        actions=EventActions(state_delta={"n": huge, "user:n": huge}),
+    )
+    async with NousSessionService(url) as service:
+        session = await service.create_session(
+            app_name=APP, user_id=USER, session_id="big", state={"seed": -huge}
+        )
+        await service.append_event(session, event)
+    async with NousSessionService(url) as service:
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="big")
+        assert got is not None
+        assert got.events[0] == event
+        assert got.events[0].content.parts[0].function_call.args == {"n": huge, "x": 0.1 + 0.2}
+        assert got.state == {"seed": -huge, "n": huge, "user:n": huge}

@@ -18,9 +18,11 @@ The mapping:
   session_id)`` triples share a session. App state is the session ``adk:a/<app>``, user state
   ``adk:u/<app>/<user>``: each holds ``x.adk.state`` events (a delta each), folded in order.
 * ``x.adk.created``: the session was created, with its session-scoped initial state.
-  ``x.adk.event``: one ADK ``Event``, stored once, as ADK's own pydantic serialisation made it
-  (``model_dump_json(exclude_none=True)``, what ADK's SQLite service stores) and read back
-  with ``Event.model_validate_json``; its session-scoped state delta is folded from it.
+  ``x.adk.event``: one ADK ``Event``, stored once, as the JSON text ADK's own pydantic
+  serialisation made (``model_dump_json(exclude_none=True)``, what ADK's SQLite service
+  stores), beside its id, author, invocation id and timestamp, and read back with
+  ``Event.model_validate_json``: exact, integers beyond 64 bits and all. Its session-scoped
+  state delta is folded from it. State is kept as JSON text the same way (``json.dumps``).
   ``x.adk.deleted``: ``delete_session``. The log is append-only, so a deleted session's events
   stay (and a session created again under that id starts from its new ``x.adk.created``).
 * **The surface.** An event's content (text, function calls, function responses, whatever
@@ -58,7 +60,9 @@ Needs the ``google-adk`` extra: ``pip install 'nous_session[google-adk]'``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -68,7 +72,6 @@ from urllib.parse import quote, unquote
 
 import anyio
 import attrs
-import orjson
 
 from nous_session._logging import get_logger
 from nous_session.errors import ConflictError, FormatError
@@ -145,7 +148,7 @@ class _Folded:
     count: int = 0  # events folded: every seq below this
     alive: bool = False
     state: dict[str, Any] = attrs.field(factory=dict)
-    events: list[tuple[float, bytes]] = attrs.field(factory=list)  # (timestamp, event JSON)
+    events: list[tuple[float, str]] = attrs.field(factory=list)  # (timestamp, event JSON)
     update_time: float = 0.0
 
     def fold(self, events: Sequence[Event], count: int) -> None:
@@ -156,13 +159,14 @@ class _Folded:
             data = event.data
             if kind == CREATED_EVENT:
                 self.alive = True
-                self.state = dict(data["state"])  # type: ignore[arg-type]
+                self.state = json.loads(data["state"])  # type: ignore[arg-type]
                 self.events = []
                 self.update_time = data["time"]  # type: ignore[assignment]
             elif kind == EVENT_EVENT and self.alive:
-                stored: Mapping[str, Any] = data["event"]  # type: ignore[assignment]
+                raw: str = data["event"]  # type: ignore[assignment]
+                stored = json.loads(raw)
                 timestamp = float(stored.get("timestamp", 0.0))
-                self.events.append((timestamp, orjson.dumps(stored)))
+                self.events.append((timestamp, raw))
                 actions = stored.get("actions") or {}
                 delta = actions.get("state_delta") or {}
                 self.state.update(_session_util.extract_state_delta(delta)["session"])
@@ -184,7 +188,7 @@ class _FoldedState:
     def fold(self, events: Sequence[Event], count: int) -> None:
         for event in events:
             if event.seq >= self.count and event.type == STATE_EVENT:
-                self.state.update(event.data["delta"])  # type: ignore[arg-type]
+                self.state.update(json.loads(event.data["delta"]))  # type: ignore[arg-type]
         self.count = max(self.count, count)
 
 
@@ -193,7 +197,7 @@ class _Read:
     """One ADK session as read from its log, with the revision marker of that read."""
 
     state: dict[str, Any]
-    events: list[tuple[float, bytes]]
+    events: list[tuple[float, str]]
     update_time: float
     marker: str
 
@@ -286,11 +290,15 @@ class NousSessionService(BaseSessionService):
 
         async def create(actor: SessionActor) -> str:
             async with self._locked(sid):
-                log = actor.log
-                if self._fold(sid, log).alive:
-                    raise AlreadyExistsError(f"Session with id {session_id} already exists.")
-                await actor.append(CREATED_EVENT, {"state": deltas["session"], "time": now})
-                return str(actor.log.count)
+                while True:
+                    if self._fold(sid, actor.log).alive:
+                        raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+                    state = json.dumps(deltas["session"])
+                    try:
+                        await actor.append(CREATED_EVENT, {"state": state, "time": now})
+                    except ConflictError:  # another process wrote first; the actor caught up
+                        continue
+                    return str(actor.log.count)
 
         marker = await self._portal.acall(sid, create)
         app_state = await self._update_state(self._app_id(app_name), deltas["app"])
@@ -386,12 +394,16 @@ class NousSessionService(BaseSessionService):
 
         async def delete(actor: SessionActor) -> None:
             async with self._locked(sid):
-                if not self._fold(sid, actor.log).alive:
-                    return
-                await actor.append(DELETED_EVENT, {"time": time.time()})
-                entries = actor.log.surface()
-                if entries:
-                    await actor.remove(entries[0].position, entries[-1].position)
+                await actor.reload()
+                while self._fold(sid, actor.log).alive:
+                    try:
+                        await actor.append(DELETED_EVENT, {"time": time.time()})
+                    except ConflictError:  # another process wrote first; the actor caught up
+                        continue
+                    entries = actor.log.surface()
+                    if entries:
+                        with contextlib.suppress(ConflictError):  # the surface is a view
+                            await actor.remove(entries[0].position, entries[-1].position)
 
         await self._portal.acall(sid, delete)
 
@@ -414,9 +426,15 @@ class NousSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         raw = event.model_dump_json(exclude_none=True)
-        stored = orjson.loads(raw)
         key = f"adk:{hashlib.sha256(raw.encode()).hexdigest()}"
-        items: list[tuple[Any, ...]] = [(EVENT_EVENT, {"event": stored})]
+        data = {
+            "id": event.id,
+            "author": event.author,
+            "invocation_id": event.invocation_id,
+            "timestamp": event.timestamp,
+            "event": raw,
+        }
+        items: list[tuple[Any, ...]] = [(EVENT_EVENT, data)]
         items.extend((*message_event(m), m.created_at) for m in _messages(event))
         sid = self.session_id(session.app_name, session.user_id, session.id)
         marker = session._storage_update_marker
@@ -525,7 +543,7 @@ class NousSessionService(BaseSessionService):
             if delta:
                 for attempt in range(_STATE_ATTEMPTS):
                     try:
-                        await actor.append(STATE_EVENT, {"delta": delta})
+                        await actor.append(STATE_EVENT, {"delta": json.dumps(delta)})
                         break
                     except ConflictError:  # the actor caught up: trying again lands
                         if attempt == _STATE_ATTEMPTS - 1:
@@ -569,10 +587,10 @@ def _merge(
     app_state: Mapping[str, Any], user_state: Mapping[str, Any], session_state: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The state ADK sees: the session's, then the app's and the user's under their prefixes."""
-    merged = orjson.loads(orjson.dumps(dict(session_state)))  # a copy nothing else holds
-    for key, value in orjson.loads(orjson.dumps(dict(app_state))).items():
+    merged = json.loads(json.dumps(dict(session_state)))  # a copy nothing else holds
+    for key, value in json.loads(json.dumps(dict(app_state))).items():
         merged[State.APP_PREFIX + key] = value
-    for key, value in orjson.loads(orjson.dumps(dict(user_state))).items():
+    for key, value in json.loads(json.dumps(dict(user_state))).items():
         merged[State.USER_PREFIX + key] = value
     return merged  # type: ignore[no-any-return]
 
