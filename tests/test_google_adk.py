@@ -19,6 +19,9 @@ import pytest
 pytest.importorskip("google.adk")
 
 from google.adk.agents import Agent
+from google.adk.apps._configs import EventsCompactionConfig
+from google.adk.apps.app import App
+from google.adk.apps.llm_event_summarizer import LlmEventSummarizer
 from google.adk.cli.agent_test_runner import MockModel
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -285,6 +288,32 @@ async def test_an_adk_compaction_replaces_the_compacted_range_on_the_surface() -
 
         shown = await service.portal.acall(service.session_id(APP, USER, "c"), uncompact)
         assert shown == ["m0", "m1", "m2", "m3"]
+
+
+# ADK marks its compaction config experimental with a UserWarning on construction.
+@pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] EventsCompactionConfig:UserWarning")
+async def test_adk_own_compaction_under_a_runner_becomes_a_replace(tmp_path: Path) -> None:
+    """ADK's App-level compaction (its LlmEventSummarizer, on the offline model) appends an
+    event carrying an EventCompaction; the surface shows its summary in place of the two
+    turns it compacted, and ADK still reads every event back."""
+    model = MockModel.create([_text("model", "a1"), _text("model", "a2")])
+    summarizer = LlmEventSummarizer(llm=MockModel.create([_text("model", "SUMMARY")]))
+    config = EventsCompactionConfig(summarizer=summarizer, compaction_interval=2, overlap_size=0)
+    agent = Agent(name="assistant", model=model)
+    app = App(name=APP, root_agent=agent, events_compaction_config=config)
+    async with NousSessionService(f"sqlite:///{tmp_path / 'adk.sqlite3'}") as service:
+        runner = Runner(app=app, session_service=service)
+        await service.create_session(app_name=APP, user_id=USER, session_id="long")
+        await _turn(runner, "long", "q1")
+        await _turn(runner, "long", "q2")
+        await runner.close()
+        read = await service.get_session(app_name=APP, user_id=USER, session_id="long")
+        assert read is not None
+        assert [e.author for e in read.events] == ["user", "assistant"] * 2 + ["user"]
+        assert read.events[-1].actions.compaction is not None
+        assert [m.text for m in await _surface(service, "long")] == ["SUMMARY"]
+        kinds = [e.type for e in await _events(service, "long")]
+        assert kinds.count("replace") == 1
 
 
 async def test_events_are_stored_once_and_config_filters_them() -> None:
