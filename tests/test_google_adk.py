@@ -415,3 +415,18 @@ async def test_events_and_state_read_back_exactly_beyond_64_bits(tmp_path: Path)
         assert got.events[0] == event
         assert got.events[0].content.parts[0].function_call.args == {"n": huge, "x": 0.1 + 0.2}
         assert got.state == {"seed": -huge, "n": huge, "user:n": huge}
+
+
+async def test_an_equal_event_in_a_recreated_session_is_stored_again() -> None:
+    """Re-delivery is recognised within one life of a session, not across a delete."""
+    async with NousSessionService() as service:
+        event = Event(id="e1", author="user", timestamp=5.0, content=_text("user", "same"))
+        first = await service.create_session(app_name=APP, user_id=USER, session_id="r")
+        await service.append_event(first, event.model_copy(deep=True))
+        await service.delete_session(app_name=APP, user_id=USER, session_id="r")
+        second = await service.create_session(app_name=APP, user_id=USER, session_id="r")
+        await service.append_event(second, event.model_copy(deep=True))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="r")
+        assert got is not None
+        assert [e.id for e in got.events] == ["e1"]
+        assert [m.text for m in await _surface(service, "r")] == ["same"]

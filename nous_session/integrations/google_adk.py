@@ -44,7 +44,7 @@ The mapping:
   process (nous_session's :class:`~nous_session.errors.ConflictError`), raises ADK's
   ``StaleSessionError`` and appends nothing.
 * **Idempotence.** An event delivered twice (equal JSON, same id) is stored once: its
-  append carries an idempotency key made from the two.
+  append carries an idempotency key made from its JSON and the session's creation.
 
 App and user state deltas are committed right after the event that carries them, in their
 own sessions; a crash between the two commits loses the app or user delta (the event and its
@@ -147,6 +147,7 @@ class _Folded:
 
     count: int = 0  # events folded: every seq below this
     alive: bool = False
+    created: int = -1  # the seq of the x.adk.created event that began the current life
     state: dict[str, Any] = attrs.field(factory=dict)
     events: list[tuple[float, str]] = attrs.field(factory=list)  # (timestamp, event JSON)
     update_time: float = 0.0
@@ -159,6 +160,7 @@ class _Folded:
             data = event.data
             if kind == CREATED_EVENT:
                 self.alive = True
+                self.created = event.seq
                 self.state = json.loads(data["state"])  # type: ignore[arg-type]
                 self.events = []
                 self.update_time = data["time"]  # type: ignore[assignment]
@@ -426,7 +428,7 @@ class NousSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         raw = event.model_dump_json(exclude_none=True)
-        key = f"adk:{hashlib.sha256(raw.encode()).hexdigest()}"
+        digest = hashlib.sha256(raw.encode()).hexdigest()
         data = {
             "id": event.id,
             "author": event.author,
@@ -450,6 +452,8 @@ class NousSessionService(BaseSessionService):
                     marker is None and folded.update_time > seen
                 ):
                     raise StaleSessionError(_STALE)
+                # Equal events (same id, same JSON) in one life of the session are one event.
+                key = f"adk:{folded.created}:{digest}"
                 try:
                     appended = await actor.append_many(items, key=key)
                 except ConflictError as error:  # another process wrote first
