@@ -11,6 +11,9 @@ ADK's own contract tests run against it in ``.ci/google_adk``.
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,7 @@ pytestmark = pytest.mark.anyio
 
 APP = "weather"
 USER = "u1"
+POSTGRES = os.environ.get("NOUS_SESSION_TEST_POSTGRES", "")
 
 
 @pytest.fixture
@@ -189,11 +193,26 @@ async def test_a_stale_session_object_is_refused() -> None:
         await service.append_event(winner, Event(author="user", invocation_id="next"))
 
 
-async def test_a_commit_lost_to_another_process_is_a_stale_session(tmp_path: Path) -> None:
-    """Two services on one SQLite file are two writers, as two processes would be: the one
-    that did not see the other's commit gets nous_session's ConflictError from the store,
-    raised as ADK's StaleSessionError, and nothing of it is stored."""
-    url = f"sqlite:///{tmp_path / 'adk.sqlite3'}"
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store two services share: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'adk.sqlite3'}"
+        return
+    if not POSTGRES:
+        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://...")
+    psycopg = pytest.importorskip("psycopg")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    yield f"{POSTGRES}?schema={schema}"
+    with psycopg.connect(POSTGRES, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def test_a_commit_lost_to_another_process_is_a_stale_session(shared_url: str) -> None:
+    """Two services on one store are two writers, as two processes would be: the one that
+    did not see the other's commit gets nous_session's ConflictError from the store, raised
+    as ADK's StaleSessionError, and nothing of it is stored."""
+    url = shared_url
     async with NousSessionService(url) as first, NousSessionService(url) as second:
         created = await first.create_session(app_name=APP, user_id=USER, session_id="s")
         mine = await first.get_session(app_name=APP, user_id=USER, session_id="s")

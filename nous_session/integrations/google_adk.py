@@ -40,9 +40,10 @@ The mapping:
 * **Stale writers.** Every session object this service returns carries the session's log
   count as ADK's storage revision marker (``Session._storage_update_marker``, as ADK's
   ``DatabaseSessionService``). ``append_event`` on a session object whose marker is not the
-  current count (another writer appended since it was read), or whose commit loses to another
-  process (nous_session's :class:`~nous_session.errors.ConflictError`), raises ADK's
-  ``StaleSessionError`` and appends nothing.
+  current count (another writer appended since it was read), or whose conditional append
+  (``append_many(..., expect_count=)``) loses to another process's commit (nous_session's
+  :class:`~nous_session.errors.ConflictError`), raises ADK's ``StaleSessionError`` and
+  appends nothing.
 * **Idempotence.** An event delivered twice (equal JSON, same id) is stored once: its
   append carries an idempotency key made from its JSON and the session's creation.
 
@@ -295,10 +296,10 @@ class NousSessionService(BaseSessionService):
                 while True:
                     if self._fold(sid, actor.log).alive:
                         raise AlreadyExistsError(f"Session with id {session_id} already exists.")
-                    state = json.dumps(deltas["session"])
+                    created = (CREATED_EVENT, {"state": json.dumps(deltas["session"]), "time": now})
                     try:
-                        await actor.append(CREATED_EVENT, {"state": state, "time": now})
-                    except ConflictError:  # another process wrote first; the actor caught up
+                        await actor.append_many([created], expect_count=actor.log.count)
+                    except ConflictError:  # another writer came first; the actor caught up
                         continue
                     return str(actor.log.count)
 
@@ -398,9 +399,10 @@ class NousSessionService(BaseSessionService):
             async with self._locked(sid):
                 await actor.reload()
                 while self._fold(sid, actor.log).alive:
+                    deleted = (DELETED_EVENT, {"time": time.time()})
                     try:
-                        await actor.append(DELETED_EVENT, {"time": time.time()})
-                    except ConflictError:  # another process wrote first; the actor caught up
+                        await actor.append_many([deleted], expect_count=actor.log.count)
+                    except ConflictError:  # another writer came first; the actor caught up
                         continue
                     entries = actor.log.surface()
                     if entries:
@@ -455,8 +457,10 @@ class NousSessionService(BaseSessionService):
                 # Equal events (same id, same JSON) in one life of the session are one event.
                 key = f"adk:{folded.created}:{digest}"
                 try:
-                    appended = await actor.append_many(items, key=key)
-                except ConflictError as error:  # another process wrote first
+                    # Conditional on the count checked: a commit another process made since,
+                    # whether this actor has heard of it yet or not, refuses the append.
+                    appended = await actor.append_many(items, key=key, expect_count=count)
+                except ConflictError as error:
                     raise StaleSessionError(_STALE) from error
                 if appended[0].seq < count:
                     return None  # delivered before: stored once, applied once
