@@ -66,11 +66,16 @@ async def _make_sqlite(tmp_path: pathlib.Path) -> AsyncIterator[NousSessionServi
 @contextlib.asynccontextmanager
 async def _make_postgres(tmp_path: pathlib.Path) -> AsyncIterator[NousSessionService]:
     del tmp_path
-    url = os.environ["NOUS_SESSION_TEST_POSTGRES"]
-    # One database for every test: a fresh id prefix keeps each test's sessions its own.
-    prefix = f"adk-{uuid.uuid4().hex[:12]}"
-    async with NousSessionService(url, prefix=prefix) as service:
-        yield service
+    import psycopg
+
+    server = os.environ["NOUS_SESSION_TEST_POSTGRES"]
+    schema = f"adk_{uuid.uuid4().hex[:16]}"  # a fresh schema per test, dropped after it
+    try:
+        async with NousSessionService(f"{server}?schema={schema}") as service:
+            yield service
+    finally:
+        async with await psycopg.AsyncConnection.connect(server, autocommit=True) as connection:
+            await connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def _backends(backend_class: Any) -> list[Any]:
