@@ -36,6 +36,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 from nous_session import Role, SessionActor
+from nous_session.integrations import google_adk
 from nous_session.integrations.google_adk import (
     CREATED_EVENT,
     DELETED_EVENT,
@@ -449,3 +450,24 @@ async def test_an_equal_event_in_a_recreated_session_is_stored_again() -> None:
         assert got is not None
         assert [e.id for e in got.events] == ["e1"]
         assert [m.text for m in await _surface(service, "r")] == ["same"]
+
+
+async def test_folds_beyond_the_cache_are_folded_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service keeps the folds of the sessions used last; the others come back from
+    their logs, the same."""
+    monkeypatch.setattr(google_adk, "_CACHED", 2)
+    async with NousSessionService() as service:
+        for name in "abcd":
+            session = await service.create_session(
+                app_name=APP, user_id=name, session_id=name, state={"user:who": name}
+            )
+            await service.append_event(
+                session, Event(author="user", actions=EventActions(state_delta={"n": name}))
+            )
+        for name in "abcd":
+            got = await service.get_session(app_name=APP, user_id=name, session_id=name)
+            assert got is not None
+            assert got.state == {"user:who": name, "n": name}
+            assert len(got.events) == 1
+        assert len(service._folds) <= 2
+        assert len(service._states) <= 2

@@ -66,9 +66,10 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import quote, unquote
 
 import anyio
@@ -130,6 +131,8 @@ _STALE: Final = (
 )
 # A state delta to an app or user session that keeps losing to other processes gives up.
 _STATE_ATTEMPTS: Final = 32
+# Folds kept per kind (sessions; app and user states), least recently used dropped beyond.
+_CACHED: Final = 1024
 _logger = get_logger("nous_session.integrations.google_adk")
 
 
@@ -244,10 +247,11 @@ class NousSessionService(BaseSessionService):
         self._owned = sessions is None
         self._portal = sessions if sessions is not None else SessionsPortal(store or "memory:")
         self._prefix = prefix
-        # Folds by nous_session session id, and the locks that make a stale check and its
-        # append one step; both are touched on the portal's loop only.
-        self._folds: dict[str, _Folded] = {}
-        self._states: dict[str, _FoldedState] = {}
+        # Folds by nous_session session id (the most recently used _CACHED of each kind; the
+        # others are folded again from their actor's log when next needed), and the locks that
+        # make a stale check and its append one step; all touched on the portal's loop only.
+        self._folds: OrderedDict[str, _Folded] = OrderedDict()
+        self._states: OrderedDict[str, _FoldedState] = OrderedDict()
         self._locks: dict[str, tuple[anyio.Lock, int]] = {}
 
     # Ids ----------------------------------------------------------------------------------------
@@ -507,11 +511,7 @@ class NousSessionService(BaseSessionService):
         return _Held(self._locks, sid)
 
     def _fold(self, sid: str, log: Log) -> _Folded:
-        folded = self._folds.get(sid)
-        if folded is None or log.count < folded.count:
-            folded = self._folds[sid] = _Folded()
-        if log.count > folded.count:
-            folded.fold(log.since(folded.count), log.count)
+        folded = _cached(self._folds, sid, log, _Folded)
         if not folded.alive and not folded.events:
             self._folds.pop(sid, None)  # nothing to keep: folded again when next needed
         return folded
@@ -536,12 +536,7 @@ class NousSessionService(BaseSessionService):
         return await self._portal.acall(sid, read)
 
     def _folded_state(self, sid: str, log: Log) -> _FoldedState:
-        folded = self._states.get(sid)
-        if folded is None or log.count < folded.count:
-            folded = self._states[sid] = _FoldedState()
-        if log.count > folded.count:
-            folded.fold(log.since(folded.count), log.count)
-        return folded
+        return _cached(self._states, sid, log, _FoldedState)
 
     async def _update_state(self, sid: str, delta: dict[str, Any]) -> dict[str, Any]:
         """Apply a delta to an app's or user's state (retrying when another process wrote
@@ -589,6 +584,23 @@ class _Held:
             del self._table[self._key]
         else:
             self._table[self._key] = (lock, users - 1)
+
+
+_F = TypeVar("_F", _Folded, _FoldedState)
+
+
+def _cached(cache: OrderedDict[str, _F], sid: str, log: Log, make: Callable[[], _F]) -> _F:
+    """The fold of ``sid`` caught up with ``log``, from ``cache`` (least recently used out)."""
+    folded = cache.get(sid)
+    if folded is None or log.count < folded.count:
+        folded = cache[sid] = make()
+        while len(cache) > _CACHED:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(sid)
+    if log.count > folded.count:
+        folded.fold(log.since(folded.count), log.count)
+    return folded
 
 
 def _merge(
