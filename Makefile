@@ -26,6 +26,7 @@ test: $(STAMP)
 
 test-frameworks:
 	PYTHON=$(PYTHON) bash .ci/openai_agents
+	PYTHON=$(PYTHON) bash .ci/google_adk
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -38,7 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .venv-openai-agents build dist *.egg-info
+	rm -rf $(VENV) .venv-openai-agents .venv-google-adk build dist *.egg-info
 
 # The side-by-side run against the peers (issue 6), in its own virtualenv: the peers and
 # matplotlib come from the `bench` extra and never enter .venv. Writes

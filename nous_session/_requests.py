@@ -104,26 +104,41 @@ class Append(Request):
         items: the prepared events.
         key: the caller's idempotency key, or None. The actor answers a key it has seen with
             the events first committed under it, without applying the request.
+        expect_count: the session's count the append is conditional on, or None: applied
+            to a log of another count, it fails with ConflictError.
     """
 
-    __slots__ = ("items", "key")
+    __slots__ = ("expect_count", "items", "key")
 
-    def __init__(self, items: tuple[Prepared, ...], key: str | None = None) -> None:
+    def __init__(
+        self, items: tuple[Prepared, ...], key: str | None = None, expect_count: int | None = None
+    ) -> None:
         # Request.__init__, inlined: one of these is made for every append.
         self.done = anyio.Event()
         self.result = None
         self.error = None
         self.items = items
         self.key = key
+        self.expect_count = expect_count
 
     @property
     def plain(self) -> bool:
-        """No item carries a surface op: the events mean the same at any seq, so a rebasing
-        commit may move them."""
-        return all("surface_op" not in item[1] for item in self.items)
+        """Unconditional, and no item carries a surface op: the events mean the same at any
+        seq, so a rebasing commit may move them."""
+        return self.expect_count is None and all("surface_op" not in item[1] for item in self.items)
 
     def apply(self, log: Log, committed: int) -> Applied:
-        """Append every item or none; a refused item names its index."""
+        """Append every item or none; a refused item names its index.
+
+        Raises:
+            InvalidEventError: an item is refused.
+            ConflictError: the log's count is not ``expect_count``.
+        """
+        if self.expect_count is not None and log.count != self.expect_count:
+            raise ConflictError(
+                f"the session holds {log.count} events, not the expected {self.expect_count}:"
+                " another write came first; nothing was appended"
+            )
         items = self.items
         if len(items) == 1:
             log = log.append_prepared(items[0])

@@ -1027,18 +1027,34 @@ class SessionActor:
         return (await self._call(request))[0]  # type: ignore[no-any-return]
 
     async def append_many(
-        self, items: Iterable[Sequence[Any]], *, key: str | None = None
+        self,
+        items: Iterable[Sequence[Any]],
+        *,
+        key: str | None = None,
+        expect_count: int | None = None,
     ) -> tuple[Event, ...]:
         """Append several events atomically (all or none) and return them once committed.
 
         Each item is ``(type, data)`` or ``(type, data, time)``. Outcome and ``key``: as for
         :meth:`append` (a retry with the key returns every event of the first call).
 
+        Args:
+            expect_count: a condition: the session must hold exactly this many events when
+                the append applies (its first event gets this seq), or the call raises
+                :class:`ConflictError` and appends nothing; with other writers, checked
+                against the store's latest state (a rebasing commit never moves it). For
+                optimistic writers: read ``log.count``, decide, append conditionally.
+
         Raises:
             InvalidEventError: an item is malformed or an event is invalid (nothing appended).
+            ConflictError: ``expect_count`` does not hold (nothing appended).
             StoreError: the store failed to commit (nothing appended).
             OutcomeUnknownError, SessionClosedError: as :meth:`append`.
         """
+        if expect_count is not None and (
+            not isinstance(expect_count, int) or isinstance(expect_count, bool) or expect_count < 0
+        ):
+            raise ValueError(f"expect_count must be an int >= 0 or None, got {expect_count!r}")
         normalised = []
         for index, item in enumerate(items):
             if not isinstance(item, tuple | list) or len(item) not in (2, 3):
@@ -1052,7 +1068,8 @@ class SessionActor:
                 raise InvalidEventError(f"append_many item {index}: {error}") from None
         if not normalised:
             return ()
-        return await self._call(Append(tuple(normalised), _key(key)))  # type: ignore[no-any-return]
+        request = Append(tuple(normalised), _key(key), expect_count)
+        return await self._call(request)  # type: ignore[no-any-return]
 
     async def add_message(self, message: Message, *, key: str | None = None) -> Event:
         """Append the surface event that stands for ``message`` (as ``Log.seed`` maps it).

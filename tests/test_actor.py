@@ -827,6 +827,36 @@ async def test_the_loser_of_a_conflict_reloads_and_carries_on() -> None:
         assert list(winner.log.events()) == held
 
 
+async def test_append_many_with_expect_count_is_conditional_on_the_count() -> None:
+    store = MemoryStore()
+    async with (
+        SessionActor.open(session_id=SID, store=store) as mine,
+        SessionActor.open(session_id=SID, store=store, on_conflict="rebase") as other,
+    ):
+        first = await mine.append_many([(U, {"content": "a"})], expect_count=0)
+        assert [e.seq for e in first] == [0]
+        with pytest.raises(ConflictError, match="not the expected 0"):
+            await mine.append_many([(U, {"content": "late"})], expect_count=0)
+        assert mine.log.count == 1
+        # A key already committed answers with its events whatever the condition says.
+        keyed = await mine.append_many([(U, {"content": "k"})], key="k", expect_count=1)
+        again = await mine.append_many([(U, {"content": "k"})], key="k", expect_count=7)
+        assert again == keyed
+        # Another writer's commit this actor has not heard of: the store refuses the batch, and
+        # even a rebasing actor does not move a conditional append past it.
+        await other.reload()
+        await other.append(U, {"content": "theirs"})
+        with pytest.raises(ConflictError):
+            await mine.append_many([(U, {"content": "mine"})], expect_count=2)
+        with pytest.raises(ConflictError):
+            await other.append_many([(U, {"content": "x"})], expect_count=2)
+        assert [e.data["content"] for e in await stored(store)] == ["a", "k", "theirs"]
+        assert (await mine.append_many([(U, {})], expect_count=3))[0].seq == 3
+        for bad in (-1, 1.0, True, "3"):
+            with pytest.raises(ValueError, match="expect_count"):
+                await mine.append_many([(U, {})], expect_count=bad)  # type: ignore[arg-type]
+
+
 class FaultyRebasingStore(FaultyStore):
     """A FaultyStore that also offers rebasing commits (failing them on demand too)."""
 

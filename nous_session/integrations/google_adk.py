@@ -1,0 +1,670 @@
+"""A Google ADK ``BaseSessionService`` kept in nous_session.
+
+:class:`NousSessionService` implements every method of ADK's ``BaseSessionService``
+(``create_session``, ``get_session`` with its ``GetSessionConfig``, ``list_sessions``,
+``delete_session``, ``get_user_state``, ``append_event``, ``flush``) over nous_session
+sessions, in any store (memory, SQLite, PostgreSQL)::
+
+    from google.adk.runners import Runner
+    from nous_session.integrations.google_adk import NousSessionService
+
+    service = NousSessionService("sqlite:///sessions.sqlite3")
+    runner = Runner(app_name="app", agent=agent, session_service=service)
+
+The mapping:
+
+* **One nous_session session per ADK session**, id ``adk:s/<app>/<user>/<session>`` with each
+  part percent-encoded (``/`` and ``%`` included), so that no two ``(app_name, user_id,
+  session_id)`` triples share a session. App state is the session ``adk:a/<app>``, user state
+  ``adk:u/<app>/<user>``: each holds ``x.adk.state`` events (a delta each), folded in order.
+* ``x.adk.created``: the session was created, with its session-scoped initial state.
+  ``x.adk.event``: one ADK ``Event``, stored once, as the JSON text ADK's own pydantic
+  serialisation made (``model_dump_json(exclude_none=True)``, what ADK's SQLite service
+  stores), beside its id, author, invocation id and timestamp, and read back with
+  ``Event.model_validate_json``: exact, integers beyond 64 bits and all. Its session-scoped
+  state delta is folded from it. State is kept as JSON text the same way (``json.dumps``).
+  ``x.adk.deleted``: ``delete_session``. The log is append-only, so a deleted session's events
+  stay (and a session created again under that id starts from its new ``x.adk.created``).
+* **The surface.** An event's content (text, function calls, function responses, whatever
+  the ``"gemini"`` provider format reads) is also put on the session's surface, in the same
+  commit, as nous_session messages carrying ``metadata["adk_event_id"]`` and
+  ``["adk_timestamp"]``, so ``session.messages()``, subscribers and ``nous-session messages``
+  show the conversation. An event whose actions carry an ``EventCompaction`` replaces the
+  surface entries of the events it compacted (those with timestamps in its range) with its
+  summary, in one conditional ``replace``: the compacted events stay in the log (``uncompact``
+  shows them again). ADK reads only the ``x.adk.event`` events back: the surface is a view.
+* **State deltas** are split as ADK's own services split them: ``app:`` keys go to the app's
+  state, ``user:`` keys to the user's, ``temp:`` keys are applied to the in-memory session
+  only and never stored, the rest to the session. A value replaces the stored one (no deep
+  merge); ``None`` is stored.
+* **Stale writers.** Every session object this service returns carries the session's log
+  count as ADK's storage revision marker (``Session._storage_update_marker``, as ADK's
+  ``DatabaseSessionService``). ``append_event`` on a session object whose marker is not the
+  current count (another writer appended since it was read), or whose conditional append
+  (``append_many(..., expect_count=)``) loses to another process's commit (nous_session's
+  :class:`~nous_session.errors.ConflictError`), raises ADK's ``StaleSessionError`` and
+  appends nothing.
+* **Idempotence.** An event delivered twice (equal JSON, same id) is stored once: its
+  append carries an idempotency key made from its JSON and the session's creation.
+
+App and user state deltas are committed right after the event that carries them, in their
+own sessions; a crash between the two commits loses the app or user delta (the event and its
+session delta are kept).
+
+Sessions live on a :class:`~nous_session.registry.SessionsPortal` (an event loop in a thread
+of its own), because ADK calls its session service from several event loops (``Runner.run``
+runs each turn under a fresh ``asyncio.run`` in a thread). Pass ``sessions=`` to use a portal
+of your own.
+
+Needs the ``google-adk`` extra: ``pip install 'nous_session[google-adk]'``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import quote, unquote
+
+import anyio
+import attrs
+
+from nous_session._logging import get_logger
+from nous_session.errors import ConflictError, FormatError
+from nous_session.event import message_event
+from nous_session.formats import from_provider
+from nous_session.message import Message
+from nous_session.registry import SessionsPortal
+from nous_session.stores.base import Store
+
+try:
+    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+    from google.adk.events.event import Event as AdkEvent
+    from google.adk.sessions import _session_util
+    from google.adk.sessions.base_session_service import (
+        BaseSessionService,
+        GetSessionConfig,
+        ListSessionsResponse,
+    )
+    from google.adk.sessions.session import Session
+    from google.adk.sessions.state import State
+except ImportError as error:  # pragma: no cover - the extra is installed for the tests
+    raise ImportError(
+        "nous_session.integrations.google_adk needs Google ADK: "
+        "pip install 'nous_session[google-adk]'"
+    ) from error
+
+if TYPE_CHECKING:
+    from nous_session.actor import SessionActor
+    from nous_session.event import Event
+    from nous_session.log import Log
+
+__all__ = [
+    "CREATED_EVENT",
+    "DELETED_EVENT",
+    "EVENT_EVENT",
+    "STATE_EVENT",
+    "NousSessionService",
+]
+
+CREATED_EVENT: Final = "x.adk.created"
+"""The custom event type of a session's creation (with its session-scoped initial state)."""
+EVENT_EVENT: Final = "x.adk.event"
+"""The custom event type of one ADK ``Event``, as ADK's pydantic serialisation made it."""
+DELETED_EVENT: Final = "x.adk.deleted"
+"""The custom event type recording ``delete_session``."""
+STATE_EVENT: Final = "x.adk.state"
+"""The custom event type of an app or user state delta (in the app's or user's session)."""
+
+PROVIDER: Final = "gemini"
+_STALE: Final = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+# A state delta to an app or user session that keeps losing to other processes gives up.
+_STATE_ATTEMPTS: Final = 32
+# Folds kept per kind (sessions; app and user states), least recently used dropped beyond.
+_CACHED: Final = 1024
+_logger = get_logger("nous_session.integrations.google_adk")
+
+
+def _part(text: str) -> str:
+    return quote(text, safe="")
+
+
+def _normal_id(session_id: str) -> str:
+    # ADK's in-memory and SQLite services strip the id they are given, on every call.
+    return session_id.strip() if session_id else session_id
+
+
+@attrs.define
+class _Folded:
+    """What an ADK session's events say, folded in seq order."""
+
+    count: int = 0  # events folded: every seq below this
+    alive: bool = False
+    created: int = -1  # the seq of the x.adk.created event that began the current life
+    state: dict[str, Any] = attrs.field(factory=dict)
+    events: list[tuple[float, str]] = attrs.field(factory=list)  # (timestamp, event JSON)
+    update_time: float = 0.0
+
+    def fold(self, events: Sequence[Event], count: int) -> None:
+        for event in events:
+            if event.seq < self.count:
+                continue
+            kind = event.type
+            data = event.data
+            if kind == CREATED_EVENT:
+                self.alive = True
+                self.created = event.seq
+                self.state = json.loads(data["state"])  # type: ignore[arg-type]
+                self.events = []
+                self.update_time = data["time"]  # type: ignore[assignment]
+            elif kind == EVENT_EVENT and self.alive:
+                raw: str = data["event"]  # type: ignore[assignment]
+                stored = json.loads(raw)
+                timestamp = float(stored.get("timestamp", 0.0))
+                self.events.append((timestamp, raw))
+                actions = stored.get("actions") or {}
+                delta = actions.get("state_delta") or {}
+                self.state.update(_session_util.extract_state_delta(delta)["session"])
+                self.update_time = timestamp
+            elif kind == DELETED_EVENT:
+                self.alive = False
+                self.state = {}
+                self.events = []
+        self.count = max(self.count, count)
+
+
+@attrs.define
+class _FoldedState:
+    """An app's or a user's state, folded from its ``x.adk.state`` deltas."""
+
+    count: int = 0
+    state: dict[str, Any] = attrs.field(factory=dict)
+
+    def fold(self, events: Sequence[Event], count: int) -> None:
+        for event in events:
+            if event.seq >= self.count and event.type == STATE_EVENT:
+                self.state.update(json.loads(event.data["delta"]))  # type: ignore[arg-type]
+        self.count = max(self.count, count)
+
+
+@attrs.frozen
+class _Read:
+    """One ADK session as read from its log, with the revision marker of that read."""
+
+    state: dict[str, Any]
+    events: list[tuple[float, str]]
+    update_time: float
+    marker: str
+
+
+class NousSessionService(BaseSessionService):
+    """A Google ADK session service whose sessions are nous_session sessions.
+
+    Usable from any event loop and thread (see the module's docstring). Every write follows
+    nous_session's outcome rules: a method that returns has committed; one that raises
+    :class:`~nous_session.errors.StoreError` (or ADK's ``StaleSessionError``) committed
+    nothing of its session's events.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | None = None,
+        *,
+        sessions: SessionsPortal | None = None,
+        prefix: str = "adk",
+    ) -> None:
+        """Name where sessions live; nothing is read or written before the first call.
+
+        Args:
+            store: a store URL (``"sqlite:///sessions.sqlite3"``, ``"postgresql://..."``), a
+                Store (used from the portal's loop only from now on), or None for a private
+                in-memory store that ends with this service.
+            sessions: a portal of your own to run on (then leave ``store`` out); it must use
+                ``on_conflict="raise"``, the default, for stale writers to be detected
+                across processes.
+            prefix: the first part of every nous_session session id this service uses.
+
+        Raises:
+            ValueError: a bad argument.
+        """
+        if sessions is not None and store is not None:
+            raise ValueError("give store or sessions, not both")
+        if sessions is not None and not isinstance(sessions, SessionsPortal):
+            raise ValueError(f"sessions must be a SessionsPortal, got {sessions!r}")
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
+        self._owned = sessions is None
+        self._portal = sessions if sessions is not None else SessionsPortal(store or "memory:")
+        self._prefix = prefix
+        # Folds by nous_session session id (the most recently used _CACHED of each kind; the
+        # others are folded again from their actor's log when next needed), and the locks that
+        # make a stale check and its append one step; all touched on the portal's loop only.
+        self._folds: OrderedDict[str, _Folded] = OrderedDict()
+        self._states: OrderedDict[str, _FoldedState] = OrderedDict()
+        self._locks: dict[str, tuple[anyio.Lock, int]] = {}
+
+    # Ids ----------------------------------------------------------------------------------------
+
+    def session_id(self, app_name: str, user_id: str, session_id: str) -> str:
+        """The nous_session session id of an ADK session."""
+        return (
+            f"{self._prefix}:s/{_part(app_name)}/{_part(user_id)}/{_part(_normal_id(session_id))}"
+        )
+
+    def _app_id(self, app_name: str) -> str:
+        return f"{self._prefix}:a/{_part(app_name)}"
+
+    def _user_id(self, app_name: str, user_id: str) -> str:
+        return f"{self._prefix}:u/{_part(app_name)}/{_part(user_id)}"
+
+    @property
+    def portal(self) -> SessionsPortal:
+        """The portal the sessions' actors run on (to reach one with ``portal.call``)."""
+        return self._portal
+
+    # BaseSessionService -------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Create a session (a fresh uuid4 id when ``session_id`` is None or blank), its
+        ``app:`` and ``user:`` initial state going to the app's and the user's state.
+
+        Raises:
+            AlreadyExistsError: a session with this id exists for this app and user.
+        """
+        session_id = _normal_id(session_id) if session_id else None
+        session_id = session_id or str(uuid.uuid4())
+        deltas = _session_util.extract_json_safe_state_delta(state or {})
+        now = time.time()
+        sid = self.session_id(app_name, user_id, session_id)
+
+        async def create(actor: SessionActor) -> str:
+            async with self._locked(sid):
+                while True:
+                    if self._fold(sid, actor.log).alive:
+                        raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+                    created = (CREATED_EVENT, {"state": json.dumps(deltas["session"]), "time": now})
+                    try:
+                        await actor.append_many([created], expect_count=actor.log.count)
+                    except ConflictError:  # another writer came first; the actor caught up
+                        continue
+                    return str(actor.log.count)
+
+        marker = await self._portal.acall(sid, create)
+        app_state = await self._update_state(self._app_id(app_name), deltas["app"])
+        user_state = await self._update_state(self._user_id(app_name, user_id), deltas["user"])
+        session = Session(
+            app_name=app_name,
+            user_id=user_id,
+            id=session_id,
+            state=_merge(app_state, user_state, deltas["session"]),
+            events=[],
+            last_update_time=now,
+        )
+        session._storage_update_marker = marker
+        return session
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """The session with its merged state and its events (filtered by ``config``: the
+        latest ``num_recent_events``, those at or after ``after_timestamp``), or None."""
+        session_id = _normal_id(session_id)
+        read = await self._read(self.session_id(app_name, user_id, session_id))
+        if read is None:
+            return None
+        events = read.events
+        if config is not None:
+            if config.after_timestamp is not None:
+                after = config.after_timestamp
+                events = [item for item in events if item[0] >= after]
+            if config.num_recent_events is not None:
+                recent = config.num_recent_events
+                events = events[max(0, len(events) - recent) :] if recent else []
+        app_state = await self._state(self._app_id(app_name))
+        user_state = await self._state(self._user_id(app_name, user_id))
+        session = Session(
+            app_name=app_name,
+            user_id=user_id,
+            id=session_id,
+            state=_merge(app_state, user_state, read.state),
+            events=[AdkEvent.model_validate_json(raw) for _, raw in events],
+            last_update_time=read.update_time,
+        )
+        session._storage_update_marker = read.marker
+        return session
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """The app's sessions (of one user, or of all users for None), with their merged
+        state and no events, least recently updated first."""
+        prefix = f"{self._prefix}:s/{_part(app_name)}/"
+        if user_id is not None:
+            prefix += f"{_part(user_id)}/"
+
+        async def stored(actor: SessionActor) -> list[str]:
+            infos = await actor.store.sessions()
+            return [info.session_id for info in infos if info.session_id.startswith(prefix)]
+
+        app_id = self._app_id(app_name)
+        app_state = await self._state(app_id)
+        user_states: dict[str, dict[str, Any]] = {}
+        listed: list[Session] = []
+        for sid in await self._portal.acall(app_id, stored):
+            read = await self._read(sid)
+            if read is None:
+                continue
+            _, user_part, id_part = sid[len(f"{self._prefix}:s/") :].split("/")
+            owner = unquote(user_part)
+            if owner not in user_states:
+                user_states[owner] = await self._state(self._user_id(app_name, owner))
+            session = Session(
+                app_name=app_name,
+                user_id=owner,
+                id=unquote(id_part),
+                state=_merge(app_state, user_states[owner], read.state),
+                events=[],
+                last_update_time=read.update_time,
+            )
+            session._storage_update_marker = read.marker
+            listed.append(session)
+        listed.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=listed)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session: an ``x.adk.deleted`` event (its events stay in the log) and a
+        remove of its surface. Nothing happens for a session that does not exist."""
+        sid = self.session_id(app_name, user_id, session_id)
+
+        async def delete(actor: SessionActor) -> None:
+            async with self._locked(sid):
+                await actor.reload()
+                while self._fold(sid, actor.log).alive:
+                    deleted = (DELETED_EVENT, {"time": time.time()})
+                    try:
+                        await actor.append_many([deleted], expect_count=actor.log.count)
+                    except ConflictError:  # another writer came first; the actor caught up
+                        continue
+                    entries = actor.log.surface()
+                    if entries:
+                        with contextlib.suppress(ConflictError):  # the surface is a view
+                            await actor.remove(entries[0].position, entries[-1].position)
+
+        await self._portal.acall(sid, delete)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user's state in the app, with its keys unprefixed (``{}`` when none)."""
+        return await self._state(self._user_id(app_name, user_id))
+
+    async def append_event(self, session: Session, event: AdkEvent) -> AdkEvent:
+        """Store ``event`` in ``session`` (and apply it to the session object), as ADK's own
+        services do: a partial event is not stored, ``temp:`` state is applied to the
+        object only, ``app:``/``user:`` deltas go to the app's and the user's state.
+
+        Raises:
+            SessionNotFoundError: the session does not exist (or was deleted).
+            StaleSessionError: another writer appended to the session since ``session`` was
+                read (nothing was appended).
+        """
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        raw = event.model_dump_json(exclude_none=True)
+        digest = hashlib.sha256(raw.encode()).hexdigest()
+        data = {
+            "id": event.id,
+            "author": event.author,
+            "invocation_id": event.invocation_id,
+            "timestamp": event.timestamp,
+            "event": raw,
+        }
+        items: list[tuple[Any, ...]] = [(EVENT_EVENT, data)]
+        items.extend((*message_event(m), m.created_at) for m in _messages(event))
+        sid = self.session_id(session.app_name, session.user_id, session.id)
+        marker = session._storage_update_marker
+        seen = session.last_update_time
+
+        async def append(actor: SessionActor) -> str | None:
+            async with self._locked(sid):
+                folded = self._fold(sid, actor.log)
+                if not folded.alive:
+                    raise SessionNotFoundError(f"Session {session.id} not found.")
+                count = actor.log.count
+                if (marker is not None and marker != str(count)) or (
+                    marker is None and folded.update_time > seen
+                ):
+                    raise StaleSessionError(_STALE)
+                # Equal events (same id, same JSON) in one life of the session are one event.
+                key = f"adk:{folded.created}:{digest}"
+                try:
+                    # Conditional on the count checked: a commit another process made since,
+                    # whether this actor has heard of it yet or not, refuses the append.
+                    appended = await actor.append_many(items, key=key, expect_count=count)
+                except ConflictError as error:
+                    raise StaleSessionError(_STALE) from error
+                if appended[0].seq < count:
+                    return None  # delivered before: stored once, applied once
+                if event.actions is not None and event.actions.compaction is not None:
+                    await _compact(actor, event)
+                return str(actor.log.count)
+
+        new_marker = await self._portal.acall(sid, append)
+        if new_marker is None:
+            return event
+        if event.actions is not None and event.actions.state_delta:
+            deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta)
+            await self._update_state(self._app_id(session.app_name), deltas["app"])
+            await self._update_state(
+                self._user_id(session.app_name, session.user_id), deltas["user"]
+            )
+        session.last_update_time = event.timestamp
+        session._storage_update_marker = new_marker
+        return self._commit_event_to_session(session, event)
+
+    async def flush(self) -> None:
+        """Nothing is buffered: every method returns once committed."""
+
+    # Closing --------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the portal this service made (its actors commit what is queued first).
+        Idempotent; a portal passed in as ``sessions=`` stays open."""
+        if self._owned and not self._portal.closed:
+            await anyio.to_thread.run_sync(self._portal.close)
+
+    async def __aenter__(self) -> NousSessionService:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} prefix={self._prefix!r} portal={self._portal!r}>"
+
+    # Helpers --------------------------------------------------------------------------------
+
+    def _locked(self, sid: str) -> _Held:
+        return _Held(self._locks, sid)
+
+    def _fold(self, sid: str, log: Log) -> _Folded:
+        folded = _cached(self._folds, sid, log, _Folded)
+        if not folded.alive and not folded.events:
+            self._folds.pop(sid, None)  # nothing to keep: folded again when next needed
+        return folded
+
+    async def _read(self, sid: str) -> _Read | None:
+        async def read(actor: SessionActor) -> _Read | None:
+            log = await actor.reload()
+            folded = self._fold(sid, log)
+            if not folded.alive:
+                return None
+            return _Read(
+                dict(folded.state), list(folded.events), folded.update_time, str(log.count)
+            )
+
+        return await self._portal.acall(sid, read)
+
+    async def _state(self, sid: str) -> dict[str, Any]:
+        async def read(actor: SessionActor) -> dict[str, Any]:
+            log = await actor.reload()
+            return dict(self._folded_state(sid, log).state)
+
+        return await self._portal.acall(sid, read)
+
+    def _folded_state(self, sid: str, log: Log) -> _FoldedState:
+        return _cached(self._states, sid, log, _FoldedState)
+
+    async def _update_state(self, sid: str, delta: dict[str, Any]) -> dict[str, Any]:
+        """Apply a delta to an app's or user's state (retrying when another process wrote
+        first: a delta does not depend on what it replaces) and return the state."""
+
+        async def update(actor: SessionActor) -> dict[str, Any]:
+            if delta:
+                for attempt in range(_STATE_ATTEMPTS):
+                    try:
+                        await actor.append(STATE_EVENT, {"delta": json.dumps(delta)})
+                        break
+                    except ConflictError:  # the actor caught up: trying again lands
+                        if attempt == _STATE_ATTEMPTS - 1:
+                            raise
+            else:
+                await actor.reload()
+            return dict(self._folded_state(sid, actor.log).state)
+
+        return await self._portal.acall(sid, update)
+
+
+class _Held:
+    """``async with``: the lock of one session id, dropped from the table when unused."""
+
+    def __init__(self, table: dict[str, tuple[anyio.Lock, int]], key: str) -> None:
+        self._table = table
+        self._key = key
+
+    async def __aenter__(self) -> None:
+        lock, users = self._table.get(self._key) or (anyio.Lock(), 0)
+        self._table[self._key] = (lock, users + 1)
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._release_user()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._table[self._key][0].release()
+        self._release_user()
+
+    def _release_user(self) -> None:
+        lock, users = self._table[self._key]
+        if users <= 1:
+            del self._table[self._key]
+        else:
+            self._table[self._key] = (lock, users - 1)
+
+
+_F = TypeVar("_F", _Folded, _FoldedState)
+
+
+def _cached(cache: OrderedDict[str, _F], sid: str, log: Log, make: Callable[[], _F]) -> _F:
+    """The fold of ``sid`` caught up with ``log``, from ``cache`` (least recently used out)."""
+    folded = cache.get(sid)
+    if folded is None or log.count < folded.count:
+        folded = cache[sid] = make()
+        while len(cache) > _CACHED:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(sid)
+    if log.count > folded.count:
+        folded.fold(log.since(folded.count), log.count)
+    return folded
+
+
+def _merge(
+    app_state: Mapping[str, Any], user_state: Mapping[str, Any], session_state: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The state ADK sees: the session's, then the app's and the user's under their prefixes."""
+    merged = json.loads(json.dumps(dict(session_state)))  # a copy nothing else holds
+    for key, value in json.loads(json.dumps(dict(app_state))).items():
+        merged[State.APP_PREFIX + key] = value
+    for key, value in json.loads(json.dumps(dict(user_state))).items():
+        merged[State.USER_PREFIX + key] = value
+    return merged  # type: ignore[no-any-return]
+
+
+def _messages(event: AdkEvent) -> list[Message]:
+    """The surface messages an ADK event's content stands for (none when it has none, or
+    when the ``"gemini"`` format cannot read it), each naming its event."""
+    content = event.content
+    if content is None or not content.parts:
+        return []
+    payload = {"contents": [content.model_dump(mode="json", by_alias=True, exclude_none=True)]}
+    created = datetime.fromtimestamp(event.timestamp, UTC)
+    try:
+        read = from_provider(payload, PROVIDER, created_at=created)
+        tag = {
+            "adk_event_id": event.id,
+            "adk_timestamp": event.timestamp,
+            "adk_author": event.author,
+        }
+        return [attrs.evolve(message, metadata={**message.metadata, **tag}) for message in read]
+    except (FormatError, ValueError, TypeError, OverflowError, OSError):
+        return []  # not something the format reads: the event itself is kept all the same
+
+
+async def _compact(actor: SessionActor, event: AdkEvent) -> None:
+    """Replace the surface entries of the events an ``EventCompaction`` covers with its
+    summary, conditional on them still being there."""
+    compaction = event.actions.compaction
+    assert compaction is not None
+    start, end = compaction.start_timestamp, compaction.end_timestamp
+    log = actor.log
+    covered: list[tuple[int, int]] = []  # (position, seq) of the surface entries covered
+    for entry, (_, message) in zip(log.surface(), log.derive_indexed(), strict=True):
+        stamp = message.metadata.get("adk_timestamp")
+        if (
+            isinstance(stamp, int | float)
+            and start <= stamp <= end
+            and message.metadata.get("adk_event_id") != event.id
+            and (not covered or covered[-1][1] != entry.seq)
+        ):
+            covered.append((entry.position, entry.seq))
+    if not covered:
+        return
+    first, last = covered[0][0], covered[-1][0]
+    within = [entry.seq for entry in log.surface() if first <= entry.position <= last]
+    summary = _messages(
+        AdkEvent(
+            author=event.author,
+            content=compaction.compacted_content,
+            timestamp=end,
+            id=event.id,
+        )
+    )
+    try:
+        await actor.replace(first, last, summary, expect=sorted(set(within), key=within.index))
+    except ConflictError:
+        _logger.info("nous_session.adk_compaction_skipped", session_id=actor.session_id)
