@@ -14,7 +14,8 @@ long-lived thread owns the connection and serves a queue:
   ``TrioToken.run_sync_soon`` on trio), once per group per event loop, never through another
   thread;
 * calls reach the thread in rounds: the calls an event loop's ready tasks send before the
-  round's first caller has yielded once go over as one list. Tasks woken by one commit then
+  round's hand-over runs (a ``loop.call_soon`` callback on asyncio; on trio, once the round's
+  first caller has yielded once) go over as one list. Tasks woken by one commit then
   form the next group together, instead of the first one starting a transaction alone while
   the rest pile up behind it.
 
@@ -116,10 +117,6 @@ class WriterStatistics:
         return self.writes + self.reads
 
 
-async def _asyncio_pause() -> None:
-    await asyncio.sleep(0)
-
-
 def _set_futures(futures: list[asyncio.Future[None]]) -> None:
     """On the event loop: complete the waiters of one group (cancelled ones are left alone)."""
     for future in futures:
@@ -142,6 +139,7 @@ class _Call(Generic[T]):
 
     __slots__ = (
         "abandoned",
+        "defer",
         "error",
         "job",
         "kind",
@@ -165,6 +163,10 @@ class _Call(Generic[T]):
         self.signal: asyncio.Future[None] | trio.Event | None = None
         # Yield to the caller's scheduler once, letting the other tasks ready now run first.
         self.pause: Callable[[], Awaitable[None]] | None = None
+        # On asyncio: ``loop.call_soon``, which runs the round's flush after the tasks ready
+        # now, as the pause does, without resuming the caller's task (and its chain of
+        # coroutines) just to flush.
+        self.defer: Callable[..., object] | None = None
 
     def arm(self) -> None:
         """Capture the calling task's event loop, so the thread can wake this task on it.
@@ -187,7 +189,7 @@ class _Call(Generic[T]):
         elif library == "asyncio":
             loop = asyncio.get_running_loop()
             self.schedule = loop.call_soon_threadsafe
-            self.pause = _asyncio_pause
+            self.defer = loop.call_soon
             self.setter = _set_futures
             self.signal = loop.create_future()
         else:
@@ -196,17 +198,21 @@ class _Call(Generic[T]):
     async def send(self, engine: _Engine) -> None:
         """Hand the call to ``engine``, with the calls other tasks send in this same round.
 
-        The first call of a round yields once, so that every task its event loop has ready
-        (typically all the tasks one commit just woke) sends its call too, then hands them all
-        to the thread as one list: they become one transaction instead of one small one for
-        the first caller and a big one for the rest. A call is handed over even if its caller
-        is cancelled meanwhile.
+        The round's hand-over waits until every task its event loop has ready now (typically
+        all the tasks one commit just woke) has sent its call too, then gives them all to the
+        thread as one list: they become one transaction instead of one small one for the first
+        caller and a big one for the rest. On asyncio a callback (``loop.call_soon``) does the
+        hand-over; on trio the round's first caller yields once, then hands it over. A call is
+        handed over even if its caller is cancelled meanwhile.
 
         Raises:
             StoreError: the writer is closed.
         """
         if not engine.submit(self):
             return  # another task of this round hands it over
+        if self.defer is not None:
+            self.defer(engine.flush, self.schedule)
+            return
         try:
             assert self.pause is not None
             await self.pause()
@@ -255,9 +261,15 @@ class _Engine:
     collected (and warn) while its thread still runs.
     """
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], group_cap: int) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        group_cap: int,
+        check: Callable[[], None] | None = None,
+    ) -> None:
         self.connect = connect
         self.group_cap = group_cap
+        self.check = check
         # Lists of calls, in the order they were sent; a close is a list of its own.
         self.queue: queue.SimpleQueue[list[_Call[Any]]] = queue.SimpleQueue()
         # The current round of calls of each event loop (keyed by the loop's ``schedule``):
@@ -433,6 +445,15 @@ class _Engine:
         """
         size = len(calls)
         self.writes += size
+        if self.check is not None:
+            try:
+                self.check()
+            except BaseException as error:  # no write of this group may run: none does
+                message = str(error) if isinstance(error, StoreError) else _describe(error)
+                for call in calls:
+                    call.job = None
+                    call.error = _store_error(message, error)
+                return
         cursor = self.cursor
         assert cursor is not None
         execute = self.execute
@@ -627,6 +648,10 @@ class SQLiteWriter:
             pragmas (WAL, synchronous, busy timeout).
         group_cap: the most jobs taken from the queue at once, so the most writes that share a
             transaction.
+        check: called on the writer's thread before each write transaction; if it raises, none
+            of that group's writes runs and each gets a :class:`StoreError` with its message
+            (the store checks once per group that its file is still the one it opened, instead
+            of once per write).
 
     The thread starts on the first :meth:`write` or :meth:`read` and stops in :meth:`aclose`
     (or ``async with``). Calls may come from any task of any asyncio loop or trio run, in
@@ -641,10 +666,11 @@ class SQLiteWriter:
     _group_cap: int = attrs.field(
         default=DEFAULT_GROUP_CAP, kw_only=True, alias="group_cap", validator=_check_group_cap
     )
+    _check: Callable[[], None] | None = attrs.field(default=None, kw_only=True, alias="check")
     _engine: _Engine = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._engine = _Engine(self._connect, self._group_cap)
+        self._engine = _Engine(self._connect, self._group_cap, self._check)
 
     async def write(self, job: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``job(connection)`` in a write transaction shared with other waiting writes.

@@ -130,12 +130,17 @@ def _errors(what: str) -> Iterator[None]:
     """
     try:
         yield
-    except sqlite3.IntegrityError as error:
-        raise ConflictError(
-            f"{what}: another writer holds one of these seqs or keys ({_describe(error)})"
-        ) from error
     except sqlite3.Error as error:
-        raise StoreError(f"{what}: {_describe(error)}") from error
+        raise _translated(error, what) from error
+
+
+def _translated(error: sqlite3.Error, what: str) -> StoreError:
+    """The error :func:`_errors` raises for ``error``."""
+    if isinstance(error, sqlite3.IntegrityError):
+        return ConflictError(
+            f"{what}: another writer holds one of these seqs or keys ({_describe(error)})"
+        )
+    return StoreError(f"{what}: {_describe(error)}")
 
 
 @attrs.frozen
@@ -394,7 +399,6 @@ class SQLiteStore:
             raise StoreError(f"the store {self.url} is open read-only")
 
         def job(connection: sqlite3.Connection) -> T:
-            self._check_file()
             with _errors(what):
                 return function(connection)
 
@@ -405,7 +409,8 @@ class SQLiteStore:
             # The writer's thread holds the opener, not the store, so that a store nobody
             # closed can still be garbage-collected (and warn).
             opener = _Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)
-            self._writer = SQLiteWriter(opener)
+            # The file is checked once per write transaction, before any of its writes runs.
+            self._writer = SQLiteWriter(opener, check=self._file.check)
         return self._writer
 
     def _call(self, function: Callable[[sqlite3.Connection], T]) -> T:
@@ -571,22 +576,32 @@ class SQLiteStore:
         )
 
         records = [(event.seq, encode(event)) for event in rows]  # encoded before joining a group
+        if self._closed:
+            raise StoreError(f"the store {self.url} is closed")
+        if self.read_only:
+            raise StoreError(f"the store {self.url} is open read-only")
 
+        # Every commit's path: the job translates sqlite3's errors itself (what :meth:`_write`
+        # wraps around other jobs), naming the commit only when there is an error to name.
         def commit(connection: sqlite3.Connection) -> None:
-            _commit(
-                connection,
-                session_id,
-                expected_count,
-                records,
-                dropped,
-                expected_horizon=expected_horizon,
-                horizon=horizon,
-                keys=keys,
-                kept=kept,
-                commit_id=commit_id,
-            )
+            try:
+                _commit(
+                    connection,
+                    session_id,
+                    expected_count,
+                    records,
+                    dropped,
+                    expected_horizon=expected_horizon,
+                    horizon=horizon,
+                    keys=keys,
+                    kept=kept,
+                    commit_id=commit_id,
+                )
+            except sqlite3.Error as error:
+                what = f"commit to session {session_id!r} in {self.path}"
+                raise _translated(error, what) from error
 
-        await self._write(commit, f"commit to session {session_id!r} in {self.path}")
+        await self._writer_thread().write(commit)
 
     async def commit_rebased(
         self,
