@@ -1,7 +1,10 @@
 """A worker process of ``many.sessions_postgres``: open SESSIONS sessions on the store, print
 "ready", wait for "go" on stdin, then have each await EACH appends in order; print "done".
 
-    python _many_worker.py URL PREFIX SESSIONS EACH
+    python _many_worker.py URL PREFIX SESSIONS EACH [grouped|pool]
+
+``pool`` turns the PostgreSQL store's cross-session group commit off (each commit its own
+autocommitted statement on a pooled connection), for the side-by-side comparison.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from nous_session import EventType, SessionActor
 from nous_session.stores import open_store
 
 
-async def main(url: str, prefix: str, sessions: int, each: int) -> None:
+async def main(url: str, prefix: str, sessions: int, each: int, mode: str) -> None:
     payload = {"content": "x" * 200}
     store = open_store(url)
+    if mode == "pool":
+        store._group_commits = False  # type: ignore[attr-defined]
     try:
         async with AsyncExitStack() as stack:
             actors = [
@@ -44,5 +49,5 @@ async def main(url: str, prefix: str, sessions: int, each: int) -> None:
 
 
 if __name__ == "__main__":
-    url, prefix, sessions, each = sys.argv[1:]
-    anyio.run(main, url, prefix, int(sessions), int(each))
+    url, prefix, sessions, each = sys.argv[1:5]
+    anyio.run(main, url, prefix, int(sessions), int(each), (sys.argv[5:] or ["grouped"])[0])
