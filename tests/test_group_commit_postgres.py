@@ -151,3 +151,48 @@ async def test_one_round_of_commits_is_one_transaction(schema: str) -> None:
         assert sorted((i.session_id, i.count) for i in await store.sessions()) == [
             (f"s{index:02d}", 1) for index in range(SESSIONS)
         ]
+
+
+async def test_keys_and_commit_ids_of_a_shared_transaction_are_each_sessions_own(
+    schema: str,
+) -> None:
+    """Keyed appends of many sessions at once (one statement for all of them): each session's
+    key and commit id are stored under that session, so a retry through a fresh store gets the
+    first answer back and appends nothing."""
+    async with PostgresStore(URL, schema=schema) as store, AsyncExitStack() as stack:
+        sessions = [
+            await stack.enter_async_context(
+                SessionActor.open(session_id=f"s{i:02d}", store=store, follow=False)
+            )
+            for i in range(SESSIONS)
+        ]
+        for session in sessions:
+            await session.append("user_message", {"content": "hello"})
+        transactions = store._group_transactions
+        first: dict[str, int] = {}
+
+        async def keyed(session: SessionActor) -> None:
+            event = await session.append("user_message", {"content": "once"}, key="k-1")
+            first[session.session_id] = event.seq
+
+        async with anyio.create_task_group() as task_group:
+            for session in sessions:
+                task_group.start_soon(keyed, session)
+        assert store._group_transactions > transactions
+        assert first == {s.session_id: 1 for s in sessions}
+    with psycopg.connect(URL, autocommit=True) as connection:
+        keys = connection.execute(
+            f"SELECT session, key, seq, n FROM {schema}.nous_keys ORDER BY session"
+        ).fetchall()
+        ids = connection.execute(
+            f"SELECT session, count(*) FROM {schema}.nous_commits GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert keys == [(f"s{i:02d}", "k-1", 1, 1) for i in range(SESSIONS)]
+    assert ids == [(f"s{i:02d}", 2) for i in range(SESSIONS)]  # "hello", then the keyed one
+    async with (
+        PostgresStore(URL, schema=schema) as again,
+        SessionActor.open(session_id="s05", store=again, follow=False) as session,
+    ):
+        retried = await session.append("user_message", {"content": "once"}, key="k-1")
+        assert retried.seq == 1
+        assert session.log.count == 2

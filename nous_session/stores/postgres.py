@@ -389,6 +389,47 @@ class PostgresStore:
             + writes
         ).format(**tables)
 
+        # Many sessions' common commits (each to an existing session, dropping nothing) as one
+        # statement: the sessions' rows locked in name order (two groups cannot deadlock), each
+        # count moved from its expected value, and only for the sessions that matched, their
+        # rows, keys and commit ids inserted and a NOTIFY sent. The names of the sessions that
+        # moved come back; a session missing from them had a count or horizon conflict.
+        self._group_commit = sql.SQL(
+            """WITH v AS (
+                SELECT * FROM unnest(%(names)s::text[], %(expected)s::bigint[],
+                    %(counts)s::bigint[], %(expected_horizons)s::bigint[], %(payloads)s::text[])
+                    AS v (name, expected, count, expected_horizon, payload)
+            ), locked AS (
+                SELECT name FROM {sessions} WHERE name = ANY(%(names)s::text[])
+                ORDER BY name FOR UPDATE
+            ), moved AS (
+                UPDATE {sessions} AS s SET count = v.count
+                FROM v JOIN locked USING (name)
+                WHERE s.name = v.name AND s.count = v.expected
+                AND (v.expected_horizon IS NULL OR s.horizon = v.expected_horizon)
+                RETURNING s.name, v.payload
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record)
+                SELECT e.session, e.seq, e.record
+                FROM unnest(%(event_sessions)s::text[], %(seqs)s::bigint[],
+                    %(records)b::bytea[]) AS e (session, seq, record)
+                WHERE e.session IN (SELECT name FROM moved) RETURNING 1
+            ), keyed AS (
+                INSERT INTO {keys} (session, key, seq, n)
+                SELECT k.session, k.key, k.seq, k.n
+                FROM unnest(%(key_sessions)s::text[], %(key_names)s::text[],
+                    %(key_seqs)s::bigint[], %(key_sizes)s::int[]) AS k (session, key, seq, n)
+                WHERE k.session IN (SELECT name FROM moved) RETURNING 1
+            ), named AS (
+                INSERT INTO {commits} (session, commit_id, seq, n)
+                SELECT c.session, c.commit_id, c.seq, c.n
+                FROM unnest(%(commit_sessions)s::text[], %(commit_ids)s::text[],
+                    %(firsts)s::bigint[], %(sizes)s::int[]) AS c (session, commit_id, seq, n)
+                WHERE c.session IN (SELECT name FROM moved) RETURNING 1
+            )
+            SELECT name, pg_notify(%(channel)s, payload) FROM moved"""
+        ).format(**tables)
+
         # A rebasing commit moves the count by the batch's length from wherever it is (taking
         # the row lock), and inserts the batch after the old count; the record is rebuilt
         # around its new seq (the client sends what follows the seq), and the keys and the
@@ -901,16 +942,32 @@ class PostgresStore:
         # processes) cannot deadlock on each other. The sort is stable: two commits to one
         # session keep their order.
         ordered = sorted(group, key=lambda item: item.session_id)
+        # The common commits go as one statement (when their sessions are distinct); the rest
+        # (a session's first commit, one that sets a horizon) one statement each, pipelined.
+        common = [
+            item
+            for item in ordered
+            if item.statement is self._commit and item.parameters["horizon"] is None
+        ]
+        if len(common) < 2 or len({item.session_id for item in common}) < len(common):
+            common = []
+        chosen = {id(item) for item in common}
+        alone = [item for item in ordered if id(item) not in chosen]
         broken = False
         try:
             with self._pool.connection() as connection:
                 try:
                     with connection.pipeline():
                         with connection.transaction():
+                            if common:
+                                moving = connection.execute(
+                                    self._group_commit, self._group_parameters(common)
+                                )
                             cursors = [
                                 connection.execute(item.statement, item.parameters)
-                                for item in ordered
+                                for item in alone
                             ]
+                        moved = {row[0] for row in moving.fetchall()} if common else set()
                         found = [cursor.fetchone() for cursor in cursors]
                 except psycopg.Error:
                     broken = connection.broken
@@ -926,9 +983,63 @@ class PostgresStore:
             for item in ordered:
                 self._commit_alone(item)
             return
-        for item, row in zip(ordered, found, strict=True):
+        for item in common:
+            if item.session_id not in moved:
+                item.error = self._conflict(item)
+        for item, row in zip(alone, found, strict=True):
             if row is None:
                 item.error = self._conflict(item)
+
+    def _group_parameters(self, common: list[_Grouped]) -> dict[str, Any]:
+        """The arrays of :attr:`_group_commit` for ``common``: one entry per commit, event,
+        key and commit id."""
+        names, expected, counts, expected_horizons, payloads = [], [], [], [], []
+        event_sessions: list[str] = []
+        seqs: list[int] = []
+        records: list[bytes] = []
+        key_sessions: list[str] = []
+        key_names: list[str] = []
+        key_seqs: list[int] = []
+        key_sizes: list[int] = []
+        commit_sessions, commit_ids, firsts, sizes = [], [], [], []
+        for item in common:
+            name, parameters = item.session_id, item.parameters
+            names.append(name)
+            expected.append(parameters["expected"])
+            counts.append(parameters["count"])
+            expected_horizons.append(parameters["expected_horizon"])
+            payloads.append(parameters["payload"])
+            event_sessions += [name] * len(parameters["seqs"])
+            seqs += parameters["seqs"]
+            records += parameters["records"]
+            key_sessions += [name] * len(parameters["key_names"])
+            key_names += parameters["key_names"]
+            key_seqs += parameters["key_seqs"]
+            key_sizes += parameters["key_sizes"]
+            if parameters["commit_id"] is not None:
+                commit_sessions.append(name)
+                commit_ids.append(parameters["commit_id"])
+                firsts.append(parameters["first"])
+                sizes.append(parameters["size"])
+        return {
+            "names": names,
+            "expected": expected,
+            "counts": counts,
+            "expected_horizons": expected_horizons,
+            "payloads": payloads,
+            "event_sessions": event_sessions,
+            "seqs": seqs,
+            "records": records,
+            "key_sessions": key_sessions,
+            "key_names": key_names,
+            "key_seqs": key_seqs,
+            "key_sizes": key_sizes,
+            "commit_sessions": commit_sessions,
+            "commit_ids": commit_ids,
+            "firsts": firsts,
+            "sizes": sizes,
+            "channel": self._channel,
+        }
 
     def _commit_alone(self, item: _Grouped) -> None:
         """One commit as one autocommitted statement; its outcome into ``item.error``."""
