@@ -581,27 +581,20 @@ class SQLiteStore:
         if self.read_only:
             raise StoreError(f"the store {self.url} is open read-only")
 
-        # Every commit's path: the job translates sqlite3's errors itself (what :meth:`_write`
-        # wraps around other jobs), naming the commit only when there is an error to name.
-        def commit(connection: sqlite3.Connection) -> None:
-            try:
-                _commit(
-                    connection,
-                    session_id,
-                    expected_count,
-                    records,
-                    dropped,
-                    expected_horizon=expected_horizon,
-                    horizon=horizon,
-                    keys=keys,
-                    kept=kept,
-                    commit_id=commit_id,
-                )
-            except sqlite3.Error as error:
-                what = f"commit to session {session_id!r} in {self.path}"
-                raise _translated(error, what) from error
-
-        await self._writer_thread().write(commit)
+        await self._writer_thread().write(
+            _CommitJob(
+                self.path,
+                session_id,
+                expected_count,
+                records,
+                dropped,
+                expected_horizon,
+                horizon,
+                keys,
+                kept,
+                commit_id,
+            )
+        )
 
     async def commit_rebased(
         self,
@@ -800,6 +793,70 @@ class SQLiteStore:
             )
         if connection is not None:
             connection.close()
+
+
+class _CommitJob:
+    """A commit's write job: one object where a closure would hold a cell per argument.
+
+    Hundreds of sessions' commits wait in the writer at once, and every object alive then is
+    one more for the garbage collector to look at. It translates sqlite3's errors itself (what
+    :meth:`SQLiteStore._write` wraps around other jobs), naming the commit only on error.
+    """
+
+    __slots__ = (
+        "commit_id",
+        "dropped",
+        "expected_count",
+        "expected_horizon",
+        "horizon",
+        "kept",
+        "keys",
+        "path",
+        "records",
+        "session_id",
+    )
+
+    def __init__(
+        self,
+        path: str,
+        session_id: str,
+        expected_count: int,
+        records: list[tuple[int, bytes]],
+        dropped: Sequence[int],
+        expected_horizon: int | None,
+        horizon: int | None,
+        keys: Sequence[tuple[str, int, int]],
+        kept: Sequence[int],
+        commit_id: str | None,
+    ) -> None:
+        self.path = path
+        self.session_id = session_id
+        self.expected_count = expected_count
+        self.records = records
+        self.dropped = dropped
+        self.expected_horizon = expected_horizon
+        self.horizon = horizon
+        self.keys = keys
+        self.kept = kept
+        self.commit_id = commit_id
+
+    def __call__(self, connection: sqlite3.Connection) -> None:
+        try:
+            _commit(
+                connection,
+                self.session_id,
+                self.expected_count,
+                self.records,
+                self.dropped,
+                expected_horizon=self.expected_horizon,
+                horizon=self.horizon,
+                keys=self.keys,
+                kept=self.kept,
+                commit_id=self.commit_id,
+            )
+        except sqlite3.Error as error:
+            what = f"commit to session {self.session_id!r} in {self.path}"
+            raise _translated(error, what) from error
 
 
 def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
