@@ -275,7 +275,7 @@ def sessions_postgres(ctx: Context) -> list[Measurement]:
             rates["grouped"],
             target=Target(">=", 20_000, ISSUE_11),
             note=note + "; the store's default: each process's commits of one round in one "
-            "transaction (pipelined, one WAL flush)",
+            "transaction (one set-based statement, one WAL flush)",
         ),
         measure(
             "many.sessions_postgres.pool",
