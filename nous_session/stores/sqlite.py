@@ -1,9 +1,13 @@
 """SQLiteStore: the embedded default, on the standard library's sqlite3.
 
-Every database call runs in a worker thread (``anyio.to_thread.run_sync``) behind a capacity
-limiter of one, so the store works on asyncio and trio alike and the event loop never blocks on
-disk. The file is in WAL mode, holds many sessions, and records its schema version so later
-versions can migrate it.
+A store opened for writing has one long-lived writer thread that owns its connection
+(:class:`~nous_session.stores._writer.SQLiteWriter`): every write waiting while the previous
+transaction is on disk, whichever session sent it, goes into the next transaction, each in its
+own savepoint (group commit across sessions: one fsync for all of them); reads run on the same
+thread between transactions. A read-only store reads in a worker thread
+(``anyio.to_thread.run_sync``) behind a capacity limiter of one. Either way the store works on
+asyncio and trio alike and the event loop never blocks on disk. The file is in WAL mode, holds
+many sessions, and records its schema version so later versions can migrate it.
 
 Durability: ``synchronous="FULL"`` (the default) makes SQLite fsync the WAL at every commit, so
 an acknowledged event survives power loss; ``"NORMAL"`` survives a crash of the process but may
