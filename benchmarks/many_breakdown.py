@@ -2,15 +2,18 @@
 
 Usage::
 
-    python benchmarks/many_breakdown.py [--rounds 3] [--sessions 200]
+    python benchmarks/many_breakdown.py [--rounds 3] [--sessions 200] [--flat] [--freeze]
     python benchmarks/many_breakdown.py --postgres [--rounds 2]   # needs NOUS_SESSION_TEST_POSTGRES
 
 SQLite (asyncio, one file, WAL, FULL): ``--sessions`` sessions, each awaiting its own 20 appends,
 all at once; then the same on a MemoryStore (the actor and its callers alone); then one session
-awaiting 300 appends. Per append: wall time, the event loop thread's CPU, the part of it the
-cyclic garbage collector took (``gc.callbacks``; with the collections per generation), and the
-writer thread's CPU and wall time in its jobs, its BEGIN and savepoints, its COMMIT (the fsync)
-and its wake-ups of the event loop (measured by wrapping the writer's methods).
+awaiting 300 appends. The sessions are opened nested in one ``AsyncExitStack`` as the suite
+does, or with ``--flat`` each in its own task; ``--freeze`` calls ``gc.freeze()`` once they are
+open, as an application may. Per append: wall time, the event loop thread's
+CPU, the part of it the cyclic garbage collector took (``gc.callbacks``; with the collections
+per generation), and the writer thread's CPU and wall time in its jobs, its BEGIN and
+savepoints, its COMMIT (the fsync) and its wake-ups of the event loop (measured by wrapping the
+writer's methods).
 
 PostgreSQL: 200 sessions over 4 processes (50 each, ``suites/_many_worker.py``), the store's
 group commit and the pool side by side: appends/s and the client processes' CPU per append
@@ -91,37 +94,78 @@ def _instrument() -> None:
     engine.deliver = timed_deliver  # type: ignore[method-assign]
 
 
-async def _run(make: Callable[[], Store], sessions: int, each: int) -> dict[str, Any]:
-    async with make() as store, AsyncExitStack() as stack:  # type: ignore[attr-defined]
-        actors = [
-            await stack.enter_async_context(SessionActor.open(session_id=f"s{i}", store=store))
-            for i in range(sessions)
-        ]
-        collected = {"time": 0.0, "start": 0.0, "runs": [0, 0, 0]}
+async def _run(
+    make: Callable[[], Store], sessions: int, each: int, flat: bool, freeze: bool = False
+) -> dict[str, Any]:
+    """``sessions`` sessions, each awaiting ``each`` appends, all at once; the figures per append.
 
-        def callback(phase: str, info: dict[str, int]) -> None:
-            if phase == "start":
-                collected["start"] = time.thread_time()
-            else:
-                collected["time"] += time.thread_time() - collected["start"]
-                collected["runs"][info["generation"]] += 1  # type: ignore[index]
+    Nested (the suite's way): the sessions are opened one inside the other in one
+    ``AsyncExitStack``, so each actor's cancel scopes sit under those of every session opened
+    before it. Flat: each session is opened in its own task, as a server's per-connection
+    handlers would.
+    """
+    collected = {"time": 0.0, "start": 0.0, "runs": [0, 0, 0]}
 
-        async def produce(actor: SessionActor) -> None:
-            for _ in range(each):
-                await actor.append(EventType.USER_MESSAGE, PAYLOAD)
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected["start"] = time.thread_time()
+        else:
+            collected["time"] += time.thread_time() - collected["start"]
+            collected["runs"][info["generation"]] += 1  # type: ignore[index]
 
+    async def produce(actor: SessionActor) -> None:
+        for _ in range(each):
+            await actor.append(EventType.USER_MESSAGE, PAYLOAD)
+
+    def begin() -> tuple[float, float]:
+        if freeze:  # what an application can do once its sessions are open
+            gc.collect()
+            gc.freeze()
         for key in WRITER:
             _spent[key] = 0.0
         gc.callbacks.append(callback)
-        start, cpu = time.perf_counter(), time.thread_time()
-        try:
+        return time.perf_counter(), time.thread_time()
+
+    async with make() as store:  # type: ignore[attr-defined]
+        if flat:
+            opened: list[SessionActor] = []
+            ready, go = anyio.Event(), anyio.Event()
+
+            async def session(index: int) -> None:
+                async with SessionActor.open(session_id=f"s{index}", store=store) as actor:
+                    opened.append(actor)
+                    if len(opened) == sessions:
+                        ready.set()
+                    await go.wait()
+                    await produce(actor)
+                    counts.append(actor.log.count)
+
+            counts: list[int] = []
             async with anyio.create_task_group() as task_group:
-                for actor in actors:
-                    task_group.start_soon(produce, actor)
-        finally:
-            gc.callbacks.remove(callback)
-        wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
-        if not all(actor.log.count == each for actor in actors):
+                for index in range(sessions):
+                    task_group.start_soon(session, index)
+                await ready.wait()
+                start, cpu = begin()
+                go.set()
+            wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
+        else:
+            async with AsyncExitStack() as stack:
+                actors = [
+                    await stack.enter_async_context(
+                        SessionActor.open(session_id=f"s{i}", store=store)
+                    )
+                    for i in range(sessions)
+                ]
+                start, cpu = begin()
+                async with anyio.create_task_group() as task_group:
+                    for actor in actors:
+                        task_group.start_soon(produce, actor)
+                wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
+                counts = [actor.log.count for actor in actors]
+        gc.callbacks.remove(callback)
+        if freeze:
+            gc.unfreeze()
+        if counts != [each] * sessions:
             raise SystemExit("an append is missing")
     n = sessions * each
     return {
@@ -141,18 +185,19 @@ def _print(name: str, row: dict[str, Any]) -> None:
     print(f"{name:>14}: us/append: " + ", ".join(parts), flush=True)
 
 
-def sqlite(rounds: int, sessions: int) -> None:
+def sqlite(rounds: int, sessions: int, flat: bool, freeze: bool) -> None:
     _instrument()
+    how = (" flat" if flat else "") + (" frozen" if freeze else "")
     for _ in range(rounds):
         with tempfile.TemporaryDirectory(prefix="nous-breakdown-") as name:
             many = functools.partial(SQLiteStore, Path(name) / "many.sqlite3")
-            row = anyio.run(_run, many, sessions, EACH, backend="asyncio")
-        _print(f"sqlite x{sessions}", row)
-        row = anyio.run(_run, MemoryStore, sessions, EACH, backend="asyncio")
-        _print(f"memory x{sessions}", row)
+            row = anyio.run(_run, many, sessions, EACH, flat, freeze, backend="asyncio")
+        _print(f"sqlite x{sessions}{how}", row)
+        row = anyio.run(_run, MemoryStore, sessions, EACH, flat, freeze, backend="asyncio")
+        _print(f"memory x{sessions}{how}", row)
         with tempfile.TemporaryDirectory(prefix="nous-breakdown-") as name:
             one = functools.partial(SQLiteStore, Path(name) / "one.sqlite3")
-            row = anyio.run(_run, one, 1, 300, backend="asyncio")
+            row = anyio.run(_run, one, 1, 300, False, backend="asyncio")
         _print("sqlite x1", row)
 
 
@@ -214,13 +259,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--postgres", action="store_true")
+    parser.add_argument(
+        "--flat", action="store_true", help="open each session in its own task, not nested"
+    )
+    parser.add_argument(
+        "--freeze",
+        action="store_true",
+        help="gc.freeze() once the sessions are open (an application's choice, not the library's)",
+    )
     args = parser.parse_args()
     # As run.py does: a deployment's filter (the actor logs every commit at debug level).
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     if args.postgres:
         postgres(args.rounds)
     else:
-        sqlite(args.rounds, args.sessions)
+        sqlite(args.rounds, args.sessions, args.flat, args.freeze)
 
 
 if __name__ == "__main__":
