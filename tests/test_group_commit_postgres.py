@@ -9,6 +9,7 @@ unique violation made by a stray row. Skipped without a server.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -196,3 +197,63 @@ async def test_keys_and_commit_ids_of_a_shared_transaction_are_each_sessions_own
         retried = await session.append("user_message", {"content": "once"}, key="k-1")
         assert retried.seq == 1
         assert session.log.count == 2
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_two_stores_grouping_commits_to_the_same_sessions_lose_and_duplicate_nothing(
+    schema: str, backend: str
+) -> None:
+    """Two stores (two event loops in two threads), each with an actor on every one of the same
+    sessions, all committing at once in groups that share rows, retrying their conflicts:
+    every acknowledged append is stored exactly once, at the seq it was acknowledged with."""
+    acked: dict[str, list[tuple[str, int]]] = {}
+    grouped: dict[str, int] = {}
+    failures: list[BaseException] = []
+
+    async def writer(name: str) -> None:
+        async with PostgresStore(URL, schema=schema) as store, AsyncExitStack() as stack:
+            actors = [
+                await stack.enter_async_context(
+                    SessionActor.open(session_id=f"s{i:02d}", store=store, follow=False)
+                )
+                for i in range(SESSIONS)
+            ]
+            got: list[tuple[str, int]] = []
+
+            async def produce(actor: SessionActor) -> None:
+                done = 0
+                while done < ROUNDS * 3:
+                    try:
+                        event = await actor.append("user_message", {"content": f"{name} {done}"})
+                    except ConflictError:
+                        continue  # caught up: the retry lands after the other writer's
+                    got.append((actor.session_id, event.seq))
+                    done += 1
+
+            async with anyio.create_task_group() as task_group:
+                for actor in actors:
+                    task_group.start_soon(produce, actor)
+            acked[name] = got
+            grouped[name] = store._group_transactions
+
+    def run(name: str) -> None:
+        try:
+            anyio.run(writer, name, backend=backend)
+        except BaseException as error:  # reported below, in the test's thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=run, args=(f"w{k}",)) for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    every = acked["w0"] + acked["w1"]
+    assert len(every) == 2 * SESSIONS * ROUNDS * 3
+    assert len(set(every)) == len(every)  # no seq acknowledged twice
+    assert sum(grouped.values()) > 0
+    with psycopg.connect(URL, autocommit=True) as connection:
+        stored = connection.execute(
+            f"SELECT session, seq FROM {schema}.nous_events ORDER BY session, seq"
+        ).fetchall()
+    assert sorted(stored) == sorted(every)
