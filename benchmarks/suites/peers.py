@@ -17,6 +17,9 @@ every 10th assistant message calls a tool and is followed by its result):
 3. ``concurrent``: 50 producers x 200 messages on one SQLite-backed session; the acknowledged
    rate, and whether anything acknowledged was lost, duplicated or reordered per producer.
 4. ``many_sessions``: 1,000 sessions x 20 messages on one SQLite file: rate and bytes on disk.
+6. ``sessions_at_once`` (issue 11): 200 sessions on one SQLite file, all at once, each awaiting
+   its own 20 appends in order; the acknowledged rate (each peer with its own defaults and
+   durability).
 
 Rules that keep the run honest and inside 15 minutes on 2 cores:
 
@@ -65,13 +68,14 @@ from benchmarks.workloads import chat_messages, content
 from nous_session import Message
 
 ISSUE_6 = "issue 6"
+ISSUE_11 = "issue 11"
 MAX_ROUNDS = 3
 US = 1e6
 MS = 1e3
 
 
-def _rounds(ctx: Context) -> int:
-    return max(1, min(ctx.rounds, 2 if ctx.quick else MAX_ROUNDS))
+def _rounds(ctx: Context, cap: int = MAX_ROUNDS) -> int:
+    return max(1, min(ctx.rounds, 2 if ctx.quick else cap))
 
 
 def _peer_seconds(ctx: Context) -> float:
@@ -752,7 +756,137 @@ def many_sessions(ctx: Context) -> list[Measurement]:
     return out
 
 
-BENCHMARKS = [sequential_memory, sequential_sqlite, agent_loop, concurrent, many_sessions]
+# Workload 6: many sessions at once (issue 11) ---------------------------------------------------
+
+AT_ONCE = 200  # sessions, all writing at the same time
+AT_ONCE_EACH = 20  # appends per session, each awaited, in order
+AT_ONCE_ROUNDS = 5  # the issue asks for medians of >= 5 rounds; each peer is time-boxed
+
+
+async def _sessions_at_once(ctx: Context) -> dict[str, dict[str, Any]]:
+    sessions, each = ctx.size(AT_ONCE, 50), AT_ONCE_EACH
+    messages = chat_messages(each)
+    systems = _systems(SQLITE)
+    keys = ("rate", "acked", "rejected")
+    out: dict[str, dict[str, Any]] = {
+        system.name: {key: [] for key in keys} | {"errors": set()} for system, _ in systems
+    }
+    with _Scratch() as scratch:
+        for round_index in range(_rounds(ctx, AT_ONCE_ROUNDS)):
+            for system, opener in _order(systems, round_index):
+                backend: Backend = await _open(opener, SQLITE, scratch, system.name)
+                ours = system is OURS
+                units = [backend.convert(message) for message in messages]
+                names = [f"session-{i:04d}" for i in range(sessions)]
+                opened = [await backend.session(name) for name in names]  # before the clock
+                acked = [0] * sessions
+                errors: list[str] = []
+                deadline = Deadline(None if ours else _peer_seconds(ctx))
+
+                async def produce(
+                    k: int,
+                    acked: list[int] = acked,
+                    errors: list[str] = errors,
+                    opened: list[Any] = opened,
+                    units: list[Any] = units,
+                    deadline: Deadline = deadline,
+                ) -> None:
+                    for unit in units:
+                        if deadline.expired():
+                            return
+                        try:
+                            await opened[k].append(unit)
+                        except Exception as error:  # a rejected append is a result, not a bug
+                            errors.append(f"{type(error).__name__}: {str(error)[:80]}")
+                            return  # its later appends would not be "in order" any more
+                        acked[k] += 1
+
+                gc.collect()
+                start = time.perf_counter()
+                async with anyio.create_task_group() as task_group:
+                    for k in range(sessions):
+                        task_group.start_soon(produce, k)
+                elapsed = time.perf_counter() - start
+                for k in sorted({0, sessions // 2, sessions - 1}):
+                    history = await opened[k].history()
+                    want = sum(backend.entries(unit) for unit in units[: acked[k]])
+                    expect(
+                        len(history) == want,
+                        f"{system.name}: session {k} holds {len(history)} entries, its "
+                        f"{acked[k]} acknowledged appends make {want}",
+                    )
+                    if acked[k]:
+                        expect(
+                            backend.text(history[-1]) == messages[acked[k] - 1].text,
+                            f"{system.name}: session {k} does not end with its last append",
+                        )
+                for name in names[::-1]:  # last opened, first closed (nested scopes)
+                    await backend.close_session(name)
+                await backend.aclose()
+                total = sum(acked)
+                row = out[system.name]
+                row["rate"].append(total / elapsed)
+                row["acked"].append(total)
+                row["rejected"].append(len(errors))
+                row["errors"].update(sorted(set(errors))[:3])
+                if ours:
+                    expect(total == sessions * each, "ours: an append was not acknowledged")
+                scratch.remove(backend.path_on_disk)  # type: ignore[attr-defined]
+    return out
+
+
+def sessions_at_once(ctx: Context) -> list[Measurement]:
+    """Workload 6 (issue 11): 200 sessions on one SQLite file, all at once, each awaiting its
+    own 20 appends in order; every system with its own defaults and durability."""
+    rows = anyio.run(_sessions_at_once, ctx, backend="asyncio")
+    sessions, each = ctx.size(AT_ONCE, 50), AT_ONCE_EACH
+    out: list[Measurement] = []
+    for name, row in rows.items():
+        acked = f"{int(min(row['acked'])):,}-{int(max(row['acked'])):,}"
+        note = (
+            f"{sessions} sessions on one SQLite file, all at once, each awaiting its own "
+            f"{each} appends in order; acknowledged {acked} of {sessions * each:,} per round"
+            + (f" (time-boxed at {_peer_seconds(ctx):g} s)" if name != "ours" else "")
+            + (
+                f"; appends rejected: {int(min(row['rejected']))}-{int(max(row['rejected']))}"
+                f" per round ({', '.join(sorted(row['errors']))})"
+                if max(row["rejected"])
+                else ""
+            )
+        )
+        out.append(
+            measure(
+                f"peers.sessions_at_once.{name}",
+                "acked msg/s",
+                row["rate"],
+                note=note,
+                acked=row["acked"],
+                rejected=row["rejected"],
+            )
+        )
+    best = _best({k: v["rate"] for k, v in rows.items()}, higher_is_better=True)
+    if best is not None:
+        peer, samples = best
+        out.append(
+            ratio(
+                "peers.sessions_at_once.ratio_vs_best",
+                rows["ours"]["rate"],
+                samples,
+                target=Target(">=", 10, ISSUE_11),
+                note=f"ours / the best peer's ({peer}) acknowledged rate" + _missing_note(),
+            )
+        )
+    return out
+
+
+BENCHMARKS = [
+    sequential_memory,
+    sequential_sqlite,
+    agent_loop,
+    concurrent,
+    many_sessions,
+    sessions_at_once,
+]
 if not available():
     # `make bench` runs every suite in the project's own virtualenv, where the peers are not
     # installed: nothing to compare against, so nothing to run (`make bench-peers` has them).

@@ -14,7 +14,8 @@ long-lived thread owns the connection and serves a queue:
   ``TrioToken.run_sync_soon`` on trio), once per group per event loop, never through another
   thread;
 * calls reach the thread in rounds: the calls an event loop's ready tasks send before the
-  round's first caller has yielded once go over as one list. Tasks woken by one commit then
+  round's hand-over runs (a ``loop.call_soon`` callback on asyncio; on trio, once the round's
+  first caller has yielded once) go over as one list. Tasks woken by one commit then
   form the next group together, instead of the first one starting a transaction alone while
   the rest pile up behind it.
 
@@ -116,10 +117,6 @@ class WriterStatistics:
         return self.writes + self.reads
 
 
-async def _asyncio_pause() -> None:
-    await asyncio.sleep(0)
-
-
 def _set_futures(futures: list[asyncio.Future[None]]) -> None:
     """On the event loop: complete the waiters of one group (cancelled ones are left alone)."""
     for future in futures:
@@ -133,24 +130,43 @@ def _set_events(events: list[trio.Event]) -> None:
         event.set()
 
 
+class _Waker:
+    """How the writer's thread wakes one event loop (or trio run), and how a round of calls is
+    handed over there; one per loop, shared by its calls (see :meth:`_Engine.waker`).
+
+    The thread wakes the loop with ``schedule(setter, [signal, ...])``. On asyncio ``defer`` is
+    ``loop.call_soon``: it runs the round's hand-over after the tasks ready now, without
+    resuming the caller's task (and its chain of coroutines) just for that; on trio (no
+    in-thread call_soon) the round's first caller yields once (``pause``), then hands it over.
+    """
+
+    __slots__ = ("defer", "key", "pause", "schedule", "setter")
+
+    def __init__(
+        self,
+        key: object,
+        schedule: Callable[..., object],
+        setter: Callable[[Any], None],
+        defer: Callable[..., object] | None,
+        pause: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        self.key = key  # the asyncio loop or the trio run's token
+        self.schedule = schedule
+        self.setter = setter
+        self.defer = defer
+        self.pause = pause
+
+
 class _Call(Generic[T]):
     """One job and its answer, shared by the awaiting task and the writer thread.
 
     The thread fills in ``result`` or ``error`` before it wakes the task (the wake-up's lock
-    publishes them); the task sets ``abandoned`` when it is cancelled while it waits.
+    publishes them); the task sets ``abandoned`` when it is cancelled while it waits. A call
+    holds as few objects as it can: hundreds of sessions' calls are in flight at once, and every
+    object alive then is one more for the garbage collector to look at.
     """
 
-    __slots__ = (
-        "abandoned",
-        "error",
-        "job",
-        "kind",
-        "pause",
-        "result",
-        "schedule",
-        "setter",
-        "signal",
-    )
+    __slots__ = ("abandoned", "error", "job", "kind", "result", "signal", "waker")
 
     def __init__(self, kind: int, job: Callable[[sqlite3.Connection], T] | None) -> None:
         self.kind = kind
@@ -158,15 +174,12 @@ class _Call(Generic[T]):
         self.result: T | None = None
         self.error: BaseException | None = None
         self.abandoned = False
-        # How to wake the caller from the thread: ``schedule(setter, [signal, ...])``. None for
-        # a close nobody awaits (a writer garbage-collected or the interpreter exiting).
-        self.schedule: Callable[..., object] | None = None
-        self.setter: Callable[[Any], None] | None = None
+        # How to wake the caller from the thread. None for a close nobody awaits (a writer
+        # garbage-collected or the interpreter exiting).
+        self.waker: _Waker | None = None
         self.signal: asyncio.Future[None] | trio.Event | None = None
-        # Yield to the caller's scheduler once, letting the other tasks ready now run first.
-        self.pause: Callable[[], Awaitable[None]] | None = None
 
-    def arm(self) -> None:
+    def arm(self, engine: _Engine) -> None:
         """Capture the calling task's event loop, so the thread can wake this task on it.
 
         Raises:
@@ -180,42 +193,44 @@ class _Call(Generic[T]):
         if library == "trio":
             import trio
 
-            self.schedule = trio.lowlevel.current_trio_token().run_sync_soon
-            self.pause = trio.lowlevel.checkpoint
-            self.setter = _set_events
+            self.waker = engine.waker(trio.lowlevel.current_trio_token())
             self.signal = trio.Event()
         elif library == "asyncio":
             loop = asyncio.get_running_loop()
-            self.schedule = loop.call_soon_threadsafe
-            self.pause = _asyncio_pause
-            self.setter = _set_futures
+            self.waker = engine.waker(loop)
             self.signal = loop.create_future()
         else:
             raise RuntimeError(f"SQLiteWriter runs on asyncio or trio, not {library}")
 
-    async def send(self, engine: _Engine) -> None:
-        """Hand the call to ``engine``, with the calls other tasks send in this same round.
+    async def call(self, engine: _Engine) -> T:
+        """Hand the call to ``engine`` with the calls other tasks send in this same round, wait
+        for the thread's answer, and return it (or raise its error).
 
-        The first call of a round yields once, so that every task its event loop has ready
-        (typically all the tasks one commit just woke) sends its call too, then hands them all
-        to the thread as one list: they become one transaction instead of one small one for
-        the first caller and a big one for the rest. A call is handed over even if its caller
-        is cancelled meanwhile.
+        The round's hand-over waits until every task its event loop has ready now (typically
+        all the tasks one commit just woke) has sent its call too, then gives them all to the
+        thread as one list: they become one transaction instead of one small one for the first
+        caller and a big one for the rest. A call is handed over even if its caller is
+        cancelled meanwhile; a caller cancelled while it waits marks its call abandoned.
 
         Raises:
             StoreError: the writer is closed.
         """
-        if not engine.submit(self):
-            return  # another task of this round hands it over
-        try:
-            assert self.pause is not None
-            await self.pause()
-        except BaseException:
-            self.abandoned = True
-            raise
-        finally:
-            assert self.schedule is not None
-            engine.flush(self.schedule)
+        waker = self.waker
+        assert waker is not None
+        if engine.submit(self):  # this call opened the round: hand it over
+            if waker.defer is not None:
+                waker.defer(engine.flush, waker)
+            else:
+                assert waker.pause is not None
+                try:
+                    await waker.pause()
+                except BaseException:
+                    self.abandoned = True
+                    raise
+                finally:
+                    engine.flush(waker)
+        await self.wait()
+        return self.outcome()
 
     async def wait(self) -> None:
         """Wait until the thread has answered; on cancellation mark the call abandoned."""
@@ -255,17 +270,27 @@ class _Engine:
     collected (and warn) while its thread still runs.
     """
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], group_cap: int) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        group_cap: int,
+        check: Callable[[], None] | None = None,
+    ) -> None:
         self.connect = connect
         self.group_cap = group_cap
+        self.check = check
         # Lists of calls, in the order they were sent; a close is a list of its own.
         self.queue: queue.SimpleQueue[list[_Call[Any]]] = queue.SimpleQueue()
-        # The current round of calls of each event loop (keyed by the loop's ``schedule``):
-        # the calls sent by the tasks that loop runs before the round's first caller resumes
-        # (see _Call.send), handed to the thread together. Tasks woken by one commit then
+        # The waker of the event loop that sent the last call, with that loop: a one-entry
+        # cache, as one loop (or trio run) sends nearly every call (replaced as one tuple, so
+        # loops in other threads read it whole).
+        self.last_waker: tuple[object, _Waker] | None = None
+        # The current round of calls of each event loop (keyed by the loop's waker):
+        # the calls sent by the tasks that loop runs before the round is handed over (see
+        # _Call.call), handed to the thread together. Tasks woken by one commit then
         # reach the thread as one group instead of trickling in while it already runs the
         # next transaction with the first few.
-        self.pending: dict[Callable[..., object], list[_Call[Any]]] = {}
+        self.pending: dict[_Waker, list[_Call[Any]]] = {}
         # What the thread took from the queue beyond ``group_cap``: the next batch starts there.
         self.leftover: list[_Call[Any]] = []
         # Guards closed/finished/thread/pending against submit, flush and close racing.
@@ -287,6 +312,21 @@ class _Engine:
 
     # The event loop's side ---------------------------------------------------------------------
 
+    def waker(self, key: object) -> _Waker:
+        """The waker of the asyncio loop or trio token ``key`` (see :class:`_Waker`)."""
+        last = self.last_waker
+        if last is not None and last[0] is key:
+            return last[1]
+        if isinstance(key, asyncio.AbstractEventLoop):
+            waker = _Waker(key, key.call_soon_threadsafe, _set_futures, key.call_soon, None)
+        else:
+            import trio
+
+            token = cast(trio.lowlevel.TrioToken, key)
+            waker = _Waker(key, token.run_sync_soon, _set_events, None, trio.lowlevel.checkpoint)
+        self.last_waker = (key, waker)
+        return waker
+
     def submit(self, call: _Call[Any]) -> bool:
         """Add ``call`` to its event loop's round, starting the thread on first use.
 
@@ -296,8 +336,8 @@ class _Engine:
         Raises:
             StoreError: the writer is closed.
         """
-        schedule = call.schedule
-        assert schedule is not None
+        waker = call.waker
+        assert waker is not None
         with self.lock:
             if self.closed:
                 raise StoreError("the SQLite writer is closed")
@@ -308,17 +348,17 @@ class _Engine:
                     daemon=False,
                 )
                 self.thread.start()
-            calls = self.pending.get(schedule)
+            calls = self.pending.get(waker)
             if calls is not None:
                 calls.append(call)
                 return False
-            self.pending[schedule] = [call]
+            self.pending[waker] = [call]
             return True
 
-    def flush(self, schedule: Callable[..., object]) -> None:
-        """Hand the round of the event loop ``schedule`` belongs to over to the thread."""
+    def flush(self, waker: _Waker) -> None:
+        """Hand the round of the event loop of ``waker`` over to the thread."""
         with self.lock:
-            calls = self.pending.pop(schedule, None)  # a close may have handed them over
+            calls = self.pending.pop(waker, None)  # a close may have handed them over
             if calls is not None:
                 self.queue.put(calls)
 
@@ -328,7 +368,7 @@ class _Engine:
         Returns:
             The thread to join once ``call`` is answered, or None when there is no thread (it
             never started). When the thread is already finishing, ``call`` is not queued and
-            its ``schedule`` is cleared: there is only the join to wait for.
+            its ``waker`` is cleared: there is only the join to wait for.
         """
         with self.lock:
             self.closed = True
@@ -336,7 +376,7 @@ class _Engine:
             if thread is None:
                 return None
             if self.finished:
-                call.schedule = None
+                call.waker = None
                 return thread
             # Calls still waiting for their loop's flush go first: they were sent before this.
             for calls in self.pending.values():
@@ -433,6 +473,15 @@ class _Engine:
         """
         size = len(calls)
         self.writes += size
+        if self.check is not None:
+            try:
+                self.check()
+            except BaseException as error:  # no write of this group may run: none does
+                message = str(error) if isinstance(error, StoreError) else _describe(error)
+                for call in calls:
+                    call.job = None
+                    call.error = _store_error(message, error)
+                return
         cursor = self.cursor
         assert cursor is not None
         execute = self.execute
@@ -540,9 +589,10 @@ class _Engine:
         """Wake the callers of ``calls``: one wake-up per event loop, carrying all its waiters."""
         groups: dict[Callable[..., object], tuple[Callable[[Any], None], list[Any]]] = {}
         for call in calls:
-            schedule = call.schedule
-            if schedule is None:
+            waker = call.waker
+            if waker is None:
                 continue
+            schedule = waker.schedule
             if call.abandoned and call.error is not None:
                 _logger.debug(
                     "nous_session.writer_answer_dropped",
@@ -552,8 +602,7 @@ class _Engine:
             # Bound methods of one loop (or token) are equal and hash alike: one key per loop.
             group = groups.get(schedule)
             if group is None:
-                assert call.setter is not None
-                groups[schedule] = (call.setter, [call.signal])
+                groups[schedule] = (waker.setter, [call.signal])
             else:
                 group[1].append(call.signal)
         self.wakeups += len(groups)
@@ -627,6 +676,10 @@ class SQLiteWriter:
             pragmas (WAL, synchronous, busy timeout).
         group_cap: the most jobs taken from the queue at once, so the most writes that share a
             transaction.
+        check: called on the writer's thread before each write transaction; if it raises, none
+            of that group's writes runs and each gets a :class:`StoreError` with its message
+            (the store checks once per group that its file is still the one it opened, instead
+            of once per write).
 
     The thread starts on the first :meth:`write` or :meth:`read` and stops in :meth:`aclose`
     (or ``async with``). Calls may come from any task of any asyncio loop or trio run, in
@@ -641,10 +694,11 @@ class SQLiteWriter:
     _group_cap: int = attrs.field(
         default=DEFAULT_GROUP_CAP, kw_only=True, alias="group_cap", validator=_check_group_cap
     )
+    _check: Callable[[], None] | None = attrs.field(default=None, kw_only=True, alias="check")
     _engine: _Engine = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._engine = _Engine(self._connect, self._group_cap)
+        self._engine = _Engine(self._connect, self._group_cap, self._check)
 
     async def write(self, job: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``job(connection)`` in a write transaction shared with other waiting writes.
@@ -670,10 +724,22 @@ class SQLiteWriter:
                 committed; or the job ended the transaction itself.
             Exception: whatever ``job`` raised (its changes were rolled back).
         """
+        engine = self._engine
         call: _Call[T] = _Call(_WRITE, job)
-        call.arm()
-        await call.send(self._engine)
-        await call.wait()
+        call.arm(engine)
+        waker = call.waker
+        assert waker is not None
+        if waker.defer is None:
+            return await call.call(engine)
+        # Every commit's path on asyncio: _Call.call and _Call.wait written out, two coroutine
+        # objects fewer alive per write in flight.
+        if engine.submit(call):
+            waker.defer(engine.flush, waker)
+        try:
+            await cast("asyncio.Future[None]", call.signal)
+        except BaseException:
+            call.abandoned = True
+            raise
         return call.outcome()
 
     async def read(self, job: Callable[[sqlite3.Connection], T]) -> T:
@@ -699,11 +765,10 @@ class SQLiteWriter:
         # A caller cancelled already sends nothing (on trio its wait would raise only after the
         # thread may have taken the job: too late to skip it).
         await anyio.lowlevel.checkpoint_if_cancelled()
+        engine = self._engine
         call: _Call[T] = _Call(_READ, job)
-        call.arm()
-        await call.send(self._engine)
-        await call.wait()
-        return call.outcome()
+        call.arm(engine)
+        return await call.call(engine)
 
     def statistics(self) -> WriterStatistics:
         """What the writer has done so far.
@@ -733,11 +798,11 @@ class SQLiteWriter:
         either way). Jobs sent after this is called are refused with :class:`StoreError`.
         """
         call: _Call[None] = _Call(_CLOSE, None)
-        call.arm()
+        call.arm(self._engine)
         thread = self._engine.request_close(call)
         if thread is None:
             return
-        if call.schedule is not None:
+        if call.waker is not None:
             with anyio.CancelScope(shield=True):
                 await call.wait()
         # The thread's last act was to wake us: this join returns at once.

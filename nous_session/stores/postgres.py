@@ -22,6 +22,14 @@ with the session and its new head (never the payload); other processes
 :meth:`~PostgresStore.watch` that channel and read the rows. A fork that ``shares`` reads its
 parent's rows up to its fork point; a snapshot or delete of the parent gives it copies first.
 
+Group commit across sessions: the commits an event loop's tasks send in one round (typically
+every session one group's answers just woke) go to the server as one transaction, pipelined in
+one round trip, each still that one statement: one WAL flush and one commit for all of them
+instead of one each (PostgreSQL serialises the commits of notifying transactions, so separate
+commits cannot share a flush). A statement that fails rolls the group back and each of its
+commits is sent again alone: one session's failure never fails another's. A snapshot's commit
+(one that drops events) runs alone, as before.
+
 A connection lost during a commit (the server restarted, the backend was terminated, the
 network dropped the reply) makes its outcome unknown: the commit raises
 :class:`~nous_session.errors.OutcomeUnknownError`, never a StoreError. Sending the same commit
@@ -32,6 +40,7 @@ does exactly that. The pool replaces broken connections.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -42,6 +51,7 @@ from typing import Any, ClassVar, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from nous_session._logging import get_logger
@@ -180,6 +190,16 @@ def _commit_errors(session_id: str) -> Iterator[None]:
         raise
 
 
+def _commit_failure(session_id: str, error: psycopg.Error) -> BaseException:
+    """What :func:`_commit_errors` makes of ``error`` for a commit to ``session_id``."""
+    try:
+        with _commit_errors(session_id):
+            raise error
+    except (StoreError, OutcomeUnknownError) as failure:
+        return failure
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).strip()}"
 
@@ -196,6 +216,30 @@ def _check_since(since: object) -> None:
 
 class _Unmatched(Exception):
     """Internal: the commit statement matched no session row (a count or horizon conflict)."""
+
+
+class _Grouped:
+    """One commit waiting in a round of grouped commits (see :meth:`PostgresStore._grouped`).
+
+    The round's first caller runs the group and sets ``done``; ``error`` is what its caller
+    raises (None: the commit landed).
+    """
+
+    __slots__ = ("done", "error", "parameters", "rows", "session_id", "statement")
+
+    def __init__(
+        self,
+        session_id: str,
+        statement: sql.Composed,
+        parameters: dict[str, Any],
+        rows: list[Event],
+    ) -> None:
+        self.session_id = session_id
+        self.statement = statement
+        self.parameters = parameters
+        self.rows = rows
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
 
 
 class PostgresStore:
@@ -266,6 +310,13 @@ class PostgresStore:
         )
         self._limiter: anyio.CapacityLimiter | None = None
         self._max_size = max_size
+        # Commits sent in one round (one pass of an event loop's ready tasks), by the thread
+        # that runs the loop; the round's first caller commits them in one transaction.
+        self._rounds: dict[int, list[_Grouped]] = {}
+        # Groups of more than one commit sent in one transaction, and the commits they held
+        # (for tests and benchmarks).
+        self._group_transactions = 0
+        self._group_commits_sent = 0
         self._opened = False
         self._open_lock = threading.Lock()
         self._closed = False
@@ -336,6 +387,47 @@ class PostgresStore:
                 RETURNING name
             )"""
             + writes
+        ).format(**tables)
+
+        # Many sessions' common commits (each to an existing session, dropping nothing) as one
+        # statement: the sessions' rows locked in name order (two groups cannot deadlock), each
+        # count moved from its expected value, and only for the sessions that matched, their
+        # rows, keys and commit ids inserted and a NOTIFY sent. The names of the sessions that
+        # moved come back; a session missing from them had a count or horizon conflict.
+        self._group_commit = sql.SQL(
+            """WITH v AS (
+                SELECT * FROM unnest(%(names)s::text[], %(expected)s::bigint[],
+                    %(counts)s::bigint[], %(expected_horizons)s::bigint[], %(payloads)s::text[])
+                    AS v (name, expected, count, expected_horizon, payload)
+            ), locked AS (
+                SELECT name FROM {sessions} WHERE name = ANY(%(names)s::text[])
+                ORDER BY name FOR UPDATE
+            ), moved AS (
+                UPDATE {sessions} AS s SET count = v.count
+                FROM v JOIN locked USING (name)
+                WHERE s.name = v.name AND s.count = v.expected
+                AND (v.expected_horizon IS NULL OR s.horizon = v.expected_horizon)
+                RETURNING s.name, v.payload
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record)
+                SELECT e.session, e.seq, e.record
+                FROM unnest(%(event_sessions)s::text[], %(seqs)s::bigint[],
+                    %(records)b::bytea[]) AS e (session, seq, record)
+                WHERE e.session IN (SELECT name FROM moved) RETURNING 1
+            ), keyed AS (
+                INSERT INTO {keys} (session, key, seq, n)
+                SELECT k.session, k.key, k.seq, k.n
+                FROM unnest(%(key_sessions)s::text[], %(key_names)s::text[],
+                    %(key_seqs)s::bigint[], %(key_sizes)s::int[]) AS k (session, key, seq, n)
+                WHERE k.session IN (SELECT name FROM moved) RETURNING 1
+            ), named AS (
+                INSERT INTO {commits} (session, commit_id, seq, n)
+                SELECT c.session, c.commit_id, c.seq, c.n
+                FROM unnest(%(commit_sessions)s::text[], %(commit_ids)s::text[],
+                    %(firsts)s::bigint[], %(sizes)s::int[]) AS c (session, commit_id, seq, n)
+                WHERE c.session IN (SELECT name FROM moved) RETURNING 1
+            )
+            SELECT name, pg_notify(%(channel)s, payload) FROM moved"""
         ).format(**tables)
 
         # A rebasing commit moves the count by the batch's length from wherever it is (taking
@@ -715,6 +807,9 @@ class PostgresStore:
     ) -> None:
         """Insert ``events`` and delete ``dropped`` in one statement, then notify watchers.
 
+        A commit that drops nothing shares its transaction with the other commits sent in the
+        same round (see the module doc); its outcome is its own.
+
         Raises:
             ConflictError: the stored count (or horizon) is not the expected one, or a key or
                 the commit id is taken; nothing was written.
@@ -753,6 +848,9 @@ class PostgresStore:
             "payload": json.dumps({"session": session_id, "head": count}),
         }
         statement = self._first_commit if expected_count == 0 else self._commit
+        if not dropped and self._group_commits:
+            await self._grouped(_Grouped(session_id, statement, parameters, rows))
+            return
 
         def commit() -> None:
             parameters["seqs"] = [event.seq for event in rows]
@@ -781,6 +879,187 @@ class PostgresStore:
                 + ("" if expected_horizon is None else f" and horizon {expected_horizon}")
                 + ": another writer committed first"
             ) from None
+
+    # Commits of many sessions in one transaction --------------------------------------------
+
+    _group_commits: ClassVar[bool] = True
+    """Whether a commit that drops nothing joins a round's group (a switch for benchmarks)."""
+
+    async def _grouped(self, item: _Grouped) -> None:
+        """Commit ``item`` in one transaction with every commit sent in the same round.
+
+        Each commit is one autocommitted statement on its own connection otherwise: one
+        transaction, one WAL flush and one NOTIFY each, and PostgreSQL serialises the commits
+        of notifying transactions. The first caller of a round yields once (not cancellable),
+        so that the loop's other ready tasks (typically every session one group just woke)
+        add theirs; then it runs them all, pipelined, in one transaction on one pooled
+        connection: one round trip, one WAL flush. A statement that fails there (a key or
+        commit id taken, a deadlock) rolls the whole group back, and each of its commits is
+        sent again alone, so that one session's failure never fails another's; a connection
+        lost makes every commit of the group's outcome unknown, as for one commit. A count or
+        horizon conflict is no error: the statement writes nothing and that commit alone
+        gets its ConflictError.
+
+        Cancellation does not take a commit back: a caller cancelled while its round runs
+        has its commit committed (or failed) all the same.
+        """
+        loop = threading.get_ident()  # one event loop per thread: its rounds are its own
+        pending = self._rounds.get(loop)
+        if pending is not None:
+            pending.append(item)
+            await item.done.wait()
+        else:
+            group = self._rounds[loop] = [item]
+            try:
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            finally:
+                del self._rounds[loop]
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self._run(functools.partial(self._commit_group, group))
+            except BaseException as error:  # closed, cannot connect, or a bug: all hear it
+                message = str(error) if isinstance(error, StoreError) else _describe(error)
+                for other in group[1:]:
+                    other.error = StoreError(f"commit to session {other.session_id!r}: {message}")
+                    other.error.__cause__ = error
+                raise
+            finally:
+                for other in group:
+                    other.done.set()
+        if item.error is not None:
+            failure, item.error = item.error, None
+            raise failure
+
+    def _commit_group(self, group: list[_Grouped]) -> None:
+        """On a worker thread: commit ``group`` in one transaction (see :meth:`_grouped`)."""
+        for item in group:
+            item.parameters["seqs"] = [event.seq for event in item.rows]
+            item.parameters["records"] = [encode(event) for event in item.rows]
+        if len(group) == 1:
+            self._commit_alone(group[0])
+            return
+        # Every transaction takes its sessions' row locks in one order: two groups (of two
+        # processes) cannot deadlock on each other. The sort is stable: two commits to one
+        # session keep their order.
+        ordered = sorted(group, key=lambda item: item.session_id)
+        # The common commits go as one statement (when their sessions are distinct); the rest
+        # (a session's first commit, one that sets a horizon) one statement each, pipelined.
+        common = [
+            item
+            for item in ordered
+            if item.statement is self._commit and item.parameters["horizon"] is None
+        ]
+        if len(common) < 2 or len({item.session_id for item in common}) < len(common):
+            common = []
+        chosen = {id(item) for item in common}
+        alone = [item for item in ordered if id(item) not in chosen]
+        broken = False
+        try:
+            with self._pool.connection() as connection:
+                try:
+                    with connection.pipeline():
+                        with connection.transaction():
+                            if common:
+                                moving = connection.execute(
+                                    self._group_commit, self._group_parameters(common)
+                                )
+                            cursors = [
+                                connection.execute(item.statement, item.parameters)
+                                for item in alone
+                            ]
+                        moved = {row[0] for row in moving.fetchall()} if common else set()
+                        found = [cursor.fetchone() for cursor in cursors]
+                except psycopg.Error:
+                    broken = connection.broken
+                    raise
+            self._group_transactions += 1
+            self._group_commits_sent += len(ordered)
+        except psycopg.Error as error:
+            if broken or isinstance(error, psycopg.errors.ConnectionTimeout):
+                for item in ordered:
+                    item.error = _commit_failure(item.session_id, error)
+                return
+            # The transaction was rolled back: nothing of the group landed. Each commit alone.
+            for item in ordered:
+                self._commit_alone(item)
+            return
+        for item in common:
+            if item.session_id not in moved:
+                item.error = self._conflict(item)
+        for item, row in zip(alone, found, strict=True):
+            if row is None:
+                item.error = self._conflict(item)
+
+    def _group_parameters(self, common: list[_Grouped]) -> dict[str, Any]:
+        """The arrays of :attr:`_group_commit` for ``common``: one entry per commit, event,
+        key and commit id."""
+        names, expected, counts, expected_horizons, payloads = [], [], [], [], []
+        event_sessions: list[str] = []
+        seqs: list[int] = []
+        records: list[bytes] = []
+        key_sessions: list[str] = []
+        key_names: list[str] = []
+        key_seqs: list[int] = []
+        key_sizes: list[int] = []
+        commit_sessions, commit_ids, firsts, sizes = [], [], [], []
+        for item in common:
+            name, parameters = item.session_id, item.parameters
+            names.append(name)
+            expected.append(parameters["expected"])
+            counts.append(parameters["count"])
+            expected_horizons.append(parameters["expected_horizon"])
+            payloads.append(parameters["payload"])
+            event_sessions += [name] * len(parameters["seqs"])
+            seqs += parameters["seqs"]
+            records += parameters["records"]
+            key_sessions += [name] * len(parameters["key_names"])
+            key_names += parameters["key_names"]
+            key_seqs += parameters["key_seqs"]
+            key_sizes += parameters["key_sizes"]
+            if parameters["commit_id"] is not None:
+                commit_sessions.append(name)
+                commit_ids.append(parameters["commit_id"])
+                firsts.append(parameters["first"])
+                sizes.append(parameters["size"])
+        return {
+            "names": names,
+            "expected": expected,
+            "counts": counts,
+            "expected_horizons": expected_horizons,
+            "payloads": payloads,
+            "event_sessions": event_sessions,
+            "seqs": seqs,
+            "records": records,
+            "key_sessions": key_sessions,
+            "key_names": key_names,
+            "key_seqs": key_seqs,
+            "key_sizes": key_sizes,
+            "commit_sessions": commit_sessions,
+            "commit_ids": commit_ids,
+            "firsts": firsts,
+            "sizes": sizes,
+            "channel": self._channel,
+        }
+
+    def _commit_alone(self, item: _Grouped) -> None:
+        """One commit as one autocommitted statement; its outcome into ``item.error``."""
+        try:
+            with _commit_errors(item.session_id), self._pool.connection() as connection:
+                row = connection.execute(item.statement, item.parameters).fetchone()
+        except (StoreError, OutcomeUnknownError) as error:
+            item.error = error
+            return
+        if row is None:
+            item.error = self._conflict(item)
+
+    @staticmethod
+    def _conflict(item: _Grouped) -> ConflictError:
+        expected, horizon = item.parameters["expected"], item.parameters["expected_horizon"]
+        return ConflictError(
+            f"session {item.session_id!r} does not have count {expected}"
+            + ("" if horizon is None else f" and horizon {horizon}")
+            + ": another writer committed first"
+        )
 
     async def commit_rebased(
         self,

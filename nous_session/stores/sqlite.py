@@ -1,9 +1,13 @@
 """SQLiteStore: the embedded default, on the standard library's sqlite3.
 
-Every database call runs in a worker thread (``anyio.to_thread.run_sync``) behind a capacity
-limiter of one, so the store works on asyncio and trio alike and the event loop never blocks on
-disk. The file is in WAL mode, holds many sessions, and records its schema version so later
-versions can migrate it.
+A store opened for writing has one long-lived writer thread that owns its connection
+(:class:`~nous_session.stores._writer.SQLiteWriter`): every write waiting while the previous
+transaction is on disk, whichever session sent it, goes into the next transaction, each in its
+own savepoint (group commit across sessions: one fsync for all of them); reads run on the same
+thread between transactions. A read-only store reads in a worker thread
+(``anyio.to_thread.run_sync``) behind a capacity limiter of one. Either way the store works on
+asyncio and trio alike and the event loop never blocks on disk. The file is in WAL mode, holds
+many sessions, and records its schema version so later versions can migrate it.
 
 Durability: ``synchronous="FULL"`` (the default) makes SQLite fsync the WAL at every commit, so
 an acknowledged event survives power loss; ``"NORMAL"`` survives a crash of the process but may
@@ -130,12 +134,17 @@ def _errors(what: str) -> Iterator[None]:
     """
     try:
         yield
-    except sqlite3.IntegrityError as error:
-        raise ConflictError(
-            f"{what}: another writer holds one of these seqs or keys ({_describe(error)})"
-        ) from error
     except sqlite3.Error as error:
-        raise StoreError(f"{what}: {_describe(error)}") from error
+        raise _translated(error, what) from error
+
+
+def _translated(error: sqlite3.Error, what: str) -> StoreError:
+    """The error :func:`_errors` raises for ``error``."""
+    if isinstance(error, sqlite3.IntegrityError):
+        return ConflictError(
+            f"{what}: another writer holds one of these seqs or keys ({_describe(error)})"
+        )
+    return StoreError(f"{what}: {_describe(error)}")
 
 
 @attrs.frozen
@@ -394,7 +403,6 @@ class SQLiteStore:
             raise StoreError(f"the store {self.url} is open read-only")
 
         def job(connection: sqlite3.Connection) -> T:
-            self._check_file()
             with _errors(what):
                 return function(connection)
 
@@ -405,7 +413,8 @@ class SQLiteStore:
             # The writer's thread holds the opener, not the store, so that a store nobody
             # closed can still be garbage-collected (and warn).
             opener = _Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)
-            self._writer = SQLiteWriter(opener)
+            # The file is checked once per write transaction, before any of its writes runs.
+            self._writer = SQLiteWriter(opener, check=self._file.check)
         return self._writer
 
     def _call(self, function: Callable[[sqlite3.Connection], T]) -> T:
@@ -571,22 +580,25 @@ class SQLiteStore:
         )
 
         records = [(event.seq, encode(event)) for event in rows]  # encoded before joining a group
+        if self._closed:
+            raise StoreError(f"the store {self.url} is closed")
+        if self.read_only:
+            raise StoreError(f"the store {self.url} is open read-only")
 
-        def commit(connection: sqlite3.Connection) -> None:
-            _commit(
-                connection,
+        await self._writer_thread().write(
+            _CommitJob(
+                self.path,
                 session_id,
                 expected_count,
                 records,
                 dropped,
-                expected_horizon=expected_horizon,
-                horizon=horizon,
-                keys=keys,
-                kept=kept,
-                commit_id=commit_id,
+                expected_horizon,
+                horizon,
+                keys,
+                kept,
+                commit_id,
             )
-
-        await self._write(commit, f"commit to session {session_id!r} in {self.path}")
+        )
 
     async def commit_rebased(
         self,
@@ -785,6 +797,70 @@ class SQLiteStore:
             )
         if connection is not None:
             connection.close()
+
+
+class _CommitJob:
+    """A commit's write job: one object where a closure would hold a cell per argument.
+
+    Hundreds of sessions' commits wait in the writer at once, and every object alive then is
+    one more for the garbage collector to look at. It translates sqlite3's errors itself (what
+    :meth:`SQLiteStore._write` wraps around other jobs), naming the commit only on error.
+    """
+
+    __slots__ = (
+        "commit_id",
+        "dropped",
+        "expected_count",
+        "expected_horizon",
+        "horizon",
+        "kept",
+        "keys",
+        "path",
+        "records",
+        "session_id",
+    )
+
+    def __init__(
+        self,
+        path: str,
+        session_id: str,
+        expected_count: int,
+        records: list[tuple[int, bytes]],
+        dropped: Sequence[int],
+        expected_horizon: int | None,
+        horizon: int | None,
+        keys: Sequence[tuple[str, int, int]],
+        kept: Sequence[int],
+        commit_id: str | None,
+    ) -> None:
+        self.path = path
+        self.session_id = session_id
+        self.expected_count = expected_count
+        self.records = records
+        self.dropped = dropped
+        self.expected_horizon = expected_horizon
+        self.horizon = horizon
+        self.keys = keys
+        self.kept = kept
+        self.commit_id = commit_id
+
+    def __call__(self, connection: sqlite3.Connection) -> None:
+        try:
+            _commit(
+                connection,
+                self.session_id,
+                self.expected_count,
+                self.records,
+                self.dropped,
+                expected_horizon=self.expected_horizon,
+                horizon=self.horizon,
+                keys=self.keys,
+                kept=self.kept,
+                commit_id=self.commit_id,
+            )
+        except sqlite3.Error as error:
+            what = f"commit to session {self.session_id!r} in {self.path}"
+            raise _translated(error, what) from error
 
 
 def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
