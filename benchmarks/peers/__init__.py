@@ -116,6 +116,8 @@ PEERS = (
     ),
     System("google-adk", "adk_peer", ("google-adk",)),
     System("eventsourcing", "eventsourcing_peer", ("eventsourcing",)),
+    # Ours again, through the openai-agents adapter (issue 12): never counted as a peer.
+    System("ours-openai-agents", "ours_agents_peer", ("nous_session", "openai-agents")),
 )
 
 _broken: dict[str, str] = {}

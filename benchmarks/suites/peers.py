@@ -134,8 +134,10 @@ async def _open(opener: Callable[..., Any], kind: str, scratch: _Scratch, name: 
 def _best(
     samples: dict[str, list[float]], *, higher_is_better: bool
 ) -> tuple[str, list[float]] | None:
-    """The peer with the best median (``ours`` excluded)."""
-    peers = {name: values for name, values in samples.items() if name != "ours" and values}
+    """The peer with the best median (``ours``, and ours through an adapter, excluded)."""
+    peers = {
+        name: values for name, values in samples.items() if not name.startswith("ours") and values
+    }
     if not peers:
         return None
     pick = max if higher_is_better else min
