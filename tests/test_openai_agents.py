@@ -26,7 +26,7 @@ from openai.types.responses import (
 
 from nous_session import EventType, InvalidEventError, Message, SessionActor, SessionClosedError
 from nous_session.integrations.openai_agents import NousSession, item_message, message_items
-from nous_session.registry import SessionsPortal
+from nous_session.registry import Sessions, SessionsPortal
 
 pytestmark = pytest.mark.anyio
 
@@ -305,4 +305,35 @@ def test_runner_run_sync_from_synchronous_code(tmp_path: Path) -> None:
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+        session.close()
+
+
+async def test_a_registry_on_the_callers_loop_serves_the_session_without_a_thread(
+    url: str,
+) -> None:
+    async with Sessions(url) as sessions:
+        session = NousSession("local", sessions=sessions)
+        await session.add_items(ITEMS)
+        assert await session.get_items() == ITEMS
+        assert await session.pop_item() == ITEMS[-1]
+        assert "local" in sessions  # the actor runs in this registry, on this loop
+        session.close()
+        assert "local" in sessions  # closing the session leaves the registry's actors alone
+    session = NousSession("local", url)
+    try:
+        assert await session.get_items() == ITEMS[:-1]
+    finally:
+        session.close()
+
+
+async def test_a_cancelled_write_completes_before_the_cancellation_is_raised(url: str) -> None:
+    async with Sessions(url) as sessions:
+        session = NousSession("cancel", sessions=sessions)
+        task = asyncio.ensure_future(session.add_items([{"role": "user", "content": "kept"}]))
+        await asyncio.sleep(0)  # let it start, then cancel it while it is in flight
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Cancelled after the outcome was known: the write landed, exactly once.
+        assert await session.get_items() == [{"role": "user", "content": "kept"}]
         session.close()

@@ -118,6 +118,7 @@ PEERS = (
     System("eventsourcing", "eventsourcing_peer", ("eventsourcing",)),
     # Ours again, through the openai-agents adapter (issue 12): never counted as a peer.
     System("ours-openai-agents", "ours_agents_peer", ("nous_session", "openai-agents")),
+    System("ours-openai-agents-loop", "ours_agents_loop_peer", ("nous_session", "openai-agents")),
 )
 
 _broken: dict[str, str] = {}

@@ -28,7 +28,9 @@ Sessions live on a :class:`~nous_session.registry.SessionsPortal` (an event loop
 of its own), because the SDK builds sessions synchronously and runs ``Runner.run_sync`` on a
 fresh loop each time: every ``NousSession`` of one store URL shares one portal (and so one
 store, whose SQLite writer group-commits across them), closed when the last of them closes or
-at exit. Pass ``sessions=`` to use a portal of your own.
+at exit. Pass ``sessions=`` to use a portal of your own, or a
+:class:`~nous_session.registry.Sessions` registry on the event loop the session is used from,
+which saves the thread hop of every call.
 
 Needs the ``openai-agents`` extra: ``pip install 'nous_session[openai-agents]'``.
 """
@@ -50,7 +52,7 @@ from nous_session.event import message_event
 from nous_session.formats import from_provider, to_provider
 from nous_session.message import Message, Role
 from nous_session.parts import ProviderPart
-from nous_session.registry import SessionsPortal
+from nous_session.registry import Sessions, SessionsPortal
 from nous_session.stores.base import Store
 
 try:
@@ -128,7 +130,7 @@ class NousSession:
         session_id: str,
         store: Store | str | None = None,
         *,
-        sessions: SessionsPortal | None = None,
+        sessions: SessionsPortal | Sessions | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         """Name the session; nothing is read or written before the first call.
@@ -138,7 +140,9 @@ class NousSession:
             store: where it lives: a store URL (``"sqlite:///chat.sqlite3"``,
                 ``"postgresql://..."``), a Store (used from the portal's loop only from now
                 on), or None for a private in-memory store that ends with this session.
-            sessions: a portal of your own to run on (then leave ``store`` out).
+            sessions: a portal of your own to run on, or a :class:`Sessions` registry
+                running on the event loop the session will be used from (no thread hop per
+                call; calls from another loop then fail); leave ``store`` out.
             session_settings: the SDK's settings (``limit`` for ``get_items``).
 
         Raises:
@@ -148,8 +152,8 @@ class NousSession:
             raise ValueError(f"session_id must be a non-empty string, got {session_id!r}")
         if sessions is not None and store is not None:
             raise ValueError("give store or sessions, not both")
-        if sessions is not None and not isinstance(sessions, SessionsPortal):
-            raise ValueError(f"sessions must be a SessionsPortal, got {sessions!r}")
+        if sessions is not None and not isinstance(sessions, SessionsPortal | Sessions):
+            raise ValueError(f"sessions must be a SessionsPortal or Sessions, got {sessions!r}")
         self.session_id = session_id
         self.session_settings = (
             coerce_session_settings(session_settings)
@@ -161,7 +165,7 @@ class NousSession:
         if sessions is None:
             self._shared = _SharedPortal.acquire(store)
             sessions = self._shared.portal
-        self._portal = sessions
+        self._sessions: SessionsPortal | Sessions = sessions
         # Each surface message's items, serialised, by (event seq, index among the messages
         # with that seq): events never change, so an entry never goes stale.
         self._items: dict[tuple[int, int], bytes] = {}
@@ -364,9 +368,9 @@ class NousSession:
         return self._closed
 
     @property
-    def portal(self) -> SessionsPortal:
-        """The portal the session's actor runs on (to reach it with ``portal.call``)."""
-        return self._portal
+    def sessions(self) -> SessionsPortal | Sessions:
+        """The portal or registry the session's actor runs in (to reach it directly)."""
+        return self._sessions
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -380,27 +384,34 @@ class NousSession:
 
     async def _call(self, fn: Callable[[SessionActor], Any]) -> Any:
         self._check_open()
-        return await self._portal.acall(self.session_id, fn)
+        sessions = self._sessions
+        if isinstance(sessions, Sessions):
+            async with sessions.use(self.session_id) as actor:
+                return await fn(actor)
+        return await sessions.acall(self.session_id, fn)
 
     async def _mutate(self, fn: Callable[[SessionActor], Any]) -> Any:
-        """Run a write on the portal and wait for its outcome even if the caller is cancelled
-        meanwhile; the cancellation is raised once the outcome is known (as the SDK's own
-        sessions do), so a cancelled caller never leaves a write half-known."""
+        """Run a write and wait for its outcome even if the caller is cancelled meanwhile;
+        the cancellation is raised once the outcome is known (as the SDK's own sessions do),
+        so a cancelled caller never leaves a write half-known."""
         self._check_open()
-        portal = self._portal
-        if portal.is_own_thread():
-            return await portal.acall(self.session_id, fn)
-        future = portal.start(self.session_id, fn)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if loop is None:
+        if loop is None:  # trio: a shielded scope does the same
             with anyio.CancelScope(shield=True):
-                result = await anyio.to_thread.run_sync(future.result)
+                result = await self._call(fn)
             await anyio.lowlevel.checkpoint_if_cancelled()
             return result
-        waiting = asyncio.wrap_future(future, loop=loop)
+        sessions = self._sessions
+        waiting: asyncio.Future[Any]
+        if isinstance(sessions, Sessions) or sessions.is_own_thread():
+            # On this loop: its own task, so that cancelling the caller does not cancel it;
+            # the caller waits for it below whatever happens, so it never outlives the call.
+            waiting = asyncio.ensure_future(self._call(fn))
+        else:
+            waiting = asyncio.wrap_future(sessions.start(self.session_id, fn), loop=loop)
         cancelled: asyncio.CancelledError | None = None
         while not waiting.done():
             try:
