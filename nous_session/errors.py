@@ -9,7 +9,8 @@ raises on purpose::
     ├── FormatError (also a ValueError)        a provider payload is malformed, or the
     │   │                                      provider is unknown (nous_session.formats)
     │   └── LossyConversionError               a strict conversion would drop something
-    ├── SessionClosedError                     the session no longer takes requests
+    ├── SessionClosedError (also a             the session no longer takes requests
+    │   RuntimeError)
     ├── OutcomeUnknownError                    a commit may or may not have landed (the
     │                                          store could not be asked); retry with the
     │                                          same idempotency key to find out safely
@@ -70,8 +71,11 @@ class LossyConversionError(FormatError):
         self.dropped = dropped
 
 
-class SessionClosedError(NousSessionError):
-    """The session is closed (or closing) and takes no new requests."""
+class SessionClosedError(NousSessionError, RuntimeError):
+    """The session is closed (or closing) and takes no new requests.
+
+    Also a :class:`RuntimeError`, as using any other closed resource is in Python.
+    """
 
 
 class OutcomeUnknownError(NousSessionError):

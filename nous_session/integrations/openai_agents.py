@@ -380,7 +380,8 @@ class NousSession:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SessionClosedError(f"{type(self).__name__} {self.session_id!r} is closed")
+            name = type(self).__name__
+            raise SessionClosedError(f"{name} is closed (session {self.session_id!r})")
 
     async def _call(self, fn: Callable[[SessionActor], Any]) -> Any:
         self._check_open()

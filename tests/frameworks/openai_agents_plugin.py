@@ -62,10 +62,6 @@ _CONNECTIONS = (
 _RAW_TABLES = "reads or writes SQLiteSession's raw tables (agent_sessions, agent_messages)"
 _CORRUPT_ROWS = "plants corrupt JSON rows through SQLiteSession's private _locked_connection"
 _FILE_LOCKS = "reads SQLiteSession's private class-level file locks (_file_lock_counts)"
-_CLOSED_TEXT = (
-    "asserts SQLiteSession's own RuntimeError text on a closed session; "
-    "NousSession raises nous_session's SessionClosedError"
-)
 
 _SESSION = "memory/test_session.py::test_sqlite_session_"
 _ENCRYPT = "extensions/memory/test_encrypt_session.py::test_encrypted_pop_"
@@ -82,7 +78,6 @@ EXCLUDED: dict[str, str] = {
     _SESSION + "rollback_failure_evicts_connection": _CONNECTIONS,
     _SESSION + "close_retries_quarantined_connection": _CONNECTIONS,
     _SESSION + "post_commit_cancellation_propagates_after_known_outcome": _CONNECTIONS,
-    _SESSION + "closed_rejects_empty_add_items": _CLOSED_TEXT,
     _SESSION + "pop_item_skips_corrupt_most_recent": _CORRUPT_ROWS,
     _SESSION + "pop_item_returns_none_after_dropping_only_corrupt_rows": _CORRUPT_ROWS,
     _SESSION + "get_items_limit_skips_corrupt_newest_rows": _CORRUPT_ROWS,
@@ -98,11 +93,30 @@ EXCLUDED: dict[str, str] = {
 }
 
 
+_DESELECTED: dict[str, list[str]] = {}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    deselected = [item for item in items if _excluded(item.nodeid) is not None]
+    deselected = []
+    for item in items:
+        reason = _excluded(item.nodeid)
+        if reason is not None:
+            deselected.append(item)
+            _DESELECTED.setdefault(reason, []).append(item.nodeid)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if _excluded(item.nodeid) is None]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say what was deselected and why, so every run's log carries its exclusions."""
+    if not _DESELECTED:
+        return
+    terminalreporter.section("deselected by openai_agents_plugin, with reasons")
+    for reason, nodeids in _DESELECTED.items():
+        terminalreporter.write_line(f"{len(nodeids)}: {reason}")
+        for nodeid in nodeids:
+            terminalreporter.write_line(f"    {nodeid}")
 
 
 def _excluded(nodeid: str) -> str | None:
