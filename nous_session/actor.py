@@ -208,6 +208,7 @@ class SessionActor:
         "_name_commits",
         "_parked",
         "_published",
+        "_queued_catch_up",
         "_rebase",
         "_rebasing",
         "_receive",
@@ -267,6 +268,7 @@ class SessionActor:
         self._batches = 0
         self._requests = 0
         self._catch_up_queued = False
+        self._queued_catch_up: Reload | None = None  # the feed's catch-up, while it waits
         self._watch_scope: anyio.CancelScope | None = None
         # Set when a rebasing commit met a record it cannot decode: this actor can no longer
         # follow the store past it, so it refuses further writes instead of repeating them.
@@ -876,6 +878,7 @@ class SessionActor:
         """
         if request is None or request.from_feed:
             self._catch_up_queued = False
+            self._queued_catch_up = None
         log = self._published.log
         if (
             request is not None
@@ -942,16 +945,23 @@ class SessionActor:
             heads = self._store.watch(self._session_id)  # type: ignore[attr-defined]
             try:
                 async for head in heads:
-                    if (
-                        head == -1 or head > self._published.log.count
-                    ) and not self._catch_up_queued:
-                        self._catch_up_queued = True
-                        # -1 (reconnected) must always read; a head may be read already.
-                        request = Reload(None if head == -1 else head, from_feed=True)
-                        try:
-                            self._send.send_nowait(request)
-                        except anyio.WouldBlock:
-                            await self._send.send(request)
+                    if head != -1 and head <= self._published.log.count:
+                        continue
+                    if self._catch_up_queued:
+                        if head == -1 and self._queued_catch_up is not None:
+                            # A reconnect while a catch-up for an older head waits: that one
+                            # must now read in any case, or the commits whose notifications
+                            # the lost listener missed stay unread until the next commit.
+                            self._queued_catch_up.head = None
+                        continue
+                    self._catch_up_queued = True
+                    # -1 (reconnected) must always read; a head may be read already.
+                    request = Reload(None if head == -1 else head, from_feed=True)
+                    self._queued_catch_up = request
+                    try:
+                        self._send.send_nowait(request)
+                    except anyio.WouldBlock:
+                        await self._send.send(request)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass  # the session is closing
             finally:

@@ -33,6 +33,7 @@ from nous_session import (
     StoreError,
     ToolCall,
 )
+from nous_session.event import make_event
 
 pytestmark = pytest.mark.anyio
 
@@ -1212,3 +1213,63 @@ async def test_no_task_is_left_behind(anyio_backend_name: str) -> None:
         import trio
 
         assert trio.lowlevel.current_task().child_nurseries == []
+
+
+class _GatedFeedStore(MemoryStore):
+    """A memory store with a change feed the test drives, whose reads can be held after they
+    have fetched (so a catch-up in flight misses what commits meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.feed_send, self.feed_receive = anyio.create_memory_object_stream[int](0)
+        self.hold = False
+        self.held = anyio.Event()
+        self.release = anyio.Event()
+
+    async def read(self, session_id: str, *, since: int = 0) -> Any:
+        stored = await super().read(session_id, since=since)
+        if self.hold:
+            self.hold = False
+            self.held.set()
+            await self.release.wait()
+        return stored
+
+    async def watch(self, session_id: str) -> Any:
+        async with self.feed_receive:
+            async for head in self.feed_receive:
+                yield head
+
+
+async def _commit_user(store: MemoryStore, seq: int) -> None:
+    event = make_event(seq, EventType.USER_MESSAGE, {"content": f"m{seq}"})
+    await store.commit("fed", expected_count=seq, events=(event,))
+
+
+async def test_a_feed_reconnect_while_a_catch_up_waits_still_reads_what_it_missed() -> None:
+    # Regression: a reconnect (-1) that came while a catch-up for an older head was queued was
+    # dropped; that catch-up then found its head read already and read nothing, so a commit
+    # whose notification the lost listener missed stayed unread until some later commit.
+    store = _GatedFeedStore()
+    async with SessionActor.open(session_id="fed", store=store, follow=True) as session:
+        await _commit_user(store, 0)
+        await _commit_user(store, 1)
+        store.hold = True
+        await store.feed_send.send(1)  # a catch-up reads seqs 0 and 1, and is held there
+        await store.held.wait()
+        await store.feed_send.send(2)  # queued behind it: head 2, read already once it runs
+        await _commit_user(store, 2)  # committed while the listener is lost: no notification
+        await store.feed_send.send(-1)  # the listener is back
+        store.release.set()
+        with anyio.fail_after(5):
+            async with session.subscribe(0) as events:
+                seqs = [event.seq async for event in _take(events, 3)]
+        assert seqs == [0, 1, 2]
+        await store.feed_send.aclose()
+
+
+async def _take(events: Any, count: int) -> Any:
+    async for event in events:
+        yield event
+        count -= 1
+        if count == 0:
+            return

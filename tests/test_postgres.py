@@ -92,8 +92,9 @@ def test_a_subscriber_in_another_process_sees_everything_across_a_reconnect(sche
     writers = [spawn_worker("write", url, "live", f"w{i}", "3", "30") for i in range(2)]
     seen: list[tuple[int, str]] = []
     terminated = False
+    lines = Lines(subscriber)  # a subscriber that misses an event fails the test, not hangs
     try:
-        for line in subscriber.stdout:
+        while line := lines.next(timeout=60):
             if line.startswith("event "):
                 _, seq, content = line.rstrip("\n").split(" ", 2)
                 seen.append((int(seq), content))
