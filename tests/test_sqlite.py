@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import anyio
@@ -314,3 +315,9 @@ def test_an_unclosed_store_warns(tmp_path: Path) -> None:
 
     with pytest.warns(ResourceWarning, match="was not closed"):
         leak_and_collect()
+    # The abandoned writer ends by itself once it has committed what it was sent, without
+    # being joined: wait for that here, or the next test may find it still running.
+    for thread in threading.enumerate():
+        if thread.name.startswith("nous_session-sqlite-writer"):
+            thread.join(timeout=30)
+            assert not thread.is_alive(), f"{thread.name} did not end after being abandoned"
