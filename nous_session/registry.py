@@ -105,6 +105,7 @@ class Sessions:
         max_open: int = 10_000,
         on_conflict: Literal["raise", "rebase"] = "raise",
         queue_size: int = 1024,
+        follow: bool | None = None,
     ) -> None:
         """Describe the registry; nothing is opened before ``async with``.
 
@@ -117,6 +118,9 @@ class Sessions:
             on_conflict: as for :meth:`SessionActor.open`; ``"rebase"`` when other processes
                 write to the same sessions.
             queue_size: as for :meth:`SessionActor.open`.
+            follow: as for :meth:`SessionActor.open`: None follows other processes' commits
+                where the store has a change feed; False never does (an adapter that checks
+                and commits against the count it read wants that).
 
         Raises:
             ValueError: a bad argument.
@@ -148,6 +152,9 @@ class Sessions:
         self._max_open = max_open
         self._on_conflict: Literal["raise", "rebase"] = on_conflict
         self._queue_size = queue_size
+        if follow not in (None, True, False):
+            raise ValueError(f"follow must be None, True or False, got {follow!r}")
+        self._follow = follow
         # Least recently used first: get() and use() move an entry to the end.
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._opening: dict[str, anyio.Event] = {}
@@ -276,7 +283,7 @@ class Sessions:
             done.set()
         self._opened += 1
         # On return at most max_open actors are open (or held): wait for those closing.
-        for closing in self._evict():
+        for closing in self._evict(keep=entry):
             await closing.gone.wait()
         return entry  # type: ignore[no-any-return]
 
@@ -295,6 +302,7 @@ class Sessions:
                 compaction=self._compaction,
                 queue_size=self._queue_size,
                 on_conflict=self._on_conflict,
+                follow=self._follow,
             ) as actor:
                 entry = _Entry(actor, used_at=anyio.current_time())
                 self._entries[session_id] = entry
@@ -312,16 +320,16 @@ class Sessions:
 
     # Closing idle actors ----------------------------------------------------------------------
 
-    def _evict(self) -> list[_Entry]:
-        """Close least recently used actors that nothing holds until ``max_open`` are open;
-        return the entries told to close."""
+    def _evict(self, keep: _Entry | None = None) -> list[_Entry]:
+        """Close least recently used actors that nothing holds (nor is ``keep``, the one just
+        opened for a caller) until ``max_open`` are open; return the entries told to close."""
         entries = [entry for entry in self._entries.values() if not entry.close.is_set()]
         excess = len(entries) - self._max_open  # those already closing do not count
         closing = []
         for entry in entries:
             if excess <= 0:
                 break
-            if entry.leases:
+            if entry.leases or entry is keep:
                 continue
             entry.close.set()
             closing.append(entry)

@@ -207,3 +207,14 @@ def test_a_portal_with_a_bad_argument_starts_no_thread() -> None:
     with pytest.raises(ValueError, match="max_open"):
         SessionsPortal("memory:", max_open=0)
     assert threading.active_count() == before
+
+
+async def test_a_session_opened_while_every_other_is_held_stays_open() -> None:
+    async with Sessions("memory:", max_open=1) as sessions:
+        async with sessions.use("held"), sessions.use("new") as new:
+            # Over the limit, but nothing may close: one is held, the other was just asked for.
+            await new.add_message(Message.user("open"))
+            assert sessions.statistics().open == 2
+        fresh = await sessions.get("third")
+        assert not fresh.closed
+        assert sessions.statistics().open == 1

@@ -74,6 +74,7 @@ from nous_session.errors import ConflictError, InvalidEventError, StoreError
 from nous_session.event import message_event
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
+from nous_session.registry import Sessions
 from nous_session.stores import open_store
 from nous_session.stores.base import Store
 
@@ -326,18 +327,6 @@ def _record(seq: int, data: Mapping[str, Any]) -> ConversationRecord:
     return record
 
 
-@dataclasses.dataclass(eq=False)
-class _Held:
-    """One conversation's open actor and who uses it."""
-
-    session_id: str
-    actor: SessionActor | None = None
-    users: int = 0
-    opened: anyio.Event = dataclasses.field(default_factory=anyio.Event)
-    release: anyio.Event = dataclasses.field(default_factory=anyio.Event)
-    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
-
-
 # The store --------------------------------------------------------------------------------------
 
 
@@ -353,20 +342,18 @@ class NousConversationStore(ConversationStore):
         key: object,
         *,
         store: Store,
-        task_group: anyio.abc.TaskGroup,
+        sessions: Sessions,
         session_prefix: str,
         max_open: int,
     ) -> None:
         if key is not _OPEN_KEY:
             raise TypeError("use `async with NousConversationStore.open(store) as store`")
         self._store = store
-        self._task_group = task_group
+        # The open conversations' actors, at most max_open (least recently used close first).
+        self._sessions = sessions
         self._prefix = session_prefix
         self._max_open = max_open
         self._closed = False
-        # The open conversations' actors, least recently used first.
-        self._held: OrderedDict[str, _Held] = OrderedDict()
-        self._closing: dict[str, _Held] = {}  # released, actor still closing
         self._indexes: dict[str, _Index] = {}
         self._locks: weakref.WeakValueDictionary[str, anyio.Lock] = weakref.WeakValueDictionary()
         # entry id -> the id of a conversation whose session holds it, least recently used first
@@ -406,11 +393,14 @@ class NousConversationStore(ConversationStore):
             else (open_store(store) if isinstance(store, str) else store)
         )
         try:
-            async with anyio.create_task_group() as task_group:
+            # follow=False: an actor's count moves only with our commits and reloads, so a
+            # write's check and its commit see the same count (another process's commit in
+            # between is the store's ConflictError, never a silent catch-up).
+            async with Sessions(resolved, follow=False, max_open=max_open) as sessions:
                 conversations = cls(
                     _OPEN_KEY,
                     store=resolved,
-                    task_group=task_group,
+                    sessions=sessions,
                     session_prefix=session_prefix,
                     max_open=max_open,
                 )
@@ -418,8 +408,6 @@ class NousConversationStore(ConversationStore):
                     yield conversations
                 finally:
                     conversations._closed = True
-                    for held in list(conversations._held.values()):
-                        conversations._release(held)
         finally:
             if owned:
                 await resolved.aclose()
@@ -450,88 +438,10 @@ class NousConversationStore(ConversationStore):
     @asynccontextmanager
     async def _use(self, session_id: str) -> AsyncIterator[SessionActor]:
         """The session's actor, opened on first use, kept open while the block runs."""
-        while True:
-            if self._closed:
-                raise RuntimeError("the NousConversationStore is closed")
-            held = self._held.get(session_id)
-            if held is None:
-                held = await self._open_held(session_id)
-                break
-            held.users += 1
-            try:
-                await held.opened.wait()
-            except BaseException:
-                held.users -= 1
-                raise
-            if held.actor is not None and not held.release.is_set():
-                break
-            held.users -= 1  # its opening failed, or it was closed meanwhile: try again
-        self._held.move_to_end(session_id)
-        try:
-            assert held.actor is not None
-            yield held.actor
-        finally:
-            held.users -= 1
-            if len(self._held) > self._max_open:
-                self._evict()
-
-    async def _open_held(self, session_id: str) -> _Held:
-        """Open the session's actor (the caller becomes its first user)."""
-        held = _Held(session_id)
-        held.users = 1
-        self._held[session_id] = held
-        try:
-            previous = self._closing.get(session_id)
-            if previous is not None:
-                await previous.done.wait()  # one actor per session in this process
-            await self._task_group.start(self._hold, held)
-        except BaseException:
-            if self._held.get(session_id) is held:
-                del self._held[session_id]
-            raise
-        finally:
-            held.opened.set()
-        self._evict()
-        return held
-
-    async def _hold(
-        self,
-        held: _Held,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        try:
-            # follow=False: the actor's count moves only with our commits and reloads, so a
-            # write's check and its commit see the same count (another process's commit in
-            # between is the store's ConflictError, never a silent catch-up).
-            async with SessionActor.open(
-                session_id=held.session_id, store=self._store, follow=False
-            ) as actor:
-                held.actor = actor
-                task_status.started()
-                await held.release.wait()
-        finally:
-            held.done.set()
-            if self._closing.get(held.session_id) is held:
-                del self._closing[held.session_id]
-
-    def _release(self, held: _Held) -> None:
-        """Close the session's actor (in the background) and forget it."""
-        if self._held.get(held.session_id) is held:
-            del self._held[held.session_id]
-        if not held.done.is_set():
-            self._closing[held.session_id] = held
-        held.release.set()
-
-    def _evict(self) -> None:
-        """Close the least recently used idle actors beyond ``max_open``."""
-        excess = len(self._held) - self._max_open
-        for held in list(self._held.values()):
-            if excess <= 0:
-                break
-            if held.users == 0 and held.actor is not None:
-                self._release(held)
-                excess -= 1
+        if self._closed:
+            raise RuntimeError("the NousConversationStore is closed")
+        async with self._sessions.use(session_id) as actor:
+            yield actor
 
     # The storage primitives -------------------------------------------------------------------
 
