@@ -12,8 +12,8 @@ import sqlite3
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-import anyio
 import pytest
+from group_commits import append_all
 
 from nous_session import ConflictError, CorruptRecordError, SessionActor
 from nous_session.codec import encode
@@ -24,26 +24,6 @@ pytestmark = pytest.mark.anyio
 
 SESSIONS = 20
 ROUNDS = 6
-
-
-async def _append_all(
-    sessions: list[SessionActor], round_index: int
-) -> dict[str, BaseException | int]:
-    """Every session appends one event, all at once; what each caller got (a seq or an error)."""
-    outcomes: dict[str, BaseException | int] = {}
-
-    async def one(session: SessionActor) -> None:
-        try:
-            event = await session.append("user_message", {"content": f"round {round_index}"})
-        except (ConflictError, CorruptRecordError) as error:
-            outcomes[session.session_id] = error
-        else:
-            outcomes[session.session_id] = event.seq
-
-    async with anyio.create_task_group() as task_group:
-        for session in sessions:
-            task_group.start_soon(one, session)
-    return outcomes
 
 
 async def test_a_session_that_lost_to_another_writer_fails_only_its_own_batch(
@@ -68,7 +48,7 @@ async def test_a_session_that_lost_to_another_writer_fails_only_its_own_batch(
             await other.commit(victim.session_id, expected_count=len(stored), events=[sneaked])
             expected = {s.session_id: s.log.count for s in sessions if s is not victim}
 
-            outcomes = await _append_all(sessions, round_index)
+            outcomes = await append_all(sessions, round_index)
 
             assert isinstance(outcomes[victim.session_id], ConflictError), outcomes
             for session_id, seq in expected.items():
@@ -116,7 +96,7 @@ async def test_a_seq_clash_rolls_back_only_its_session_even_after_its_head_moved
         raw.close()
         before = store._writer_thread().statistics()
 
-        outcomes = await _append_all(sessions, 0)
+        outcomes = await append_all(sessions, 0)
 
         after = store._writer_thread().statistics()
         # The clash is the store contradicting itself (a row past the session's count): the

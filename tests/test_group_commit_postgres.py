@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack
 
 import anyio
 import pytest
+from group_commits import append_all
 
 from nous_session import ConflictError, CorruptRecordError, SessionActor
 from nous_session.codec import encode
@@ -40,26 +41,6 @@ def schema() -> Iterator[str]:
     yield name
     with psycopg.connect(URL, autocommit=True) as connection:
         connection.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-
-
-async def _append_all(
-    sessions: list[SessionActor], round_index: int
-) -> dict[str, BaseException | int]:
-    """Every session appends one event, all at once; what each caller got (a seq or an error)."""
-    outcomes: dict[str, BaseException | int] = {}
-
-    async def one(session: SessionActor) -> None:
-        try:
-            event = await session.append("user_message", {"content": f"round {round_index}"})
-        except (ConflictError, CorruptRecordError) as error:
-            outcomes[session.session_id] = error
-        else:
-            outcomes[session.session_id] = event.seq
-
-    async with anyio.create_task_group() as task_group:
-        for session in sessions:
-            task_group.start_soon(one, session)
-    return outcomes
 
 
 async def test_a_session_that_lost_to_another_writer_fails_only_its_own_batch(
@@ -88,7 +69,7 @@ async def test_a_session_that_lost_to_another_writer_fails_only_its_own_batch(
             await other.commit(victim.session_id, expected_count=len(stored), events=[sneaked])
             expected = {s.session_id: s.log.count for s in sessions if s is not victim}
 
-            outcomes = await _append_all(sessions, round_index)
+            outcomes = await append_all(sessions, round_index)
 
             assert isinstance(outcomes[victim.session_id], ConflictError), outcomes
             for session_id, seq in expected.items():
@@ -124,7 +105,7 @@ async def test_a_unique_violation_fails_only_its_session_of_the_group(schema: st
                 (victim.session_id, 1, encode(stray)),
             )
 
-        outcomes = await _append_all(sessions, 0)
+        outcomes = await append_all(sessions, 0)
 
         error = outcomes[victim.session_id]
         assert isinstance(error, CorruptRecordError), outcomes
