@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -26,6 +27,7 @@ from nous_session import (
 )
 from nous_session.codec import encode
 from nous_session.stores import open_store
+from nous_session.stores import sqlite as sqlite_store
 from nous_session.stores.memory import MemoryStore
 from nous_session.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
@@ -321,3 +323,45 @@ def test_an_unclosed_store_warns(tmp_path: Path) -> None:
         if thread.name.startswith("nous_session-sqlite-writer"):
             thread.join(timeout=30)
             assert not thread.is_alive(), f"{thread.name} did not end after being abandoned"
+
+
+def test_switching_to_wal_waits_for_another_process_like_the_busy_handler(tmp_path: Path) -> None:
+    """SQLite answers ``journal_mode=WAL`` with SQLITE_BUSY without calling its busy handler
+    while another connection converts or opens the same new file: the store retries until
+    ``busy_timeout``. Here a connection with no busy handler of its own stands in for that
+    case, and the other side holds the file locked through two attempts."""
+    path = tmp_path / "new.sqlite3"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    attempts: list[str] = []
+
+    class Counting(sqlite3.Connection):
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            if sql == "PRAGMA journal_mode=WAL":
+                attempts.append(sql)
+                if len(attempts) == 3:
+                    holder.execute("COMMIT")
+            return super().execute(sql, *args)
+
+    connection = sqlite3.connect(path, timeout=0, isolation_level=None, factory=Counting)
+    try:
+        sqlite_store._wal(connection, busy_timeout=30)
+        assert len(attempts) == 3
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        connection.close()
+        holder.close()
+
+
+def test_switching_to_wal_gives_up_at_the_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite3"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    connection = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            sqlite_store._wal(connection, busy_timeout=0.05)
+    finally:
+        connection.close()
+        holder.execute("COMMIT")
+        holder.close()

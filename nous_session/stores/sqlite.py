@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -314,7 +315,7 @@ class _Opener:
             # Before anything changes the file (even its journal mode): is it ours to use?
             _check_ours(connection, path, adopt=self.adopt)
             with _errors(f"cannot open {path}"):
-                connection.execute("PRAGMA journal_mode=WAL")
+                _wal(connection, self.busy_timeout)
                 connection.execute(f"PRAGMA synchronous={self.synchronous}")
             _migrate(connection, path)
             self.file.opened()
@@ -892,6 +893,28 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
             connection.execute("ROLLBACK")
         raise
     connection.execute("COMMIT")
+
+
+def _wal(connection: sqlite3.Connection, busy_timeout: float) -> None:
+    """Put the file in WAL mode, waiting up to ``busy_timeout`` for other processes.
+
+    SQLite answers ``PRAGMA journal_mode=WAL`` with SQLITE_BUSY at once, without calling its
+    busy handler, while another process is converting the same new file or opening its
+    WAL: several processes opening one new file together hit that. Retry until the deadline,
+    as the busy handler would have.
+    """
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.001
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        else:
+            return
+        time.sleep(pause)  # on the writer's own thread, never the event loop
+        pause = min(pause * 2, 0.05)
 
 
 def _check_ours(connection: sqlite3.Connection, path: str, *, adopt: bool) -> None:
