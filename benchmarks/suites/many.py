@@ -17,12 +17,15 @@ commit fsyncs), on asyncio.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
+import queue
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 import uuid
@@ -134,11 +137,43 @@ def _raw_connection(path: Path) -> sqlite3.Connection:
     return connection
 
 
+class _RawThread:
+    """The floor for a store that keeps the disk off the event loop: the same raw one-row
+    transactions, each run by one long-lived thread and awaited through an asyncio future
+    (``queue.SimpleQueue`` in, ``loop.call_soon_threadsafe`` back), nothing else."""
+
+    def __init__(self, path: Path) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Any, Any] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, args=(path,), daemon=True)
+        self._thread.start()
+
+    def _serve(self, path: Path) -> None:
+        connection = _raw_connection(path)
+        while (job := self._jobs.get()) is not None:
+            row, future = job
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
+            connection.execute("COMMIT")
+            future.get_loop().call_soon_threadsafe(future.set_result, None)
+        connection.close()
+
+    async def insert(self, row: tuple[int, int, bytes]) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._jobs.put((row, future))
+        await future
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
+
+
 async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
     slices, per_slice = ctx.size(10, 4), ctx.size(100, 25)
     payload = {"content": content(2)}
     raw = _raw_connection(directory / "raw.sqlite3")
     raw_seq = [0]
+    threaded = _RawThread(directory / "threaded.sqlite3")
+    threaded_seq = [0]
     async with (
         SQLiteStore(directory / "one.sqlite3") as store,
         SessionActor.open(session_id="one", store=store) as session,
@@ -169,10 +204,29 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
                     raw.execute("COMMIT")
                 yield time.perf_counter() - start
 
+        async def floor_in_thread() -> AsyncIterator[float | None]:
+            yield None
+            for _ in range(slices):
+                rows = []
+                for _ in range(per_slice):
+                    event = make_event(threaded_seq[0], USER, payload)
+                    rows.append((1, threaded_seq[0], encode(event)))
+                    threaded_seq[0] += 1
+                start = time.perf_counter()
+                for row in rows:
+                    await threaded.insert(row)
+                yield time.perf_counter() - start
+
         samples = await ainterleave_slices(
-            ctx.rounds, {"ours": AsyncSide(ours, slices), "raw": AsyncSide(floor, slices)}
+            ctx.rounds,
+            {
+                "ours": AsyncSide(ours, slices),
+                "raw": AsyncSide(floor, slices),
+                "thread": AsyncSide(floor_in_thread, slices),
+            },
         )
     raw.close()
+    threaded.close()
     n = slices * per_slice
     return {key: [n / s for s in values] for key, values in samples.items()}
 
@@ -201,6 +255,25 @@ def one_session_sqlite(ctx: Context) -> list[Measurement]:
             rows["raw"],
             target=Target(">=", 0.8, ISSUE_11),
             note="ours / raw, side by side in 100-append slices",
+        ),
+        measure(
+            "many.one_session_sqlite.raw_thread",
+            "rows/s",
+            rows["thread"],
+            note="the floor with the disk off the event loop: the same raw transactions, each"
+            " run by one long-lived thread and awaited through an asyncio future",
+        ),
+        ratio(
+            "many.one_session_sqlite.raw_thread_ratio",
+            rows["thread"],
+            rows["raw"],
+            note="raw in a thread / raw on the loop: what one thread hop per commit costs",
+        ),
+        ratio(
+            "many.one_session_sqlite.ratio_vs_thread",
+            rows["ours"],
+            rows["thread"],
+            note="ours / raw in a thread: what the actor, the store and the writer add",
         ),
     ]
 
