@@ -222,17 +222,8 @@ class StampingStore(MemoryStore):
         super().__init__()
         self.committed_at: dict[int, float] = {}
 
-    async def commit(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        dropped: Sequence[int] = (),
-    ) -> None:
-        await super().commit(
-            session_id, expected_count=expected_count, events=events, dropped=dropped
-        )
+    async def commit(self, session_id: str, *, events: Sequence[Event], **options: Any) -> None:
+        await super().commit(session_id, events=events, **options)
         now = time.perf_counter()
         for event in events:
             self.committed_at[event.seq] = now
