@@ -247,6 +247,30 @@ async def test_follow_yields_history_then_live_events(store: PostgresStore) -> N
     assert seen == ["old", "new 1", "new 2"]
 
 
+@pytest.mark.anyio
+async def test_watch_yields_every_head_of_notifications_that_arrive_together(
+    store: PostgresStore, schema: str
+) -> None:
+    # Regression: the watcher left psycopg's notification generator at the session's first
+    # notification, and psycopg had taken the whole read off the connection: the heads after
+    # it in the same read were lost (a follower that had read that first head already then
+    # never read the last commits). One transaction's notifications arrive together.
+    channel = f"nous_session.{schema}"
+    heads = store.watch("w")
+    try:
+        with anyio.fail_after(10):
+            assert await anext(heads) == -1  # listening
+            sql(
+                "SELECT pg_notify(%s, %s), pg_notify(%s, %s), pg_notify(%s, %s)",
+                *(channel, '{"session": "w", "head": 3}'),
+                *(channel, '{"session": "other", "head": 9}'),
+                *(channel, '{"session": "w", "head": 5}'),
+            )
+            assert [await anext(heads), await anext(heads)] == [3, 5]
+    finally:
+        await heads.aclose()
+
+
 def test_cli_tail_follows_a_postgres_session(schema: str) -> None:
     async def write(contents: list[str]) -> None:
         async with PostgresStore(URL, schema=schema) as store:
