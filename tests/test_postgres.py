@@ -83,11 +83,6 @@ async def _load(schema: str, session_id: str) -> list:  # type: ignore[type-arg]
         return list(await store.load(session_id))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug, open: after its listener is cut, a following actor now and then misses "
-    "the writers' last commit (3 of 16 runs of a harness on 2026-12-02), so the subscriber waits",
-)
 def test_a_subscriber_in_another_process_sees_everything_across_a_reconnect(schema: str) -> None:
     total = 2 * 3 * 30
     url = f"{URL}?schema={schema}"
