@@ -948,11 +948,15 @@ class SessionActor:
                     if head != -1 and head <= self._published.log.count:
                         continue
                     if self._catch_up_queued:
-                        if head == -1 and self._queued_catch_up is not None:
-                            # A reconnect while a catch-up for an older head waits: that one
-                            # must now read in any case, or the commits whose notifications
-                            # the lost listener missed stay unread until the next commit.
-                            self._queued_catch_up.head = None
+                        # The catch-up that waits answers for this head too: it must read at
+                        # least this far. It skips its read when its own head is read already
+                        # (a catch-up in flight may have read past it), so a head left at an
+                        # older value would let this commit go unread until the next one
+                        # (forever, after a writer's last commit). A reconnect (-1) makes it
+                        # read in any case: the lost listener may have missed commits.
+                        queued = self._queued_catch_up
+                        if queued is not None and queued.head is not None:
+                            queued.head = None if head == -1 else max(queued.head, head)
                         continue
                     self._catch_up_queued = True
                     # -1 (reconnected) must always read; a head may be read already.

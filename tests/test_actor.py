@@ -1267,6 +1267,29 @@ async def test_a_feed_reconnect_while_a_catch_up_waits_still_reads_what_it_misse
         await store.feed_send.aclose()
 
 
+async def test_a_head_notified_while_a_catch_up_waits_is_read_even_if_that_one_skips() -> None:
+    # Regression: a head that came while a catch-up was queued was dropped, the queued one
+    # standing for it; but that one kept its older head, found it read already by the
+    # catch-up in flight before it, and read nothing: a writer's last commit was never read
+    # (the cross-process subscriber test in test_postgres.py hung now and then).
+    store = _GatedFeedStore()
+    async with SessionActor.open(session_id="fed", store=store, follow=True) as session:
+        await _commit_user(store, 0)
+        await _commit_user(store, 1)
+        store.hold = True
+        await store.feed_send.send(1)  # a catch-up reads seqs 0 and 1, and is held there
+        await store.held.wait()
+        await store.feed_send.send(2)  # queued behind it: head 2, read already once it runs
+        await _commit_user(store, 2)
+        await store.feed_send.send(3)  # dropped: the queued catch-up stands for it
+        store.release.set()
+        with anyio.fail_after(5):
+            async with session.subscribe(0) as events:
+                seqs = [event.seq async for event in _take(events, 3)]
+        assert seqs == [0, 1, 2]
+        await store.feed_send.aclose()
+
+
 async def _take(events: Any, count: int) -> Any:
     async for event in events:
         yield event

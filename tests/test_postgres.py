@@ -83,11 +83,6 @@ async def _load(schema: str, session_id: str) -> list:  # type: ignore[type-arg]
         return list(await store.load(session_id))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug, open: after its listener is cut, a following actor now and then misses "
-    "the writers' last commit (3 of 16 runs of a harness on 2026-12-02), so the subscriber waits",
-)
 def test_a_subscriber_in_another_process_sees_everything_across_a_reconnect(schema: str) -> None:
     total = 2 * 3 * 30
     url = f"{URL}?schema={schema}"
@@ -245,6 +240,30 @@ async def test_follow_yields_history_then_live_events(store: PostgresStore) -> N
             await writer.append("user_message", {"content": "new 1"})
             await writer.append("user_message", {"content": "new 2"})
     assert seen == ["old", "new 1", "new 2"]
+
+
+@pytest.mark.anyio
+async def test_watch_yields_every_head_of_notifications_that_arrive_together(
+    store: PostgresStore, schema: str
+) -> None:
+    # Regression: the watcher left psycopg's notification generator at the session's first
+    # notification, and psycopg had taken the whole read off the connection: the heads after
+    # it in the same read were lost (a follower that had read that first head already then
+    # never read the last commits). One transaction's notifications arrive together.
+    channel = f"nous_session.{schema}"
+    heads = store.watch("w")
+    try:
+        with anyio.fail_after(10):
+            assert await anext(heads) == -1  # listening
+            sql(
+                "SELECT pg_notify(%s, %s), pg_notify(%s, %s), pg_notify(%s, %s)",
+                *(channel, '{"session": "w", "head": 3}'),
+                *(channel, '{"session": "other", "head": 9}'),
+                *(channel, '{"session": "w", "head": 5}'),
+            )
+            assert [await anext(heads), await anext(heads)] == [3, 5]
+    finally:
+        await heads.aclose()
 
 
 def test_cli_tail_follows_a_postgres_session(schema: str) -> None:

@@ -1295,13 +1295,16 @@ class PostgresStore:
 
     @staticmethod
     def _wait(connection: psycopg.Connection[Any], session_id: str, timeout: float) -> list[int]:
+        """The session's heads in the notifications of one read (often none: another
+        session's, or the timeout). psycopg takes every notification of a read off the
+        connection at once: leaving the generator in the middle of them loses the rest, so
+        ``stop_after`` ends it after the whole read instead."""
         heads = []
-        for notification in connection.notifies(timeout=timeout):
+        for notification in connection.notifies(timeout=timeout, stop_after=1):
             with suppress(ValueError, KeyError, TypeError):
                 payload = json.loads(notification.payload)
                 if payload["session"] == session_id:
                     heads.append(int(payload["head"]))
-                    break
         return heads
 
     async def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
