@@ -24,7 +24,7 @@ import enum
 import random
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple
 
@@ -89,6 +89,10 @@ _REBASE_ATTEMPTS: Final = 32
 _WARM_ABOVE: Final = 2048
 # How long the actor keeps asking a store that lost contact whether a commit landed.
 _RESOLVE_FOR: Final = 30.0
+# A feed catch-up that could not read is tried again after this many seconds, doubling up
+# to the maximum while reads keep failing.
+_CATCH_UP_RETRY_FIRST: Final = 0.05
+_CATCH_UP_RETRY_MAX: Final = 5.0
 
 
 class _Batch(NamedTuple):
@@ -195,7 +199,9 @@ class SessionActor:
     __slots__ = (
         "_admit",
         "_batches",
+        "_catch_up_delay",
         "_catch_up_queued",
+        "_catch_up_retry",
         "_closing",
         "_commit_ids",
         "_compaction",
@@ -269,6 +275,8 @@ class SessionActor:
         self._requests = 0
         self._catch_up_queued = False
         self._queued_catch_up: Reload | None = None  # the feed's catch-up, while it waits
+        self._catch_up_retry: anyio.CancelScope | None = None  # a failed one's retry, waiting
+        self._catch_up_delay = _CATCH_UP_RETRY_FIRST
         self._watch_scope: anyio.CancelScope | None = None
         # Set when a rebasing commit met a record it cannot decode: this actor can no longer
         # follow the store past it, so it refuses further writes instead of repeating them.
@@ -408,6 +416,8 @@ class SessionActor:
             self._compaction.close()
         if self._watch_scope is not None:
             self._watch_scope.cancel()
+        if self._catch_up_retry is not None:
+            self._catch_up_retry.cancel()
 
     # The actor task ---------------------------------------------------------------------------
 
@@ -921,10 +931,15 @@ class SessionActor:
                 replaced = any(event.op is not None for event in events)
         except Exception as error:
             self._logger.warning("nous_session.catch_up_failed", error=repr(error))
+            corrupt = isinstance(error, CorruptRecordError)
             if request is not None:
                 request.fail(_store_error(error))
+                if request.from_feed and not corrupt:
+                    self._retry_catch_up()
             # A record that cannot be read blocks every retry: the callers must hear it.
-            return error if isinstance(error, CorruptRecordError) else None
+            return error if corrupt else None
+        if request is not None and request.from_feed:
+            self._catch_up_delay = _CATCH_UP_RETRY_FIRST
         if log is not self._published.log:
             self._published.publish(log, dropped=dropped)
             if self._log_commits:
@@ -947,30 +962,58 @@ class SessionActor:
                 async for head in heads:
                     if head != -1 and head <= self._published.log.count:
                         continue
-                    if self._catch_up_queued:
-                        # The catch-up that waits answers for this head too: it must read at
-                        # least this far. It skips its read when its own head is read already
-                        # (a catch-up in flight may have read past it), so a head left at an
-                        # older value would let this commit go unread until the next one
-                        # (forever, after a writer's last commit). A reconnect (-1) makes it
-                        # read in any case: the lost listener may have missed commits.
-                        queued = self._queued_catch_up
-                        if queued is not None and queued.head is not None:
-                            queued.head = None if head == -1 else max(queued.head, head)
-                        continue
-                    self._catch_up_queued = True
-                    # -1 (reconnected) must always read; a head may be read already.
-                    request = Reload(None if head == -1 else head, from_feed=True)
-                    self._queued_catch_up = request
-                    try:
-                        self._send.send_nowait(request)
-                    except anyio.WouldBlock:
-                        await self._send.send(request)
+                    await self._catch_up(head)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass  # the session is closing
             finally:
                 with anyio.CancelScope(shield=True):
                     await heads.aclose()
+
+    async def _catch_up(self, head: int) -> None:
+        """Queue a feed catch-up to ``head`` (-1: read whatever there is), unless one waits.
+
+        Raises:
+            anyio.ClosedResourceError: the session is closing.
+        """
+        if self._catch_up_queued:
+            # The catch-up that waits answers for this head too: it must read at least this
+            # far. It skips its read when its own head is read already (a catch-up in flight
+            # may have read past it), so a head left at an older value would let this commit
+            # go unread until the next one (forever, after a writer's last commit). A
+            # reconnect (-1) makes it read in any case: the lost listener may have missed
+            # commits.
+            queued = self._queued_catch_up
+            if queued is not None and queued.head is not None:
+                queued.head = None if head == -1 else max(queued.head, head)
+            return
+        self._catch_up_queued = True
+        # -1 (reconnected) must always read; a head may be read already.
+        request = Reload(None if head == -1 else head, from_feed=True)
+        self._queued_catch_up = request
+        try:
+            self._send.send_nowait(request)
+        except anyio.WouldBlock:
+            await self._send.send(request)
+
+    def _retry_catch_up(self) -> None:
+        """A feed catch-up could not read (the store failed for a moment, say): read again
+        after a backoff. Otherwise the commits it stood for would stay unread until the next
+        notification, which never comes after a writer's last commit."""
+        if self._closing or self._catch_up_retry is not None:
+            return
+        scope = self._catch_up_retry = anyio.CancelScope()
+        delay = self._catch_up_delay
+        self._catch_up_delay = min(delay * 2, _CATCH_UP_RETRY_MAX)
+        self._task_group.start_soon(self._catch_up_later, scope, delay)
+
+    async def _catch_up_later(self, scope: anyio.CancelScope, delay: float) -> None:
+        with scope:
+            try:
+                await anyio.sleep(delay)
+            finally:
+                self._catch_up_retry = None
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # closing
+                await self._catch_up(-1)
 
     # Calls ------------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from nous_session import (
     StoreError,
     ToolCall,
 )
+from nous_session import actor as actor_module
 from nous_session.event import make_event
 
 pytestmark = pytest.mark.anyio
@@ -1296,3 +1297,54 @@ async def _take(events: Any, count: int) -> Any:
         count -= 1
         if count == 0:
             return
+
+
+class _FlakyFeedStore(_GatedFeedStore):
+    """A feed store whose next ``failures`` reads fail, as a store that lost its connection
+    for a moment does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+        self.failed = 0
+        self.first_failure = anyio.Event()
+
+    async def read(self, session_id: str, *, since: int = 0) -> Any:
+        if self.failures:
+            self.failures -= 1
+            self.failed += 1
+            self.first_failure.set()
+            raise StoreError("the connection was lost")
+        return await super().read(session_id, since=since)
+
+
+async def test_a_feed_catch_up_that_fails_to_read_is_tried_again() -> None:
+    # Regression: a feed catch-up whose read failed was dropped; the commits it stood for
+    # stayed unread until the next notification, which never comes after a writer's last one.
+    store = _FlakyFeedStore()
+    async with SessionActor.open(session_id="fed", store=store, follow=True) as session:
+        await _commit_user(store, 0)
+        await _commit_user(store, 1)
+        store.failures = 3  # three reads in a row fail: three retries, backing off
+        await store.feed_send.send(2)  # the only notification these commits get
+        with anyio.fail_after(10):
+            async with session.subscribe(0) as events:
+                seqs = [event.seq async for event in _take(events, 2)]
+        assert seqs == [0, 1]
+        assert store.failed == 3
+        await store.feed_send.aclose()
+
+
+async def test_closing_a_session_ends_a_waiting_catch_up_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(actor_module, "_CATCH_UP_RETRY_FIRST", 60.0)
+    store = _FlakyFeedStore()
+    with anyio.fail_after(10):  # the retry's 60 s backoff is cut short, not waited out
+        async with SessionActor.open(session_id="fed", store=store, follow=True) as session:
+            await _commit_user(store, 0)
+            store.failures = 1
+            await store.feed_send.send(1)
+            await store.first_failure.wait()
+            assert session.log.count == 0
+    await store.feed_send.aclose()
