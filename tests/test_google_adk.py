@@ -471,3 +471,42 @@ async def test_folds_beyond_the_cache_are_folded_again(monkeypatch: pytest.Monke
             assert len(got.events) == 1
         assert len(service._folds) <= 2
         assert len(service._states) <= 2
+
+
+async def test_an_event_delivered_again_after_its_state_was_lost_applies_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression: the app and user deltas go to their own sessions after the event commits.
+    # A failure in between (the process dying, say) left them unapplied, and delivering the
+    # event again found it stored and skipped them for good.
+    url = f"sqlite:///{tmp_path / 'adk.sqlite3'}"
+    delta = {"app:calls": 1, "user:lang": "en", "topic": "weather"}
+    event = Event(author="user", actions=EventActions(state_delta=delta))
+    async with NousSessionService(url) as service:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
+        real = NousSessionService._update_state
+
+        async def lost(self: NousSessionService, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("the process died here")
+
+        monkeypatch.setattr(NousSessionService, "_update_state", lost)
+        with pytest.raises(RuntimeError, match="died"):
+            await service.append_event(session, event.model_copy(deep=True))
+        monkeypatch.setattr(NousSessionService, "_update_state", real)
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {}
+
+    async with NousSessionService(url) as service:  # the retry, after a restart
+        session = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+        assert session is not None
+        for _ in range(2):  # delivered again, twice: stored once, applied once
+            await service.append_event(session, event.model_copy(deep=True))
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {"lang": "en"}
+        other = await service.create_session(app_name=APP, user_id="u2", session_id="s2")
+        assert other.state == {"app:calls": 1}
+        stored = [e for e in await _events(service, "s1") if e.type == EVENT_EVENT]
+        assert len(stored) == 1
+    async with (
+        open_store(url) as store,
+        SessionActor.open(session_id=service._app_id(APP), store=store, follow=False) as app_state,
+    ):
+        assert sum(e.type == google_adk.STATE_EVENT for e in app_state.log.events()) == 1

@@ -448,7 +448,7 @@ class NousSessionService(BaseSessionService):
         marker = session._storage_update_marker
         seen = session.last_update_time
 
-        async def append(actor: SessionActor) -> str | None:
+        async def append(actor: SessionActor) -> tuple[str | None, str]:
             async with self._locked(sid):
                 folded = self._fold(sid, actor.log)
                 if not folded.alive:
@@ -467,20 +467,27 @@ class NousSessionService(BaseSessionService):
                 except ConflictError as error:
                     raise StaleSessionError(_STALE) from error
                 if appended[0].seq < count:
-                    return None  # delivered before: stored once, applied once
+                    return None, key  # delivered before: stored once, applied once
                 if event.actions is not None and event.actions.compaction is not None:
                     await _compact(actor, event)
-                return str(actor.log.count)
+                return str(actor.log.count), key
 
-        new_marker = await self._portal.acall(sid, append)
+        new_marker, key = await self._portal.acall(sid, append)
+        if event.actions is not None and event.actions.state_delta:
+            # Keyed by the event's own key: an event delivered again (a retry after a crash
+            # between its commit and these, say) applies its app and user deltas if they did
+            # not land, and never twice.
+            deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta)
+            await self._update_state(
+                self._app_id(session.app_name), deltas["app"], key=f"{sid}:{key}:app"
+            )
+            await self._update_state(
+                self._user_id(session.app_name, session.user_id),
+                deltas["user"],
+                key=f"{sid}:{key}:user",
+            )
         if new_marker is None:
             return event
-        if event.actions is not None and event.actions.state_delta:
-            deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta)
-            await self._update_state(self._app_id(session.app_name), deltas["app"])
-            await self._update_state(
-                self._user_id(session.app_name, session.user_id), deltas["user"]
-            )
         session.last_update_time = event.timestamp
         session._storage_update_marker = new_marker
         return self._commit_event_to_session(session, event)
@@ -538,15 +545,18 @@ class NousSessionService(BaseSessionService):
     def _folded_state(self, sid: str, log: Log) -> _FoldedState:
         return _cached(self._states, sid, log, _FoldedState)
 
-    async def _update_state(self, sid: str, delta: dict[str, Any]) -> dict[str, Any]:
+    async def _update_state(
+        self, sid: str, delta: dict[str, Any], *, key: str | None = None
+    ) -> dict[str, Any]:
         """Apply a delta to an app's or user's state (retrying when another process wrote
-        first: a delta does not depend on what it replaces) and return the state."""
+        first: a delta does not depend on what it replaces) and return the state. With
+        ``key``, a delta already applied under that key is not applied again."""
 
         async def update(actor: SessionActor) -> dict[str, Any]:
             if delta:
                 for attempt in range(_STATE_ATTEMPTS):
                     try:
-                        await actor.append(STATE_EVENT, {"delta": json.dumps(delta)})
+                        await actor.append(STATE_EVENT, {"delta": json.dumps(delta)}, key=key)
                         break
                     except ConflictError:  # the actor caught up: trying again lands
                         if attempt == _STATE_ATTEMPTS - 1:
