@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 
 import anyio
 import pytest
@@ -289,3 +289,53 @@ def test_cli_tail_follows_a_postgres_session(schema: str) -> None:
         while tail.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert tail.returncode == 0
+
+
+@pytest.mark.anyio
+async def test_many_followed_sessions_share_one_listener_and_no_default_thread(
+    store: PostgresStore, schema: str
+) -> None:
+    # Regression: each followed session held a LISTEN connection and a thread of anyio's
+    # default limiter (40 tokens) of its own. At 100 sessions the application's own
+    # to_thread calls waited ~0.36 s for a thread; at 320 the server refused connections.
+    count = 60  # more than the default limiter's 40 threads
+    async with AsyncExitStack() as stack:
+        followers = [
+            await stack.enter_async_context(SessionActor.open(session_id=f"f{i}", store=store))
+            for i in range(count)
+        ]
+        listener = store._listener
+        assert listener is not None
+        assert anyio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
+        async with (
+            PostgresStore(URL, schema=schema) as other,
+            SessionActor.open(session_id=f"f{count - 1}", store=other, follow=False) as writer,
+            SessionActor.open(session_id="f0", store=other, follow=False) as first,
+        ):
+            await writer.append("user_message", {"content": "to the last"})
+            await first.append("user_message", {"content": "to the first"})
+        with anyio.fail_after(10):
+            for follower in (followers[-1], followers[0]):
+                async with follower.subscribe(0) as events:
+                    async for event in events:
+                        assert event.data["content"].startswith("to the")
+                        break
+        assert listener.connections == 1
+        assert [f.log.count for f in followers[1:-1]] == [0] * (count - 2)
+        thread = listener._thread
+        assert thread is not None
+    # Every watch has left: the thread ends (within one poll) and a new watch starts another.
+    await anyio.to_thread.run_sync(thread.join, 10)
+    assert not thread.is_alive()
+    assert listener.watching == 0
+    async with SessionActor.open(session_id="f0", store=store) as again:
+        assert again.log.count == 1
+        async with PostgresStore(URL, schema=schema) as other:
+            async with SessionActor.open(session_id="f0", store=other, follow=False) as writer:
+                await writer.append("user_message", {"content": "after"})
+        with anyio.fail_after(10):
+            async with again.subscribe(1) as events:
+                async for event in events:
+                    assert event.data["content"] == "after"
+                    break
+    assert listener.connections == 2

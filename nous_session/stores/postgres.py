@@ -45,7 +45,7 @@ import json
 import re
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from types import MappingProxyType, TracebackType
 from typing import Any, ClassVar, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -63,6 +63,7 @@ from nous_session.errors import (
     StoreError,
 )
 from nous_session.event import Event
+from nous_session.stores._listener import Listener
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -310,6 +311,9 @@ class PostgresStore:
         )
         self._limiter: anyio.CapacityLimiter | None = None
         self._max_size = max_size
+        # The LISTEN connection and thread that every watch of this store shares.
+        self._listener: Listener | None = None
+        self._listener_lock = threading.Lock()
         # Commits sent in one round (one pass of an event loop's ready tasks), by the thread
         # that runs the loop; the round's first caller commits them in one transaction.
         self._rounds: dict[int, list[_Grouped]] = {}
@@ -1252,36 +1256,28 @@ class PostgresStore:
     async def watch(self, session_id: str, *, poll: float = 0.25) -> AsyncGenerator[int, None]:
         """Yield the session's new head whenever a commit (from any process) lands.
 
-        The first value is yielded as soon as the listener is connected, and again after every
-        reconnection: the caller should read what it has missed then (``load(since=...)``).
-        Each notification's head follows; a lost listener reconnects with a backoff.
+        The first value, ``-1``, is yielded as soon as the store is listening, and again
+        after every reconnection: the caller should read what it has missed then
+        (``load(since=...)``). Each notification's head follows; a lost listener reconnects
+        with a backoff.
 
-        Holds one connection of its own. Close the generator (``aclosing``) to release it.
+        Every watch of one store shares one LISTEN connection and one thread (``poll``, the
+        seconds that thread waits for notifications before it checks whether any watch is
+        left, is the first watch's). Close the generator (``aclosing``) to leave it; the
+        thread ends once no watch is left.
         """
         await self._run(lambda: None)  # connect and migrate first
-        backoff = 0.05
-        while True:
-            try:
-                connection = await anyio.to_thread.run_sync(self._listen)
-            except psycopg.Error as error:
-                _logger.warning("nous_session.listener_connect_failed", error=_describe(error))
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-                continue
-            backoff = 0.05
-            try:
-                yield -1  # (re)connected: whatever happened meanwhile must be read now
-                while True:
-                    heads = await anyio.to_thread.run_sync(self._wait, connection, session_id, poll)
-                    for head in heads:
-                        yield head
-            except psycopg.Error as error:
-                _logger.warning(
-                    "nous_session.listener_lost", session_id=session_id, error=_describe(error)
-                )
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(_close_quietly, connection)
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = Listener(self._listen, poll)
+            listener = self._listener
+        heads = listener.watch(session_id)
+        try:
+            async for head in heads:
+                yield head
+        finally:
+            with anyio.CancelScope(shield=True):
+                await heads.aclose()
 
     def _listen(self) -> psycopg.Connection[Any]:
         connection = psycopg.connect(
@@ -1290,22 +1286,12 @@ class PostgresStore:
             application_name=_LISTENER_APPLICATION,
             connect_timeout=max(1, int(self._connect_timeout)),
         )
-        connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        try:
+            connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        except BaseException:
+            connection.close()
+            raise
         return connection
-
-    @staticmethod
-    def _wait(connection: psycopg.Connection[Any], session_id: str, timeout: float) -> list[int]:
-        """The session's heads in the notifications of one read (often none: another
-        session's, or the timeout). psycopg takes every notification of a read off the
-        connection at once: leaving the generator in the middle of them loses the rest, so
-        ``stop_after`` ends it after the whole read instead."""
-        heads = []
-        for notification in connection.notifies(timeout=timeout, stop_after=1):
-            with suppress(ValueError, KeyError, TypeError):
-                payload = json.loads(notification.payload)
-                if payload["session"] == session_id:
-                    heads.append(int(payload["head"]))
-        return heads
 
     async def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
         """Yield the session's events from ``since`` on, then each one committed later by any
@@ -1352,8 +1338,3 @@ def _pop_schema(url: str) -> tuple[str, str | None]:
         return url, None
     rest = urlencode([(key, value) for key, value in query if key != "schema"])
     return urlunsplit(parts._replace(query=rest)), schemas[-1]
-
-
-def _close_quietly(connection: psycopg.Connection[Any]) -> None:
-    with suppress(Exception):
-        connection.close()

@@ -1,0 +1,191 @@
+"""One LISTEN connection per PostgresStore, shared by every session it watches.
+
+Each watched session used to hold a LISTEN connection of its own and a worker thread of
+anyio's default limiter, blocked in ``notifies()`` for up to ``poll`` seconds at a time. With
+many followed sessions in one process that exhausts both: at 100 the application's own
+``anyio.to_thread.run_sync`` waited about 0.36 s for a thread, and at 320 the server refused
+connections ("too many clients"), so those followers never heard of a commit.
+
+Here one daemon thread per store owns one connection. It dispatches each notification to the
+watches of its session, waking each watch's event loop itself (``loop.call_soon_threadsafe``
+on asyncio, ``TrioToken.run_sync_soon`` on trio). After it connects, and again after every
+reconnection, every watch gets ``-1``: read whatever you may have missed. A watch registered
+while the thread is connected gets ``-1`` at once (LISTEN is active, so nothing after it is
+missed). The thread ends once its last watch has left (within one poll; it decides under the
+lock a new watch takes, so a watch never joins a thread that is ending), and a later watch
+starts a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import AsyncGenerator, Callable
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+
+from nous_session._logging import get_logger
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["Listener"]
+
+_logger = get_logger("nous_session.postgres")
+
+_FIRST_BACKOFF: Final = 0.05
+_MAX_BACKOFF: Final = 2.0
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _scheduler() -> Callable[[Callable[[], object]], object]:
+    """How a thread runs a callback on the calling task's event loop (asyncio or trio)."""
+    library = "asyncio"
+    if "trio" in sys.modules:  # trio imports sniffio, so a trio run always has it
+        import sniffio
+
+        library = sniffio.current_async_library()
+    if library == "trio":
+        import trio
+
+        return trio.lowlevel.current_trio_token().run_sync_soon
+    import asyncio
+
+    return asyncio.get_running_loop().call_soon_threadsafe
+
+
+class _Watch:
+    """One session's watch: the heads the thread has for it, and how to wake its task."""
+
+    __slots__ = ("event", "heads", "schedule", "session_id")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.schedule = _scheduler()
+        self.heads: list[int] = []  # what the thread dispatched, not yet taken; -1 = read all
+        self.event: anyio.Event | None = None  # set by the thread when it adds heads
+
+    def push(self, head: int) -> None:
+        """Add ``head`` and wake the watching task (called with the listener's lock held)."""
+        self.heads.append(head)
+        event, self.event = self.event, None
+        if event is not None:
+            with suppress(RuntimeError):  # that event loop is gone, and its watch with it
+                self.schedule(event.set)
+
+
+class Listener:
+    """The LISTEN thread of one store's channel, and the watches it serves."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]], poll: float) -> None:
+        self._connect = connect
+        self._poll = poll
+        self._lock = threading.Lock()
+        self._watches: dict[str, list[_Watch]] = {}
+        self._connected = False
+        self._thread: threading.Thread | None = None  # None once it has decided to end
+        self.connections = 0  # connections made (for tests)
+
+    @property
+    def watching(self) -> int:
+        """How many watches are open."""
+        with self._lock:
+            return sum(len(watches) for watches in self._watches.values())
+
+    async def watch(self, session_id: str) -> AsyncGenerator[int, None]:
+        """Yield ``-1`` once listening (and after every reconnection), then the session's
+        heads as their notifications arrive."""
+        watch = _Watch(session_id)
+        with self._lock:
+            self._watches.setdefault(session_id, []).append(watch)
+            if self._connected:
+                watch.heads.append(-1)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name="nous_session-postgres-listener", daemon=True
+                )
+                self._thread.start()
+        try:
+            while True:
+                event = None
+                with self._lock:
+                    heads, watch.heads = watch.heads, []
+                    if not heads:
+                        event = watch.event = anyio.Event()
+                if event is not None:
+                    await event.wait()
+                    continue
+                for head in heads:
+                    yield head
+        finally:
+            with self._lock:
+                watches = self._watches[session_id]
+                watches.remove(watch)
+                if not watches:
+                    del self._watches[session_id]
+
+    # The thread's side ---------------------------------------------------------------------
+
+    def _unwatched(self) -> bool:
+        """True (and the thread is no longer this listener's) when no watch is left."""
+        with self._lock:
+            if self._watches:
+                return False
+            self._thread = None
+            self._connected = False
+            return True
+
+    def _serve(self) -> None:
+        backoff = _FIRST_BACKOFF
+        while True:
+            if self._unwatched():
+                return  # a new watch starts a new thread
+            try:
+                connection = self._connect()
+                self.connections += 1
+            except Exception as error:  # a bug too: the watches must not wait forever
+                _logger.warning("nous_session.listener_connect_failed", error=_describe(error))
+                time.sleep(backoff)  # this thread's own; no event loop waits on it
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+                continue
+            backoff = _FIRST_BACKOFF
+            try:
+                with self._lock:
+                    self._connected = True
+                    for watches in self._watches.values():
+                        for watch in watches:
+                            watch.push(-1)  # (re)connected: read what happened meanwhile
+                while True:
+                    if self._unwatched():
+                        return  # closing the connection first
+                    self._dispatch(connection)
+            except Exception as error:
+                _logger.warning("nous_session.listener_lost", error=_describe(error))
+                with self._lock:
+                    self._connected = False
+            finally:
+                with suppress(Exception):
+                    connection.close()
+
+    def _dispatch(self, connection: psycopg.Connection[Any]) -> None:
+        """Hand the notifications of one read (or none, after ``poll`` seconds) to their
+        sessions' watches. psycopg takes every notification of a read off the connection at
+        once: leaving its generator in the middle of them would lose the rest, so
+        ``stop_after`` ends it after the whole read instead."""
+        heads: list[tuple[str, int]] = []
+        for notification in connection.notifies(timeout=self._poll, stop_after=1):
+            with suppress(ValueError, KeyError, TypeError):
+                payload = json.loads(notification.payload)
+                heads.append((str(payload["session"]), int(payload["head"])))
+        if heads:
+            with self._lock:
+                for session_id, head in heads:
+                    for watch in self._watches.get(session_id, ()):
+                        watch.push(head)
