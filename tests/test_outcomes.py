@@ -38,6 +38,7 @@ from nous_session import (
     Store,
     StoreError,
 )
+from nous_session._requests import Done
 from nous_session.event import message_event
 from nous_session.stores import MemoryStore
 from nous_session.stores.sqlite import SQLiteStore
@@ -487,3 +488,30 @@ async def test_conflict_errors_are_still_conflicts_for_another_writer(tmp_path: 
             await second.append("user_message", {"content": "b"})
         assert (await second.append("user_message", {"content": "b"})).seq == 1
     assert UTC is not None
+
+
+async def test_a_request_wakes_every_waiter_even_after_one_was_cancelled() -> None:
+    # Request.done waits on the loop's own primitive, one per waiting call: a cancelled
+    # caller (whose asyncio future is cancelled with it) must not cancel another's wait.
+    done = Done()
+    woken: list[str] = []
+    scopes: dict[str, anyio.CancelScope] = {}
+
+    async def wait(name: str) -> None:
+        with anyio.CancelScope() as scope:
+            scopes[name] = scope
+            await done.wait()
+            woken.append(name)
+
+    async with anyio.create_task_group() as group:
+        for name in ("first", "second", "third"):
+            group.start_soon(wait, name)
+        await anyio.wait_all_tasks_blocked()
+        scopes["first"].cancel()  # it leaves, unwoken
+        await anyio.wait_all_tasks_blocked()
+        assert not done.is_set()
+        done.set()
+        done.set()  # once is enough; again changes nothing
+    assert sorted(woken) == ["second", "third"]
+    with anyio.fail_after(1):
+        await done.wait()  # set already: returns at once
