@@ -11,11 +11,11 @@ not applied: what came before them is committed first, then the actor reads the 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeAlias
 
+from nous_session._loops import current_library
 from nous_session.errors import ConflictError, InvalidEventError
 from nous_session.event import Event, EventType, replace_data, to_message
 from nous_session.log import Log
@@ -122,13 +122,10 @@ def _wake(waiter: _Waiter) -> None:
 
 
 def _waiter() -> _Waiter:
-    if "trio" in sys.modules:  # trio imports sniffio, so a trio run always has it
-        import sniffio
+    if current_library() == "trio":
+        import trio
 
-        if sniffio.current_async_library() == "trio":
-            import trio
-
-            return trio.Event()
+        return trio.Event()
     return asyncio.get_running_loop().create_future()
 
 

@@ -19,7 +19,6 @@ starts a new one.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from nous_session._logging import get_logger
+from nous_session._loops import current_library
 
 if TYPE_CHECKING:
     import psycopg
@@ -47,12 +47,7 @@ def _describe(error: BaseException) -> str:
 
 def _scheduler() -> Callable[[Callable[[], object]], object]:
     """How a thread runs a callback on the calling task's event loop (asyncio or trio)."""
-    library = "asyncio"
-    if "trio" in sys.modules:  # trio imports sniffio, so a trio run always has it
-        import sniffio
-
-        library = sniffio.current_async_library()
-    if library == "trio":
+    if current_library() == "trio":
         import trio
 
         return trio.lowlevel.current_trio_token().run_sync_soon

@@ -34,7 +34,6 @@ import asyncio
 import itertools
 import queue
 import sqlite3
-import sys
 import threading
 import warnings
 from collections.abc import Awaitable, Callable
@@ -46,6 +45,7 @@ import anyio.lowlevel
 import attrs
 
 from nous_session._logging import get_logger
+from nous_session._loops import current_library
 from nous_session.errors import StoreError
 
 if TYPE_CHECKING:
@@ -185,11 +185,7 @@ class _Call(Generic[T]):
         Raises:
             RuntimeError: no asyncio loop or trio run is running in this thread.
         """
-        library = "asyncio"
-        if "trio" in sys.modules:  # trio imports sniffio, so a trio run always has it
-            import sniffio
-
-            library = sniffio.current_async_library()
+        library = current_library()
         if library == "trio":
             import trio
 
