@@ -1246,33 +1246,16 @@ async def _commit_user(store: MemoryStore, seq: int) -> None:
     await store.commit("fed", expected_count=seq, events=(event,))
 
 
-async def test_a_feed_reconnect_while_a_catch_up_waits_still_reads_what_it_missed() -> None:
-    # Regression: a reconnect (-1) that came while a catch-up for an older head was queued was
-    # dropped; that catch-up then found its head read already and read nothing, so a commit
-    # whose notification the lost listener missed stayed unread until some later commit.
-    store = _GatedFeedStore()
-    async with SessionActor.open(session_id="fed", store=store, follow=True) as session:
-        await _commit_user(store, 0)
-        await _commit_user(store, 1)
-        store.hold = True
-        await store.feed_send.send(1)  # a catch-up reads seqs 0 and 1, and is held there
-        await store.held.wait()
-        await store.feed_send.send(2)  # queued behind it: head 2, read already once it runs
-        await _commit_user(store, 2)  # committed while the listener is lost: no notification
-        await store.feed_send.send(-1)  # the listener is back
-        store.release.set()
-        with anyio.fail_after(5):
-            async with session.subscribe(0) as events:
-                seqs = [event.seq async for event in _take(events, 3)]
-        assert seqs == [0, 1, 2]
-        await store.feed_send.aclose()
-
-
-async def test_a_head_notified_while_a_catch_up_waits_is_read_even_if_that_one_skips() -> None:
-    # Regression: a head that came while a catch-up was queued was dropped, the queued one
-    # standing for it; but that one kept its older head, found it read already by the
-    # catch-up in flight before it, and read nothing: a writer's last commit was never read
-    # (the cross-process subscriber test in test_postgres.py hung now and then).
+@pytest.mark.parametrize("signal", [-1, 3], ids=["a reconnect", "a later head"])
+async def test_a_feed_signal_while_a_catch_up_waits_still_reads_what_it_stands_for(
+    signal: int,
+) -> None:
+    # Regression: a signal that came while a catch-up for an older head was queued was
+    # dropped, the queued one standing for it; but that one kept its older head, found it read
+    # already by the catch-up in flight before it, and read nothing. A reconnect (-1): the
+    # commit the lost listener missed stayed unread until some later commit. A later head (3,
+    # what the commit of seq 2 notifies): a writer's last commit was never read (the
+    # cross-process subscriber test in test_postgres.py hung now and then).
     store = _GatedFeedStore()
     async with SessionActor.open(session_id="fed", store=store, follow=True) as session:
         await _commit_user(store, 0)
@@ -1282,7 +1265,7 @@ async def test_a_head_notified_while_a_catch_up_waits_is_read_even_if_that_one_s
         await store.held.wait()
         await store.feed_send.send(2)  # queued behind it: head 2, read already once it runs
         await _commit_user(store, 2)
-        await store.feed_send.send(3)  # dropped: the queued catch-up stands for it
+        await store.feed_send.send(signal)  # dropped: the queued catch-up stands for it
         store.release.set()
         with anyio.fail_after(5):
             async with session.subscribe(0) as events:
