@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 
 pytest.importorskip("google.adk")
@@ -35,7 +37,7 @@ from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from nous_session import Role, SessionActor
+from nous_session import Role, SessionActor, SessionsPortal
 from nous_session.integrations import google_adk
 from nous_session.integrations.google_adk import (
     CREATED_EVENT,
@@ -212,26 +214,35 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 async def test_a_commit_lost_to_another_process_is_a_stale_session(shared_url: str) -> None:
     """Two services on one store are two writers, as two processes would be: the one that
     did not see the other's commit gets nous_session's ConflictError from the store, raised
-    as ADK's StaleSessionError, and nothing of it is stored."""
+    as ADK's StaleSessionError, and nothing of it is stored. The first does not follow the
+    store's change feed: one that does may hear of the other's commit first (a stale marker,
+    refused before the store is asked)."""
     url = shared_url
-    async with NousSessionService(url) as first, NousSessionService(url) as second:
-        created = await first.create_session(app_name=APP, user_id=USER, session_id="s")
-        mine = await first.get_session(app_name=APP, user_id=USER, session_id="s")
-        theirs = await second.get_session(app_name=APP, user_id=USER, session_id="s")
-        assert mine is not None
-        assert theirs is not None
-        assert mine == created
-        await second.append_event(theirs, Event(author="user", invocation_id="theirs"))
-        with pytest.raises(StaleSessionError) as raised:
-            await first.append_event(mine, Event(author="user", invocation_id="mine"))
-        assert type(raised.value.__cause__).__name__ == "ConflictError"
-        again = await first.get_session(app_name=APP, user_id=USER, session_id="s")
-        assert again is not None
-        assert [e.invocation_id for e in again.events] == ["theirs"]
-        await first.append_event(again, Event(author="user", invocation_id="mine"))
-        final = await second.get_session(app_name=APP, user_id=USER, session_id="s")
-        assert final is not None
-        assert [e.invocation_id for e in final.events] == ["theirs", "mine"]
+    portal = SessionsPortal(url, follow=False)
+    try:
+        async with (
+            NousSessionService(sessions=portal) as first,
+            NousSessionService(url) as second,
+        ):
+            created = await first.create_session(app_name=APP, user_id=USER, session_id="s")
+            mine = await first.get_session(app_name=APP, user_id=USER, session_id="s")
+            theirs = await second.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert mine is not None
+            assert theirs is not None
+            assert mine == created
+            await second.append_event(theirs, Event(author="user", invocation_id="theirs"))
+            with pytest.raises(StaleSessionError) as raised:
+                await first.append_event(mine, Event(author="user", invocation_id="mine"))
+            assert type(raised.value.__cause__).__name__ == "ConflictError"
+            again = await first.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert again is not None
+            assert [e.invocation_id for e in again.events] == ["theirs"]
+            await first.append_event(again, Event(author="user", invocation_id="mine"))
+            final = await second.get_session(app_name=APP, user_id=USER, session_id="s")
+            assert final is not None
+            assert [e.invocation_id for e in final.events] == ["theirs", "mine"]
+    finally:
+        await anyio.to_thread.run_sync(portal.close)
 
 
 async def test_state_deltas_are_scoped_as_adk_scopes_them(tmp_path: Path) -> None:
