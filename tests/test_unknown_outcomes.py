@@ -3,6 +3,8 @@ idempotency key is answered with what landed, never appended twice."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from typing import Any
 
 import anyio
@@ -110,3 +112,47 @@ async def test_a_conflict_from_a_lost_reply_answers_the_keys_it_finds(
             results["B"] = await session.append("user_message", {"content": "second"}, key="B")
         assert results["B"].seq == 1
         assert [e.data["content"] for e in await store.load("s")] == ["first", "second"]
+
+
+POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES", "")
+
+
+@pytest.mark.faults
+@pytest.mark.skipif(not POSTGRES_URL, reason="no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
+async def test_a_lost_reply_past_the_window_on_postgres_is_unknown_and_a_keyed_retry_lands_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through a proxy that drops every reply (the commit lands; nothing comes back, nor does
+    any answer while the actor tries to find out), the caller hears OutcomeUnknownError; once
+    the network is back, the retry with its key returns the event that landed."""
+    pytest.importorskip("psycopg")
+    from faultkit import ReplyDroppingProxy
+
+    from nous_session.stores.postgres import PostgresStore
+
+    monkeypatch.setattr(commits_module, "RESOLVE_FOR", 1.0)
+    schema = f"u_{uuid.uuid4().hex[:12]}"
+    try:
+        with ReplyDroppingProxy(POSTGRES_URL) as proxy:
+            async with PostgresStore(proxy.url, schema=schema, max_size=1) as faulty:
+                async with SessionActor.open(session_id="s", store=faulty, follow=False) as session:
+                    await session.append("user_message", {"content": "before"})
+                    proxy.drop_reply_matching(lambda reply: True, n=10**6)
+                    with anyio.fail_after(60), pytest.raises(OutcomeUnknownError) as caught:
+                        await session.append("user_message", {"content": "landed?"}, key="K")
+                    assert not isinstance(caught.value, StoreError)
+                    assert proxy.dropped >= 1
+                    proxy.pass_through()
+                    with anyio.fail_after(60):
+                        retried = await session.append(
+                            "user_message", {"content": "landed?"}, key="K"
+                        )
+                    assert retried.seq == 1
+        async with PostgresStore(POSTGRES_URL, schema=schema) as straight:
+            stored = await straight.load("s")
+            assert [event.data["content"] for event in stored] == ["before", "landed?"]
+    finally:
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
