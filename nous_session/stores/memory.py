@@ -22,7 +22,9 @@ from nous_session.stores.base import (
     SessionInfo,
     Stored,
     check_commit_arguments,
+    check_commit_state,
     check_fork_point,
+    check_held,
     check_rebase_arguments,
     check_session_id,
     moved,
@@ -89,7 +91,11 @@ class MemoryStore:
         self._check_open()
         _check_since(since)
         session = self._sessions.get(session_id)
-        return [] if session is None else self._view(session, since)
+        if session is None:
+            return []
+        events = self._view(session, since)
+        check_held(session_id, events, count=session.count, horizon=session.horizon, since=since)
+        return events
 
     async def read(self, session_id: str, *, since: int = 0) -> Stored:
         """The session's events from ``since``, its count, horizon, keys and lineage."""
@@ -98,9 +104,11 @@ class MemoryStore:
         session = self._sessions.get(session_id)
         if session is None:
             return Stored((), 0)
+        events = self._view(session, since)
+        check_held(session_id, events, count=session.count, horizon=session.horizon, since=since)
         keys = {key: value for key, value in session.keys.items() if value[0] >= since}
         return Stored(
-            self._view(session, since),
+            events,
             session.count,
             session.horizon,
             MappingProxyType(keys),
@@ -160,6 +168,13 @@ class MemoryStore:
                 )
         if commit_id is not None and commit_id in session.commits:
             raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
+        horizon = check_commit_state(
+            session_id,
+            session.horizon,
+            dropped=dropped,
+            horizon=horizon,
+            expected_horizon=expected_horizon,
+        )
         if dropped:
             self._drop(session_id, session, dropped, kept)
         if horizon is not None:
@@ -216,10 +231,16 @@ class MemoryStore:
             raise ConflictError(f"session {session_id!r}: an idempotency key is taken")
         if commit_id is not None and session is not None and commit_id in session.commits:
             raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
-        if session is None:
+        others = [] if session is None else self._view(session, expected_count)
+        if session is not None:
+            # A rebase never writes past a hole: the events would land after rows that are
+            # missing, and the session could not be opened again.
+            check_held(
+                session_id, others, count=stored, horizon=session.horizon, since=expected_count
+            )
+        else:
             session = self._sessions[session_id] = _Session()
         shift = stored - expected_count
-        others = self._view(session, expected_count)
         between = {k: v for k, v in session.keys.items() if v[0] >= expected_count}
         placed = moved(events, shift) if shift else list(events)
         session.events.extend(placed)
