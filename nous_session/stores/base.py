@@ -677,8 +677,8 @@ def check_held(
     stray = [number for number in seqs if number >= count]
     if stray:
         raise CorruptRecordError(
-            f"session {session_id!r}{at} holds seqs {_spans(stray)} at or past its count"
-            f" {count}: the count does not fit the rows"
+            f"session {session_id!r}{at} holds rows past its count {count} (seqs"
+            f" {_spans(stray)}): the count does not fit the rows"
         )
     present = set(seqs[start:])
     missing = [number for number in range(low, count) if number not in present]

@@ -45,7 +45,7 @@ import json
 import re
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from operator import itemgetter
 from types import MappingProxyType, TracebackType
 from typing import Any, ClassVar, Final, TypeVar
@@ -173,6 +173,48 @@ def _errors(what: str) -> Iterator[None]:
         ) from error
     except psycopg.Error as error:
         raise StoreError(f"{what}: {_describe(error)}") from error
+
+
+@contextmanager
+def _pipelined(
+    connection: psycopg.Connection[Any], *, begin: str | None = None
+) -> Iterator[psycopg.Pipeline]:
+    """``connection.pipeline()``, raising a failed statement's error once, and quietly; with
+    ``begin`` (``"BEGIN"``, or one with an isolation level), the block's statements are one
+    transaction, committed in the same round trip.
+
+    In pipeline mode psycopg raises a failed statement's error at whichever call next reads
+    results (an execute, a fetch, a ``transaction()``'s exit), and the server aborts every
+    statement queued after it. A block left with those still unread syncs them on its way
+    out, fails again ("pipeline aborted"), and psycopg logs ``error ignored terminating
+    <psycopg.Pipeline ...>`` on its logger: on stderr, for an application that configured no
+    logging, at every taken key or deadlock. ``connection.transaction()`` inside a pipeline
+    opens pipelines of its own around the block, which log the same way when the error
+    surfaces inside it or at its COMMIT. So the transaction is plain BEGIN and COMMIT
+    statements in this one pipeline; an error in the block first reads what the aborted
+    statements left, and a failed transaction is rolled back after the pipeline, once.
+    """
+    try:
+        with connection.pipeline() as pipeline:
+            try:
+                if begin is not None:
+                    connection.execute(begin)
+                yield pipeline
+                if begin is not None:
+                    connection.execute("COMMIT")
+            except psycopg.Error:
+                if not connection.broken:
+                    with suppress(psycopg.Error):  # the aborted statements' "pipeline aborted"
+                        pipeline.sync()
+                raise
+    except BaseException:
+        if (
+            begin is not None
+            and not connection.broken
+            and connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        ):
+            connection.rollback()
+        raise
 
 
 @contextmanager
@@ -757,7 +799,7 @@ class PostgresStore:
                 _errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
             ):
-                with connection.pipeline():
+                with _pipelined(connection):
                     found = connection.execute(self._row_query, (session_id,))
                     own = connection.execute(query, (session_id, since))
                 row = found.fetchone()
@@ -805,10 +847,8 @@ class PostgresStore:
             with (
                 _errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
-                connection.pipeline(),
-                connection.transaction(),
+                _pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             ):
-                connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 found = connection.execute(self._row_query, (session_id,))
                 own = connection.execute(events_query, (session_id, since))
                 keyed = connection.execute(keys_query, (session_id, since))
@@ -1023,18 +1063,16 @@ class PostgresStore:
         try:
             with self._pool.connection() as connection:
                 try:
-                    with connection.pipeline():
-                        with connection.transaction():
-                            if common:
-                                moving = connection.execute(
-                                    self._group_commit, self._group_parameters(common)
-                                )
-                            cursors = [
-                                connection.execute(item.statement, item.parameters)
-                                for item in alone
-                            ]
-                        moved = {row[0] for row in moving.fetchall()} if common else set()
-                        found = [cursor.fetchone() for cursor in cursors]
+                    with _pipelined(connection, begin="BEGIN"):
+                        if common:
+                            moving = connection.execute(
+                                self._group_commit, self._group_parameters(common)
+                            )
+                        cursors = [
+                            connection.execute(item.statement, item.parameters) for item in alone
+                        ]
+                    moved = {row[0] for row in moving.fetchall()} if common else set()
+                    found = [cursor.fetchone() for cursor in cursors]
                 except psycopg.Error:
                     broken = connection.broken
                     raise
@@ -1170,7 +1208,7 @@ class PostgresStore:
         def commit() -> tuple[Any, list[Any], list[Any]]:
             parameters["tails"] = [_tail(event) for event in rows]
             with _commit_errors(session_id), self._pool.connection() as connection:
-                with connection.pipeline(), connection.transaction():
+                with _pipelined(connection, begin="BEGIN"):
                     if expected_count == 0:
                         connection.execute(self._ensure_row, parameters)
                     connection.execute(self._lock_row, parameters)
