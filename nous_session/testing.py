@@ -683,6 +683,48 @@ class StoreConformance:
         assert list(await store.load("grandchild")) == list(log.upto(10).events())
         assert list(await store.load("late")) == list(log.snapshot().events())
 
+    @pytest.mark.anyio
+    async def test_a_fork_answers_its_parents_keys_up_to_the_fork_point(self, store: Store) -> None:
+        forking = self._forking(store)
+        log = sample_log(6)
+        await store.commit(
+            "p", expected_count=0, events=log.events()[:3], keys=[("a", 0, 2), ("b", 2, 1)]
+        )
+        await store.commit("p", expected_count=3, events=log.events()[3:5], keys=[("c", 3, 2)])
+        await forking.fork("p", "f", at=3)  # "c" (seqs 3..4) is only partly in its history
+        await forking.fork("f", "g", at=1)  # a fork of a fork: only "a" (seqs 0..1)
+        assert dict((await store.read("f")).keys) == {"a": (0, 2), "b": (2, 1)}
+        assert dict((await store.read("f", since=1)).keys) == {"b": (2, 1)}
+        assert dict((await store.read("g")).keys) == {"a": (0, 2)}
+        # A retry in the fork of a call the parent made before the fork appends nothing.
+        async with SessionActor.open(session_id="f", store=store) as fork:
+            again = await fork.append("user_message", {"content": "retried"}, key="b")
+            assert again == log.events()[2]
+            await fork.append("user_message", {"content": "the fork's own"}, key="d")
+        assert dict((await store.read("f")).keys) == {"a": (0, 2), "b": (2, 1), "d": (4, 1)}
+        # The keys stay with the forks when the parent goes (they get their own copies).
+        assert await store.delete("p") is True
+        assert dict((await store.read("f")).keys) == {"a": (0, 2), "b": (2, 1), "d": (4, 1)}
+        assert dict((await store.read("g")).keys) == {"a": (0, 2)}
+
+    @pytest.mark.anyio
+    async def test_a_fork_keeps_the_events_its_parent_kept_aside_for_a_key(
+        self, store: Store
+    ) -> None:
+        forking = self._forking(store)
+        log = sample_log(4)
+        await store.commit("p", expected_count=0, events=log.events(), keys=[("k", 1, 2)])
+        await store.commit(
+            "p", expected_count=4, events=[], dropped=[0, 1, 2], kept=[1, 2], horizon=4
+        )
+        await forking.fork("p", "f", at=3)
+        stored = await store.read("f")
+        assert dict(stored.keys) == {"k": (1, 2)}
+        assert list(stored.kept) == list(log.events()[1:3])
+        async with SessionActor.open(session_id="f", store=store) as fork:
+            assert await fork.append("user_message", {"content": "x"}, key="k") == (log.events()[1])
+            assert fork.log.count == 4
+
     # Sessions ----------------------------------------------------------------------------------
 
     @pytest.mark.anyio

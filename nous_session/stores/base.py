@@ -94,9 +94,11 @@ class Stored:
         count: the session's count (0 for an unknown session).
         horizon: its horizon.
         keys: the idempotency keys committed with events at seq >= ``since``: each key's first
-            seq and how many events its call appended.
+            seq and how many events its call appended. A fork's include its parent's (and
+            theirs) whose events are all at or before the fork point.
         kept: events of idempotency keys that a snapshot dropped, kept aside so a retry with
-            the key still gets them (read with ``since=0`` only; empty otherwise).
+            the key still gets them (read with ``since=0`` only; empty otherwise); a fork's
+            include its parent's up to the fork point.
         parent: the session it was forked from, or None.
         fork_point: the last seq of the parent's history it took, or None.
     """
@@ -317,6 +319,9 @@ class ForkingStore(Store, Protocol):
         including seq ``at``, sharing it instead of copying it (the cost does not grow with
         the history). The new session records its parent and fork point; later commits to
         either never show in the other; a snapshot or delete of the parent leaves it whole.
+        It answers the parent's idempotency keys whose events are all at or before ``at``
+        (and their kept events), shared as the history is: a retry in the fork of a call made
+        in the parent before the fork appends nothing.
 
         Raises:
             ValueError: ``at`` is not in ``horizon - 1 .. count - 1`` of the parent, the

@@ -75,9 +75,34 @@ class MemoryStore:
             return [*self._view(parent, since, limit), *mine]
         return mine
 
+    def _inherited(self, session: _Session) -> tuple[dict[str, tuple[int, int]], dict[int, Event]]:
+        """The idempotency keys and kept events a sharing fork answers from its lineage: its
+        parent's (and, for a fork of a fork, theirs) whose events are all at or before its
+        fork point. Looked up, not copied: a retry in the fork of a call made in the parent
+        before the fork finds the key."""
+        if not session.shares or session.parent is None or session.fork_point is None:
+            return {}, {}
+        parent = self._sessions[session.parent]
+        keys, kept = self._inherited(parent)
+        point = session.fork_point
+        keys.update(parent.keys)
+        kept.update(parent.kept)
+        return (
+            {
+                key: (first, size)
+                for key, (first, size) in keys.items()
+                if first + size <= point + 1
+            },
+            {seq: event for seq, event in kept.items() if seq <= point},
+        )
+
     def _own_copy(self, session: _Session) -> None:
-        """Give a sharing fork its own copy of what it shares (before the parent changes)."""
+        """Give a sharing fork its own copy of what it shares (before the parent changes):
+        events, and the keys and kept events it inherits."""
         if session.shares:
+            keys, kept = self._inherited(session)
+            session.keys = {**keys, **session.keys}
+            session.kept = {**kept, **session.kept}
             session.events = self._view(session, 0)
             session.shares = False
 
@@ -106,13 +131,16 @@ class MemoryStore:
             return Stored((), 0)
         events = self._view(session, since)
         check_held(session_id, events, count=session.count, horizon=session.horizon, since=since)
-        keys = {key: value for key, value in session.keys.items() if value[0] >= since}
+        inherited, inherited_kept = self._inherited(session)
+        every = {**inherited, **session.keys}
+        keys = {key: value for key, value in every.items() if value[0] >= since}
+        kept = {**inherited_kept, **session.kept}
         return Stored(
             events,
             session.count,
             session.horizon,
             MappingProxyType(keys),
-            tuple(session.kept[seq] for seq in sorted(session.kept)) if since == 0 else (),
+            tuple(kept[seq] for seq in sorted(kept)) if since == 0 else (),
             session.parent,
             session.fork_point,
         )

@@ -740,11 +740,68 @@ class PostgresStore:
                 )
         return rows
 
+    def _inherited(
+        self,
+        connection: psycopg.Connection[Any],
+        session_id: str,
+        row: tuple[Any, ...],
+        since: int,
+    ) -> tuple[list[Any], list[Any]]:
+        """The idempotency keys (key, first seq, count) with first seq >= ``since``, and the
+        kept events, that a sharing fork answers from its lineage: each ancestor's within the
+        range of its rows the fork shares (a key only if all its events are). Looked up, not
+        copied."""
+        keys: list[Any] = []
+        kept: list[Any] = []
+        if not row[4]:
+            return keys, kept
+        for name, low, high in self._ranges(connection, session_id, row)[:-1]:
+            keys += connection.execute(
+                sql.SQL(
+                    "SELECT key, seq, n FROM {} WHERE session = %s AND seq >= %s"
+                    " AND seq + n - 1 <= %s"
+                ).format(self._keys),
+                (name, max(low, since), high),
+            ).fetchall()
+            kept += connection.execute(
+                sql.SQL(
+                    "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s AND seq <= %s"
+                    " ORDER BY seq"
+                ).format(self._kept),
+                (name, low, high),
+            ).fetchall()
+        return keys, kept
+
     def _own_copy(self, connection: psycopg.Connection[Any], session_id: str) -> None:
-        """Give a sharing fork its own copy of the rows it shares, and stop it sharing."""
+        """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
+        events it inherits, and stop it sharing."""
         row = self._row(connection, session_id, lock="FOR UPDATE")
         if row is None or not row[4]:
             return
+        keys, kept = self._inherited(connection, session_id, row, 0)
+        if keys:
+            connection.execute(
+                sql.SQL(
+                    "INSERT INTO {} (session, key, seq, n) SELECT %s, k.key, k.seq, k.n"
+                    " FROM unnest(%s::text[], %s::bigint[], %s::int[]) AS k (key, seq, n)"
+                    " ON CONFLICT DO NOTHING"
+                ).format(self._keys),
+                (
+                    session_id,
+                    [key for key, _, _ in keys],
+                    [seq for _, seq, _ in keys],
+                    [n for _, _, n in keys],
+                ),
+            )
+        if kept:
+            connection.execute(
+                sql.SQL(
+                    "INSERT INTO {} (session, seq, record) SELECT %s, k.seq, k.record"
+                    " FROM unnest(%s::bigint[], %s::bytea[]) AS k (seq, record)"
+                    " ON CONFLICT DO NOTHING"
+                ).format(self._kept),
+                (session_id, [seq for seq, _ in kept], [record for _, record in kept]),
+            )
         for name, low, high in self._ranges(connection, session_id, row)[:-1]:
             connection.execute(
                 sql.SQL(
@@ -854,12 +911,15 @@ class PostgresStore:
                 keyed = connection.execute(keys_query, (session_id, since))
                 aside = connection.execute(kept_query, (session_id,)) if since == 0 else None
                 row = found.fetchone()
+                inherited: list[Any] = []
+                inherited_kept: list[Any] = []
                 if row is not None and row[4]:
                     rows = self._view(connection, session_id, row, since)
+                    inherited, inherited_kept = self._inherited(connection, session_id, row, since)
                 else:
                     rows = own.fetchall()
-                keys = keyed.fetchall()
-                kept = [] if aside is None else aside.fetchall()
+                keys = inherited + keyed.fetchall()  # the fork's own keys come after
+                kept = [] if aside is None else sorted(inherited_kept + aside.fetchall())
             if row is None:
                 return Stored((), 0)
             count, horizon, parent, fork_point, _ = row

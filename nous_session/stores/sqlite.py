@@ -222,9 +222,43 @@ def _rows(
     return rows
 
 
+def _inherited(
+    connection: sqlite3.Connection, row: _Row, since: int
+) -> tuple[list[tuple[str, int, int]], list[tuple[int, bytes]]]:
+    """The idempotency keys (key, first seq, count) with first seq >= ``since``, and the kept
+    events, that a sharing fork answers from its lineage: each ancestor's within the range
+    of its rows the fork shares (a key only if all its events are). Looked up, not copied."""
+    keys: list[tuple[str, int, int]] = []
+    kept: list[tuple[int, bytes]] = []
+    if not row.shares:
+        return keys, kept
+    for sid, low, high in _ranges(connection, row)[:-1]:
+        bound = 2**63 - 1 if high is None else high
+        keys += connection.execute(
+            "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ? AND seq + n - 1 <= ?",
+            (sid, max(low, since), bound),
+        ).fetchall()
+        kept += connection.execute(
+            "SELECT seq, record FROM nous_kept WHERE sid = ? AND seq >= ? AND seq <= ?"
+            " ORDER BY seq",
+            (sid, low, bound),
+        ).fetchall()
+    return keys, kept
+
+
 def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
-    """Give a sharing fork its own copy of the rows it shares, and stop it sharing."""
+    """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
+    events it inherits, and stop it sharing."""
     copied = 0
+    keys, kept = _inherited(connection, row, 0)
+    connection.executemany(
+        "INSERT OR IGNORE INTO nous_keys (sid, key, seq, n) VALUES (?, ?, ?, ?)",
+        [(row.id, key, seq, n) for key, seq, n in keys],
+    )
+    connection.executemany(
+        "INSERT OR IGNORE INTO nous_kept (sid, seq, record) VALUES (?, ?, ?)",
+        [(row.id, seq, record) for seq, record in kept],
+    )
     for sid, low, high in _ranges(connection, row)[:-1]:
         before = connection.total_changes
         connection.execute(
@@ -546,6 +580,11 @@ class SQLiteStore:
                         if since == 0
                         else []
                     )
+                    if row.shares:
+                        inherited, inherited_kept = _inherited(connection, row, since)
+                        keys = inherited + keys  # the fork's own keys come after
+                        if since == 0:
+                            kept = sorted(inherited_kept + kept)
                 finally:
                     connection.execute("COMMIT")
             check_held(
