@@ -390,11 +390,13 @@ async def test_a_row_missing_from_the_middle_is_named_on_read(tmp_path: Path) ->
     _raw(path, f"DELETE FROM nous_events WHERE seq = 2 AND sid = {_SID_OF_S}")
     async with SQLiteStore(path) as store:
         for read in (store.read, store.load):
-            with pytest.raises(CorruptRecordError, match=r"'s' in .* is missing seqs 2: its count"):
+            with pytest.raises(
+                CorruptRecordError, match=r"'s' in .*: its count is 5 .*rows are missing: seqs 2 \("
+            ):
                 await read("s")
         # Past the hole, what is held is whole.
         assert [e.seq for e in await store.load("s", since=3)] == [3, 4]
-        with pytest.raises(CorruptRecordError, match="missing seqs 2"):
+        with pytest.raises(CorruptRecordError, match=r"rows are missing: seqs 2 "):
             async with SessionActor.open(session_id="s", store=store):
                 pass
 
@@ -408,9 +410,9 @@ async def test_a_rebase_never_writes_past_a_hole(tmp_path: Path) -> None:
     _raw(path, "UPDATE nous_sessions SET count = 10 WHERE name = 's'")
     async with SQLiteStore(path) as store:
         mine = [make_event(3, "user_message", {"content": "mine"})]
-        with pytest.raises(CorruptRecordError, match=r"missing seqs 3\.\.9"):
+        with pytest.raises(CorruptRecordError, match=r"rows are missing: seqs 3\.\.9 "):
             await store.commit_rebased("s", expected_count=3, events=mine)
-        with pytest.raises(CorruptRecordError, match=r"missing seqs 3\.\.9"):
+        with pytest.raises(CorruptRecordError, match=r"rows are missing: seqs 3\.\.9 "):
             await store.read("s")
     assert _raw(path, f"SELECT seq FROM nous_events WHERE sid = {_SID_OF_S}") == [(0,), (1,), (2,)]
     assert _raw(path, "SELECT count FROM nous_sessions WHERE name = 's'") == [(10,)]

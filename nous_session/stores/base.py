@@ -687,10 +687,15 @@ def check_held(
         )
     present = set(seqs[start:])
     missing = [number for number in range(low, count) if number not in present]
+    newest = f"its held events end at seq {seqs[-1]}" if seqs else "it holds no events"
     raise CorruptRecordError(
-        f"session {session_id!r}{at} is missing seqs {_spans(missing)}: its count is {count}"
-        + (f" and its horizon {horizon}" if horizon else " and no snapshot dropped any")
-        + ", so every seq from the horizon to the count must be held"
+        f"session {session_id!r}{at}: its count is {count} and {newest}, but rows are missing:"
+        f" seqs {_spans(missing)}"
+        + (
+            f" (its horizon is {horizon}: every seq from it up to the count must be held)"
+            if horizon
+            else " (no snapshot dropped any: every seq below the count must be held)"
+        )
     )
 
 
