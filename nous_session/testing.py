@@ -150,7 +150,7 @@ class StoreConformance:
         await store.commit("s", expected_count=0, events=log.events()[:3])
         for expected in (0, 1, 2):
             with pytest.raises(ConflictError):
-                await store.commit("s", expected_count=expected, events=log.events()[3:])
+                await store.commit("s", expected_count=expected, events=[_user(expected, "late")])
         assert list(await store.load("s")) == list(log.events()[:3])
         await store.commit("s", expected_count=3, events=log.events()[3:])
         assert list(await store.load("s")) == list(log.events())
@@ -179,7 +179,7 @@ class StoreConformance:
         log = sample_log(4)
         await store.commit("s", expected_count=0, events=log.events()[:2])
         with pytest.raises(ValueError, match="increasing"):
-            await store.commit("s", expected_count=2, events=[log.events()[3], log.events()[2]])
+            await store.commit("s", expected_count=2, events=[log.events()[2], log.events()[1]])
         with pytest.raises(ValueError, match="increasing"):
             await store.commit("s", expected_count=2, events=[log.events()[1]])
         with pytest.raises(ValueError, match="dropped"):
@@ -198,7 +198,9 @@ class StoreConformance:
         dropped = [event.seq for event in log.shadowed()]
         assert dropped, "the sample must shadow something"
         extra = snapshot.append("user_message", {"content": "after"}, time=_T0)
-        await store.commit("s", expected_count=12, events=extra.since(12), dropped=dropped)
+        await store.commit(
+            "s", expected_count=12, events=extra.since(12), dropped=dropped, horizon=12
+        )
         assert list(await store.load("s")) == list(extra.events())
         # A clash on the same step deletes nothing either.
         with pytest.raises(ConflictError):
@@ -210,11 +212,143 @@ class StoreConformance:
         log = sample_log(12)
         await store.commit("s", expected_count=0, events=log.events())
         dropped = [event.seq for event in log.shadowed()]
-        await store.commit("s", expected_count=12, events=[], dropped=dropped)
+        await store.commit("s", expected_count=12, events=[], dropped=dropped, horizon=12)
         assert [info.count for info in await store.sessions()] == [12]
         with pytest.raises(ConflictError):
             await store.commit("s", expected_count=len(log.events()) - len(dropped), events=[])
         await store.commit("s", expected_count=12, events=[])
+
+    # A commit that would leave a session no store could open is refused --------------------
+
+    @staticmethod
+    async def _three(store: Store) -> Stored:
+        """Session "s" with three events, one keyed: what each refused commit must leave."""
+        await store.commit("s", expected_count=0, events=sample_log(3).events(), keys=[("k", 1, 1)])
+        return await store.read("s")
+
+    @staticmethod
+    async def _unchanged(store: Store, before: Stored) -> None:
+        """Nothing of "s" changed: events, count, horizon, keys and kept events."""
+        after = await store.read("s")
+        assert list(after.events) == list(before.events)
+        assert (after.count, after.horizon) == (before.count, before.horizon)
+        assert dict(after.keys) == dict(before.keys)
+        assert list(after.kept) == list(before.kept)
+
+    @pytest.mark.anyio
+    async def test_a_horizon_past_the_new_count_is_refused(self, store: Store) -> None:
+        before = await self._three(store)
+        # Two snapshot calls in one actor batch once sent exactly this; every store took it,
+        # and the session could never be opened again.
+        with pytest.raises(ValueError, match="horizon 4 is past the count 3"):
+            await store.commit("s", expected_count=3, events=(), horizon=4, expected_horizon=0)
+        with pytest.raises(ValueError, match="horizon 5 is past the count 4"):
+            await store.commit("s", expected_count=3, events=[_user(3, "x")], horizon=5)
+        await self._unchanged(store, before)
+        await store.commit("s", expected_count=3, events=(), horizon=3, expected_horizon=0)
+        assert (await store.read("s")).horizon == 3
+
+    @pytest.mark.anyio
+    async def test_a_horizon_cannot_move_back(self, store: Store) -> None:
+        await self._three(store)
+        await store.commit("s", expected_count=3, events=[], dropped=[0], horizon=3)
+        before = await store.read("s")
+        with pytest.raises(ValueError, match="back from 3"):
+            await store.commit("s", expected_count=3, events=(), horizon=2, expected_horizon=3)
+        # Without expected_horizon the store checks against the horizon it holds.
+        with pytest.raises(ValueError, match="back from 3"):
+            await store.commit("s", expected_count=3, events=(), horizon=1)
+        await self._unchanged(store, before)
+
+    @pytest.mark.anyio
+    async def test_commit_events_must_be_contiguous_from_the_count(self, store: Store) -> None:
+        before = await self._three(store)
+        bad: list[tuple[list[Event], dict[str, Any], str]] = [
+            ([_user(4, "skips 3")], {}, "contiguous from 3: seqs 3 are missing"),
+            ([_user(3, "a"), _user(5, "skips 4")], {}, "seqs 4 are missing"),
+            ([_user(3, "a"), _user(3, "again")], {}, "increasing"),
+            ([_user(2, "old")], {}, "increasing"),
+            # A gap is allowed only below a horizon the commit sets.
+            ([_user(3, "a"), _user(6, "b")], {"horizon": 5}, "4..5 are missing"),
+        ]
+        for events, extra, message in bad:
+            with pytest.raises(ValueError, match=message):
+                await store.commit("s", expected_count=3, events=events, **extra)
+        for expected in (-1, "3", True):
+            with pytest.raises(ValueError, match="expected_count"):
+                await store.commit("s", expected_count=expected, events=[])  # type: ignore[arg-type]
+        await self._unchanged(store, before)
+        # The new count follows from the events: expected_count + len(events).
+        await store.commit("s", expected_count=3, events=[_user(3, "a"), _user(4, "b")])
+        assert (await store.read("s")).count == 5
+
+    @pytest.mark.anyio
+    async def test_an_import_may_leave_gaps_below_the_horizon_it_sets(self, store: Store) -> None:
+        # What `nous-session import` sends for an exported snapshotted session.
+        events = [_user(0, "a"), _user(2, "c"), _user(3, "d")]
+        await store.commit("s", expected_count=0, events=events, horizon=2)
+        stored = await store.read("s")
+        assert (list(stored.events), stored.count, stored.horizon) == (events, 4, 2)
+        with pytest.raises(ValueError, match="1 are missing at or above the new horizon 1"):
+            await store.commit("t", expected_count=0, events=events, horizon=1)
+        assert await store.read("t") == Stored((), 0)
+
+    @pytest.mark.anyio
+    async def test_dropped_seqs_must_lie_below_the_count_and_the_new_horizon(
+        self, store: Store
+    ) -> None:
+        before = await self._three(store)
+        bad: list[tuple[list[int], dict[str, Any], str]] = [
+            ([3], {"horizon": 3}, "dropped seq must be an int below 3"),
+            ([-1], {"horizon": 3}, "dropped seq must be an int below 3"),
+            ([2], {"horizon": 2}, "dropping seq 2, at or above the horizon 2"),
+            ([1], {"expected_horizon": 0}, "dropping seq 1, at or above the horizon 0"),
+        ]
+        for dropped, extra, message in bad:
+            with pytest.raises(ValueError, match=message):
+                await store.commit("s", expected_count=3, events=[], dropped=dropped, **extra)
+        await self._unchanged(store, before)
+        await store.commit("s", expected_count=3, events=[], dropped=[0, 2], horizon=3)
+        assert [e.seq for e in (await store.read("s")).events] == [1]
+        # Below the stored horizon, a drop needs no new one.
+        await store.commit("s", expected_count=3, events=[], dropped=[1])
+        assert [e.seq for e in (await store.read("s")).events] == []
+
+    @pytest.mark.anyio
+    async def test_a_drop_naming_no_horizon_moves_it_past_the_drop(self, store: Store) -> None:
+        # The first Store contract's snapshot: the session stays one that can be opened.
+        await self._three(store)
+        await store.commit("s", expected_count=3, events=[], dropped=[0, 1])
+        stored = await store.read("s")
+        assert ([e.seq for e in stored.events], stored.count, stored.horizon) == ([2], 3, 2)
+        await store.commit("s", expected_count=3, events=[], dropped=[0])  # below: unchanged
+        assert (await store.read("s")).horizon == 2
+
+    @pytest.mark.anyio
+    async def test_kept_seqs_must_be_dropped(self, store: Store) -> None:
+        before = await self._three(store)
+        with pytest.raises(ValueError, match=r"kept seq must also be dropped; \[1\]"):
+            await store.commit("s", expected_count=3, events=[], dropped=[0], kept=[1], horizon=3)
+        await self._unchanged(store, before)
+
+    @pytest.mark.anyio
+    async def test_keys_must_name_this_commits_events(self, store: Store) -> None:
+        before = await self._three(store)
+        new = [_user(3, "a"), _user(4, "b")]
+        bad: list[tuple[list[Event], tuple[str, int, int], str]] = [
+            (new, ("old", 2, 2), "seqs 2..3 are not all among this commit's events"),
+            (new, ("past", 4, 2), "seqs 4..5 are not all among"),
+            (new, ("empty", 3, 0), "count >= 1"),
+            ([], ("nothing", 3, 1), "seqs 3 are not all among"),
+        ]
+        for events, key, message in bad:
+            with pytest.raises(ValueError, match=message):
+                await store.commit("s", expected_count=3, events=events, keys=[key])
+        await self._unchanged(store, before)
+        if isinstance(store, RebasingStore):
+            with pytest.raises(ValueError, match=r"seqs 4\.\.5 are not all among"):
+                await store.commit_rebased("s", expected_count=3, events=new, keys=[("past", 4, 2)])
+            await self._unchanged(store, before)
 
     # Rebasing commits (for stores that offer them) -----------------------------------------
 
@@ -265,7 +399,7 @@ class StoreConformance:
         log = sample_log(12)
         dropped = [event.seq for event in log.shadowed()]
         await store.commit("s", expected_count=0, events=log.events())
-        await store.commit("s", expected_count=12, events=[], dropped=dropped)
+        await store.commit("s", expected_count=12, events=[], dropped=dropped, horizon=12)
         done = await rebasing.commit_rebased("s", expected_count=0, events=[_user(0, "late")])
         assert done.shift == 12
         assert list(done.others) == list(log.snapshot().events())
@@ -548,6 +682,48 @@ class StoreConformance:
         await store.commit("late", expected_count=12, events=[], dropped=dropped, horizon=12)
         assert list(await store.load("grandchild")) == list(log.upto(10).events())
         assert list(await store.load("late")) == list(log.snapshot().events())
+
+    @pytest.mark.anyio
+    async def test_a_fork_answers_its_parents_keys_up_to_the_fork_point(self, store: Store) -> None:
+        forking = self._forking(store)
+        log = sample_log(6)
+        await store.commit(
+            "p", expected_count=0, events=log.events()[:3], keys=[("a", 0, 2), ("b", 2, 1)]
+        )
+        await store.commit("p", expected_count=3, events=log.events()[3:5], keys=[("c", 3, 2)])
+        await forking.fork("p", "f", at=3)  # "c" (seqs 3..4) is only partly in its history
+        await forking.fork("f", "g", at=1)  # a fork of a fork: only "a" (seqs 0..1)
+        assert dict((await store.read("f")).keys) == {"a": (0, 2), "b": (2, 1)}
+        assert dict((await store.read("f", since=1)).keys) == {"b": (2, 1)}
+        assert dict((await store.read("g")).keys) == {"a": (0, 2)}
+        # A retry in the fork of a call the parent made before the fork appends nothing.
+        async with SessionActor.open(session_id="f", store=store) as fork:
+            again = await fork.append("user_message", {"content": "retried"}, key="b")
+            assert again == log.events()[2]
+            await fork.append("user_message", {"content": "the fork's own"}, key="d")
+        assert dict((await store.read("f")).keys) == {"a": (0, 2), "b": (2, 1), "d": (4, 1)}
+        # The keys stay with the forks when the parent goes (they get their own copies).
+        assert await store.delete("p") is True
+        assert dict((await store.read("f")).keys) == {"a": (0, 2), "b": (2, 1), "d": (4, 1)}
+        assert dict((await store.read("g")).keys) == {"a": (0, 2)}
+
+    @pytest.mark.anyio
+    async def test_a_fork_keeps_the_events_its_parent_kept_aside_for_a_key(
+        self, store: Store
+    ) -> None:
+        forking = self._forking(store)
+        log = sample_log(4)
+        await store.commit("p", expected_count=0, events=log.events(), keys=[("k", 1, 2)])
+        await store.commit(
+            "p", expected_count=4, events=[], dropped=[0, 1, 2], kept=[1, 2], horizon=4
+        )
+        await forking.fork("p", "f", at=3)
+        stored = await store.read("f")
+        assert dict(stored.keys) == {"k": (1, 2)}
+        assert list(stored.kept) == list(log.events()[1:3])
+        async with SessionActor.open(session_id="f", store=store) as fork:
+            assert await fork.append("user_message", {"content": "x"}, key="k") == (log.events()[1])
+            assert fork.log.count == 4
 
     # Sessions ----------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ Skipped without a server; `.ci/run` starts one. To run them locally:
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from nous_session.stores import open_store
 
 psycopg = pytest.importorskip("psycopg")
 from nous_session.stores.postgres import PostgresStore  # noqa: E402
+from nous_session.testing import sample_log  # noqa: E402
 
 URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES", "")
 pytestmark = pytest.mark.skipif(
@@ -204,6 +206,104 @@ async def test_a_rebasing_commit_over_a_corrupt_record_says_its_batch_landed(
         await store.commit_rebased("s", expected_count=1, events=[mine])
     held = sql(f"SELECT seq FROM {schema}.nous_events ORDER BY seq")
     assert [row[0] for row in held] == [0, 1, 2]
+
+
+@pytest.mark.anyio
+async def test_a_row_missing_from_the_middle_is_named_on_read(
+    store: PostgresStore, schema: str
+) -> None:
+    await store.commit("s", expected_count=0, events=sample_log(5).events())
+    sql(f"DELETE FROM {schema}.nous_events WHERE session = 's' AND seq = 2")
+    for read in (store.read, store.load):
+        with pytest.raises(
+            CorruptRecordError,
+            match=r"'s' in schema .*: its count is 5 .*rows are missing: seqs 2 \(",
+        ):
+            await read("s")
+    assert [e.seq for e in await store.load("s", since=3)] == [3, 4]
+
+
+@pytest.mark.anyio
+async def test_a_rebase_never_writes_past_a_hole(store: PostgresStore, schema: str) -> None:
+    await store.commit("s", expected_count=0, events=sample_log(3).events())
+    # The count moved with no rows written: seqs 3..9 are missing.
+    sql(f"UPDATE {schema}.nous_sessions SET count = 10 WHERE name = 's'")
+    mine = [make_event(3, "user_message", {"content": "mine"})]
+    with pytest.raises(CorruptRecordError, match=r"rows are missing: seqs 3\.\.9 "):
+        await store.commit_rebased("s", expected_count=3, events=mine)
+    # A middle row gone too, and the caller behind it: every missing seq is named.
+    sql(f"DELETE FROM {schema}.nous_events WHERE session = 's' AND seq = 1")
+    with pytest.raises(CorruptRecordError, match=r"rows are missing: seqs 1, 3\.\.9 "):
+        await store.commit_rebased(
+            "s", expected_count=0, events=[make_event(0, "user_message", {})]
+        )
+    assert sql(f"SELECT seq FROM {schema}.nous_events ORDER BY seq") == [(0,), (2,)]
+    assert sql(f"SELECT count FROM {schema}.nous_sessions") == [(10,)]
+    with pytest.raises(ConflictError, match="below the expected 11"):
+        await store.commit_rebased(
+            "s", expected_count=11, events=[make_event(11, "user_message", {})]
+        )
+
+
+@pytest.mark.anyio
+async def test_two_writers_on_one_session_leave_nothing_on_psycopgs_logger(
+    schema: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Regression: a statement failing inside a pipeline (a key the other writer took, a
+    # deadlock) left the statements queued after it unread, and psycopg logged "error ignored
+    # terminating <psycopg.Pipeline ...>: pipeline aborted" on stderr as the block unwound.
+    caplog.set_level(logging.WARNING, logger="psycopg")
+    conflicts = 0
+    async with (
+        PostgresStore(URL, schema=schema) as first,
+        PostgresStore(URL, schema=schema) as second,
+    ):
+        async with (
+            SessionActor.open(session_id="s", store=first, follow=False) as one,
+            SessionActor.open(session_id="s", store=second, follow=False) as two,
+        ):
+            for round_ in range(3):
+                await one.append("user_message", {"content": f"one {round_}"})
+                try:
+                    await two.append("user_message", {"content": f"two {round_}"})
+                except ConflictError:
+                    conflicts += 1
+                    await two.reload()
+        # A key the other writer took, in a rebasing commit and in a round of grouped
+        # commits (each one pipelined transaction), a few times: where the error surfaces
+        # in the pipeline depends on when its results arrive.
+        outcomes: dict[str, BaseException | None] = {}
+
+        async def commit(session_id: str, expected: int, key: str) -> None:
+            try:
+                await second.commit(
+                    session_id,
+                    expected_count=expected,
+                    events=[make_event(expected, "user_message", {})],
+                    keys=[(key, expected, 1)],
+                )
+                outcomes[session_id] = None
+            except ConflictError as error:
+                outcomes[session_id] = error
+
+        for round_ in range(20):
+            key = f"k{round_}"
+            count = (await first.read("s")).count
+            event = make_event(count, "user_message", {})
+            await first.commit("s", expected_count=count, events=[event], keys=[(key, count, 1)])
+            with pytest.raises(ConflictError):
+                await second.commit_rebased(
+                    "s", expected_count=count, events=[event], keys=[(key, count, 1)]
+                )
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(commit, "s", count + 1, key)
+                tg.start_soon(commit, f"t{round_}", 0, key)
+            assert outcomes[f"t{round_}"] is None
+            assert isinstance(outcomes["s"], ConflictError)
+            conflicts += 2
+    assert conflicts == 43
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+    assert "psycopg" not in capfd.readouterr().err
 
 
 def test_bad_arguments_are_refused() -> None:

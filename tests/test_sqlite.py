@@ -26,10 +26,12 @@ from nous_session import (
     StoreError,
 )
 from nous_session.codec import encode
+from nous_session.event import make_event
 from nous_session.stores import open_store
 from nous_session.stores import sqlite as sqlite_store
 from nous_session.stores.memory import MemoryStore
 from nous_session.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from nous_session.testing import sample_log
 
 HERE = Path(__file__).parent
 CRASHES = int(os.environ.get("NOUS_CRASH_ROUNDS", "20"))
@@ -365,3 +367,52 @@ def test_switching_to_wal_gives_up_at_the_busy_timeout(tmp_path: Path) -> None:
         connection.close()
         holder.execute("COMMIT")
         holder.close()
+
+
+def _raw(path: Path, statement: str, *params: object) -> list[tuple[Any, ...]]:
+    raw = sqlite3.connect(path)
+    try:
+        rows = raw.execute(statement, params).fetchall()
+        raw.commit()
+    finally:
+        raw.close()
+    return rows
+
+
+_SID_OF_S = "(SELECT id FROM nous_sessions WHERE name = 's')"
+
+
+@pytest.mark.anyio
+async def test_a_row_missing_from_the_middle_is_named_on_read(tmp_path: Path) -> None:
+    path = tmp_path / "holes.sqlite3"
+    async with SQLiteStore(path) as store:
+        await store.commit("s", expected_count=0, events=sample_log(5).events())
+    _raw(path, f"DELETE FROM nous_events WHERE seq = 2 AND sid = {_SID_OF_S}")
+    async with SQLiteStore(path) as store:
+        for read in (store.read, store.load):
+            with pytest.raises(
+                CorruptRecordError, match=r"'s' in .*: its count is 5 .*rows are missing: seqs 2 \("
+            ):
+                await read("s")
+        # Past the hole, what is held is whole.
+        assert [e.seq for e in await store.load("s", since=3)] == [3, 4]
+        with pytest.raises(CorruptRecordError, match=r"rows are missing: seqs 2 "):
+            async with SessionActor.open(session_id="s", store=store):
+                pass
+
+
+@pytest.mark.anyio
+async def test_a_rebase_never_writes_past_a_hole(tmp_path: Path) -> None:
+    path = tmp_path / "holes.sqlite3"
+    async with SQLiteStore(path) as store:
+        await store.commit("s", expected_count=0, events=sample_log(3).events())
+    # The count moved with no rows written: seqs 3..9 are missing.
+    _raw(path, "UPDATE nous_sessions SET count = 10 WHERE name = 's'")
+    async with SQLiteStore(path) as store:
+        mine = [make_event(3, "user_message", {"content": "mine"})]
+        with pytest.raises(CorruptRecordError, match=r"rows are missing: seqs 3\.\.9 "):
+            await store.commit_rebased("s", expected_count=3, events=mine)
+        with pytest.raises(CorruptRecordError, match=r"rows are missing: seqs 3\.\.9 "):
+            await store.read("s")
+    assert _raw(path, f"SELECT seq FROM nous_events WHERE sid = {_SID_OF_S}") == [(0,), (1,), (2,)]
+    assert _raw(path, "SELECT count FROM nous_sessions WHERE name = 's'") == [(10,)]

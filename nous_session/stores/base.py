@@ -16,12 +16,15 @@ out whether a commit with an unknown outcome landed), :class:`ChangeFeedStore` a
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
 from types import MappingProxyType
-from typing import Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
+from nous_session.errors import CorruptRecordError
 from nous_session.event import Event
 
 __all__ = [
@@ -38,7 +41,9 @@ __all__ = [
     "Stored",
     "VacuumingStore",
     "check_commit_arguments",
+    "check_commit_state",
     "check_fork_point",
+    "check_held",
     "check_key",
     "check_rebase_arguments",
     "check_session_id",
@@ -55,6 +60,8 @@ MAX_KEY_BYTES: Final = 256
 """The longest idempotency key, in UTF-8 bytes."""
 
 _NO_KEYS: Final[Mapping[str, tuple[int, int]]] = MappingProxyType({})
+_SEQ: Final[Callable[[Any], int]] = attrgetter("seq")
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -87,9 +94,11 @@ class Stored:
         count: the session's count (0 for an unknown session).
         horizon: its horizon.
         keys: the idempotency keys committed with events at seq >= ``since``: each key's first
-            seq and how many events its call appended.
+            seq and how many events its call appended. A fork's include its parent's (and
+            theirs) whose events are all at or before the fork point.
         kept: events of idempotency keys that a snapshot dropped, kept aside so a retry with
-            the key still gets them (read with ``since=0`` only; empty otherwise).
+            the key still gets them (read with ``since=0`` only; empty otherwise); a fork's
+            include its parent's up to the fork point.
         parent: the session it was forked from, or None.
         fork_point: the last seq of the parent's history it took, or None.
     """
@@ -118,7 +127,9 @@ class Store(Protocol):
         Raises:
             ValueError: ``since`` is not an int >= 0.
             StoreError: the store could not be read.
-            CorruptRecordError: a stored record could not be decoded (it names the record).
+            CorruptRecordError: a stored record could not be decoded (it names the record),
+                or a row from ``max(since, horizon)`` up to ``count - 1`` is missing, or one
+                lies at or past the count (it names the seqs; see :func:`check_held`).
         """
         ...
 
@@ -131,7 +142,8 @@ class Store(Protocol):
         Raises:
             ValueError: ``since`` is not an int >= 0.
             StoreError: the store could not be read.
-            CorruptRecordError: a stored record could not be decoded (it names the record).
+            CorruptRecordError: a stored record could not be decoded (it names the record),
+                or rows are missing or misplaced (as for :meth:`load`).
         """
         ...
 
@@ -150,9 +162,26 @@ class Store(Protocol):
     ) -> None:
         """Write ``events`` and delete the ``dropped`` seqs in one atomic, durable step.
 
-        Returns only once the step is durable (as durable as the store promises). ``events``
-        have seqs >= ``expected_count``, in increasing order; afterwards the session's count is
-        1 + the highest seq written (unchanged when ``events`` is empty).
+        Returns only once the step is durable (as durable as the store promises).
+
+        A store never holds a session it could not open again: every held event from the
+        horizon up to ``count - 1`` is there. So a commit must leave it that way, and one
+        that would not is malformed (a ValueError, before anything is written):
+
+        * ``events`` have strictly increasing seqs, contiguous from ``expected_count``: the
+          session's count becomes ``expected_count + len(events)`` (unchanged when
+          ``events`` is empty). Only a commit that sets a ``horizon`` may leave gaps (an
+          import of a snapshotted history), and only below that horizon: the count is then
+          1 + the highest seq written.
+        * ``horizon``, when given, is at least the session's horizon (``expected_horizon``
+          when given, else the stored one) and at most the new count.
+        * ``dropped`` seqs are below ``expected_count`` and below the session's horizon after
+          the commit (the new ``horizon``, else the stored one); ``kept`` is a subset of
+          ``dropped``. (A commit that drops seqs and names neither ``horizon`` nor
+          ``expected_horizon``, as a caller of the first Store contract does, moves the
+          horizon to one past the highest seq it drops, if it is not there already.)
+        * every key names at least one event, and all its seqs ``first .. first + size - 1``
+          are among ``events``.
 
         Args:
             session_id: the session.
@@ -171,7 +200,10 @@ class Store(Protocol):
                 :meth:`OutcomeStore.committed` can tell afterwards whether it landed.
 
         Raises:
-            ValueError: the arguments are malformed; nothing was written.
+            ValueError: the arguments are malformed, or would leave a session that cannot be
+                opened (see above); nothing was written. A conflict is reported first: a
+                check that needs the stored horizon is made only once the count (and
+                horizon) matched.
             ConflictError: the session's stored count (or horizon) is not the expected one
                 (another writer got there first), or a key is already taken; nothing was
                 written.
@@ -253,7 +285,13 @@ class RebasingStore(Store, Protocol):
         ``events`` are non-empty with contiguous seqs from ``expected_count``. With the
         stored count ``c >= expected_count``, each is stored at its seq + ``c -
         expected_count`` and the count becomes ``c + len(events)``; ``keys`` and ``commit_id``
-        are as for :meth:`Store.commit`, their seqs moved with the events.
+        are as for :meth:`Store.commit` (every key within ``events``), their seqs moved with
+        the events.
+
+        A rebase never writes past a hole: when the session is missing a row between its
+        horizon and its count ``c`` (the count moved with no row written, a row deleted by
+        hand), appending at ``c`` would bury the hole in the middle of the history, so the
+        commit is refused.
 
         Raises:
             ValueError: the arguments are malformed (as for ``commit``, and the seqs must be
@@ -261,7 +299,9 @@ class RebasingStore(Store, Protocol):
             ConflictError: the stored count is below ``expected_count`` (the session was
                 deleted, or the caller is ahead of this store), or a key is already taken;
                 nothing was written.
-            CorruptRecordError: a record stored in between cannot be decoded. A store may
+            CorruptRecordError: the session is missing rows between its horizon and its
+                count (the error names them); nothing was written. Or a record stored in
+                between cannot be decoded. A store may
                 read those records after its commit (PostgresStore does, so as not to hold
                 the session's lock while decoding); its message then says the batch was
                 committed, and where. A SessionActor stops writing after this error.
@@ -279,6 +319,9 @@ class ForkingStore(Store, Protocol):
         including seq ``at``, sharing it instead of copying it (the cost does not grow with
         the history). The new session records its parent and fork point; later commits to
         either never show in the other; a snapshot or delete of the parent leaves it whole.
+        It answers the parent's idempotency keys whose events are all at or before ``at``
+        (and their kept events), shared as the history is: a retry in the fork of a call made
+        in the parent before the fork appends nothing.
 
         Raises:
             ValueError: ``at`` is not in ``horizon - 1 .. count - 1`` of the parent, the
@@ -468,48 +511,204 @@ def check_commit_arguments(
     horizon: int | None = None,
     expected_horizon: int | None = None,
 ) -> list[Event]:
-    """Refuse a malformed commit before anything is written (shared by every backend).
+    """Refuse a commit that is malformed, or that would leave a session no store could open,
+    before anything is written (shared by every backend; see :meth:`Store.commit`).
+
+    What needs the stored horizon (when ``expected_horizon`` is not given) is left to
+    :func:`check_commit_state`, which a store calls once it has read the session.
 
     Returns:
         ``events`` as a list, to write (an iterator is read once, here).
 
     Raises:
         ValueError: the session id is bad, an event is not an Event, the events' seqs are not
-            increasing from ``expected_count``, a dropped seq is not below it, a kept seq is
-            not dropped, a key is malformed or its seqs are not among the events, or the
-            commit id or a horizon is malformed.
+            increasing and contiguous from ``expected_count`` (a gap is allowed only below a
+            ``horizon`` the commit sets), a horizon is malformed or outside ``old horizon ..
+            new count``, a dropped seq is not below ``expected_count`` and the new horizon,
+            a kept seq is not dropped, a key is malformed or its seqs are not among the
+            events, or the commit id is malformed. The message names what is wrong.
     """
     check_session_id(session_id)
+    if type(expected_count) is not int or expected_count < 0:
+        raise ValueError(f"expected_count must be an int >= 0, got {expected_count!r}")
+    if expected_horizon is not None and (type(expected_horizon) is not int or expected_horizon < 0):
+        raise ValueError(f"expected_horizon must be None or an int >= 0, got {expected_horizon!r}")
+    if horizon is not None and (type(horizon) is not int or horizon < 0):
+        raise ValueError(f"horizon must be None or an int >= 0, got {horizon!r}")
     listed = _event_list(events)
+    # Rows from the horizon to the count must all be there once the commit lands: a gap in
+    # the new events may only lie below a horizon this commit sets.
+    gaps_below = 0 if horizon is None else horizon
     previous = expected_count - 1
     for event in listed:
-        if event.seq <= previous:
-            raise ValueError(
-                f"commit events must have increasing seqs from {expected_count}; got {event.seq}"
-            )
-        previous = event.seq
+        seq = event.seq
+        if seq != previous + 1:
+            if seq <= previous:
+                raise ValueError(
+                    f"commit events must have increasing seqs from {expected_count};"
+                    f" got {seq} after {previous}"
+                )
+            if seq > gaps_below:
+                raise ValueError(
+                    f"commit events must be contiguous from {expected_count}: seqs"
+                    f" {_span(previous + 1, seq - 1)} are missing"
+                    + (
+                        " (only a commit that sets a horizon may leave gaps, below it)"
+                        if horizon is None
+                        else f" at or above the new horizon {horizon}"
+                    )
+                )
+        previous = seq
+    count = previous + 1 if listed else expected_count
+    if expected_horizon is not None and expected_horizon > expected_count:
+        raise ValueError(
+            f"expected_horizon {expected_horizon} is past expected_count {expected_count}:"
+            " no session has a horizon past its count"
+        )
     if not (dropped or keys or kept or commit_id is not None or horizon is not None):
-        if expected_horizon is not None and (
-            type(expected_horizon) is not int or expected_horizon < 0
-        ):
-            raise ValueError(
-                f"expected_horizon must be None or an int >= 0, got {expected_horizon!r}"
-            )
         return listed  # the common commit: only new events
+    if horizon is not None:
+        if horizon > count:
+            raise ValueError(
+                f"horizon {horizon} is past the count {count} this commit leaves: the session"
+                " could not be opened again"
+            )
+        if expected_horizon is not None and horizon < expected_horizon:
+            raise ValueError(
+                f"horizon {horizon} would move the session's horizon back from {expected_horizon}"
+            )
+    # With neither horizon known here, check_commit_state checks the drops against the
+    # stored one.
+    below = horizon if horizon is not None else expected_horizon
     for seq in dropped:
-        if not 0 <= seq < expected_count:
-            raise ValueError(f"a dropped seq must be below {expected_count}, got {seq}")
+        if type(seq) is not int or not 0 <= seq < expected_count:
+            raise ValueError(f"a dropped seq must be an int below {expected_count}, got {seq!r}")
+        if below is not None and seq >= below:
+            raise ValueError(_hole(seq, below))
     if kept and not set(kept) <= set(dropped):
-        raise ValueError("every kept seq must also be dropped")
+        raise ValueError(
+            f"every kept seq must also be dropped; {sorted(set(kept) - set(dropped))} are not"
+        )
     if keys:
         _check_keys(keys, listed)
     if commit_id is not None:
         _check_commit_id(commit_id)
-    if horizon is not None and (type(horizon) is not int or horizon < 0):
-        raise ValueError(f"horizon must be None or an int >= 0, got {horizon!r}")
-    if expected_horizon is not None and (type(expected_horizon) is not int or expected_horizon < 0):
-        raise ValueError(f"expected_horizon must be None or an int >= 0, got {expected_horizon!r}")
     return listed
+
+
+def check_commit_state(
+    session_id: str,
+    stored_horizon: int,
+    *,
+    dropped: Sequence[int] = (),
+    horizon: int | None = None,
+    expected_horizon: int | None = None,
+) -> int | None:
+    """Refuse what :func:`check_commit_arguments` could not judge without the stored horizon:
+    a ``horizon`` that moves back, or a dropped seq at or above the horizon the session
+    will have. A store calls it after its count (and horizon) checks passed, before writing.
+
+    Returns:
+        The horizon to store (None: unchanged). A commit that drops seqs naming neither
+        horizon (the first Store contract's snapshot) gets the lowest horizon that explains
+        its gaps, one past the highest seq it drops (what the schema migration from
+        version 1 gives such a session).
+
+    Raises:
+        ValueError: naming the horizon and the seq.
+    """
+    if horizon is not None and horizon < stored_horizon:
+        raise ValueError(
+            f"session {session_id!r}: horizon {horizon} would move its horizon back from"
+            f" {stored_horizon}"
+        )
+    if not dropped:
+        return horizon
+    highest = max(dropped)
+    if horizon is None and expected_horizon is None:
+        return max(stored_horizon, highest + 1)
+    below = stored_horizon if horizon is None else horizon
+    if highest >= below:
+        raise ValueError(f"session {session_id!r}: {_hole(highest, below)}")
+    return horizon
+
+
+def _hole(seq: int, horizon: int) -> str:
+    return (
+        f"dropping seq {seq}, at or above the horizon {horizon}, would leave a hole the"
+        " session could not be opened with (a snapshot drops only below its new horizon)"
+    )
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}..{last}"
+
+
+def check_held(
+    session_id: str,
+    held: Sequence[T],
+    *,
+    count: int,
+    horizon: int,
+    since: int = 0,
+    where: str = "",
+    seq: Callable[[T], int] = _SEQ,
+) -> None:
+    """Refuse a read whose rows do not make a session: every seq from ``max(since,
+    horizon)`` to ``count - 1`` must be held (a snapshot explains only the gaps below the
+    horizon), and none at or past the count.
+
+    Args:
+        session_id: the session, for the message.
+        held: what a load read with seq >= ``since``, in increasing seq order: Events, or
+            a store's raw rows with ``seq`` saying how to find each one's seq (checked before
+            decoding, so a broken session costs no decoding).
+        count, horizon: the session's.
+        since: where the load started.
+        where: the file or schema, for the message.
+        seq: the seq of an item of ``held`` (an Event's by default).
+
+    O(log n) when the rows are whole: only a failing read looks at every seq.
+
+    Raises:
+        CorruptRecordError: naming the session, where it is and the missing (or stray) seqs.
+    """
+    low = max(since, horizon)
+    start = bisect_left(held, low, key=seq)
+    if len(held) - start == max(0, count - low) and (not held or seq(held[-1]) < count):
+        return  # increasing, unique, within low..count-1 and as many as that range: whole
+    at = f" in {where}" if where else ""
+    seqs = [seq(item) for item in held]
+    stray = [number for number in seqs if number >= count]
+    if stray:
+        raise CorruptRecordError(
+            f"session {session_id!r}{at} holds rows past its count {count} (seqs"
+            f" {_spans(stray)}): the count does not fit the rows"
+        )
+    present = set(seqs[start:])
+    missing = [number for number in range(low, count) if number not in present]
+    newest = f"its held events end at seq {seqs[-1]}" if seqs else "it holds no events"
+    raise CorruptRecordError(
+        f"session {session_id!r}{at}: its count is {count} and {newest}, but rows are missing:"
+        f" seqs {_spans(missing)}"
+        + (
+            f" (its horizon is {horizon}: every seq from it up to the count must be held)"
+            if horizon
+            else " (no snapshot dropped any: every seq below the count must be held)"
+        )
+    )
+
+
+def _spans(seqs: Sequence[int], *, most: int = 8) -> str:
+    """Sorted seqs as ``1, 4..6``: a few runs, then how many more."""
+    runs: list[tuple[int, int]] = []
+    for seq in seqs:
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], seq)
+        else:
+            runs.append((seq, seq))
+    shown = ", ".join(_span(first, last) for first, last in runs[:most])
+    return shown + (f" and {len(runs) - most} more runs" if len(runs) > most else "")
 
 
 def _check_keys(keys: Sequence[tuple[str, int, int]], events: Sequence[Event]) -> None:
@@ -519,10 +718,15 @@ def _check_keys(keys: Sequence[tuple[str, int, int]], events: Sequence[Event]) -
             raise ValueError(f"a key is (key, first seq, count), got {item!r}")
         key, first, size = item
         check_key(key)
-        if type(size) is not int or size < 0 or type(first) is not int:
-            raise ValueError(f"key {key!r}: first seq and count must be ints, got {item!r}")
+        if type(size) is not int or size < 1 or type(first) is not int:
+            raise ValueError(
+                f"key {key!r}: first seq and count must be ints, the count >= 1; got {item!r}"
+            )
         if any(seq not in seqs for seq in range(first, first + size)):
-            raise ValueError(f"key {key!r}: its seqs {first}..{first + size - 1} are not all new")
+            raise ValueError(
+                f"key {key!r}: its seqs {_span(first, first + size - 1)} are not all among"
+                " this commit's events"
+            )
 
 
 def _check_commit_id(commit_id: object) -> None:

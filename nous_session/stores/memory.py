@@ -22,7 +22,9 @@ from nous_session.stores.base import (
     SessionInfo,
     Stored,
     check_commit_arguments,
+    check_commit_state,
     check_fork_point,
+    check_held,
     check_rebase_arguments,
     check_session_id,
     moved,
@@ -73,9 +75,34 @@ class MemoryStore:
             return [*self._view(parent, since, limit), *mine]
         return mine
 
+    def _inherited(self, session: _Session) -> tuple[dict[str, tuple[int, int]], dict[int, Event]]:
+        """The idempotency keys and kept events a sharing fork answers from its lineage: its
+        parent's (and, for a fork of a fork, theirs) whose events are all at or before its
+        fork point. Looked up, not copied: a retry in the fork of a call made in the parent
+        before the fork finds the key."""
+        if not session.shares or session.parent is None or session.fork_point is None:
+            return {}, {}
+        parent = self._sessions[session.parent]
+        keys, kept = self._inherited(parent)
+        point = session.fork_point
+        keys.update(parent.keys)
+        kept.update(parent.kept)
+        return (
+            {
+                key: (first, size)
+                for key, (first, size) in keys.items()
+                if first + size <= point + 1
+            },
+            {seq: event for seq, event in kept.items() if seq <= point},
+        )
+
     def _own_copy(self, session: _Session) -> None:
-        """Give a sharing fork its own copy of what it shares (before the parent changes)."""
+        """Give a sharing fork its own copy of what it shares (before the parent changes):
+        events, and the keys and kept events it inherits."""
         if session.shares:
+            keys, kept = self._inherited(session)
+            session.keys = {**keys, **session.keys}
+            session.kept = {**kept, **session.kept}
             session.events = self._view(session, 0)
             session.shares = False
 
@@ -89,7 +116,11 @@ class MemoryStore:
         self._check_open()
         _check_since(since)
         session = self._sessions.get(session_id)
-        return [] if session is None else self._view(session, since)
+        if session is None:
+            return []
+        events = self._view(session, since)
+        check_held(session_id, events, count=session.count, horizon=session.horizon, since=since)
+        return events
 
     async def read(self, session_id: str, *, since: int = 0) -> Stored:
         """The session's events from ``since``, its count, horizon, keys and lineage."""
@@ -98,13 +129,18 @@ class MemoryStore:
         session = self._sessions.get(session_id)
         if session is None:
             return Stored((), 0)
-        keys = {key: value for key, value in session.keys.items() if value[0] >= since}
+        events = self._view(session, since)
+        check_held(session_id, events, count=session.count, horizon=session.horizon, since=since)
+        inherited, inherited_kept = self._inherited(session)
+        every = {**inherited, **session.keys}
+        keys = {key: value for key, value in every.items() if value[0] >= since}
+        kept = {**inherited_kept, **session.kept}
         return Stored(
-            self._view(session, since),
+            events,
             session.count,
             session.horizon,
             MappingProxyType(keys),
-            tuple(session.kept[seq] for seq in sorted(session.kept)) if since == 0 else (),
+            tuple(kept[seq] for seq in sorted(kept)) if since == 0 else (),
             session.parent,
             session.fork_point,
         )
@@ -160,6 +196,13 @@ class MemoryStore:
                 )
         if commit_id is not None and commit_id in session.commits:
             raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
+        horizon = check_commit_state(
+            session_id,
+            session.horizon,
+            dropped=dropped,
+            horizon=horizon,
+            expected_horizon=expected_horizon,
+        )
         if dropped:
             self._drop(session_id, session, dropped, kept)
         if horizon is not None:
@@ -216,10 +259,16 @@ class MemoryStore:
             raise ConflictError(f"session {session_id!r}: an idempotency key is taken")
         if commit_id is not None and session is not None and commit_id in session.commits:
             raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
-        if session is None:
+        others = [] if session is None else self._view(session, expected_count)
+        if session is not None:
+            # A rebase never writes past a hole: the events would land after rows that are
+            # missing, and the session could not be opened again.
+            check_held(
+                session_id, others, count=stored, horizon=session.horizon, since=expected_count
+            )
+        else:
             session = self._sessions[session_id] = _Session()
         shift = stored - expected_count
-        others = self._view(session, expected_count)
         between = {k: v for k, v in session.keys.items() if v[0] >= expected_count}
         placed = moved(events, shift) if shift else list(events)
         session.events.extend(placed)

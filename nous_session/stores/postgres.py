@@ -45,7 +45,8 @@ import json
 import re
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from operator import itemgetter
 from types import MappingProxyType, TracebackType
 from typing import Any, ClassVar, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -69,7 +70,9 @@ from nous_session.stores.base import (
     SessionInfo,
     Stored,
     check_commit_arguments,
+    check_commit_state,
     check_fork_point,
+    check_held,
     check_rebase_arguments,
     check_session_id,
     moved,
@@ -98,6 +101,7 @@ _LISTENER_APPLICATION = "nous_session listener"
 # Any 64-bit key works; it only has to be the same for every process migrating this schema.
 _MIGRATION_LOCK: Final = 0x6E6F7573  # "nous"
 _SEQ_MAX: Final = 2**63 - 1
+_ROW_SEQ: Final[Callable[[Any], int]] = itemgetter(0)
 
 _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     0: (
@@ -169,6 +173,48 @@ def _errors(what: str) -> Iterator[None]:
         ) from error
     except psycopg.Error as error:
         raise StoreError(f"{what}: {_describe(error)}") from error
+
+
+@contextmanager
+def _pipelined(
+    connection: psycopg.Connection[Any], *, begin: str | None = None
+) -> Iterator[psycopg.Pipeline]:
+    """``connection.pipeline()``, raising a failed statement's error once, and quietly; with
+    ``begin`` (``"BEGIN"``, or one with an isolation level), the block's statements are one
+    transaction, committed in the same round trip.
+
+    In pipeline mode psycopg raises a failed statement's error at whichever call next reads
+    results (an execute, a fetch, a ``transaction()``'s exit), and the server aborts every
+    statement queued after it. A block left with those still unread syncs them on its way
+    out, fails again ("pipeline aborted"), and psycopg logs ``error ignored terminating
+    <psycopg.Pipeline ...>`` on its logger: on stderr, for an application that configured no
+    logging, at every taken key or deadlock. ``connection.transaction()`` inside a pipeline
+    opens pipelines of its own around the block, which log the same way when the error
+    surfaces inside it or at its COMMIT. So the transaction is plain BEGIN and COMMIT
+    statements in this one pipeline; an error in the block first reads what the aborted
+    statements left, and a failed transaction is rolled back after the pipeline, once.
+    """
+    try:
+        with connection.pipeline() as pipeline:
+            try:
+                if begin is not None:
+                    connection.execute(begin)
+                yield pipeline
+                if begin is not None:
+                    connection.execute("COMMIT")
+            except psycopg.Error:
+                if not connection.broken:
+                    with suppress(psycopg.Error):  # the aborted statements' "pipeline aborted"
+                        pipeline.sync()
+                raise
+    except BaseException:
+        if (
+            begin is not None
+            and not connection.broken
+            and connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        ):
+            connection.rollback()
+        raise
 
 
 @contextmanager
@@ -460,19 +506,45 @@ class PostgresStore:
             SELECT base, horizon, pg_notify(%(channel)s, json_build_object(
                 'session', %(name)s::text, 'head', base + %(n)s)::text) FROM moved
         """
+        # It moves nothing when the session is missing a row between its horizon (or the
+        # caller's count, or a sharing fork's own first seq) and its count: a rebase never
+        # writes past a hole. That count of rows must see what the writers this one waited
+        # for committed, so the row lock is taken by an earlier statement (_lock_row): a
+        # statement's snapshot is taken when it starts, and a subquery in an UPDATE that
+        # waited for the lock would still count with the snapshot from before the wait.
         self._rebased = sql.SQL(
             """WITH moved AS (
-                UPDATE {sessions} SET count = count + %(n)s
-                WHERE name = %(name)s AND count >= %(expected)s
-                RETURNING count - %(n)s AS base, horizon"""
-            + rebased
-        ).format(**tables)
-        self._first_rebased = sql.SQL(
-            """WITH moved AS (
-                INSERT INTO {sessions} AS s (name, count) VALUES (%(name)s, %(n)s)
-                ON CONFLICT (name) DO UPDATE SET count = s.count + excluded.count
+                UPDATE {sessions} AS s SET count = s.count + %(n)s
+                WHERE s.name = %(name)s AND s.count >= %(expected)s
+                AND (SELECT count(*) FROM {events} e WHERE e.session = s.name
+                     AND e.seq >= greatest(%(expected)s, s.horizon,
+                                           CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END)
+                     AND e.seq < s.count)
+                    = greatest(0, s.count - greatest(%(expected)s, s.horizon,
+                                           CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END))
                 RETURNING s.count - %(n)s AS base, s.horizon"""
             + rebased
+        ).format(**tables)
+        # A rebase's first commit of a session makes its row (count 0) if missing, so that
+        # _lock_row always has a row to lock: another writer's first commit is waited for.
+        self._ensure_row = sql.SQL(
+            "INSERT INTO {sessions} (name, count) VALUES (%(name)s, 0)"
+            " ON CONFLICT (name) DO NOTHING"
+        ).format(**tables)
+        self._lock_row = sql.SQL(
+            "SELECT count FROM {sessions} WHERE name = %(name)s FOR UPDATE"
+        ).format(**tables)
+        # Where the rows a refused rebase missed should be: the session's own rows from
+        # max(horizon, the caller's count, a sharing fork's first own seq) to its count.
+        self._held_seqs = sql.SQL(
+            """WITH s AS (
+                SELECT name, count, horizon, greatest(%(expected)s, horizon,
+                       CASE WHEN shares THEN fork_point + 1 ELSE 0 END) AS low
+                FROM {sessions} WHERE name = %(name)s
+            )
+            SELECT s.count, s.horizon, s.low, e.seq FROM s
+            LEFT JOIN {events} e ON e.session = s.name AND e.seq >= s.low
+            ORDER BY e.seq"""
         ).format(**tables)
         # Run in the same transaction, after the row lock is taken: a new statement sees what
         # the writers it waited for committed, and (as the transaction's own) the new rows,
@@ -668,11 +740,68 @@ class PostgresStore:
                 )
         return rows
 
+    def _inherited(
+        self,
+        connection: psycopg.Connection[Any],
+        session_id: str,
+        row: tuple[Any, ...],
+        since: int,
+    ) -> tuple[list[Any], list[Any]]:
+        """The idempotency keys (key, first seq, count) with first seq >= ``since``, and the
+        kept events, that a sharing fork answers from its lineage: each ancestor's within the
+        range of its rows the fork shares (a key only if all its events are). Looked up, not
+        copied."""
+        keys: list[Any] = []
+        kept: list[Any] = []
+        if not row[4]:
+            return keys, kept
+        for name, low, high in self._ranges(connection, session_id, row)[:-1]:
+            keys += connection.execute(
+                sql.SQL(
+                    "SELECT key, seq, n FROM {} WHERE session = %s AND seq >= %s"
+                    " AND seq + n - 1 <= %s"
+                ).format(self._keys),
+                (name, max(low, since), high),
+            ).fetchall()
+            kept += connection.execute(
+                sql.SQL(
+                    "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s AND seq <= %s"
+                    " ORDER BY seq"
+                ).format(self._kept),
+                (name, low, high),
+            ).fetchall()
+        return keys, kept
+
     def _own_copy(self, connection: psycopg.Connection[Any], session_id: str) -> None:
-        """Give a sharing fork its own copy of the rows it shares, and stop it sharing."""
+        """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
+        events it inherits, and stop it sharing."""
         row = self._row(connection, session_id, lock="FOR UPDATE")
         if row is None or not row[4]:
             return
+        keys, kept = self._inherited(connection, session_id, row, 0)
+        if keys:
+            connection.execute(
+                sql.SQL(
+                    "INSERT INTO {} (session, key, seq, n) SELECT %s, k.key, k.seq, k.n"
+                    " FROM unnest(%s::text[], %s::bigint[], %s::int[]) AS k (key, seq, n)"
+                    " ON CONFLICT DO NOTHING"
+                ).format(self._keys),
+                (
+                    session_id,
+                    [key for key, _, _ in keys],
+                    [seq for _, seq, _ in keys],
+                    [n for _, _, n in keys],
+                ),
+            )
+        if kept:
+            connection.execute(
+                sql.SQL(
+                    "INSERT INTO {} (session, seq, record) SELECT %s, k.seq, k.record"
+                    " FROM unnest(%s::bigint[], %s::bytea[]) AS k (seq, record)"
+                    " ON CONFLICT DO NOTHING"
+                ).format(self._kept),
+                (session_id, [seq for seq, _ in kept], [record for _, record in kept]),
+            )
         for name, low, high in self._ranges(connection, session_id, row)[:-1]:
             connection.execute(
                 sql.SQL(
@@ -727,7 +856,7 @@ class PostgresStore:
                 _errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
             ):
-                with connection.pipeline():
+                with _pipelined(connection):
                     found = connection.execute(self._row_query, (session_id,))
                     own = connection.execute(query, (session_id, since))
                 row = found.fetchone()
@@ -738,6 +867,16 @@ class PostgresStore:
                         rows = [] if row is None else self._view(connection, session_id, row, since)
                 else:
                     rows = own.fetchall()
+            if row is not None:
+                check_held(
+                    session_id,
+                    rows,
+                    count=row[0],
+                    horizon=row[1],
+                    since=since,
+                    where=f"schema {self.schema}",
+                    seq=_ROW_SEQ,
+                )
             return decode_rows(rows, place(session_id, f"schema {self.schema}"))
 
         return await self._read(load)
@@ -765,24 +904,34 @@ class PostgresStore:
             with (
                 _errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
-                connection.pipeline(),
-                connection.transaction(),
+                _pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             ):
-                connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 found = connection.execute(self._row_query, (session_id,))
                 own = connection.execute(events_query, (session_id, since))
                 keyed = connection.execute(keys_query, (session_id, since))
                 aside = connection.execute(kept_query, (session_id,)) if since == 0 else None
                 row = found.fetchone()
+                inherited: list[Any] = []
+                inherited_kept: list[Any] = []
                 if row is not None and row[4]:
                     rows = self._view(connection, session_id, row, since)
+                    inherited, inherited_kept = self._inherited(connection, session_id, row, since)
                 else:
                     rows = own.fetchall()
-                keys = keyed.fetchall()
-                kept = [] if aside is None else aside.fetchall()
+                keys = inherited + keyed.fetchall()  # the fork's own keys come after
+                kept = [] if aside is None else sorted(inherited_kept + aside.fetchall())
             if row is None:
                 return Stored((), 0)
             count, horizon, parent, fork_point, _ = row
+            check_held(
+                session_id,
+                rows,
+                count=count,
+                horizon=horizon,
+                since=since,
+                where=f"schema {self.schema}",
+                seq=_ROW_SEQ,
+            )
             where = place(session_id, f"schema {self.schema}")
             return Stored(
                 decode_rows(rows, where),
@@ -852,7 +1001,10 @@ class PostgresStore:
             "payload": json.dumps({"session": session_id, "head": count}),
         }
         statement = self._first_commit if expected_count == 0 else self._commit
-        if not dropped and self._group_commits:
+        # A snapshot, or a horizon to check against the stored one, is committed under the
+        # session's row lock (check_commit_state needs the stored horizon).
+        locked = bool(dropped) or (horizon is not None and expected_horizon is None)
+        if not locked and self._group_commits:
             await self._grouped(_Grouped(session_id, statement, parameters, rows))
             return
 
@@ -860,12 +1012,22 @@ class PostgresStore:
             parameters["seqs"] = [event.seq for event in rows]
             parameters["records"] = [encode(event) for event in rows]
             with _commit_errors(session_id), self._pool.connection() as connection:
-                if dropped:
-                    # A snapshot: first give the forks sharing what it drops their copies,
+                if locked:
+                    # A snapshot first gives the forks sharing what it drops their copies,
                     # under the session's row lock, in the same transaction.
                     with connection.transaction():
                         row = self._row(connection, session_id, lock="FOR UPDATE")
-                        if row is not None:
+                        count, stored_horizon = (0, 0) if row is None else row[:2]
+                        if count == expected_count and expected_horizon in (None, stored_horizon):
+                            # A conflict is the statement's to report; only then this.
+                            parameters["horizon"] = check_commit_state(
+                                session_id,
+                                stored_horizon,
+                                dropped=dropped,
+                                horizon=horizon,
+                                expected_horizon=expected_horizon,
+                            )
+                        if row is not None and dropped:
                             self._release_shared(connection, session_id, row, min(dropped))
                         done = connection.execute(statement, parameters).fetchone()
                         if done is None:
@@ -961,18 +1123,16 @@ class PostgresStore:
         try:
             with self._pool.connection() as connection:
                 try:
-                    with connection.pipeline():
-                        with connection.transaction():
-                            if common:
-                                moving = connection.execute(
-                                    self._group_commit, self._group_parameters(common)
-                                )
-                            cursors = [
-                                connection.execute(item.statement, item.parameters)
-                                for item in alone
-                            ]
-                        moved = {row[0] for row in moving.fetchall()} if common else set()
-                        found = [cursor.fetchone() for cursor in cursors]
+                    with _pipelined(connection, begin="BEGIN"):
+                        if common:
+                            moving = connection.execute(
+                                self._group_commit, self._group_parameters(common)
+                            )
+                        cursors = [
+                            connection.execute(item.statement, item.parameters) for item in alone
+                        ]
+                    moved = {row[0] for row in moving.fetchall()} if common else set()
+                    found = [cursor.fetchone() for cursor in cursors]
                 except psycopg.Error:
                     broken = connection.broken
                     raise
@@ -1104,23 +1264,48 @@ class PostgresStore:
             "commit_id": commit_id,
             "channel": self._channel,
         }
-        statement = self._first_rebased if expected_count == 0 else self._rebased
 
         def commit() -> tuple[Any, list[Any], list[Any]]:
             parameters["tails"] = [_tail(event) for event in rows]
             with _commit_errors(session_id), self._pool.connection() as connection:
-                with connection.pipeline(), connection.transaction():
-                    counted = connection.execute(statement, parameters)
+                with _pipelined(connection, begin="BEGIN"):
+                    if expected_count == 0:
+                        connection.execute(self._ensure_row, parameters)
+                    connection.execute(self._lock_row, parameters)
+                    counted = connection.execute(self._rebased, parameters)
                     others = connection.execute(self._others, parameters)
                     keyed = connection.execute(self._others_keys, parameters)
                 return counted.fetchone(), others.fetchall(), keyed.fetchall()
 
-        done, others, keyed = await self._run(commit)
-        if done is None:
-            raise ConflictError(
+        def refused() -> BaseException:
+            """Why nothing moved: a count below the caller's, or rows missing."""
+            with (
+                _errors(f"cannot read session {session_id!r}"),
+                self._pool.connection() as connection,
+            ):
+                found = connection.execute(self._held_seqs, parameters).fetchall()
+            if found and found[0][0] >= expected_count:
+                count, horizon, low = found[0][0], found[0][1], found[0][2]
+                check_held(
+                    session_id,
+                    [seq for _, _, _, seq in found if seq is not None],
+                    count=count,
+                    horizon=horizon,
+                    since=low,
+                    where=f"schema {self.schema}",
+                    seq=int,
+                )
+                return ConflictError(
+                    f"session {session_id!r} changed while committing; nothing was written"
+                )
+            return ConflictError(
                 f"session {session_id!r} has a count below the expected {expected_count}"
                 " (deleted, or written by another store?); nothing was written"
             )
+
+        done, others, keyed = await self._run(commit)
+        if done is None:
+            raise await self._run(refused)
         base, horizon = done[0], done[1]
         shift = base - expected_count
         try:

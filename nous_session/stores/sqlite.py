@@ -43,6 +43,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, Final, Literal, TypeVar
@@ -61,7 +62,9 @@ from nous_session.stores.base import (
     SessionInfo,
     Stored,
     check_commit_arguments,
+    check_commit_state,
     check_fork_point,
+    check_held,
     check_rebase_arguments,
     check_session_id,
     moved,
@@ -75,6 +78,7 @@ SCHEMA_VERSION: Final = 2
 """The schema this version writes; older files are migrated on open, newer ones refused."""
 
 T = TypeVar("T")
+_ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
 Synchronous = Literal["FULL", "NORMAL", "OFF", "EXTRA"]
 
 _KEYS_TABLE: Final = """CREATE TABLE nous_keys (
@@ -218,9 +222,43 @@ def _rows(
     return rows
 
 
+def _inherited(
+    connection: sqlite3.Connection, row: _Row, since: int
+) -> tuple[list[tuple[str, int, int]], list[tuple[int, bytes]]]:
+    """The idempotency keys (key, first seq, count) with first seq >= ``since``, and the kept
+    events, that a sharing fork answers from its lineage: each ancestor's within the range
+    of its rows the fork shares (a key only if all its events are). Looked up, not copied."""
+    keys: list[tuple[str, int, int]] = []
+    kept: list[tuple[int, bytes]] = []
+    if not row.shares:
+        return keys, kept
+    for sid, low, high in _ranges(connection, row)[:-1]:
+        bound = 2**63 - 1 if high is None else high
+        keys += connection.execute(
+            "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ? AND seq + n - 1 <= ?",
+            (sid, max(low, since), bound),
+        ).fetchall()
+        kept += connection.execute(
+            "SELECT seq, record FROM nous_kept WHERE sid = ? AND seq >= ? AND seq <= ?"
+            " ORDER BY seq",
+            (sid, low, bound),
+        ).fetchall()
+    return keys, kept
+
+
 def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
-    """Give a sharing fork its own copy of the rows it shares, and stop it sharing."""
+    """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
+    events it inherits, and stop it sharing."""
     copied = 0
+    keys, kept = _inherited(connection, row, 0)
+    connection.executemany(
+        "INSERT OR IGNORE INTO nous_keys (sid, key, seq, n) VALUES (?, ?, ?, ?)",
+        [(row.id, key, seq, n) for key, seq, n in keys],
+    )
+    connection.executemany(
+        "INSERT OR IGNORE INTO nous_kept (sid, seq, record) VALUES (?, ?, ?)",
+        [(row.id, seq, record) for seq, record in kept],
+    )
     for sid, low, high in _ranges(connection, row)[:-1]:
         before = connection.total_changes
         connection.execute(
@@ -498,6 +536,16 @@ class SQLiteStore:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
                 row = _row(connection, session_id)
                 rows = [] if row is None else _rows(connection, row, since)
+            if row is not None:
+                check_held(
+                    session_id,
+                    rows,
+                    count=row.count,
+                    horizon=row.horizon,
+                    since=since,
+                    where=self.path,
+                    seq=_ROW_SEQ,
+                )
             return decode_rows(rows, place(session_id, self.path))
 
         return await self._run(load)
@@ -532,8 +580,22 @@ class SQLiteStore:
                         if since == 0
                         else []
                     )
+                    if row.shares:
+                        inherited, inherited_kept = _inherited(connection, row, since)
+                        keys = inherited + keys  # the fork's own keys come after
+                        if since == 0:
+                            kept = sorted(inherited_kept + kept)
                 finally:
                     connection.execute("COMMIT")
+            check_held(
+                session_id,
+                rows,
+                count=row.count,
+                horizon=row.horizon,
+                since=since,
+                where=self.path,
+                seq=_ROW_SEQ,
+            )
             where = place(session_id, self.path)
             return Stored(
                 decode_rows(rows, where),
@@ -637,9 +699,19 @@ class SQLiteStore:
             others: list[Event] = []
             between: dict[str, tuple[int, int]] = {}
             if shift and row is not None:
-                others = decode_rows(
-                    _rows(connection, row, expected_count), place(session_id, self.path)
+                found = _rows(connection, row, expected_count)
+                # A rebase never writes past a hole: the batch would land after rows that
+                # are missing, and the session could not be opened again.
+                check_held(
+                    session_id,
+                    found,
+                    count=stored,
+                    horizon=row.horizon,
+                    since=expected_count,
+                    where=self.path,
+                    seq=_ROW_SEQ,
                 )
+                others = decode_rows(found, place(session_id, self.path))
                 between = {
                     key: (seq, n)
                     for key, seq, n in connection.execute(
@@ -1037,6 +1109,13 @@ def _commit(
             f"session {session_id!r} has horizon {stored_horizon}, expected {expected_horizon}:"
             " another writer took a snapshot"
         )
+    horizon = check_commit_state(
+        session_id,
+        stored_horizon,
+        dropped=dropped,
+        horizon=horizon,
+        expected_horizon=expected_horizon,
+    )
     if row is None:
         sid = connection.execute(
             "INSERT INTO nous_sessions (name, count, held) VALUES (?, 0, 0)", (session_id,)
