@@ -137,6 +137,10 @@ class Request:
     barrier: ClassVar[bool] = False
     """True for requests that are not applied: the batch before them is committed first."""
 
+    starts_commit: ClassVar[bool] = False
+    """True for requests that must apply to a stored log: what came before them in the batch
+    is committed first, and they start the next store commit."""
+
     def __init__(self) -> None:
         self.done = Done()
         self.result: Any = None
@@ -344,9 +348,17 @@ class Recover(Request):
 
 
 class Snapshot(Request):
-    """Drop every shadowed event; the result is the Log right after the snapshot."""
+    """Drop every shadowed event; the result is the Log right after the snapshot.
+
+    It starts a store commit of its own (``starts_commit``): a store deletes only events it
+    holds, so events that requests before it in the batch made must be stored first, or the
+    snapshot would drop them before they ever were (and the commit would set a horizon past
+    the stored count).
+    """
 
     __slots__ = ()
+
+    starts_commit = True
 
     def apply(self, log: Log, committed: int) -> Applied:
         """Shadowed events that are already stored must be deleted there too."""

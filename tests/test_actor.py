@@ -33,7 +33,7 @@ from nous_session import (
     StoreError,
     ToolCall,
 )
-from nous_session import actor as actor_module
+from nous_session import _follower as follower_module
 from nous_session.event import make_event
 
 pytestmark = pytest.mark.anyio
@@ -1321,7 +1321,7 @@ async def test_a_feed_catch_up_that_fails_to_read_is_tried_again() -> None:
 async def test_closing_a_session_ends_a_waiting_catch_up_retry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(actor_module, "_CATCH_UP_RETRY_FIRST", 60.0)
+    monkeypatch.setattr(follower_module, "CATCH_UP_RETRY_FIRST", 60.0)
     store = _FlakyFeedStore()
     with anyio.fail_after(10):  # the retry's 60 s backoff is cut short, not waited out
         async with SessionActor.open(session_id="fed", store=store, follow=True) as session:

@@ -115,7 +115,7 @@ async def test_a_call_cancelled_while_waiting_for_queue_space_sends_nothing() ->
             if scope.cancelled_caught:
                 outcome.append("cancelled")
 
-        receive_nowait = session._receive.receive_nowait
+        receive_nowait = session._engine._receive.receive_nowait
         armed = anyio.Event()
 
         def cancel_then_take() -> Any:
@@ -124,7 +124,7 @@ async def test_a_call_cancelled_while_waiting_for_queue_space_sends_nothing() ->
                 scope.cancel()
             return receive_nowait()
 
-        session._receive.receive_nowait = cancel_then_take  # type: ignore[method-assign]
+        session._engine._receive.receive_nowait = cancel_then_take  # type: ignore[method-assign]
         async with anyio.create_task_group() as tg:
             tg.start_soon(first)
             while store.waiting == 0:  # the first request is in the (gated) commit

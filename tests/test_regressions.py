@@ -37,13 +37,13 @@ async def _close_right_after_a_handoff() -> None:
     outcome: list[Any] = []
     async with anyio.create_task_group() as outer:
         async with SessionActor.open(session_id="s") as session:
-            send_nowait = session._send.send_nowait
+            send_nowait = session._engine._send.send_nowait
 
             def traced(item: Any) -> None:
                 send_nowait(item)
                 sent.set()
 
-            session._send.send_nowait = traced  # type: ignore[method-assign]
+            session._engine._send.send_nowait = traced  # type: ignore[method-assign]
 
             async def caller() -> None:
                 outcome.append(await session.append("user_message", {"content": "hi"}))

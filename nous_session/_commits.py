@@ -1,0 +1,356 @@
+"""Commit strategies: how the engine puts one applied segment of a batch into the store.
+
+* :func:`commit_plain`: the segment was applied to the published Log (see
+  :class:`~nous_session._engine.Engine`); one ``Store.commit`` conditional on the count (and
+  horizon) the Log was at. A conflict means another writer came first: the follower catches
+  up, and with ``on_conflict="rebase"`` the engine applies the same requests again.
+* :func:`commit_rebased`: a segment of plain appends (no surface op, no condition) goes to a
+  :class:`~nous_session.stores.base.RebasingStore`, which puts it after whatever the session
+  holds under its own lock, so it never conflicts on the count.
+
+Either way, a commit whose outcome the store could not tell (it lost contact) is resolved
+here before anyone is answered (:func:`settle`): it is sent again, commit id and all, until
+an answer is definite, and otherwise its callers get :class:`OutcomeUnknownError`.
+
+A commit is shielded from cancellation: once the store may have the batch, its callers must
+hear what became of it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, NamedTuple
+
+import anyio
+
+from nous_session._follower import Follower
+from nous_session._requests import Append, Request
+from nous_session._state import SessionState, store_error
+from nous_session.errors import (
+    ConflictError,
+    CorruptRecordError,
+    InvalidEventError,
+    OutcomeUnknownError,
+    StoreError,
+)
+from nous_session.event import Event, make_event
+from nous_session.log import Log
+from nous_session.stores.base import OutcomeStore, Rebased, supports
+
+__all__ = ["Batch", "commit_plain", "commit_rebased"]
+
+# How long the actor keeps asking a store that lost contact whether a commit landed.
+RESOLVE_FOR: Final = 30.0
+
+
+class Batch(NamedTuple):
+    """A segment applied to the published log, not yet committed (a tuple: one per commit).
+
+    Attributes:
+        base: the published Log the segment was applied to.
+        log: the Log after it.
+        dropped: seqs (below ``base.count``) the store must delete: a snapshot's.
+        applied: each applied request with its result.
+        rebuilt: whether the surface changed other than by growing at the end.
+        keys: idempotency keys this commit records: (key, first seq, size).
+        known: requests answered from a key committed before: their answer stands whatever
+            happens to the commit.
+    """
+
+    base: Log
+    log: Log
+    dropped: list[int]
+    applied: list[tuple[Request, Any]]
+    rebuilt: bool
+    keys: list[tuple[str, int, int]]
+    known: list[tuple[Request, Any]]
+
+
+class _Outcome(enum.Enum):
+    """How a commit with an unknown outcome turned out (see :func:`settle`)."""
+
+    LANDED_BEFORE = "the first attempt landed"
+    NOT_LANDED = "neither attempt landed"
+    UNKNOWN = "still unknown"
+
+
+def _arguments(state: SessionState, batch: Batch, events: Sequence[Event]) -> dict[str, Any]:
+    """The keyword arguments of the store commit for ``batch`` (a store that implements
+    only the first Store contract gets only what it knows)."""
+    arguments: dict[str, Any] = {
+        "expected_count": batch.base.count,
+        "events": events,
+        "dropped": batch.dropped,
+    }
+    if not state.full_store:
+        return arguments
+    horizon = batch.base._horizon
+    arguments["expected_horizon"] = horizon
+    if batch.log._horizon != horizon:
+        arguments["horizon"] = batch.log._horizon
+    if batch.keys:
+        arguments["keys"] = batch.keys
+    if batch.dropped and state.keys:
+        keyed = {seq for first, size in state.keys.values() for seq in range(first, first + size)}
+        arguments["kept"] = [seq for seq in batch.dropped if seq in keyed]
+    if state.name_commits:
+        arguments["commit_id"] = state.commit_ids()
+    return arguments
+
+
+async def commit_plain(
+    state: SessionState, follower: Follower, batch: Batch, *, may_retry: bool
+) -> list[Request] | None:
+    """Commit an applied segment in one store call, then publish and answer its callers.
+
+    Returns the requests to apply again when the commit lost to another writer and
+    ``may_retry`` (the follower has caught up meanwhile); None when every caller is answered.
+    """
+    if batch.log is not batch.base:
+        # A tuple, not a view: a failed batch's events leave the log's storage below, and a
+        # store may keep what it was given.
+        events = tuple(batch.log.since(batch.base.count))
+        arguments = _arguments(state, batch, events)
+        error: BaseException | None = None
+        with anyio.CancelScope(shield=True):
+            try:
+                await state.store.commit(state.session_id, **arguments)
+            except OutcomeUnknownError as unknown:
+                error = await _resolve(state, arguments, unknown)
+            except Exception as failure:
+                error = failure
+        if error is not None:
+            # The batch never happened: its events leave the log's shared storage, so
+            # catching up (or the next batch) extends it instead of copying it.
+            batch.base._give_back(batch.log)
+            if isinstance(error, ConflictError):
+                # Another writer is ahead: read what it wrote.
+                unreadable = await follower.reload(None)
+                if unreadable is not None:
+                    error = unreadable  # the callers must hear what blocks them
+                elif may_retry:
+                    return [request for request, _ in batch.applied]
+            state.answer(batch.known)
+            if isinstance(error, OutcomeUnknownError):
+                _unknown(state, batch.applied, error)
+            else:
+                state.fail(batch.applied, error, expected_count=batch.base.count)
+            return None
+        for key, first, size in batch.keys:
+            state.keys[key] = (first, size)
+        for seq in arguments.get("kept", ()):
+            state.kept[seq] = batch.base.since(seq)[0]
+        state.publish(batch.log, events=len(events), dropped=len(batch.dropped))
+    state.acknowledge([*batch.known, *batch.applied], batch.log, rebuilt=batch.rebuilt)
+    return None
+
+
+def _unknown(
+    state: SessionState, applied: Sequence[tuple[Request, Any]], error: OutcomeUnknownError
+) -> None:
+    """The store could not say whether the commit landed: every caller hears exactly that
+    (never a StoreError, which would say nothing was appended)."""
+    state.logger.debug("nous_session.commit_outcome_unknown", requests=len(applied))
+    for request, _ in applied:
+        copy = OutcomeUnknownError(*error.args)
+        copy.__cause__ = error
+        request.fail(copy)
+
+
+async def _resolve(
+    state: SessionState, arguments: dict[str, Any], unknown: OutcomeUnknownError
+) -> BaseException | None:
+    """Find out whether a commit whose outcome is unknown landed; None if it did, else the
+    error to give its callers.
+
+    The commit is sent again, commit id and all, until an answer is definite. The id is
+    unique in the session, so of the two attempts exactly one can land: a second attempt that
+    lands means the first never will; one that conflicts means the first landed if the store
+    has its commit id, else that another writer got there first. After ``RESOLVE_FOR``
+    seconds without an answer the callers get the OutcomeUnknownError (not a StoreError:
+    they may retry with their idempotency keys).
+    """
+    landed = await settle(state, arguments, unknown, state.store.commit)
+    if landed is _Outcome.NOT_LANDED:
+        return ConflictError(
+            f"session {state.session_id!r}: the commit did not land; while the store was"
+            " out of reach, another writer committed at the same count (nothing of this"
+            " call was appended)"
+        )
+    return unknown if landed is _Outcome.UNKNOWN else None
+
+
+async def settle(
+    state: SessionState,
+    arguments: dict[str, Any],
+    unknown: OutcomeUnknownError,
+    send: Callable[..., Awaitable[Any]],
+) -> Any:
+    """Send a commit again until its outcome is known: the store's answer if the resend
+    landed, ``_Outcome.LANDED_BEFORE`` (the first attempt did), ``NOT_LANDED`` or
+    ``UNKNOWN``."""
+    state.logger.info("nous_session.commit_outcome_unknown", error=str(unknown))
+    commit_id = arguments.get("commit_id")
+    store = state.store
+    if commit_id is None or not supports(store, OutcomeStore):
+        return _Outcome.UNKNOWN
+    delay = 0.01
+    with anyio.move_on_after(RESOLVE_FOR):
+        while True:
+            try:
+                answer = await send(state.session_id, **arguments)
+            except ConflictError:
+                try:
+                    found = await store.committed(state.session_id, commit_id)  # type: ignore[attr-defined]
+                except StoreError as error:
+                    state.logger.debug("nous_session.commit_outcome_retry", error=repr(error))
+                else:
+                    state.logger.info(
+                        "nous_session.commit_outcome_resolved", landed=found is not None
+                    )
+                    if found is None:
+                        return _Outcome.NOT_LANDED
+                    state.landed_at = found
+                    return _Outcome.LANDED_BEFORE
+            except (OutcomeUnknownError, StoreError) as error:
+                state.logger.debug("nous_session.commit_outcome_retry", error=repr(error))
+            else:
+                state.logger.info("nous_session.commit_outcome_resolved", landed=True)
+                return answer
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+    return _Outcome.UNKNOWN
+
+
+async def commit_rebased(
+    state: SessionState, follower: Follower, requests: list[Append], *, final: bool
+) -> bool:
+    """Commit a segment of plain appends after whatever the store holds, then publish.
+
+    Returns True when the segment met a conflict (an idempotency key another writer had
+    taken, say) and the follower caught up: the engine tries the segment again, unless it was
+    the ``final`` attempt, when its callers get the ConflictError.
+
+    The events are made for the seqs after the published log but not appended to it: if
+    other writers got there first they move, and the log then takes the others' events and
+    ours in one extend (appending ours first would leave the log's shared storage holding
+    events that never happened, and the extend would have to copy it).
+    """
+    if state.unfollowable is not None:
+        for request in requests:
+            request.fail(store_error(state.unfollowable))
+        return False
+    base = state.published.log
+    seq = base.count
+    events: list[Event] = []
+    known: list[tuple[Request, Any]] = []  # answered from an earlier commit's key
+    made_for: list[tuple[Append, int, int]] = []  # (request, offset in events, size)
+    repeats: list[tuple[Append, str]] = []  # a key an earlier request of the batch has
+    keyed: dict[str, tuple[int, int]] = {}
+    for request in requests:
+        key = request.key
+        if key is not None:
+            answer = state.keyed_events(key)
+            if answer is not None:
+                known.append((request, answer))
+                continue
+            if key in keyed:
+                repeats.append((request, key))
+                continue
+        try:
+            made = [
+                make_event(seq + offset, event_type, data, time, decoded=True)
+                for offset, (event_type, data, time) in enumerate(request.items)
+            ]
+        except InvalidEventError as error:
+            request.fail(error)
+            continue
+        if key is not None:
+            keyed[key] = (seq, len(made))
+        made_for.append((request, len(events), len(made)))
+        events.extend(made)
+        seq += len(made)
+    if not events:
+        state.answer(known)
+        return False
+    arguments: dict[str, Any] = {"expected_count": base.count, "events": events}
+    if state.full_store:
+        arguments["keys"] = [(key, first, size) for key, (first, size) in keyed.items()]
+        if state.name_commits:
+            arguments["commit_id"] = state.commit_ids()
+    waiting: list[tuple[Request, Any]] = [(request, None) for request, _, _ in made_for]
+    waiting.extend((request, None) for request, _ in repeats)
+    try:
+        with anyio.CancelScope(shield=True):
+            rebased = await _send_rebased(state, arguments)
+    except Exception as error:
+        failure: BaseException = error
+        if isinstance(error, ConflictError):
+            unreadable = await follower.reload(None)
+            if unreadable is None and not final:
+                return True
+            failure = unreadable or error
+        elif isinstance(error, CorruptRecordError):
+            # What the others wrote cannot be read (and our batch may have landed after it):
+            # another rebasing commit would meet the same record, so stop writing.
+            state.unfollowable = error
+        state.answer(known)
+        if isinstance(failure, OutcomeUnknownError):
+            _unknown(state, waiting, failure)
+        else:
+            state.fail(waiting, failure, expected_count=base.count)
+        return False
+    if rebased is None:
+        # An unknown outcome that turned out to have landed, at the seqs the store recorded
+        # for the commit id; the catch-up brought the batch into the log.
+        await follower.reload(None)
+        log = state.published.log
+        first = state.landed_at[0]
+        stored = list(log.since(first)[: len(events)])
+        rebuilt = False
+    elif rebased.horizon != base.horizon:
+        # Another writer's snapshot dropped events this log still holds: read it all again
+        # (the batch with it) rather than extend a history that no longer is.
+        state.batches += 1
+        await follower.reload(None)
+        log = state.published.log
+        stored = list(rebased.events)
+        rebuilt = True
+    else:
+        # Other writers' events (if any) go before ours; every caller hears the seqs its
+        # events were stored at.
+        log = base.extend([*rebased.others, *rebased.events])
+        state.keys.update(rebased.keys)
+        for key, (first, size) in keyed.items():
+            state.keys[key] = (first + rebased.shift, size)
+        state.publish(log, events=len(events), dropped=0, shift=rebased.shift)
+        stored = list(rebased.events)
+        rebuilt = any(event.op is not None for event in rebased.others)
+    answers: dict[int, tuple[Event, ...]] = {}
+    results: list[tuple[Request, Any]] = list(known)
+    for request, offset, size in made_for:
+        answers[id(request)] = tuple(stored[offset : offset + size])
+        results.append((request, answers[id(request)]))
+    by_key = {request.key: answers[id(request)] for request, _, _ in made_for if request.key}
+    results.extend((request, by_key[key]) for request, key in repeats)
+    state.acknowledge(results, log, rebuilt=rebuilt)
+    return False
+
+
+async def _send_rebased(state: SessionState, arguments: dict[str, Any]) -> Rebased | None:
+    """A rebasing commit; None when an unknown outcome turned out to have landed."""
+    send = state.store.commit_rebased  # type: ignore[attr-defined]
+    try:
+        return await send(state.session_id, **arguments)  # type: ignore[no-any-return]
+    except OutcomeUnknownError as unknown:
+        answer = await settle(state, arguments, unknown, send)
+        if answer is _Outcome.LANDED_BEFORE:
+            return None
+        if answer is _Outcome.NOT_LANDED:
+            raise ConflictError(
+                f"session {state.session_id!r}: the rebasing commit did not land"
+            ) from unknown
+        if answer is _Outcome.UNKNOWN:
+            raise
+        return answer  # type: ignore[no-any-return]

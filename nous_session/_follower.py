@@ -1,0 +1,230 @@
+"""The follower: how a session's actor catches up with commits other writers made.
+
+Three ways lead here. A commit that conflicts makes the actor read what the other writer
+stored before it answers (or retries). A caller's :meth:`SessionActor.reload` queues a
+catch-up as a barrier request. And with a change feed (``follow=``), the watcher turns every
+head the store announces into a catch-up request, at most one queued at a time, so that the
+log and its subscribers see other processes' commits; a catch-up whose read fails is tried
+again with a backoff.
+
+Every catch-up runs in the actor task (the engine hands barrier requests here), so it never
+races a commit: the published Log changes only between batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
+from typing import Final
+
+import anyio
+import anyio.abc
+
+from nous_session._requests import Reload
+from nous_session._state import SessionState, store_error
+from nous_session.errors import CorruptRecordError, InvalidEventError
+from nous_session.event import Event
+from nous_session.log import Log
+from nous_session.stores.base import Stored
+
+__all__ = ["Follower", "restored"]
+
+# A feed catch-up that could not read is tried again after this many seconds, doubling up
+# to the maximum while reads keep failing.
+CATCH_UP_RETRY_FIRST: Final = 0.05
+CATCH_UP_RETRY_MAX: Final = 5.0
+
+
+class Follower:
+    """Catches one session's Log up with its store, and follows the store's change feed.
+
+    Args:
+        state: the session's shared state.
+        enqueue: puts a request into the actor's queue, waiting for space (raises
+            ``anyio.ClosedResourceError`` once the session is closing).
+    """
+
+    __slots__ = (
+        "_delay",
+        "_enqueue",
+        "_queued",
+        "_retry",
+        "_state",
+        "_watch_scope",
+    )
+
+    def __init__(self, state: SessionState, enqueue: Callable[[Reload], Awaitable[None]]) -> None:
+        self._state = state
+        self._enqueue = enqueue
+        self._queued: Reload | None = None  # the feed's catch-up, while it waits in the queue
+        self._retry: anyio.CancelScope | None = None  # a failed catch-up's retry, waiting
+        self._delay = CATCH_UP_RETRY_FIRST
+        self._watch_scope: anyio.CancelScope | None = None
+
+    def close(self) -> None:
+        """Stop following: the watcher and any waiting retry end."""
+        if self._watch_scope is not None:
+            self._watch_scope.cancel()
+        if self._retry is not None:
+            self._retry.cancel()
+
+    async def reload(self, request: Reload | None) -> BaseException | None:
+        """Catch up with what other writers committed after our count.
+
+        When the store's horizon moved (another writer took a snapshot, dropping events this
+        log may still hold, and whose absence changes what a later operation means), the
+        whole session is read again instead, so the surface stays what a fresh fold of the
+        stored log gives. Returns the error when the store could not be read.
+        """
+        state = self._state
+        if request is None or request.from_feed:
+            self._queued = None
+        log = state.published.log
+        if (
+            request is not None
+            and request.from_feed
+            and request.head is not None
+            and request.head <= log.count
+        ):
+            request.resolve(log)  # a catch-up after a conflict already read this far
+            return None
+        dropped = False
+        try:
+            if state.full_store:
+                stored = await state.store.read(state.session_id, since=log.count)
+                if stored.horizon != log.horizon:
+                    stored = await state.store.read(state.session_id)
+                    log = restored(state.session_id, stored)
+                    state.keys = dict(stored.keys)
+                    state.kept = {event.seq: event for event in stored.kept}
+                    events: Sequence[Event] = log.events()
+                    dropped = replaced = True
+                else:
+                    events = stored.events
+                    log = log.extend(events)  # decoded, hence validated, by the store
+                    if log.count != stored.count:
+                        raise CorruptRecordError(
+                            f"session {state.session_id!r}: the store says its count is"
+                            f" {stored.count}, but its events end at seq {log.count - 1}"
+                            " and no snapshot dropped any"
+                            + (
+                                " (rows are missing)"
+                                if log.count < stored.count
+                                else " (rows past its count)"
+                            )
+                        )
+                    state.keys.update(stored.keys)
+                    replaced = any(event.op is not None for event in events)
+            else:
+                events = await state.store.load(state.session_id, since=log.count)
+                log = log.extend(events)
+                replaced = any(event.op is not None for event in events)
+        except Exception as error:
+            corrupt = isinstance(error, CorruptRecordError)
+            if request is not None:
+                # Its caller (or the retry below) hears of it: nothing to warn about here.
+                state.logger.debug("nous_session.catch_up_failed", error=repr(error))
+                request.fail(store_error(error))
+                if request.from_feed and not corrupt:
+                    self._retry_catch_up()
+            # A record that cannot be read blocks every retry: the callers must hear it.
+            return error if corrupt else None
+        if request is not None and request.from_feed:
+            self._delay = CATCH_UP_RETRY_FIRST
+        if log is not state.published.log:
+            state.published.publish(log, dropped=dropped)
+            if state.log_commits:
+                state.logger.debug("nous_session.caught_up", count=log.count, events=len(events))
+            if state.compaction is not None:
+                state.compaction.committed(log, rebuilt=replaced)
+        if request is not None:
+            request.resolve(log)
+        return None
+
+    async def watch(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Turn the store's change feed into catch-up requests (at most one queued at a time)."""
+        state = self._state
+        with anyio.CancelScope() as scope:
+            self._watch_scope = scope
+            task_status.started()
+            heads = state.store.watch(state.session_id)  # type: ignore[attr-defined]
+            try:
+                async for head in heads:
+                    if head != -1 and head <= state.published.log.count:
+                        continue
+                    await self._catch_up(head)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # the session is closing
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await heads.aclose()
+
+    async def _catch_up(self, head: int) -> None:
+        """Queue a feed catch-up to ``head`` (-1: read whatever there is), unless one waits.
+
+        Raises:
+            anyio.ClosedResourceError: the session is closing.
+        """
+        queued = self._queued
+        if queued is not None:
+            # The catch-up that waits answers for this head too: it must read at least this
+            # far. It skips its read when its own head is read already (a catch-up in flight
+            # may have read past it), so a head left at an older value would let this commit
+            # go unread until the next one (forever, after a writer's last commit). A
+            # reconnect (-1) makes it read in any case: the lost listener may have missed
+            # commits.
+            if queued.head is not None:
+                queued.head = None if head == -1 else max(queued.head, head)
+            return
+        # -1 (reconnected) must always read; a head may be read already.
+        request = self._queued = Reload(None if head == -1 else head, from_feed=True)
+        try:
+            await self._enqueue(request)
+        except BaseException:
+            self._queued = None
+            raise
+
+    def _retry_catch_up(self) -> None:
+        """A feed catch-up could not read (the store failed for a moment, say): read again
+        after a backoff. Otherwise the commits it stood for would stay unread until the next
+        notification, which never comes after a writer's last commit."""
+        state = self._state
+        if state.closing or self._retry is not None:
+            return
+        scope = self._retry = anyio.CancelScope()
+        delay = self._delay
+        self._delay = min(delay * 2, CATCH_UP_RETRY_MAX)
+        state.task_group.start_soon(self._catch_up_later, scope, delay)
+
+    async def _catch_up_later(self, scope: anyio.CancelScope, delay: float) -> None:
+        with scope:
+            try:
+                await anyio.sleep(delay)
+            finally:
+                self._retry = None
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # closing
+                await self._catch_up(-1)
+
+
+def restored(session_id: str, stored: Stored) -> Log:
+    """The Log a store's read of a whole session stands for, or why it cannot be one.
+
+    Raises:
+        CorruptRecordError: the stored count or horizon does not fit the rows (a count past
+            the newest row with no snapshot to explain the gap, say), or the events
+            themselves are out of order.
+    """
+    events = stored.events
+    newest = events[-1].seq if events else -1
+    if stored.horizon == 0 and stored.count != newest + 1 and (events or stored.count):
+        raise CorruptRecordError(
+            f"session {session_id!r}: the store says its count is {stored.count}, but its"
+            f" events end at seq {newest} and no snapshot dropped any"
+            + (" (rows are missing)" if stored.count > newest + 1 else "")
+        )
+    try:
+        return Log.restore(events, count=stored.count, horizon=stored.horizon)
+    except InvalidEventError as error:
+        raise CorruptRecordError(f"session {session_id!r}: the store returned {error}") from error

@@ -1,0 +1,212 @@
+"""The state one session's actor shares between its parts, and the few things every part does
+with it (publish a commit, answer callers, fail them).
+
+A :class:`~nous_session.actor.SessionActor` is a thin handle over three parts that share one
+:class:`SessionState`, the way an anyio memory stream's two ends share one state object: the
+engine (:mod:`nous_session._engine`: the queue and the batch loop), the commit strategies
+(:mod:`nous_session._commits`: plain and rebased store commits, and resolving an unknown
+outcome) and the follower (:mod:`nous_session._follower`: the change feed and catching up).
+Only the actor task changes this state; none of it is shared across sessions.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from nous_session._logging import get_logger, wants_debug
+from nous_session._requests import Request
+from nous_session.errors import CorruptRecordError, SessionClosedError, StoreError
+from nous_session.event import Event
+from nous_session.log import Log
+from nous_session.stores.base import OutcomeStore, RebasingStore, Store, Stored, supports
+from nous_session.subscription import Published
+
+if TYPE_CHECKING:
+    from nous_session.compaction import CompactionRunner
+
+__all__ = ["SessionState", "closed_error", "store_error"]
+
+_logger = get_logger()
+
+
+class CommitIds:
+    """Commit ids for one actor: 96 random bits drawn once, then a counter (unique in a
+    session by any measure, and no system call per commit)."""
+
+    __slots__ = ("_next", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = secrets.token_urlsafe(12)
+        self._next = 0
+
+    def __call__(self) -> str:
+        self._next += 1
+        return f"{self._prefix}.{self._next}"
+
+
+def closed_error() -> SessionClosedError:
+    """The error every call gets once the session is closed (a fresh one per caller)."""
+    return SessionClosedError("the session is closed")
+
+
+def store_error(error: BaseException) -> StoreError:
+    """A fresh StoreError (of the same class) for one caller, chained to the store's error."""
+    copy: StoreError | None = None
+    if isinstance(error, StoreError):
+        try:
+            copy = type(error)(*error.args)
+        except Exception:  # a third-party subclass with another signature
+            copy = None
+    if copy is None:
+        copy = StoreError(f"the store failed: {error!r}")
+    copy.__cause__ = error
+    return copy
+
+
+class SessionState:
+    """One session's shared state: what is committed, what the store can do, the counters.
+
+    Attributes:
+        session_id: the session.
+        store: where it is persisted.
+        full_store: the store has the whole Store contract (``read``: horizons, keys, commit
+            ids); without it the actor sends only what the first contract knows.
+        name_commits: commits carry an id (the store can lose a reply and be asked later).
+        rebase: ``on_conflict="rebase"``.
+        rebasing: plain appends go to the store's rebasing commit (they never conflict).
+        keys: the session's idempotency keys: key -> (first seq, number of events).
+        kept: events a snapshot dropped that a key still answers with, by seq.
+        landed_at: where a commit whose outcome was unknown was found to have landed.
+        published: the committed Log and its subscribers.
+        commit_ids: names the next commit.
+        batches: store commits so far; requests: requests answered in them.
+        unfollowable: set when a rebasing commit met a record it cannot decode: this actor can
+            no longer follow the store past it, so it refuses further writes.
+        compaction: the compaction runner, or None.
+        task_group: the actor's task group (its waker, compactions, catch-up retries).
+        closing: no new requests are accepted.
+    """
+
+    __slots__ = (
+        "batches",
+        "closing",
+        "commit_ids",
+        "compaction",
+        "full_store",
+        "kept",
+        "keys",
+        "landed_at",
+        "log_commits",
+        "logger",
+        "name_commits",
+        "published",
+        "rebase",
+        "rebasing",
+        "requests",
+        "session_id",
+        "store",
+        "task_group",
+        "unfollowable",
+        "waker_scope",
+    )
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        store: Store,
+        log: Log,
+        stored: Stored | None,
+        rebase: bool,
+        task_group: anyio.abc.TaskGroup,
+    ) -> None:
+        self.session_id = session_id
+        self.store = store
+        self.rebase = rebase
+        # A store that can append after whatever the session holds serialises the writers
+        # itself: plain appends then never conflict and nothing is redone.
+        self.rebasing = rebase and supports(store, RebasingStore)
+        self.full_store = stored is not None
+        self.keys: dict[str, tuple[int, int]] = {} if stored is None else dict(stored.keys)
+        self.kept: dict[int, Event] = {} if stored is None else {e.seq: e for e in stored.kept}
+        self.landed_at = (0, 0)
+        # Commit ids cost a row per commit: sent only to a store that can lose a reply.
+        self.name_commits = supports(store, OutcomeStore) and bool(
+            getattr(type(store), "outcome_may_be_unknown", False)
+        )
+        self.published = Published(log, self._start_waker)
+        self.waker_scope = anyio.CancelScope()
+        self.commit_ids = CommitIds()
+        self.batches = 0
+        self.requests = 0
+        self.unfollowable: CorruptRecordError | None = None
+        self.compaction: CompactionRunner | None = None
+        self.task_group = task_group
+        self.closing = False
+        # Bind once: a bound logger filters debug lines at almost no cost per commit.
+        self.logger = _logger.bind(session_id=session_id)
+        # A rendered line per commit costs more than the commit: only when it goes anywhere.
+        self.log_commits = wants_debug()
+
+    def _start_waker(self) -> None:
+        """Start coalescing subscribers' wake-ups (the first time there are many of them);
+        an idle session or one with few subscribers runs no waker task."""
+        if not self.closing:
+            self.task_group.start_soon(self._run_waker)
+
+    async def _run_waker(self) -> None:
+        with self.waker_scope:
+            await self.published.run_waker()
+
+    def keyed_events(self, key: str) -> tuple[Event, ...] | None:
+        """The events first committed under ``key`` in this session, or None."""
+        found = self.keys.get(key)
+        if found is None:
+            return None
+        first, size = found
+        held = {event.seq: event for event in self.published.log.since(first)[:size]}
+        return tuple(held.get(seq) or self.kept[seq] for seq in range(first, first + size))
+
+    def publish(self, log: Log, *, events: int, dropped: int, **extra: Any) -> None:
+        """A batch is durable: make ``log`` the committed value and tell the subscribers."""
+        self.published.publish(log, dropped=dropped > 0)
+        self.batches += 1
+        if self.log_commits:
+            self.logger.debug(
+                "nous_session.commit", events=events, dropped=dropped, count=log.count, **extra
+            )
+
+    def acknowledge(
+        self, applied: Sequence[tuple[Request, Any]], log: Log, *, rebuilt: bool
+    ) -> None:
+        """Answer each applied request with its result, then let compaction look."""
+        self.answer(applied)
+        if self.compaction is not None:
+            self.compaction.committed(log, rebuilt=rebuilt)
+
+    def answer(self, answered: Sequence[tuple[Request, Any]]) -> None:
+        """Answer requests whose result stands (known keys, or a committed batch)."""
+        self.requests += len(answered)
+        for request, result in answered:
+            request.resolve(result)
+
+    def fail(
+        self, applied: Sequence[tuple[Request, Any]], error: BaseException, *, expected_count: int
+    ) -> None:
+        """The store refused a batch: each of its callers gets its own StoreError.
+
+        Logged at debug only: the error is handed to every caller, whose to report it is.
+        """
+        self.logger.debug(
+            "nous_session.commit_failed",
+            error=repr(error),
+            requests=len(applied),
+            expected_count=expected_count,
+        )
+        for request, _ in applied:
+            request.fail(store_error(error))
