@@ -131,6 +131,19 @@ async def commit_plain(
                     error = unreadable  # the callers must hear what blocks them
                 elif may_retry:
                     return [request for request, _ in batch.applied]
+                else:
+                    # A key the store had already (an earlier attempt whose outcome was
+                    # unknown landed, say) is answered as a lone retry would be: with the
+                    # events first committed under it.
+                    applied = []
+                    for request, result in batch.applied:
+                        key = request.key if isinstance(request, Append) else None
+                        answer = None if key is None else state.keyed_events(key)
+                        if answer is None:
+                            applied.append((request, result))
+                        else:
+                            batch.known.append((request, answer))
+                    batch = batch._replace(applied=applied)
             state.answer(batch.known)
             if isinstance(error, OutcomeUnknownError):
                 _unknown(state, batch.applied, error)

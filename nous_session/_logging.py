@@ -17,11 +17,12 @@ at import, so an application may configure logging after importing nous_session.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import structlog
 
-__all__ = ["get_logger", "wants_debug"]
+__all__ = ["Throttle", "get_logger", "wants_debug"]
 
 _NAME = "nous_session"
 
@@ -79,3 +80,30 @@ def wants_debug() -> bool:
     standard library's ``nous_session`` logger is enabled for DEBUG. Per-commit events are
     logged only then, since rendering one costs more than the commit."""
     return structlog.is_configured() or logging.getLogger(_NAME).isEnabledFor(logging.DEBUG)
+
+
+class Throttle:
+    """When a background failure that repeats may warn: the first time at once, then at most
+    once per ``every`` seconds, with how many happened since the last warning.
+
+    A failure handed to a caller is the caller's to report; one that no caller sees (a
+    summarizer that fails at every commit, say) must reach the operator without flooding the
+    log.
+    """
+
+    __slots__ = ("_every", "_next", "_since")
+
+    def __init__(self, every: float = 60.0) -> None:
+        self._every = every
+        self._next = float("-inf")
+        self._since = 0
+
+    def due(self) -> int | None:
+        """Count one failure; the number to report if a warning is due now, else None."""
+        self._since += 1
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + self._every
+        count, self._since = self._since, 0
+        return count

@@ -20,6 +20,7 @@ import attrs
 import orjson
 
 from nous_session._json import JSON
+from nous_session._logging import Throttle
 from nous_session._requests import Applied, Request
 from nous_session.errors import SessionClosedError
 from nous_session.event import Event, EventType, message_event, to_message
@@ -406,6 +407,7 @@ class CompactionRunner:
         "_retry_at",
         "_scope",
         "_task_group",
+        "_warnings",
         "failed",
         "in_flight",
         "run",
@@ -427,6 +429,7 @@ class CompactionRunner:
         self._task_group = task_group
         self._logger = logger
         self._meter = TokenMeter(policy.token_counter)
+        self._warnings = Throttle()
         self._closing = False
         self._scope: anyio.CancelScope | None = None
         self._done = anyio.Event()
@@ -479,7 +482,12 @@ class CompactionRunner:
         except SessionClosedError:
             outcome = "cancelled"
         except Exception as error:
-            logger.warning("nous_session.compaction_failed", error=repr(error))
+            # Nobody awaits a compaction: warn, but once a minute at most, with the count.
+            count = self._warnings.due()
+            if count is None:
+                logger.debug("nous_session.compaction_failed", error=repr(error))
+            else:
+                logger.warning("nous_session.compaction_failed", error=repr(error), failures=count)
         finally:
             self._scope = None
             self.in_flight = False

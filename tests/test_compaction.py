@@ -613,3 +613,25 @@ async def test_a_subscriber_sees_the_summary_event() -> None:
         summary = received[-1]
         assert summary.surface_op == Replace(0, 3)
         assert summary.data["content"].startswith(COMPACTED)  # type: ignore[union-attr]
+
+
+async def test_a_summarizer_failing_at_every_compaction_warns_once_then_counts() -> None:
+    """Nobody awaits a compaction, so its failure is warned about, but not once per commit:
+    the first at once, the rest at debug until a minute has passed (then with their count)."""
+
+    async def broken(messages: Any) -> str:
+        raise RuntimeError("the summarizer is down")
+
+    policy = CompactionPolicy(keep_last=1, every=2, summarizer=broken)
+    with capture_logs() as logs:
+        async with SessionActor.open(session_id=SID, compaction=policy) as session:
+            for message in chat(12):
+                await session.add_message(message)
+                await session.wait_for_compaction()
+            assert session.statistics().compactions_failed >= 3
+    failed = [entry for entry in logs if entry["event"] == "nous_session.compaction_failed"]
+    levels = [entry["log_level"] for entry in failed]
+    assert len(failed) >= 3
+    assert levels[0] == "warning"
+    assert failed[0]["failures"] == 1
+    assert set(levels[1:]) == {"debug"}
