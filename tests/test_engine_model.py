@@ -7,18 +7,19 @@ SessionActor so that they form one batch: appends with and without idempotency k
 reloads, and forks beside them; some callers are cancelled once their request is queued. A
 plain model (a :class:`Log` value and a dict of keys) applies the same requests one at a time
 in arrival order. After every step: each caller's answer is the model's, the actor's log is
-the model's, the surface equals a fresh fold of what the store holds, the keys the store holds
-are the model's, and (a rule of its own) the session reopens to the same log.
+the model's (events compared without their times: a call without a time is timed "now"), a
+fresh fold of what the store holds is exactly the actor's log and surface, the keys the store
+holds are the model's, and (a rule of its own) the session reopens to the same log.
 
 How a batch is made, the same way on asyncio and trio: the store's commits wait at a gate.
 The rule closes the gate and fires a "blocker" append, which the actor takes alone and carries
 into the gated commit; then it starts the requests one by one, each once the one before is in
 the queue (so arrival order is start order); then it opens the gate, and the actor takes
-every queued request as one batch.
+every queued request as one batch. A reload ends every batch, as a fence (see ``batch``).
 
 Runs on memory, SQLite and PostgreSQL (``NOUS_SESSION_TEST_POSTGRES``), on asyncio and trio.
-``HYPOTHESIS_PROFILE=ci`` runs thousands of steps over the six combinations; each test
-records its counts as junit properties (``engine_model_steps``, ``engine_model_requests``).
+``HYPOTHESIS_PROFILE=ci`` runs thousands of steps over the six combinations; a line of the
+terminal summary says how many (``StepSummary``).
 """
 
 from __future__ import annotations
@@ -69,11 +70,11 @@ from nous_session.stores.sqlite import SQLiteStore
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 
-# dev: a quick loop (80 steps a combination); ci: 1,000 steps a combination, 6,000 in all.
+# dev: a quick loop (about 200 steps a combination); ci: about 900 a combination, 5,500 in all.
 if PROFILE == "ci":
     EXAMPLES, STEPS = 40, 25
 else:
-    EXAMPLES, STEPS = 8, 10
+    EXAMPLES, STEPS = 25, 10
 
 T0 = datetime(2024, 6, 1, 8, 30, tzinfo=UTC)
 KEYS = ("k0", "k1", "k2", "k3")  # few, so that keys repeat: in one batch and across batches
@@ -299,7 +300,7 @@ class ReplaceCall(Call):
             (message,) = self.messages
             event_type, data = message_event(message)
             data["surface_op"] = ["replace", self.start, self.stop]
-            item: tuple[Any, Any, datetime | None] = (event_type, data, message.created_at)
+            item: Item = (event_type, data, message.created_at)
         else:
             item = (EventType.REPLACE, replace_data(self.start, self.stop, self.messages), None)
         return model.edit(item, self.start, self.stop, self.expect_)
@@ -763,6 +764,39 @@ async def perform(
 # The tests --------------------------------------------------------------------------------
 
 
+class StepSummary:
+    """A pytest plugin that adds one line to the terminal summary: how much the machines ran
+    (CI prints it; a test itself prints nothing)."""
+
+    name = "nous-session-engine-model"
+
+    def __init__(self) -> None:
+        self.tallies: dict[str, Tally] = {}
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.tallies:
+            return
+        tallies = self.tallies.values()
+        total = Tally(
+            *(sum(getattr(t, field) for t in tallies) for field in attrs.fields_dict(Tally))
+        )
+        terminalreporter.write_line(
+            f"engine model ({PROFILE} profile): {total.steps} steps, {total.batches} batches"
+            f" ({total.mixed} of several kinds), {total.requests} requests"
+            f" ({total.cancelled} callers cancelled) on {len(self.tallies)} store and loop"
+            " combinations"
+        )
+
+
+@pytest.fixture(scope="module")
+def step_summary(pytestconfig: pytest.Config) -> StepSummary:
+    plugin = pytestconfig.pluginmanager.get_plugin(StepSummary.name)
+    if plugin is None:
+        plugin = StepSummary()
+        pytestconfig.pluginmanager.register(plugin, StepSummary.name)
+    return plugin  # type: ignore[no-any-return]
+
+
 @pytest.fixture
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
     kind = request.param
@@ -788,7 +822,8 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
 def test_a_batch_commits_as_if_one_by_one(
     backend: str,
     store_factory: Callable[[], Any],
-    record_property: Callable[[str, object], None],
+    step_summary: StepSummary,
+    request: pytest.FixtureRequest,
 ) -> None:
     tally = Tally()
     machine = type(
@@ -805,8 +840,7 @@ def test_a_batch_commits_as_if_one_by_one(
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
-    record_property("engine_model_steps", tally.steps)
-    record_property("engine_model_requests", tally.requests)
+    step_summary.tallies[request.node.name] = tally
     # The run made what it is here to make: batches of several kinds, cancelled callers.
     assert tally.mixed > 0
     assert tally.cancelled > 0
