@@ -273,9 +273,9 @@ class Sessions:
             self._touch(entry)
             return entry.actor  # type: ignore[return-value]
         entry = await self._acquire(session_id)
-        # Released with no eviction: whatever this open pushed out was evicted while it was
-        # leased, so the actor returned here is open on return.
-        self._release(entry, evict=False)
+        # Released keeping this one: it becomes the most recently used, and the eviction
+        # stops before it, so the actor returned here is open on return.
+        self._release(entry, keep=True)
         return entry.actor  # type: ignore[return-value]
 
     @asynccontextmanager
@@ -294,7 +294,7 @@ class Sessions:
         try:
             yield entry.actor  # type: ignore[misc]
         finally:
-            self._release(entry, evict=True)
+            self._release(entry)
 
     def _usable(self, entry: _Entry) -> bool:
         """Whether ``entry``'s actor runs and nothing is closing it; an actor that stopped by
@@ -345,12 +345,12 @@ class Sessions:
                 for closing in evicted:
                     await closing.gone.wait()
             except BaseException:
-                self._release(entry, evict=False)
+                self._release(entry)
                 raise
             if self._usable(entry):
                 self._touch(entry)
                 return entry
-            self._release(entry, evict=False)
+            self._release(entry)
             if mine and entry.error is not None:
                 raise entry.error
             # It closed (the registry is closing) or failed for the caller who opened it:
@@ -363,14 +363,17 @@ class Sessions:
             self._leased += 1
         entry.leases += 1
 
-    def _release(self, entry: _Entry, *, evict: bool) -> None:
+    def _release(self, entry: _Entry, *, keep: bool = False) -> None:
+        """Drop a lease; an actor no longer leased becomes the most recently used idle one,
+        and the registry comes back down towards ``max_open`` (not closing ``entry`` if
+        ``keep``)."""
         entry.leases -= 1
         entry.used_at = anyio.current_time()
         if not entry.leases and entry.actor is not None and not entry.close.is_set():
             self._leased -= 1
-            self._idle[entry.session_id] = entry  # the most recently used
-            if evict and self._state == "open":
-                self._evict()
+            self._idle[entry.session_id] = entry
+        if self._state == "open":
+            self._evict(keep=entry if keep else None)
 
     def _close(self, entry: _Entry) -> bool:
         """Tell ``entry``'s actor to close, keeping the counts; False if it was told already."""
@@ -429,15 +432,17 @@ class Sessions:
 
     # Closing idle actors ----------------------------------------------------------------------
 
-    def _evict(self) -> list[_Entry]:
+    def _evict(self, keep: _Entry | None = None) -> list[_Entry]:
         """Close least recently used unleased actors until at most ``max_open`` are open or
-        opening (or none is left unleased); return the entries told to close.
+        opening, none is left unleased, or the next is ``keep``; return those told to close.
 
         O(1) per actor closed: they are taken from the front of the LRU order.
         """
         closing = []
         while self._live > self._max_open and self._idle:
             entry = next(iter(self._idle.values()))
+            if entry is keep:
+                break
             self._close(entry)
             self._closed_lru += 1
             closing.append(entry)
