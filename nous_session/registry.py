@@ -545,6 +545,9 @@ class SessionsPortal:
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._closed = False
+        # Calls being handed to the portal's loop now; close() waits for them (see _submit).
+        self._submitting = 0
+        self._submitted = threading.Condition(self._lock)
         self._failure: BaseException | None = None
         self._thread_id: int | None = None
         self._thread = threading.Thread(
@@ -591,13 +594,19 @@ class SessionsPortal:
         return portal
 
     def _submit(self, session_id: str, fn: _Function[T]) -> Future[T]:
-        portal = self._running()
+        # Counted, so that close() does not stop the loop between the BlockingPortal's own
+        # "is it running" check and its scheduling the task there: on asyncio a task handed
+        # to a loop that has stopped is never run, and its caller would wait for ever.
+        with self._lock:
+            portal = self._running()
+            self._submitting += 1
         try:
             return portal.start_task_soon(self._invoke, session_id, fn)
-        except RuntimeError:
-            if self._closed:  # close() stopped the portal after the check above
-                raise SessionClosedError("the SessionsPortal is closed") from None
-            raise
+        finally:
+            with self._lock:
+                self._submitting -= 1
+                if not self._submitting:
+                    self._submitted.notify_all()
 
     @overload
     def call(self, session_id: str, fn: Callable[[SessionActor], Awaitable[T]]) -> T: ...
@@ -680,6 +689,9 @@ class SessionsPortal:
             if self._closed:
                 return
             self._closed = True
+            # Calls already being handed over become tasks that the portal waits for; a
+            # handover takes one trip through the running loop, so this wait is short.
+            self._submitted.wait_for(lambda: not self._submitting)
         _open_portals.discard(self)
         portal = self._portal
         if portal is not None and self._thread.is_alive():
