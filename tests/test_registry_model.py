@@ -58,7 +58,7 @@ IDLE_TIMEOUT = 0.02  # seconds: small, so that the idle rule sees the reaper clo
 CLOSE_BOUND = 10.0  # seconds within which closing, with requests in flight, must end
 CI = os.environ.get("HYPOTHESIS_PROFILE") == "ci"
 SETTINGS = settings(
-    max_examples=20 if CI else 6,
+    max_examples=15 if CI else 6,
     stateful_step_count=20 if CI else 15,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
