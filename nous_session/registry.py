@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import inspect
 import threading
 import weakref
 from collections import OrderedDict
@@ -29,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -47,6 +48,9 @@ __all__ = ["Sessions", "SessionsPortal", "SessionsStatistics"]
 
 T = TypeVar("T")
 
+# What a portal call runs with the actor: a plain function, or one returning an awaitable.
+_Function: TypeAlias = Callable[[SessionActor], Awaitable[T] | T]
+
 _logger = get_logger("nous_session.registry")
 
 
@@ -55,8 +59,9 @@ class SessionsStatistics:
     """Counters and gauges of a :class:`Sessions` registry.
 
     Attributes:
-        open: actors open now.
-        leased: actors held open by :meth:`Sessions.use` blocks now.
+        open: actors open now (not told to close).
+        leased: of those, the ones held now: by a :meth:`Sessions.use` block (or a portal call)
+            or by a :meth:`Sessions.get` that has not returned yet.
         opened: actors opened since the registry started.
         closed_idle: actors closed because they sat idle for ``idle_timeout``.
         closed_lru: actors closed because more than ``max_open`` were open.
@@ -71,9 +76,16 @@ class SessionsStatistics:
 
 @attrs.define(eq=False)
 class _Entry:
-    """One open actor: who holds it, when it was last used, how to close it."""
+    """One session's actor, from the moment someone asks for it until it has closed.
 
-    actor: SessionActor
+    It is in the registry (and holds its callers' leases) before its actor exists, so nothing
+    can close an actor between its opening and the caller that asked for it.
+    """
+
+    session_id: str
+    actor: SessionActor | None = None  # set once the actor runs
+    error: Exception | None = None  # why it could not open
+    ready: anyio.Event = attrs.field(factory=anyio.Event)  # set: opened, or failed to
     close: anyio.Event = attrs.field(factory=anyio.Event)  # set: the actor is to close
     gone: anyio.Event = attrs.field(factory=anyio.Event)  # set: it closed and left the registry
     leases: int = 0
@@ -88,12 +100,28 @@ class Sessions:
     Use it as an async context manager; leaving the block closes every actor (their queued
     requests are committed first) and then the store, if the registry opened it from a URL.
 
-    An actor counts as idle when, for ``idle_timeout`` seconds, nobody called :meth:`get`
-    for it, it took no request, it had no subscriber and no :meth:`use` block held it. When
-    more than ``max_open`` actors are open, the least recently used ones that no :meth:`use`
-    block holds are closed at once. An actor that was closed this way raises
-    :class:`~nous_session.errors.SessionClosedError` to a caller that kept it: ``get`` it
-    again, or hold it with ``async with sessions.use(id)`` across long waits.
+    An actor is *leased* while a :meth:`use` block holds it and while a :meth:`get` is opening
+    or returning it: a leased actor is never closed by the registry, except when the registry
+    itself closes. An unleased actor closes when, for ``idle_timeout`` seconds, nobody called
+    :meth:`get` for it, it took no request and it had no subscriber; and when more than
+    ``max_open`` actors are open, the least recently used unleased ones close at once. When
+    every open actor is leased, the registry goes above ``max_open`` for as long as that lasts
+    (a lease is never broken to honour the count) and comes back down as leases end.
+
+    :meth:`get` holds no lease after it returns: a kept actor may be closed later by idleness
+    or by ``max_open``, and then raises :class:`~nous_session.errors.SessionClosedError`.
+    ``get`` it again, or hold it with ``async with sessions.use(id)`` across long waits.
+
+    Closing the registry ends, in bounded time, every caller inside :meth:`get` or
+    :meth:`use`: a caller that has not got its actor yet gets ``SessionClosedError``, an actor
+    still opening is closed as soon as it has opened, and a caller holding an actor gets each
+    call's outcome (requests already queued are committed; later ones raise
+    ``SessionClosedError``).
+
+    Every operation on one session costs O(1) whatever the number open: the unleased open
+    actors are kept in least-recently-used order, so eviction takes the first, and the
+    statistics are counters. Only the idle reaper looks at every unleased actor, once per
+    half ``idle_timeout``.
     """
 
     def __init__(
@@ -114,7 +142,8 @@ class Sessions:
                 for :func:`~nous_session.stores.open_store` (the registry closes it).
             compaction: the compaction policy of every actor; None never compacts.
             idle_timeout: seconds after which an unused actor closes (> 0).
-            max_open: how many actors may be open before the least recently used close (>= 1).
+            max_open: how many actors may be open before the least recently used unleased
+                ones close (>= 1); leased actors may take the registry above it.
             on_conflict: as for :meth:`SessionActor.open`; ``"rebase"`` when other processes
                 write to the same sessions.
             queue_size: as for :meth:`SessionActor.open`.
@@ -155,9 +184,14 @@ class Sessions:
         if follow not in (None, True, False):
             raise ValueError(f"follow must be None, True or False, got {follow!r}")
         self._follow = follow
-        # Least recently used first: get() and use() move an entry to the end.
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self._opening: dict[str, anyio.Event] = {}
+        # Every session's current entry: opening, open or closing (one actor per session).
+        self._entries: dict[str, _Entry] = {}
+        # The open, unleased entries not told to close, least recently used first: eviction
+        # takes from the front, so it costs O(1) whatever the number open.
+        self._idle: OrderedDict[str, _Entry] = OrderedDict()
+        self._live = 0  # entries opening or open, not told to close: what max_open counts
+        self._open = 0  # of those, the ones whose actor runs
+        self._leased = 0  # of those, the ones with a lease
         self._task_group: anyio.abc.TaskGroup | None = None
         self._wake_reaper: anyio.Event  # made on entering: an Event belongs to an event loop
         self._state: Literal["new", "open", "closed"] = "new"
@@ -193,7 +227,8 @@ class Sessions:
     async def aclose(self) -> None:
         """Close every actor (queued requests are committed first), then the owned store.
 
-        Call it instead of leaving the ``async with`` block only where a block cannot be used.
+        Call it instead of leaving the ``async with`` block only where a block cannot be used
+        (from the task that entered it).
         """
         await self.__aexit__(None, None, None)
 
@@ -206,11 +241,13 @@ class Sessions:
                 try:
                     yield
                 finally:
-                    # Every actor leaves its block (committing what is queued); the task group
-                    # waits for them and for the reaper, which sees the state and returns.
+                    # From here no entry is made (get and use check the state with no await
+                    # before making one), and every entry is told to close, those still
+                    # opening included: their actors close as soon as they have opened. The
+                    # task group waits for them and for the reaper, which sees the state.
                     self._state = "closed"
-                    for entry in self._entries.values():
-                        entry.close.set()
+                    for entry in list(self._entries.values()):
+                        self._close(entry)
                     self._wake_reaper.set()
         finally:
             self._task_group = None
@@ -220,9 +257,10 @@ class Sessions:
     # Getting sessions -------------------------------------------------------------------------
 
     async def get(self, session_id: str) -> SessionActor:
-        """The session's actor, opened now if it is not open.
+        """The session's actor, opened now if it is not open; open when this returns.
 
-        Several tasks asking for the same closed session at once open it once.
+        Several tasks asking for the same closed session at once open it once. The actor is
+        leased while it opens; after the return nothing holds it (see the class docstring).
 
         Raises:
             ValueError: a bad session id.
@@ -230,34 +268,53 @@ class Sessions:
             SessionClosedError: the registry is closed (or not entered yet).
         """
         entry = self._entries.get(session_id)
-        if entry is not None and not entry.close.is_set():
-            self._entries.move_to_end(session_id)
-            entry.used_at = anyio.current_time()
-            return entry.actor
-        return (await self._open(session_id)).actor
+        if entry is not None and self._usable(entry):
+            # The common case, with no await: nothing can close it before the caller has it.
+            self._touch(entry)
+            return entry.actor  # type: ignore[return-value]
+        entry = await self._acquire(session_id)
+        # Released keeping this one: it becomes the most recently used, and the eviction
+        # stops before it, so the actor returned here is open on return.
+        self._release(entry, keep=True)
+        return entry.actor  # type: ignore[return-value]
 
     @asynccontextmanager
     async def use(self, session_id: str) -> AsyncIterator[SessionActor]:
         """Hold the session's actor open for the block: neither idleness nor ``max_open``
-        closes it before the block ends.
+        closes it before the block ends (closing the registry does).
 
         Raises:
             ValueError, StoreError, SessionClosedError: as :meth:`get`.
         """
         entry = self._entries.get(session_id)
-        if entry is None or entry.close.is_set():
-            entry = await self._open(session_id)
-        self._entries.move_to_end(session_id)
-        entry.leases += 1
+        if entry is not None and self._usable(entry):
+            self._lease(entry)
+        else:
+            entry = await self._acquire(session_id)
         try:
-            yield entry.actor
+            yield entry.actor  # type: ignore[misc]
         finally:
-            entry.leases -= 1
-            entry.used_at = anyio.current_time()
-            if len(self._entries) > self._max_open:
-                self._evict()
+            self._release(entry)
 
-    async def _open(self, session_id: str) -> _Entry:
+    def _usable(self, entry: _Entry) -> bool:
+        """Whether ``entry``'s actor runs and nothing is closing it; an actor that stopped by
+        itself (its task failed) is told to close, so that the next caller gets a new one."""
+        actor = entry.actor
+        if actor is None or entry.close.is_set():
+            return False
+        if actor.closed:
+            self._close(entry)
+            return False
+        return True
+
+    def _touch(self, entry: _Entry) -> None:
+        entry.used_at = anyio.current_time()
+        if not entry.leases:
+            self._idle.move_to_end(entry.session_id)
+
+    async def _acquire(self, session_id: str) -> _Entry:
+        """The session's entry with a lease taken for the caller and its actor open; opened
+        now if need be. The lease is taken with no await after finding or making the entry."""
         try:
             check_session_id(session_id)
         except ValueError as error:
@@ -266,97 +323,159 @@ class Sessions:
             if self._state != "open" or self._task_group is None:
                 raise SessionClosedError(f"the Sessions registry is {self._state}")
             entry = self._entries.get(session_id)
-            if entry is not None and not entry.close.is_set():
-                entry.used_at = anyio.current_time()
+            if entry is not None and entry.close.is_set():
+                # Its old actor is still closing (one actor per session at a time).
+                await entry.gone.wait()
+                continue
+            evicted: list[_Entry] = []
+            mine = entry is None
+            if entry is None:
+                entry = _Entry(session_id)
+                self._entries[session_id] = entry
+                self._live += 1
+                self._lease(entry)
+                self._task_group.start_soon(self._host, entry)
+                evicted = self._evict()
+            else:
+                self._lease(entry)  # opening for another caller, or open
+            try:
+                await entry.ready.wait()
+                # On return at most max_open actors are open (or leased): wait for those
+                # this open pushed out.
+                for closing in evicted:
+                    await closing.gone.wait()
+            except BaseException:
+                self._release(entry)
+                raise
+            if self._usable(entry):
+                self._touch(entry)
                 return entry
-            opening = self._opening.get(session_id)
-            if opening is None and entry is None:
-                break
-            # Another task is opening it, or its old actor is still closing (one actor per
-            # session at a time): wait for that, then look again.
-            await (opening if opening is not None else entry.gone).wait()  # type: ignore[union-attr]
-        done = self._opening[session_id] = anyio.Event()
-        try:
-            entry = await self._task_group.start(self._host, session_id)
-        finally:
-            del self._opening[session_id]
-            done.set()
-        self._opened += 1
-        # On return at most max_open actors are open (or held): wait for those closing.
-        for closing in self._evict(keep=entry):
-            await closing.gone.wait()
-        return entry  # type: ignore[no-any-return]
+            self._release(entry)
+            if mine and entry.error is not None:
+                raise entry.error
+            # It closed (the registry is closing) or failed for the caller who opened it:
+            # look again; a failure is tried anew for each caller.
+            await entry.gone.wait()
 
-    async def _host(self, session_id: str, *, task_status: anyio.abc.TaskStatus[_Entry]) -> None:
+    def _lease(self, entry: _Entry) -> None:
+        if not entry.leases and entry.actor is not None and not entry.close.is_set():
+            del self._idle[entry.session_id]
+            self._leased += 1
+        entry.leases += 1
+
+    def _release(self, entry: _Entry, *, keep: bool = False) -> None:
+        """Drop a lease; an actor no longer leased becomes the most recently used idle one,
+        and the registry comes back down towards ``max_open`` (not closing ``entry`` if
+        ``keep``)."""
+        entry.leases -= 1
+        entry.used_at = anyio.current_time()
+        if not entry.leases and entry.actor is not None and not entry.close.is_set():
+            self._leased -= 1
+            self._idle[entry.session_id] = entry
+        if self._state == "open":
+            self._evict(keep=entry if keep else None)
+
+    def _close(self, entry: _Entry) -> bool:
+        """Tell ``entry``'s actor to close, keeping the counts; False if it was told already."""
+        if entry.close.is_set():
+            return False
+        entry.close.set()
+        self._live -= 1
+        if entry.actor is not None:
+            self._open -= 1
+            if entry.leases:
+                self._leased -= 1
+            else:
+                del self._idle[entry.session_id]
+        return True
+
+    async def _host(self, entry: _Entry) -> None:
         """Run one actor until its entry is told to close.
 
-        A failure to open reaches the caller of ``start`` (and :meth:`get`); once the actor
-        runs, an error on its way out is logged, never raised into the registry's task group,
-        where it would close every other session.
+        Started with ``start_soon``, not ``start``: the open belongs to the registry, not to
+        the caller who asked first, whose cancellation must not cancel it for the others. A
+        failure to open is handed to that caller through the entry; once the actor runs, an
+        error on its way out is logged, never raised into the registry's task group, where
+        it would close every other session.
         """
-        entry: _Entry | None = None
         try:
             async with SessionActor.open(
-                session_id=session_id,
+                session_id=entry.session_id,
                 store=self._store,
                 compaction=self._compaction,
                 queue_size=self._queue_size,
                 on_conflict=self._on_conflict,
                 follow=self._follow,
             ) as actor:
-                entry = _Entry(actor, used_at=anyio.current_time())
-                self._entries[session_id] = entry
-                task_status.started(entry)
+                entry.actor = actor
+                entry.used_at = anyio.current_time()
+                self._opened += 1
+                if not entry.close.is_set():
+                    self._open += 1
+                    if entry.leases:
+                        self._leased += 1
+                    else:  # its callers were cancelled while it opened
+                        self._idle[entry.session_id] = entry
+                entry.ready.set()
                 await entry.close.wait()
-        except Exception:
-            if entry is None:
-                raise
-            _logger.exception("nous_session.registry_actor_failed", session_id=session_id)
+        except Exception as error:
+            if entry.actor is None:
+                entry.error = error
+            else:
+                _logger.exception("nous_session.registry_actor_failed", session_id=entry.session_id)
         finally:
-            if entry is not None:
-                if self._entries.get(session_id) is entry:
-                    del self._entries[session_id]
-                entry.gone.set()
+            self._close(entry)
+            if self._entries.get(entry.session_id) is entry:
+                del self._entries[entry.session_id]
+            entry.ready.set()
+            entry.gone.set()
 
     # Closing idle actors ----------------------------------------------------------------------
 
     def _evict(self, keep: _Entry | None = None) -> list[_Entry]:
-        """Close least recently used actors that nothing holds (nor is ``keep``, the one just
-        opened for a caller) until ``max_open`` are open; return the entries told to close."""
-        entries = [entry for entry in self._entries.values() if not entry.close.is_set()]
-        excess = len(entries) - self._max_open  # those already closing do not count
+        """Close least recently used unleased actors until at most ``max_open`` are open or
+        opening, none is left unleased, or the next is ``keep``; return those told to close.
+
+        O(1) per actor closed: they are taken from the front of the LRU order.
+        """
         closing = []
-        for entry in entries:
-            if excess <= 0:
+        while self._live > self._max_open and self._idle:
+            entry = next(iter(self._idle.values()))
+            if entry is keep:
                 break
-            if entry.leases or entry is keep:
-                continue
-            entry.close.set()
-            closing.append(entry)
+            self._close(entry)
             self._closed_lru += 1
-            excess -= 1
+            closing.append(entry)
         return closing
 
     def _busy(self, entry: _Entry, now: float) -> bool:
-        stats = entry.actor.statistics()
+        actor = entry.actor
+        assert actor is not None  # only open entries are idle
+        if actor.closed:
+            return False
+        stats = actor.statistics()
         if stats.requests != entry.requests:
             entry.requests = stats.requests
             entry.used_at = now
+            self._idle.move_to_end(entry.session_id)  # taking requests is use
         return bool(
-            entry.leases
-            or stats.subscribers
+            stats.subscribers
             or stats.queue_depth
             or stats.compaction_in_flight
             or now - entry.used_at < self._idle_timeout
         )
 
     async def _reap(self) -> None:
-        """Close idle actors, looking again at half the idle timeout at the latest."""
+        """Close idle actors, looking again at half the idle timeout at the latest.
+
+        It looks at every unleased open actor (leased ones are busy by definition): O(n)
+        once per half ``idle_timeout``, never per open.
+        """
         while self._state == "open":
             now = anyio.current_time()
-            for entry in list(self._entries.values()):
+            for entry in list(self._idle.values()):
                 if not entry.close.is_set() and not self._busy(entry, now):
-                    entry.close.set()
+                    self._close(entry)
                     self._closed_idle += 1
             with anyio.move_on_after(self._idle_timeout / 2):
                 await self._wake_reaper.wait()
@@ -369,23 +488,22 @@ class Sessions:
         return self._store
 
     def __contains__(self, session_id: object) -> bool:
-        """Whether the session's actor is open now."""
+        """Whether the session's actor is open now (opened, and not told to close)."""
         entry = self._entries.get(session_id) if isinstance(session_id, str) else None
-        return entry is not None and not entry.close.is_set()
+        return entry is not None and entry.actor is not None and not entry.close.is_set()
 
     def statistics(self) -> SessionsStatistics:
-        """Counters and gauges; see :class:`SessionsStatistics`."""
-        open_entries = [e for e in self._entries.values() if not e.close.is_set()]
+        """Counters and gauges; see :class:`SessionsStatistics`. O(1): kept as counts."""
         return SessionsStatistics(
-            open=len(open_entries),
-            leased=sum(1 for e in open_entries if e.leases),
+            open=self._open,
+            leased=self._leased,
             opened=self._opened,
             closed_idle=self._closed_idle,
             closed_lru=self._closed_lru,
         )
 
     def __repr__(self) -> str:
-        return f"<Sessions {self._state} open={len(self._entries)} store={self._store!r}>"
+        return f"<Sessions {self._state} open={self._open} store={self._store!r}>"
 
 
 class SessionsPortal:
@@ -427,6 +545,9 @@ class SessionsPortal:
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._closed = False
+        # Calls being handed to the portal's loop now; close() waits for them (see _submit).
+        self._submitting = 0
+        self._submitted = threading.Condition(self._lock)
         self._failure: BaseException | None = None
         self._thread_id: int | None = None
         self._thread = threading.Thread(
@@ -450,16 +571,21 @@ class SessionsPortal:
             self._ready.set()
 
     async def _main(self) -> None:
-        async with anyio.from_thread.BlockingPortal() as portal, self._sessions:
+        # The registry outside the portal: on close the portal first waits for the calls it
+        # runs (they complete with the registry still open), then the registry closes.
+        async with self._sessions, anyio.from_thread.BlockingPortal() as portal:
             self._portal = portal
             self._thread_id = threading.get_ident()
             self._ready.set()
             await portal.sleep_until_stopped()
 
-    async def _invoke(self, session_id: str, fn: Callable[[SessionActor], Awaitable[T]]) -> T:
+    async def _invoke(self, session_id: str, fn: _Function[T]) -> T:
         # Held for the call: neither idleness nor max_open closes the actor under it.
         async with self._sessions.use(session_id) as actor:
-            return await fn(actor)
+            result = fn(actor)
+            if inspect.isawaitable(result):
+                return await result
+            return result
 
     def _running(self) -> anyio.from_thread.BlockingPortal:
         portal = self._portal
@@ -467,29 +593,61 @@ class SessionsPortal:
             raise SessionClosedError("the SessionsPortal is closed")
         return portal
 
-    def call(self, session_id: str, fn: Callable[[SessionActor], Awaitable[T]]) -> T:
-        """Run ``await fn(actor)`` on the portal's loop with the session's actor, and wait.
+    def _submit(self, session_id: str, fn: _Function[T]) -> Future[T]:
+        # Counted, so that close() does not stop the loop between the BlockingPortal's own
+        # "is it running" check and its scheduling the task there: on asyncio a task handed
+        # to a loop that has stopped is never run, and its caller would wait for ever.
+        with self._lock:
+            portal = self._running()
+            self._submitting += 1
+        try:
+            return portal.start_task_soon(self._invoke, session_id, fn)
+        finally:
+            with self._lock:
+                self._submitting -= 1
+                if not self._submitting:
+                    self._submitted.notify_all()
 
-        For synchronous code (not the portal's own thread). ``fn``'s outcome is the call's: its
-        result is returned, its exception raised here.
+    @overload
+    def call(self, session_id: str, fn: Callable[[SessionActor], Awaitable[T]]) -> T: ...
+    @overload
+    def call(self, session_id: str, fn: Callable[[SessionActor], T]) -> T: ...
+    def call(self, session_id: str, fn: _Function[T]) -> T:
+        """Run ``fn(actor)`` on the portal's loop with the session's actor, and wait.
+
+        ``fn`` may be a plain function or an async one: it is called on the portal's loop
+        thread, and what it returns is awaited if it is awaitable (so ``lambda s:
+        s.add_message(m)`` commits before the call returns). The actor is held open for the
+        call. For synchronous code (not the portal's own thread). ``fn``'s outcome is the
+        call's: its result is returned, its exception raised here.
 
         Raises:
             SessionClosedError: the portal is closed.
             RuntimeError: called from the portal's own event loop (use :meth:`acall`).
         """
-        return self._running().call(self._invoke, session_id, fn)
+        if threading.get_ident() == self._thread_id:
+            raise RuntimeError("SessionsPortal.call would wait on its own thread; use acall")
+        return self._submit(session_id, fn).result()
 
-    def start(self, session_id: str, fn: Callable[[SessionActor], Awaitable[T]]) -> Future[T]:
+    @overload
+    def start(self, session_id: str, fn: Callable[[SessionActor], Awaitable[T]]) -> Future[T]: ...
+    @overload
+    def start(self, session_id: str, fn: Callable[[SessionActor], T]) -> Future[T]: ...
+    def start(self, session_id: str, fn: _Function[T]) -> Future[T]:
         """Like :meth:`call`, without waiting: a future of the outcome.
 
         Raises:
             SessionClosedError: the portal is closed.
         """
-        return self._running().start_task_soon(self._invoke, session_id, fn)
+        return self._submit(session_id, fn)
 
-    async def acall(self, session_id: str, fn: Callable[[SessionActor], Awaitable[T]]) -> T:
-        """Run ``await fn(actor)`` on the portal's loop with the session's actor, from any event
-        loop, without blocking it.
+    @overload
+    async def acall(self, session_id: str, fn: Callable[[SessionActor], Awaitable[T]]) -> T: ...
+    @overload
+    async def acall(self, session_id: str, fn: Callable[[SessionActor], T]) -> T: ...
+    async def acall(self, session_id: str, fn: _Function[T]) -> T:
+        """Run ``fn(actor)`` (a plain or an async function, as for :meth:`call`) on the
+        portal's loop with the session's actor, from any event loop, without blocking it.
 
         Cancelling the caller does not cancel the call: it completes on the portal's loop,
         with the outcome a :class:`SessionActor` call whose caller was cancelled would have
@@ -498,10 +656,10 @@ class SessionsPortal:
         Raises:
             SessionClosedError: the portal is closed.
         """
-        portal = self._running()
+        self._running()
         if threading.get_ident() == self._thread_id:
             return await self._invoke(session_id, fn)
-        future = portal.start_task_soon(self._invoke, session_id, fn)
+        future = self._submit(session_id, fn)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -531,6 +689,9 @@ class SessionsPortal:
             if self._closed:
                 return
             self._closed = True
+            # Calls already being handed over become tasks that the portal waits for; a
+            # handover takes one trip through the running loop, so this wait is short.
+            self._submitted.wait_for(lambda: not self._submitting)
         _open_portals.discard(self)
         portal = self._portal
         if portal is not None and self._thread.is_alive():

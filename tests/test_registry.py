@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -11,6 +13,7 @@ import pytest
 import trio
 
 from nous_session import Message, SessionClosedError
+from nous_session.log import Log
 from nous_session.registry import Sessions, SessionsPortal
 from nous_session.stores.memory import MemoryStore
 
@@ -218,3 +221,156 @@ async def test_a_session_opened_while_every_other_is_held_stays_open() -> None:
         fresh = await sessions.get("third")
         assert not fresh.closed
         assert sessions.statistics().open == 1
+
+
+# Concurrency and cost (each of these failed before the registry leased entries from creation) --
+
+
+async def _stored_texts(store: MemoryStore, session_id: str) -> list[str]:
+    return [m.text for m in Log.restore(await store.load(session_id)).derive_messages()]
+
+
+async def test_use_blocks_of_different_sessions_beyond_max_open_all_keep_their_actor() -> None:
+    store = MemoryStore()
+    count = 4
+    inside = 0
+    all_inside = anyio.Event()
+    async with Sessions(store, max_open=1) as sessions:
+
+        async def one(index: int) -> None:
+            nonlocal inside
+            async with sessions.use(f"s{index}") as actor:
+                inside += 1
+                if inside == count:
+                    all_inside.set()
+                await all_inside.wait()  # every block holds its actor at once
+                await actor.add_message(Message.user(f"m{index}"))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as task_group:
+                for index in range(count):
+                    task_group.start_soon(one, index)
+        assert sessions.statistics().open <= 1  # the last block out closed the excess
+    for index in range(count):
+        assert await _stored_texts(store, f"s{index}") == [f"m{index}"]
+    await store.aclose()
+
+
+async def test_get_never_returns_a_closed_actor_under_concurrent_opens() -> None:
+    async with Sessions("memory:", max_open=1) as sessions:
+        returned: list[tuple[str, bool, bool]] = []
+
+        async def get(session_id: str) -> None:
+            actor = await sessions.get(session_id)
+            # Checked where get() returns, before anything else can run.
+            returned.append((session_id, actor.closed, session_id in sessions))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as task_group:
+                for index in range(6):
+                    task_group.start_soon(get, f"s{index}")
+        assert sorted(returned) == [(f"s{index}", False, True) for index in range(6)]
+
+
+class _GatedStore(MemoryStore):
+    """A MemoryStore whose loads wait at a gate, so a test can act while a session opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loading = anyio.Event()
+        self.gate = anyio.Event()
+
+    async def read(self, session_id: str):  # type: ignore[no-untyped-def]
+        self.loading.set()
+        await self.gate.wait()
+        return await super().read(session_id)
+
+
+async def test_closing_the_registry_while_a_get_is_opening_ends_and_fails_that_get() -> None:
+    store = _GatedStore()
+    outcomes: list[object] = []
+
+    async def get(sessions: Sessions) -> None:
+        try:
+            outcomes.append(await sessions.get("late"))
+        except SessionClosedError as error:
+            outcomes.append(error)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as task_group:
+            async with Sessions(store) as sessions:
+                task_group.start_soon(get, sessions)
+                await store.loading.wait()
+                # The load completes only after the block has begun to close.
+                store.gate.set()
+    assert len(outcomes) == 1
+    assert isinstance(outcomes[0], SessionClosedError)
+    await store.aclose()
+
+
+def test_a_portal_with_a_small_max_open_serves_every_thread() -> None:
+    threads = 8
+    barrier = threading.Barrier(threads)
+    store = MemoryStore()
+
+    async def add_twice(actor, text: str) -> int:  # type: ignore[no-untyped-def]
+        await actor.add_message(Message.user(text))
+        await actor.add_message(Message.user(text))
+        return len(actor.messages())
+
+    with SessionsPortal(store, max_open=2) as portal:
+
+        def in_thread(index: int) -> object:
+            barrier.wait()
+            try:
+                return portal.call(f"s{index}", lambda actor: add_twice(actor, f"m{index}"))
+            except Exception as error:  # reported below with the others
+                return error
+
+        with ThreadPoolExecutor(threads) as pool:
+            results = list(pool.map(in_thread, range(threads)))
+    assert results == [2] * threads
+    for index in range(threads):
+        assert anyio.run(_stored_texts, store, f"s{index}") == [f"m{index}"] * 2
+
+
+def test_portal_calls_take_a_sync_or_an_async_function() -> None:
+    with SessionsPortal("memory:") as portal:
+        assert portal.call("s", lambda actor: actor.add_message(Message.user("a"))).seq == 0
+        assert [m.text for m in portal.call("s", lambda actor: actor.messages())] == ["a"]
+        assert portal.start("s", lambda actor: actor.log.count).result(timeout=10) == 1
+        assert asyncio.run(portal.acall("s", lambda actor: actor.session_id)) == "s"
+        assert trio.run(portal.acall, "s", _add).seq == 1
+        with pytest.raises(ZeroDivisionError):
+            portal.call("s", lambda actor: 1 / 0)
+
+
+async def test_opening_does_the_same_work_with_many_sessions_open_as_with_few() -> None:
+    # Counted in Python function calls rather than timed (timing is the benchmark's): before,
+    # every open looked at every open entry, so its calls grew with the number open.
+    async with Sessions("memory:", max_open=100_000) as sessions:
+
+        async def calls_to_open(session_id: str) -> int:
+            calls = 0
+
+            def profile(frame: object, event: str, arg: object) -> None:
+                nonlocal calls
+                if event == "call":
+                    calls += 1
+
+            sys.setprofile(profile)
+            try:
+                await sessions.get(session_id)
+            finally:
+                sys.setprofile(None)
+            return calls
+
+        for index in range(10):
+            await sessions.get(f"few{index}")
+        few = min([await calls_to_open(f"at-10-{index}") for index in range(5)])
+        for index in range(1_000):
+            await sessions.get(f"many{index}")
+        many = min([await calls_to_open(f"at-1000-{index}") for index in range(5)])
+        assert many <= few + 20, (few, many)
+        stats = sessions.statistics()
+        assert (stats.open, stats.opened) == (1_020, 1_020)
