@@ -42,6 +42,9 @@ FORMAT_VERSION: Final = 1
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 _INT_MAX: Final = 2**63 - 1
+# The highest seq: the session's count after it (seq + 1) must still fit the signed 64-bit
+# integer a store keeps it in.
+_SEQ_MAX: Final = _INT_MAX - 1
 # The times a datetime can hold, as microseconds since the epoch (year 1 to 9999).
 _MIN_MICROS: Final = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
 _MAX_MICROS: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
@@ -98,7 +101,7 @@ def _chat_record(value: Any) -> Event | None:
         if (
             event_type is not None
             and type(seq) is int
-            and 0 <= seq <= _INT_MAX
+            and 0 <= seq <= _SEQ_MAX
             and type(micros) is int
             and _MIN_MICROS <= micros <= _MAX_MICROS
             and type(data) is dict
@@ -126,7 +129,7 @@ def _decode_checked(value: Any, record: object, where: str | Callable[[], str]) 
             f"{_name(where)}: a format-1 record has 5 fields, this one has {len(value)}"
         )
     _, seq, kind, micros, data = value
-    if type(seq) is not int or not 0 <= seq <= _INT_MAX:
+    if type(seq) is not int or not 0 <= seq <= _SEQ_MAX:
         raise CorruptRecordError(f"{_name(where)}: bad seq {seq!r}")
     if type(micros) is not int:
         raise CorruptRecordError(f"{_name(where)}: bad time {micros!r}")
@@ -226,7 +229,7 @@ def from_json(value: Any, *, where: str = "record") -> Event:
     if missing:
         raise CorruptRecordError(f"{where}: missing {', '.join(missing)}")
     seq, time = value["seq"], value["time"]
-    if type(seq) is not int or not 0 <= seq <= _INT_MAX:
+    if type(seq) is not int or not 0 <= seq <= _SEQ_MAX:
         raise CorruptRecordError(f"{where}: bad seq {seq!r}")
     try:
         when = datetime.fromisoformat(time)
