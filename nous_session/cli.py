@@ -38,9 +38,9 @@ from contextlib import aclosing, contextmanager, suppress
 from typing import Any, TextIO, TypeVar
 
 import anyio
-import orjson
 import structlog
 
+from nous_session._json import dumps, loads
 from nous_session.codec import from_json, to_json
 from nous_session.errors import NousSessionError
 from nous_session.event import Event, EventType
@@ -199,7 +199,7 @@ _rewind_target = _argument(int, lambda value: value >= -1, "a seq", "a rewind ta
 
 
 def _emit(out: TextIO, value: Any) -> None:
-    out.write(orjson.dumps(value, default=dict).decode())
+    out.write(dumps(value).decode())
     out.write("\n")
 
 
@@ -213,7 +213,7 @@ def _stamp(event: Event) -> str:
 
 
 def _event_line(event: Event) -> str:
-    data = orjson.dumps(event.data, default=dict).decode()
+    data = dumps(event.data).decode()
     return _clip(f"{event.seq:>6}  {_stamp(event)}  {event.type:<17}  {data}", 140)
 
 
@@ -388,9 +388,7 @@ async def _export(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     with _progress(len(events), "export") as advance:
         for start in range(0, len(events), 1000):
             chunk = events[start : start + 1000]
-            lines.extend(
-                orjson.dumps(to_json(event), option=orjson.OPT_APPEND_NEWLINE) for event in chunk
-            )
+            lines.extend(dumps(to_json(event)) + b"\n" for event in chunk)
             advance(len(chunk))
     if args.output:
         await anyio.Path(args.output).write_bytes(b"".join(lines))
@@ -488,8 +486,8 @@ def _decode_lines(lines: Iterable[bytes], source: str) -> list[Event]:
             continue
         where = f"{source} line {number}"
         try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError as error:
+            value = loads(line)  # exact for ints wider than 64 bits
+        except ValueError as error:
             raise CommandError(f"{where}: not JSON ({error})") from None
         events.append(from_json(value, where=where))
     return events

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -416,3 +417,25 @@ def test_import_of_a_seq_whose_count_cannot_be_stored_is_one_line(tmp_path: Path
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert f"bad seq {2**63 - 1}" in line
+
+
+def test_export_and_import_keep_ints_wider_than_64_bits(tmp_path: Path) -> None:
+    """orjson refuses such ints on export and reads them as floats on import: the command line
+    writes and reads them exactly, and the JSON it prints holds them too."""
+    path = tmp_path / "wide.sqlite3"
+    url = f"sqlite:///{path}"
+    wide = {"amount": 2**70, "debts": [-(2**64), 10**30]}
+
+    async def fill() -> None:
+        async with SessionActor.open(session_id="wide", store=url) as session:
+            call = ToolCall("c1", "pay", wide)
+            await session.add_message(Message.assistant("", tool_calls=[call]))
+
+    anyio.run(fill)
+    exported = tmp_path / "wide.jsonl"
+    cli("export", "wide", "--output", str(exported), store=url)
+    assert str(2**70) in exported.read_text()
+    cli("import", "copy", str(exported), store=url)
+    assert cli("export", "copy", store=url).stdout.encode() == exported.read_bytes()
+    (line,) = cli("messages", "copy", "--json", store=url).stdout.splitlines()
+    assert json.loads(line)["tool_calls"][0]["arguments"] == wide

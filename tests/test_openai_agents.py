@@ -97,6 +97,29 @@ async def test_items_are_stored_once_each_on_the_surface_and_come_back_exactly(u
         assert actor.messages()[3].tool_calls[0].name == "weather"
 
 
+async def test_items_holding_ints_wider_than_64_bits_come_back_exactly(url: str) -> None:
+    """The SDK's SQLiteSession keeps such ints (it stores JSON text); so do we, through a
+    real store and a fresh session reading it."""
+    wide = [
+        {"type": "x_ledger", "id": "l1", "balance": 2**70, "history": [-(2**64), 10**30, 0.5]},
+        {"type": "function_call_output", "call_id": "c1", "output": {"n": 2**100}},
+    ]
+    session = NousSession("wide", url)
+    try:
+        await session.add_items(wide)
+        assert await session.get_items() == wide
+    finally:
+        session.close()
+    again = NousSession("wide", url)
+    try:
+        got = await again.get_items()
+        assert got == wide
+        assert type(got[0]["balance"]) is int
+        assert await again.pop_item() == wide[-1]
+    finally:
+        again.close()
+
+
 async def test_pop_and_clear_are_surface_operations_and_keep_the_log(url: str) -> None:
     session = NousSession("chat", url)
     try:

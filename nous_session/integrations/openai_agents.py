@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio
 import anyio.lowlevel
 import attrs
-import orjson
 
+from nous_session._json import dumps, loads
 from nous_session.errors import ConflictError, FormatError, InvalidEventError, SessionClosedError
 from nous_session.event import message_event
 from nous_session.formats import from_provider, to_provider
@@ -193,7 +193,8 @@ class NousSession:
             log = await actor.reload()
             return self._serialised(log, limit)
 
-        return orjson.loads(await self._call(read))  # type: ignore[no-any-return]
+        # Exact for ints wider than 64 bits, which the SDK's own sessions keep.
+        return loads(await self._call(read))  # type: ignore[no-any-return]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, all or none, each as one surface event.
@@ -439,7 +440,7 @@ class NousSession:
             chunk = self._items.get(key)
             if chunk is None:
                 items = message_items(message)
-                chunk = self._items[key] = b"".join(orjson.dumps(i) + b"\n" for i in items)
+                chunk = self._items[key] = b"".join(dumps(i) + b"\n" for i in items)
             lines = chunk.splitlines()
             if limit is not None and count + len(lines) > limit:
                 lines = lines[len(lines) - (limit - count) :]
