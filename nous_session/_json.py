@@ -2,16 +2,23 @@
 
 The rules: str-keyed dicts (any mapping is accepted and stored as a dict), lists (tuples are
 stored as lists), str (valid Unicode: a lone surrogate cannot be encoded, so it is refused here
-rather than when a store encodes the batch it is in), int in the signed 64-bit range, finite
-float, bool and None. Subclasses of
+rather than when a store encodes the batch it is in), int (of any size up to
+:data:`MAX_INT_DIGITS` digits), finite float, bool and None. Subclasses of
 str, int and float (enums, for instance) are stored as the plain base value, so what is kept is
 exactly what a JSON round trip gives back.
+
+:func:`dumps` and :func:`loads` are that round trip. orjson is fast but holds integers to 64
+bits (it refuses a wider one on encode and reads one as a float); frameworks' own stores keep
+wider ones, so a value holding one goes through the standard library's ``json`` instead. Only
+such a value pays for it: everything else stays on orjson.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 import orjson
@@ -19,17 +26,34 @@ import orjson
 __all__ = [
     "JSON",
     "MAX_DEPTH",
+    "MAX_INT_DIGITS",
     "NotJSONError",
     "check_text",
     "copy_json",
     "copy_json_object",
+    "dumps",
+    "exact_loads",
     "format_path",
+    "holds_wide_number",
+    "loads",
+    "may_be_wide",
 ]
 
 JSON: TypeAlias = "dict[str, JSON] | list[JSON] | str | int | float | bool | None"
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**63 - 1
+MAX_INT_DIGITS = 4000
+"""How many decimal digits an integer may have: inside the 4300 that Python converts between
+int and text by default (``sys.get_int_max_str_digits``), so every stored int round-trips."""
+_INT_LIMIT = 10**MAX_INT_DIGITS
+# orjson writes and reads ints in -2**63..2**64-1 exactly; a float at least this large may be a
+# wider int it read approximately.
+_WIDE = float(2**63)
+# orjson's refusal of a wider int on encode (its other refusals keep their own messages).
+_WIDE_INT_ERROR = "Integer exceeds 64-bit range"
+# A wide int has at least 19 digits in a row; text without such a run cannot hold one.
+_DIGIT_RUN = re.compile(rb"[0-9]{19}")
 MAX_DEPTH = 100
 """How deeply containers may nest: far beyond any real payload, well inside what orjson
 encodes (254) and what Python's recursion limit allows."""
@@ -64,7 +88,7 @@ def _describe(value: object) -> str:
     if isinstance(value, float):
         return f"{value!r} is not a finite number"
     if isinstance(value, int):
-        return f"{value} is outside the signed 64-bit range"
+        return f"an integer of more than {MAX_INT_DIGITS} digits cannot be stored"
     return f"{type(value).__name__} is not JSON"
 
 
@@ -98,7 +122,7 @@ def copy_json(value: object, depth: int = 0) -> JSON:
     if value is None or t is bool:
         return value  # type: ignore[return-value]
     if t is int:
-        if _INT_MIN <= value <= _INT_MAX:  # type: ignore[operator]
+        if _INT_MIN <= value <= _INT_MAX or -_INT_LIMIT < value < _INT_LIMIT:  # type: ignore[operator]
             return value  # type: ignore[return-value]
         raise NotJSONError(_describe(value))
     if t is float:
@@ -159,3 +183,84 @@ def copy_json_object(value: Mapping[Any, object], depth: int = 0) -> dict[str, J
             e.path.append(key)
             raise
     return out
+
+
+def dumps(value: object, *, default: Callable[[Any], Any] | None = dict) -> bytes:
+    """Compact UTF-8 JSON for a JSON value, exact for integers of any size.
+
+    Args:
+        value: what to write.
+        default: how to turn what JSON has no type for into something it has, as for
+            ``orjson.dumps``; by default a mapping (an event's read-only data) is written as
+            the object it is.
+
+    Raises:
+        TypeError: ``value`` holds something that cannot be encoded.
+    """
+    try:
+        return orjson.dumps(value, default=default)
+    except orjson.JSONEncodeError as error:
+        if str(error) != _WIDE_INT_ERROR:
+            raise
+    # The rare value with an int wider than 64 bits: the standard library writes it exactly.
+    return json.dumps(
+        value, default=default, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    ).encode()
+
+
+def loads(text: bytes | bytearray | memoryview | str) -> Any:
+    """Parse JSON text, giving back integers of any size exactly.
+
+    Raises:
+        ValueError: the text is not JSON (``orjson.JSONDecodeError`` when orjson says so).
+    """
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        # orjson refuses an int too wide even for a float; the standard library reads it.
+        if not may_be_wide(text):
+            raise
+        return exact_loads(text)
+    if may_be_wide(text) and holds_wide_number(value):
+        return exact_loads(text)
+    return value
+
+
+def exact_loads(text: bytes | bytearray | memoryview | str) -> Any:
+    """Parse JSON text with the standard library: slower than orjson, exact for wide ints.
+
+    As strict as orjson where the two differ: UTF-8 only, no ``NaN`` or ``Infinity``.
+
+    Raises:
+        ValueError: the text is not JSON, or holds an int too long to convert.
+    """
+    if not isinstance(text, str):
+        text = bytes(text).decode()  # strict UTF-8 (json.loads would guess UTF-16 or -32)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError(f"containers nest deeper than {MAX_DEPTH} levels") from None
+
+
+def holds_wide_number(value: object, depth: int = 0) -> bool:
+    """Whether orjson's reading of ``value`` may have turned a wide int into a float: some
+    float in it is at least 2**63 in size (every float that large is a whole number)."""
+    if type(value) is float:
+        return not -_WIDE < value < _WIDE
+    if depth > MAX_DEPTH:
+        return False
+    if type(value) is dict:
+        return any(holds_wide_number(item, depth + 1) for item in value.values())
+    if type(value) is list:
+        return any(holds_wide_number(item, depth + 1) for item in value)
+    return False
+
+
+def may_be_wide(text: bytes | bytearray | memoryview | str) -> bool:
+    """Whether JSON text may hold an int wider than 64 bits (it has 19 digits in a row)."""
+    raw = text.encode() if isinstance(text, str) else text
+    return _DIGIT_RUN.search(raw) is not None
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import orjson
 
-from nous_session._json import JSON, MAX_DEPTH
+from nous_session._json import JSON, MAX_DEPTH, dumps, exact_loads, may_be_wide
 from nous_session.errors import CorruptRecordError, InvalidEventError
 from nous_session.event import TYPE_BY_NAME, Event, make_event
 
@@ -42,6 +42,11 @@ FORMAT_VERSION: Final = 1
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 _INT_MAX: Final = 2**63 - 1
+# The highest seq: the session's count after it (seq + 1) must still fit the signed 64-bit
+# integer a store keeps it in.
+_SEQ_MAX: Final = _INT_MAX - 1
+# orjson reads an int wider than 64 bits as a float at least this large.
+_WIDE: Final = float(2**63)
 # The times a datetime can hold, as microseconds since the epoch (year 1 to 9999).
 _MIN_MICROS: Final = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
 _MAX_MICROS: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MICROSECOND
@@ -53,11 +58,8 @@ def _micros(time: datetime) -> int:
 
 def encode(event: Event) -> bytes:
     """The record for ``event``: compact UTF-8 JSON bytes."""
-    return orjson.dumps(
-        [FORMAT_VERSION, event.seq, event.type, _micros(event.time), event.data],
-        # Event.data is a read-only mappingproxy; orjson is told to see it as the dict it is.
-        default=dict,
-    )
+    # orjson, unless the data holds an int wider than 64 bits (then the standard library).
+    return dumps([FORMAT_VERSION, event.seq, event.type, _micros(event.time), event.data])
 
 
 def decode(
@@ -77,9 +79,15 @@ def decode(
     try:
         value = orjson.loads(record)
     except orjson.JSONDecodeError as error:
-        raise CorruptRecordError(
-            f"{_name(where)}: not a valid record (garbage or truncated): {error}"
-        ) from None
+        # An int too wide even for orjson's float reading: the exact reader takes it.
+        value = _exact(record) if may_be_wide(record) else None
+        if value is None:
+            raise CorruptRecordError(
+                f"{_name(where)}: not a valid record (garbage or truncated): {error}"
+            ) from None
+        # The exact reader accepts what orjson would not (an escaped lone surrogate, say):
+        # what it read is checked and copied in full.
+        return _decode_checked(value, record, where, exact=True)
     event = _chat_record(value)
     if event is not None:
         return event
@@ -98,7 +106,7 @@ def _chat_record(value: Any) -> Event | None:
         if (
             event_type is not None
             and type(seq) is int
-            and 0 <= seq <= _INT_MAX
+            and 0 <= seq <= _SEQ_MAX
             and type(micros) is int
             and _MIN_MICROS <= micros <= _MAX_MICROS
             and type(data) is dict
@@ -109,8 +117,17 @@ def _chat_record(value: Any) -> Event | None:
     return None
 
 
-def _decode_checked(value: Any, record: object, where: str | Callable[[], str]) -> Event:
-    """Everything else, checked field by field, each error naming the record."""
+def _decode_checked(
+    value: Any,
+    record: bytes | bytearray | memoryview | str,
+    where: str | Callable[[], str],
+    *,
+    exact: bool = False,
+) -> Event:
+    """Everything else, checked field by field, each error naming the record.
+
+    ``exact``: ``value`` comes from the standard library's reader, not orjson's.
+    """
     if type(value) is not list or not value:
         raise CorruptRecordError(f"{_name(where)}: not a record envelope: {_preview(record)}")
     version = value[0]
@@ -126,7 +143,7 @@ def _decode_checked(value: Any, record: object, where: str | Callable[[], str]) 
             f"{_name(where)}: a format-1 record has 5 fields, this one has {len(value)}"
         )
     _, seq, kind, micros, data = value
-    if type(seq) is not int or not 0 <= seq <= _INT_MAX:
+    if type(seq) is not int or not 0 <= seq <= _SEQ_MAX:
         raise CorruptRecordError(f"{_name(where)}: bad seq {seq!r}")
     if type(micros) is not int:
         raise CorruptRecordError(f"{_name(where)}: bad time {micros!r}")
@@ -136,9 +153,23 @@ def _decode_checked(value: Any, record: object, where: str | Callable[[], str]) 
         time = _EPOCH + _MICROSECOND * micros  # exact integer arithmetic, and the fastest form
     except OverflowError:
         raise CorruptRecordError(f"{_name(where)}: time {micros} is out of range") from None
-    # orjson yields only JSON types; the one rule it does not enforce is the signed 64-bit
-    # integer range (it reads unsigned 64-bit too).
-    return _validated(seq, kind, data, time, _name(where), decoded=_ints_fit(data))
+    # orjson yields only JSON types, but reads an int wider than 64 bits as a float: such a
+    # record is read again exactly. Either way, data nested too deeply goes the slow way,
+    # where the copy refuses it by name.
+    plain = not exact and _plain(data)
+    if not plain and not exact and may_be_wide(record):
+        again = _exact(record)
+        if type(again) is list and len(again) == 5 and type(again[4]) is dict:
+            data = again[4]
+    return _validated(seq, kind, data, time, _name(where), decoded=plain)
+
+
+def _exact(record: object) -> Any:
+    """The record read by the exact (standard library) reader, or None if it is not JSON."""
+    try:
+        return exact_loads(record)  # type: ignore[arg-type]
+    except ValueError:
+        return None
 
 
 def _name(where: str | Callable[[], str]) -> str:
@@ -226,7 +257,7 @@ def from_json(value: Any, *, where: str = "record") -> Event:
     if missing:
         raise CorruptRecordError(f"{where}: missing {', '.join(missing)}")
     seq, time = value["seq"], value["time"]
-    if type(seq) is not int or not 0 <= seq <= _INT_MAX:
+    if type(seq) is not int or not 0 <= seq <= _SEQ_MAX:
         raise CorruptRecordError(f"{where}: bad seq {seq!r}")
     try:
         when = datetime.fromisoformat(time)
@@ -244,19 +275,19 @@ def _validated(
         raise CorruptRecordError(f"{where}: {error}") from None
 
 
-def _ints_fit(value: dict[str, Any] | list[Any], depth: int = 0) -> bool:
-    """Whether every int in decoded JSON is in the signed 64-bit range (and nesting is sane:
-    a deeper record goes the slow way, where the copy refuses it by name)."""
+def _plain(value: dict[str, Any] | list[Any], depth: int = 0) -> bool:
+    """Whether decoded JSON can be taken as is: nested at most MAX_DEPTH deep, and no float
+    in it so large that it may be a wide int orjson read approximately."""
     if depth > MAX_DEPTH:
         return False
     # A plain loop: this runs for every record a store loads, mostly over string values.
     items: Any = value.values() if type(value) is dict else value
     for item in items:
         kind = type(item)
-        if kind is int:
-            if item > _INT_MAX:
+        if kind is float:
+            if not -_WIDE < item < _WIDE:
                 return False
-        elif (kind is dict or kind is list) and not _ints_fit(item, depth + 1):
+        elif (kind is dict or kind is list) and not _plain(item, depth + 1):
             return False
     return True
 

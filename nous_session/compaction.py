@@ -17,9 +17,8 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import attrs
-import orjson
 
-from nous_session._json import JSON
+from nous_session._json import JSON, dumps
 from nous_session._logging import Throttle
 from nous_session._requests import Applied, Request
 from nous_session.errors import SessionClosedError
@@ -207,7 +206,7 @@ def event_bytes(event: Event) -> int:
         source: Any = call.get("function", call)  # type: ignore[union-attr]
         arguments = source.get("arguments", {})
         size += len(source["name"].encode())
-        size += len(arguments.encode() if isinstance(arguments, str) else orjson.dumps(arguments))
+        size += len(arguments.encode() if isinstance(arguments, str) else dumps(arguments))
     return size
 
 

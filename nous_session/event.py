@@ -409,9 +409,10 @@ def make_event(
 
     The type may be a custom one (:func:`is_custom_type`).
 
-    ``decoded=True`` is for a dict fresh from a JSON decoder, owned by nobody else and JSON by
-    construction (the caller has checked that no integer can exceed 64 bits): it is taken as
-    is, and only the event's own rules (type, surface op, message fields) are checked.
+    ``decoded=True`` is for a dict fresh from orjson's decoder, owned by nobody else and JSON
+    by construction (the caller has checked that it nests at most ``MAX_DEPTH`` deep and holds
+    no float that may be a wider int orjson read approximately): it is taken as is, and only
+    the event's own rules (type, surface op, message fields) are checked.
 
     Raises:
         InvalidEventError: naming the event and what is wrong with it.

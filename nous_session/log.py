@@ -300,7 +300,14 @@ class _Coverage:
         stops[low:high] = [stop]
 
 
-_EMPTY_FOLD: Final = _Fold(0, _Surface([], [], [], []), 0)
+def _empty_fold() -> _Fold:
+    """A fold of no events, with storage of its own.
+
+    Never a shared module-level value: the first fold built on it extends its lists in place
+    (the O(1) append path), so a shared one would keep that session's events alive for the
+    life of the process.
+    """
+    return _Fold(0, _Surface([], [], [], []), 0)
 
 
 class Log:
@@ -611,7 +618,7 @@ class Log:
     def _folded(self) -> _Fold:
         fold = self._fold
         if fold is None:
-            fold = _EMPTY_FOLD if self._horizon == 0 else self._base_fold()
+            fold = _empty_fold() if self._horizon == 0 else self._base_fold()
         if fold.count != self._count:
             fold = fold.extended(self, self.since(fold.count), self._count)
             self._fold = fold  # a cache: any thread may fill it; every result is equal
@@ -636,7 +643,7 @@ class Log:
     def _prefix_fold(self, seq: int) -> _Fold:
         """The fold of this log as it was when ``seq`` was its newest event (-1: empty)."""
         if seq < 0:
-            return _EMPTY_FOLD
+            return _empty_fold()
         return self.upto(max(seq, self._horizon - 1))._folded()
 
     def surface(self) -> Sequence[Event]:

@@ -23,9 +23,8 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 import attrs
-import orjson
 
-from nous_session._json import JSON, NotJSONError, copy_json_object
+from nous_session._json import JSON, NotJSONError, copy_json_object, dumps
 from nous_session.parts import (
     OtherPart,
     Part,
@@ -444,7 +443,7 @@ class Message:
             result = list(result)  # type: ignore[call-overload]
         elif not isinstance(result, str):
             try:
-                result = orjson.dumps(result).decode()
+                result = dumps(result, default=None).decode()
             except TypeError as e:
                 raise ValueError(f"tool result is not JSON-serialisable: {e}") from None
         return cls._build(

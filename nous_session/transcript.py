@@ -18,8 +18,8 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 import attrs
-import orjson
 
+from nous_session._json import dumps
 from nous_session.message import Message, Role
 
 __all__ = [
@@ -72,8 +72,8 @@ def message_bytes(message: Message) -> int:
         size += len(
             arguments.encode()
             if isinstance(arguments, str)
-            # The mapping is read-only (a mappingproxy): let orjson see it as the dict it is.
-            else orjson.dumps(arguments, default=dict)
+            # Exact for ints wider than 64 bits; the read-only mapping is written as a dict.
+            else dumps(arguments)
         )
     return size
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -360,3 +361,81 @@ def test_as_of_before_the_horizon_is_one_line(tmp_path: Path, stored: tuple[str,
 def test_the_audit_commands_explain_themselves(command: str) -> None:
     result = cli(command, "--help", store="memory:")
     assert result.stdout.startswith(f"usage: nous-session {command}")
+
+
+def _events_file(path: Path, seqs: list[int]) -> Path:
+    """A JSON-lines export holding one user message per seq."""
+    lines = [
+        orjson.dumps(
+            {
+                "seq": seq,
+                "type": "user_message",
+                "time": "2024-05-01T12:00:00+00:00",
+                "data": {"content": f"m{seq}"},
+            }
+        )
+        for seq in seqs
+    ]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize("seq", [10**9, 10**10, 2**63 - 2])
+def test_import_costs_what_the_file_holds_not_what_its_seqs_name(tmp_path: Path, seq: int) -> None:
+    """One event at a far seq imports at once (it listed every missing seq: a MemoryError at
+    10**9, still running at 10**10), and the horizon is the seq itself."""
+    url = f"sqlite:///{tmp_path / 'far.sqlite3'}"
+    result = cli("import", "far", str(_events_file(tmp_path / "far.jsonl", [seq])), store=url)
+    assert "imported 1 events" in result.stdout
+    (row,) = [
+        orjson.loads(line) for line in cli("sessions", "--json", store=url).stdout.splitlines()
+    ]
+    assert (row["count"], row["held"]) == (seq + 1, 1)
+    assert [
+        orjson.loads(line)["content"]
+        for line in cli("messages", "far", "--json", store=url).stdout.splitlines()
+    ] == [f"m{seq}"]
+    before = cli("messages", "far", "--as-of", str(seq - 2), store=url, check=False)
+    assert f"before the horizon {seq}" in before.stderr
+
+
+def test_import_keeps_the_horizon_of_an_export_with_gaps(tmp_path: Path) -> None:
+    """The horizon is one past the highest gap, however many gaps there are."""
+    url = f"sqlite:///{tmp_path / 'gaps.sqlite3'}"
+    cli("import", "gaps", str(_events_file(tmp_path / "gaps.jsonl", [0, 3, 4, 9, 10])), store=url)
+    result = cli("messages", "gaps", "--as-of", "7", store=url, check=False)
+    assert "before the horizon 9" in result.stderr
+    assert len(cli("messages", "gaps", "--as-of", "8", store=url).stdout.splitlines()) == 3
+
+
+def test_import_of_a_seq_whose_count_cannot_be_stored_is_one_line(tmp_path: Path) -> None:
+    """Seq 2**63 - 1 would make the count 2**63, past every store's 64-bit integer: the
+    command says so in one line instead of a driver's OverflowError traceback."""
+    url = f"sqlite:///{tmp_path / 'edge.sqlite3'}"
+    source = _events_file(tmp_path / "edge.jsonl", [2**63 - 1])
+    result = cli("import", "edge", str(source), store=url, check=False)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert f"bad seq {2**63 - 1}" in line
+
+
+def test_export_and_import_keep_ints_wider_than_64_bits(tmp_path: Path) -> None:
+    """orjson refuses such ints on export and reads them as floats on import: the command line
+    writes and reads them exactly, and the JSON it prints holds them too."""
+    path = tmp_path / "wide.sqlite3"
+    url = f"sqlite:///{path}"
+    wide = {"amount": 2**70, "debts": [-(2**64), 10**30]}
+
+    async def fill() -> None:
+        async with SessionActor.open(session_id="wide", store=url) as session:
+            call = ToolCall("c1", "pay", wide)
+            await session.add_message(Message.assistant("", tool_calls=[call]))
+
+    anyio.run(fill)
+    exported = tmp_path / "wide.jsonl"
+    cli("export", "wide", "--output", str(exported), store=url)
+    assert str(2**70) in exported.read_text()
+    cli("import", "copy", str(exported), store=url)
+    assert cli("export", "copy", store=url).stdout.encode() == exported.read_bytes()
+    (line,) = cli("messages", "copy", "--json", store=url).stdout.splitlines()
+    assert json.loads(line)["tool_calls"][0]["arguments"] == wide

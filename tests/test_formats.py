@@ -717,3 +717,56 @@ def test_provider_parts_go_only_to_their_provider() -> None:
     assert result.dropped == (
         "the anthropic document block (part 0) of message 0 dropped: gemini has no place for it",
     )
+
+
+# Integers wider than 64 bits ---------------------------------------------------------------
+
+WIDE = 2**70
+
+
+def test_wide_ints_in_provider_payloads_are_kept_exactly() -> None:
+    """Anthropic ``tool_use.input``, Gemini ``functionCall.args`` and ``functionResponse``
+    may hold ints wider than 64 bits: they are read, written to every provider, and measured
+    for compaction without loss or error."""
+    from nous_session.transcript import estimate_messages_tokens
+
+    anthropic = from_provider(
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "t1", "name": "f", "input": {"n": -WIDE}}
+                    ],
+                }
+            ]
+        },
+        "anthropic",
+    )
+    gemini = from_provider(
+        {
+            "contents": [
+                {"role": "model", "parts": [{"functionCall": {"name": "g", "args": {"n": WIDE}}}]},
+                {
+                    "role": "user",
+                    "parts": [{"functionResponse": {"name": "g", "response": {"total": WIDE}}}],
+                },
+            ]
+        },
+        "gemini",
+    )
+    messages = [*anthropic, *gemini]
+    assert anthropic[0].tool_calls[0].arguments == {"n": -WIDE}
+    assert gemini[0].tool_calls[0].arguments == {"n": WIDE}
+    assert str(WIDE) in gemini[1].text
+    assert estimate_messages_tokens(messages) > 0
+    chat = to_provider(messages, "openai-chat")
+    assert chat[0]["tool_calls"][0]["function"]["arguments"] == f'{{"n":{-WIDE}}}'
+    back = to_provider(messages, "gemini")["contents"]
+    assert back[1]["parts"][0]["functionCall"]["args"] == {"n": WIDE}
+    assert back[2]["parts"][0]["functionResponse"]["response"] == {"total": WIDE}
+    assert to_provider(messages, "anthropic")["messages"][0]["content"][0]["input"] == {"n": -WIDE}
+
+
+def test_a_tool_result_with_a_wide_int_is_encoded_exactly() -> None:
+    assert Message.tool("c1", {"id": WIDE}).text == f'{{"id":{WIDE}}}'

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 import pytest
 
@@ -485,3 +486,51 @@ async def test_the_sync_methods_reach_the_saver_from_a_worker_thread_on_either_l
         assert found.checkpoint["channel_values"] == {"a": [1, 2]}
         assert found.pending_writes == [("task", "a", 3)]
         assert after == []
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def far_saver(request: pytest.FixtureRequest) -> Iterator[tuple[NousSessionSaver, Any]]:
+    """A saver opened on an event loop of its own (a portal's, in another thread), and that
+    portal. Opened and closed outside the test's loop, which must not block on it."""
+    with (
+        anyio.from_thread.start_blocking_portal(request.param) as portal,
+        portal.wrap_async_context_manager(NousSessionSaver.open()) as saver,
+    ):
+        yield saver, portal
+
+
+@pytest.mark.anyio
+async def test_the_saver_answers_when_awaited_from_another_event_loop(
+    far_saver: tuple[NousSessionSaver, Any],
+) -> None:
+    """A saver opened on one loop and awaited from another: every a... method answers (it
+    waited forever, with no error), and session() refuses at once."""
+    saver, portal = far_saver
+    config: Any = {"configurable": {"thread_id": "far", "checkpoint_ns": ""}}
+    checkpoint: Any = {
+        "v": 4,
+        "id": "1f0",
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": {"a": [1, 2]},
+        "channel_versions": {"a": "1"},
+        "versions_seen": {},
+        "updated_channels": None,
+    }
+    with anyio.fail_after(30):
+        stored = await saver.aput(config, checkpoint, {"step": 0}, {"a": "1"})
+        await saver.aput_writes(stored, [("a", 3)], "task")
+        found = await saver.aget_tuple(config)
+        listed = [t.checkpoint["id"] async for t in saver.alist(config)]
+        await saver.acopy_thread("far", "near")
+        await saver.aprune(["near"], strategy="delete")
+        # The saver's own loop still serves it as before.
+        mine = await anyio.to_thread.run_sync(portal.call, saver.aget_tuple, config)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == {"a": [1, 2]}
+    assert found.pending_writes == [("task", "a", 3)]
+    assert listed == ["1f0"]
+    assert mine is not None
+    assert mine.checkpoint["id"] == "1f0"
+    with pytest.raises(RuntimeError, match="another one"):
+        async with saver.session("far"):
+            pass

@@ -6,6 +6,8 @@ examples are translated one by one at the top of this file.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -1046,3 +1048,45 @@ def test_give_back_leaves_storage_alone_when_something_came_after() -> None:
     other = base.append(U, {"content": "z"})
     assert contents(other) == ["m0", "m1", "z"]
     assert contents(kept) == ["m0", "m1", "x", "y"]
+
+
+# No module-level state holds session data ------------------------------------------------------
+
+# Run in a fresh interpreter: only the first log a process folds from empty could fill a
+# shared module-level fold, and in this process earlier tests have folded many.
+_FIRST_SESSION = """
+import gc, sys, weakref
+import anyio
+from nous_session import EventType, MemoryStore, SessionActor
+
+async def main():
+    async with MemoryStore() as store:
+        async with SessionActor.open(session_id="first", store=store) as session:
+            for i in range(500):
+                await session.append(EventType.USER_MESSAGE, {"content": f"first private {i}"})
+            assert len(session.messages()) == 500
+            refs = [weakref.ref(event) for event in session.log.events()]
+        assert await store.delete("first")
+        del session
+    gc.collect()
+    alive = [event for ref in refs if (event := ref()) is not None]
+    print(len(alive), [type(r).__name__ for r in gc.get_referrers(*alive[:1])])
+
+anyio.run(main, backend=sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_closed_deleted_session_leaves_no_events_behind(backend: str) -> None:
+    """The first session of a process: once it is closed and deleted, none of its events is
+    reachable. A shared empty fold, extended in place by the first log folded from it, kept
+    them for the life of the process."""
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", _FIRST_SESSION, backend],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "0 []\n", f"events survive (count, referrers): {result.stdout}"

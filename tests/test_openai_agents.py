@@ -77,6 +77,8 @@ def test_every_item_round_trips_alone() -> None:
         assert message_items(item_message(item)) == [item]
     with pytest.raises(InvalidEventError, match="dict"):
         item_message(["not", "an", "item"])
+    with pytest.raises(TypeError, match="not JSON"):
+        item_message({"role": "user", "content": object()})
 
 
 async def test_items_are_stored_once_each_on_the_surface_and_come_back_exactly(url: str) -> None:
@@ -95,6 +97,29 @@ async def test_items_are_stored_once_each_on_the_surface_and_come_back_exactly(u
         texts = [m.text for m in actor.messages()]
         assert texts[1] == "Weather in Paris?"
         assert actor.messages()[3].tool_calls[0].name == "weather"
+
+
+async def test_items_holding_ints_wider_than_64_bits_come_back_exactly(url: str) -> None:
+    """The SDK's SQLiteSession keeps such ints (it stores JSON text); so do we, through a
+    real store and a fresh session reading it."""
+    wide = [
+        {"type": "x_ledger", "id": "l1", "balance": 2**70, "history": [-(2**64), 10**30, 0.5]},
+        {"type": "function_call_output", "call_id": "c1", "output": {"n": 2**100}},
+    ]
+    session = NousSession("wide", url)
+    try:
+        await session.add_items(wide)
+        assert await session.get_items() == wide
+    finally:
+        session.close()
+    again = NousSession("wide", url)
+    try:
+        got = await again.get_items()
+        assert got == wide
+        assert type(got[0]["balance"]) is int
+        assert await again.pop_item() == wide[-1]
+    finally:
+        again.close()
 
 
 async def test_pop_and_clear_are_surface_operations_and_keep_the_log(url: str) -> None:
@@ -163,8 +188,10 @@ async def test_a_session_is_usable_from_other_event_loops_and_threads(url: str) 
 async def test_a_closed_session_refuses_calls_and_a_bad_item_adds_nothing() -> None:
     session = NousSession("closing")
     await session.add_items([{"role": "user", "content": "one"}])
-    with pytest.raises(InvalidEventError, match="item 1"):
+    # A TypeError, as the SDK's SQLiteSession raises (json.dumps), and one of ours.
+    with pytest.raises(TypeError, match="item 1") as caught:
         await session.add_items([{"role": "user", "content": "two"}, {"bad": object()}])
+    assert isinstance(caught.value, InvalidEventError)
     assert len(await session.get_items()) == 1
     session.close()
     session.close()
@@ -337,3 +364,54 @@ async def test_a_cancelled_write_completes_before_the_cancellation_is_raised(url
         # Cancelled after the outcome was known: the write landed, exactly once.
         assert await session.get_items() == [{"role": "user", "content": "kept"}]
         session.close()
+
+
+# The SDK's EncryptedSession over NousSession ----------------------------------------------------
+
+
+async def test_an_encrypted_pop_with_the_wrong_key_keeps_the_history(url: str) -> None:
+    """As over the SDK's SQLiteSession: the pop authenticates the item before removing it, so
+    a wrong key raises InvalidToken and removes nothing (a blind pop emptied the history)."""
+    pytest.importorskip("cryptography")
+    from agents.extensions.memory.encrypt_session import EncryptedSession
+    from cryptography.fernet import InvalidToken
+
+    backend = NousSession("secret", url)
+    items: list[Any] = [
+        {"role": "user", "content": "First"},
+        {"role": "assistant", "content": "Second"},
+    ]
+    try:
+        await EncryptedSession("secret", backend, "correct-key").add_items(items)
+        ciphertext = await backend.get_items()
+        with pytest.raises(InvalidToken):
+            await EncryptedSession("secret", backend, "wrong-key").pop_item()
+        assert await backend.get_items() == ciphertext
+        correct = EncryptedSession("secret", backend, "correct-key")
+        assert await correct.pop_item() == items[-1]
+        assert await correct.get_items() == items[:-1]
+    finally:
+        backend.close()
+
+
+async def test_an_encrypted_pop_checks_each_item_it_reaches(url: str) -> None:
+    """An item the wrong key can authenticate but not read (expired) is popped; the next, which
+    it cannot authenticate, stops the pop with InvalidToken and stays."""
+    pytest.importorskip("cryptography")
+    from agents.extensions.memory.encrypt_session import EncryptedSession
+    from cryptography.fernet import InvalidToken
+
+    backend = NousSession("secret", url)
+    try:
+        await EncryptedSession("secret", backend, "right", ttl=60).add_items(
+            [{"role": "user", "content": "keep"}]
+        )
+        kept = await backend.get_items()
+        tail = {"role": "assistant", "content": "expired tail"}
+        await EncryptedSession("secret", backend, "wrong").add_items([tail])
+        # ttl=-1: to this reader every item has expired (authentic, but not readable).
+        with pytest.raises(InvalidToken):
+            await EncryptedSession("secret", backend, "wrong", ttl=-1).pop_item()
+        assert await backend.get_items() == kept
+    finally:
+        backend.close()

@@ -17,9 +17,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 import attrs
-import orjson
 
-from nous_session._json import JSON, NotJSONError, copy_json, copy_json_object, format_path
+from nous_session._json import (
+    JSON,
+    NotJSONError,
+    copy_json,
+    copy_json_object,
+    dumps,
+    format_path,
+)
 from nous_session.errors import FormatError
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import ImagePart, OtherPart, Part, ProviderData, ProviderPart, ToolCallPart
@@ -267,8 +273,8 @@ def arguments_text(call: ToolCall) -> str:
     arguments = call.arguments
     if isinstance(arguments, str):
         return arguments
-    # The mapping is read-only (a mappingproxy): let orjson see it as the dict it is.
-    return orjson.dumps(arguments, default=dict).decode()
+    # Exact for ints wider than 64 bits; the read-only mapping is written as the dict it is.
+    return dumps(arguments).decode()
 
 
 def arguments_object(call: ToolCall, notes: Notes, index: int, k: int) -> dict[str, JSON]:

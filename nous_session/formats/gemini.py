@@ -29,9 +29,8 @@ from datetime import datetime
 from typing import Any, Final
 
 import attrs
-import orjson
 
-from nous_session._json import JSON
+from nous_session._json import JSON, dumps, loads
 from nous_session.formats._common import (
     MESSAGE,
     TURN,
@@ -283,8 +282,8 @@ def _response(message: Message, notes: Notes, i: int, name: str) -> dict[str, An
     response: Any = None
     if extras.get(JSON_RESPONSE):
         try:
-            response = orjson.loads(text)
-        except orjson.JSONDecodeError:
+            response = loads(text)  # exact for ints wider than 64 bits
+        except ValueError:
             response = None
     if type(response) is not dict:
         response = {"error" if message.is_error else "output": text}
@@ -453,7 +452,7 @@ class _Reader:
         elif type(response) is dict and len(response) == 1 and type(response.get("error")) is str:
             text, is_error = response["error"], True
         elif type(response) is dict:
-            text = orjson.dumps(response).decode()
+            text = dumps(response, default=None).decode()
             is_error = "error" in response and "output" not in response
             hints[JSON_RESPONSE] = True
         elif response is not None:

@@ -38,10 +38,14 @@ The mapping:
   message carries its LangChain id in ``metadata["langgraph_id"]``. ``messages_channel=None``
   turns this off. Only the checkpoint events are read back: the surface is a view.
 
-The saver belongs to the event loop it was opened in (asyncio or trio: the saver itself is
-anyio; LangGraph runs graphs on asyncio). Its synchronous methods (``graph.invoke``) work from
-any other thread while that loop runs; from the loop's own thread they raise RuntimeError
-(they would deadlock), use the ``a...`` methods there.
+The saver runs on the event loop it was opened in (asyncio or trio: the saver itself is
+anyio; LangGraph runs graphs on asyncio). Its ``a...`` methods may be awaited from any event
+loop while that one runs: from another loop (another thread's), the call is carried to the
+saver's loop by a worker thread of the caller's and waited for there (``alist`` then reads
+its whole result at once). :meth:`NousSessionSaver.session` hands out the thread's actor,
+which belongs to the saver's loop, so it refuses other loops at once. Its synchronous methods
+(``graph.invoke``) work from any other thread while that loop runs; from the loop's own
+thread they raise RuntimeError (they would deadlock), use the ``a...`` methods there.
 
 Several processes (or savers) may run one thread: checkpoints are appended with the store's
 rebasing commit, so they never conflict, and each read first catches up with the store
@@ -51,12 +55,21 @@ rebasing commit, so they never conflict, and each read first catches up with the
 from __future__ import annotations
 
 import base64
+import functools
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -116,6 +129,25 @@ DELETED_EVENT: Final = "x.langgraph.deleted"
 _LANGGRAPH_ID: Final = "langgraph_id"
 _logger = get_logger()
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _any_loop(
+    method: Callable[Concatenate[NousSessionSaver, _P], Coroutine[Any, Any, _T]],
+) -> Callable[Concatenate[NousSessionSaver, _P], Coroutine[Any, Any, _T]]:
+    """Let the saver's async ``method`` be awaited from any event loop: on another loop than
+    the saver's, the call runs on the saver's (its actors, events and locks belong to that
+    one: awaited from elsewhere they would never wake)."""
+
+    @functools.wraps(method)
+    async def call(self: NousSessionSaver, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if anyio.lowlevel.current_token() == self._token:
+            return await method(self, *args, **kwargs)
+        return await self._from_other_loop(method, self, *args, **kwargs)
+
+    return call
+
+
 # One checkpoint's pending writes: (task id, idx) -> (task id, channel, typed value, task path)
 _Writes = dict[tuple[str, int], tuple[str, str, tuple[str, str], str]]
 
@@ -317,7 +349,16 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
 
         The saver's own actor for the thread (a second actor on a SQLite store would not see
         the saver's commits); it is not closed for want of room while the block runs.
+
+        Raises:
+            RuntimeError: called from another event loop than the saver's (the actor belongs
+                to the saver's loop, and would never answer there).
         """
+        if anyio.lowlevel.current_token() != self._token:
+            raise RuntimeError(
+                "NousSessionSaver.session() hands out an actor of the saver's own event loop;"
+                " this task runs on another one: use it from the loop the saver was opened in"
+            )
         async with self._use(thread_id) as thread:
             assert thread.actor is not None
             yield thread.actor
@@ -473,6 +514,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
 
     # The async interface ----------------------------------------------------------------------
 
+    @_any_loop
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``), else the thread's latest
         in its ``checkpoint_ns``; None when there is none."""
@@ -499,6 +541,16 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         """The checkpoints of ``config``'s thread (every thread's when None), newest first
         in each namespace, filtered by ``config``'s ``checkpoint_ns`` and ``checkpoint_id``,
         by metadata equal to ``filter``'s items, and to ids below ``before``'s."""
+        if anyio.lowlevel.current_token() != self._token:
+            # On another loop: read the whole listing on the saver's, then hand it out.
+
+            async def collect() -> list[CheckpointTuple]:
+                listing = self.alist(config, filter=filter, before=before, limit=limit)
+                return [item async for item in listing]
+
+            for item in await self._from_other_loop(collect):
+                yield item
+            return
         if config is None:
             threads: list[tuple[object, str]] = [
                 (session_id[len(self._prefix) :], session_id)
@@ -539,6 +591,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                         remaining -= 1
                     yield self._tuple(thread_id, ns, data, index)
 
+    @_any_loop
     async def aput(
         self,
         config: RunnableConfig,
@@ -589,6 +642,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 await self._replace_surface(actor, replacement)
         return _config(thread_id, ns, checkpoint["id"])
 
+    @_any_loop
     async def aput_writes(
         self,
         config: RunnableConfig,
@@ -622,12 +676,14 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                     },
                 )
 
+    @_any_loop
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete the thread's session, and everything in it, from the store."""
         session_id = self.session_id(thread_id)
         await self._forget(session_id)
         await self._store.delete(session_id)
 
+    @_any_loop
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Mark every checkpoint made by one of ``run_ids`` deleted, with its writes (one
         ``x.langgraph.deleted`` event per thread that has any)."""
@@ -646,6 +702,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 thread_id = session_id[len(self._prefix) :]
                 await self._mark_deleted(thread_id, gone)
 
+    @_any_loop
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Give the target thread the source's checkpoints and writes: a fork of the source's
         session when the target has none, else copies of the source's LangGraph events
@@ -669,6 +726,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 if event.type in (CHECKPOINT_EVENT, WRITES_EVENT, DELETED_EVENT)
             )
 
+    @_any_loop
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: mark every checkpoint but each namespace's latest deleted;
         ``"delete"``: mark them all deleted. The sessions and their surfaces stay."""
@@ -748,6 +806,33 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 session_id=actor.session_id,
                 error=repr(error),
             )
+
+    async def _from_other_loop(
+        self, function: Callable[..., Awaitable[_T]], *args: Any, **kwargs: Any
+    ) -> _T:
+        """Run ``function`` on the saver's event loop for a task of another loop: a worker
+        thread of the caller's loop waits for it (a cancelled caller waits too, so a write
+        never ends half-known).
+
+        Raises:
+            RuntimeError: the saver is closed, or its loop is not running (the caller's loop
+                runs on the saver's thread).
+        """
+        if self._closed[0]:
+            raise RuntimeError("the NousSessionSaver is closed")
+        if threading.get_ident() == self._loop_thread:
+            raise RuntimeError(
+                "NousSessionSaver was awaited from another event loop on the thread of the "
+                "loop it was opened in, which is therefore not running: use the saver from "
+                "its own loop, or from a loop in another thread while its own runs"
+            )
+
+        async def call() -> _T:
+            return await function(*args, **kwargs)
+
+        return await anyio.to_thread.run_sync(
+            functools.partial(anyio.from_thread.run, call, token=self._token)
+        )
 
     # The sync interface -----------------------------------------------------------------------
 

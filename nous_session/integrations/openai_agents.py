@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio
 import anyio.lowlevel
 import attrs
-import orjson
 
+from nous_session._json import dumps, loads
 from nous_session.errors import ConflictError, FormatError, InvalidEventError, SessionClosedError
 from nous_session.event import message_event
 from nous_session.formats import from_provider, to_provider
@@ -62,6 +62,7 @@ try:
         coerce_session_settings,
         resolve_session_limit,
     )
+    from agents.memory.sqlite_session import SQLiteSession
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "nous_session.integrations.openai_agents needs the openai-agents SDK: "
@@ -74,13 +75,21 @@ if TYPE_CHECKING:
     from nous_session.actor import SessionActor
     from nous_session.log import Log
 
-__all__ = ["NousSession", "item_message", "message_items"]
+__all__ = ["ItemError", "NousSession", "item_message", "message_items"]
 
 T = TypeVar("T")
 
 PROVIDER: Final = "openai-responses"
 # A pop that keeps losing to other writers gives up after this many looks.
 _POP_ATTEMPTS: Final = 32
+
+
+class ItemError(InvalidEventError, TypeError):
+    """An item is not a JSON object (a Responses input item).
+
+    A :class:`TypeError` too, as the SDK's own sessions raise for an item they cannot
+    serialise, so code written against them catches it; nothing was added.
+    """
 
 
 def item_message(item: Any) -> Message:
@@ -92,10 +101,10 @@ def item_message(item: Any) -> Message:
     :class:`~nous_session.parts.ProviderPart`, which writes back as ``item``.
 
     Raises:
-        InvalidEventError: ``item`` is not a JSON object.
+        ItemError: ``item`` is not a JSON object.
     """
     if not isinstance(item, dict):
-        raise InvalidEventError(f"an item must be a dict (a Responses input item), got {item!r}")
+        raise ItemError(f"an item must be a dict (a Responses input item), got {item!r}")
     try:
         read = from_provider([item], PROVIDER)
         if len(read) == 1 and to_provider(read, PROVIDER) == [item]:
@@ -105,7 +114,7 @@ def item_message(item: Any) -> Message:
     try:
         return Message(Role.ASSISTANT, (ProviderPart(PROVIDER, item),))
     except (ValueError, TypeError) as error:
-        raise InvalidEventError(f"an item is not JSON: {error}") from None
+        raise ItemError(f"an item is not JSON: {error}") from None
 
 
 def message_items(message: Message) -> list[dict[str, Any]]:
@@ -193,13 +202,15 @@ class NousSession:
             log = await actor.reload()
             return self._serialised(log, limit)
 
-        return orjson.loads(await self._call(read))  # type: ignore[no-any-return]
+        # Exact for ints wider than 64 bits, which the SDK's own sessions keep.
+        return loads(await self._call(read))  # type: ignore[no-any-return]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, all or none, each as one surface event.
 
         Raises:
-            InvalidEventError: an item is not a JSON object (nothing was added).
+            ItemError: an item is not a JSON object (nothing was added); a TypeError, as
+                the SDK's sessions raise.
             StoreError: the store failed (nothing was added).
             SessionClosedError: this session was closed.
         """
@@ -209,7 +220,7 @@ class NousSession:
             try:
                 message = item_message(item)
             except InvalidEventError as error:
-                raise InvalidEventError(f"item {index}: {error}") from None
+                raise ItemError(f"item {index}: {error}") from None
             batch.append((*message_event(message), message.created_at))
         if not batch:
             return
@@ -219,24 +230,39 @@ class NousSession:
 
         await self._mutate(add)
 
-    async def pop_item(self) -> TResponseInputItem | None:
-        """Take the latest item off the surface and return it (None when there is none).
+    # The SDK's EncryptedSession authenticates the item it pops before the pop commits (a
+    # wrong key then raises InvalidToken and removes nothing) only for a SQLiteSession whose
+    # pop_item is SQLiteSession's own; every other session is popped blindly, so a wrong key
+    # emptied the history. NousSession is registered as a SQLiteSession (below the class) and
+    # takes that very pop_item, which pops through _pop_item_with_validation.
+    pop_item = SQLiteSession.pop_item
+
+    async def _pop_item_with_validation(
+        self, validate: Callable[[TResponseInputItem], None] | None = None
+    ) -> TResponseInputItem | None:
+        """What ``pop_item`` does: take the latest item off the surface and return it (None
+        when there is none), after ``validate(item)``, if given, accepts it (the SDK's
+        protocol with SQLiteSession; see :meth:`pop_item_if`).
 
         Atomic across writers: the removal is conditional on the surface's last entry being
         the one read, and looks again if another writer changed it first. The item stays in
         the log.
 
         Raises:
+            Exception: whatever ``validate`` raised (nothing was removed).
             StoreError: the store failed (nothing was removed).
             SessionClosedError: this session was closed.
         """
-        return await self.pop_item_if(None)
+        return await self.pop_item_if(validate)
 
     async def pop_item_if(
         self, check: Callable[[TResponseInputItem], None] | None
     ) -> TResponseInputItem | None:
         """:meth:`pop_item`, with ``check(item)`` called on the latest item before it is
         removed: if ``check`` raises, nothing is removed and its exception is raised here.
+
+        ``check`` runs in a worker thread (as SQLiteSession runs it in its own), so a slow
+        one (a decryption) holds up no event loop; a cancelled caller still waits for it.
 
         Raises:
             Exception: whatever ``check`` raised (nothing was removed).
@@ -258,7 +284,7 @@ class NousSession:
                     continue
                 item = items[-1]
                 if check is not None:
-                    check(item)  # type: ignore[arg-type]
+                    await anyio.to_thread.run_sync(check, item)  # type: ignore[arg-type]
                 rest = [item_message(kept) for kept in items[:-1]]
                 edit = (
                     actor.replace(position, position, rest, expect=[tail[0][0]])
@@ -439,7 +465,7 @@ class NousSession:
             chunk = self._items.get(key)
             if chunk is None:
                 items = message_items(message)
-                chunk = self._items[key] = b"".join(orjson.dumps(i) + b"\n" for i in items)
+                chunk = self._items[key] = b"".join(dumps(i) + b"\n" for i in items)
             lines = chunk.splitlines()
             if limit is not None and count + len(lines) > limit:
                 lines = lines[len(lines) - (limit - count) :]
@@ -449,6 +475,12 @@ class NousSession:
         if len(self._items) > 2 * len(pairs) + 64:
             self._items.clear()  # what the surface no longer shows goes; the rest comes back
         return b"[" + b",".join(reversed(chunks)) + b"]"
+
+
+# EncryptedSession tells a session it can authenticate pops with by this isinstance check (see
+# pop_item above): registering adds NousSession to SQLiteSession's ABC registry only, so no
+# SQLite code is inherited.
+SQLiteSession.register(NousSession)
 
 
 @attrs.frozen

@@ -2,15 +2,17 @@
 
 Loaded with ``-p openai_agents_plugin`` from the SDK's source tree (``.ci/openai_agents``):
 before any test module is imported, it puts :class:`SQLiteSession` below, NousSession with the
-SDK SQLiteSession's constructor, in place of the SDK's ``SQLiteSession`` everywhere the SDK
-exports it, so every test that builds a ``SQLiteSession`` (the session tests, the runner's,
-the encrypted session's over it) runs against nous_session. The tests that look inside the
-SDK's own implementation are deselected, each with its reason in :data:`EXCLUDED`.
+SDK SQLiteSession's constructor, in place of the two public names the tests import it by
+(``agents.SQLiteSession``, ``agents.memory.SQLiteSession``), so every test that builds a
+``SQLiteSession`` (the session tests, the runner's, the encrypted session's over it) runs
+against nous_session. Nothing else in the SDK is touched: its own modules (EncryptedSession's
+among them) keep the real class, so what they do with the session they are given is what they
+would do with a NousSession in an application. The tests that look inside the SDK's own
+implementation are deselected, each with its reason in :data:`EXCLUDED`.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +37,14 @@ class SQLiteSession(NousSession):
         super().__init__(session_id, store, session_settings=session_settings)
         self.db_path = db_path
 
-    # The SDK's EncryptedSession pops through this SDK-private hook when the session it wraps
-    # is a SQLiteSession: the same operation as NousSession.pop_item_if.
-    _pop_item_with_validation = NousSession.pop_item_if
-
 
 def _swap() -> None:
+    """Bind the two public names the SDK's tests import SQLiteSession by, and nothing else."""
     import agents
     import agents.memory
-    import agents.memory.sqlite_session
 
-    for module in (agents, agents.memory, agents.memory.sqlite_session):
+    for module in (agents, agents.memory):
         module.SQLiteSession = SQLiteSession  # type: ignore[attr-defined]
-    for name, module in list(sys.modules.items()):
-        if name.startswith("agents.") and getattr(module, "SQLiteSession", None) is not None:
-            module.SQLiteSession = SQLiteSession  # type: ignore[attr-defined]
 
 
 _swap()
@@ -60,6 +55,8 @@ _CONNECTIONS = (
     "(_connections, _connections_lock, _locked_connection, _lock)"
 )
 _RAW_TABLES = "reads or writes SQLiteSession's raw tables (agent_sessions, agent_messages)"
+# failed_add_items_releases_write_lock also checks the TypeError a non-JSON item raises;
+# tests/test_openai_agents.py checks that NousSession raises one too.
 _CORRUPT_ROWS = "plants corrupt JSON rows through SQLiteSession's private _locked_connection"
 _FILE_LOCKS = "reads SQLiteSession's private class-level file locks (_file_lock_counts)"
 
