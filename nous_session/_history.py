@@ -179,8 +179,13 @@ class HistoryOperations:
         history = log.upto(point)  # raises ValueError outside the held history
         if await self._state.store.load(new_session_id):
             raise ValueError(f"session {new_session_id!r} exists already")
+        # Below a snapshot's horizon the history has gaps: a store with the whole contract
+        # is told the horizon, so it takes them (and the fork opens as the parent would).
+        extra: dict[str, Any] = {}
+        if self._state.full_store and history.horizon:
+            extra["horizon"] = history.horizon
         await self._state.store.commit(
-            new_session_id, expected_count=0, events=tuple(history.events())
+            new_session_id, expected_count=0, events=tuple(history.events()), **extra
         )
 
     async def snapshot(self) -> Log:

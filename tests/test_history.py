@@ -377,3 +377,24 @@ async def test_a_reader_reloads_after_another_writers_snapshot(
         await writer_store.aclose()
         if reader_store is not writer_store:
             await reader_store.aclose()
+
+
+class _CopyingStore(MemoryStore):
+    """A store with the whole Store contract but no native fork: forks are copies."""
+
+    fork = None  # type: ignore[assignment]
+
+
+async def test_a_copied_fork_of_a_snapshotted_session_opens_as_its_parent() -> None:
+    store = _CopyingStore()
+    async with SessionActor.open(session_id="parent", store=store) as parent:
+        for text in ("a", "b", "c"):
+            await parent.add_message(Message.user(text))
+        await parent.remove(1, 1)
+        await parent.snapshot()
+        await parent.add_message(Message.user("d"))
+        await parent.fork("child")
+        expected = parent.log
+    async with SessionActor.open(session_id="child", store=store) as child:
+        assert (child.log.count, child.log.horizon) == (expected.count, expected.horizon)
+        assert child.messages() == expected.derive_messages()
