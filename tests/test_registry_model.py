@@ -297,6 +297,7 @@ class RegistryMachine(RuleBasedStateMachine):
 
     @invariant()
     def everything_acknowledged_is_stored(self) -> None:
+        STEPS["registry"] += 1  # invariants run after every step
         self.model.check(lambda sid: self.loop.call(_stored, self.store, sid))
 
     @invariant()
@@ -422,6 +423,7 @@ class PortalMachine(RuleBasedStateMachine):
 
     @invariant()
     def everything_acknowledged_is_stored(self) -> None:
+        STEPS["portal"] += 1  # invariants run after every step
         # Read on a loop of its own: the MemoryStore is plain data, and no call is in flight.
         self.model.check(lambda sid: anyio.run(_stored, self.store, sid))
 
@@ -466,6 +468,30 @@ async def _bounded(fn: Callable[..., Any], *args: Any) -> None:
             await fn(*args)
     except TimeoutError:
         raise AssertionError(f"{fn.__name__} did not end within {CLOSE_BOUND} s") from None
+
+
+STEPS = {"registry": 0, "portal": 0}
+
+
+class _StepSummary:
+    """A pytest plugin adding one line to the terminal summary: how many steps ran (CI prints
+    it; a test itself prints nothing)."""
+
+    name = "nous-session-registry-model"
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if any(STEPS.values()):
+            profile = "ci" if CI else "dev"
+            terminalreporter.write_line(
+                f"registry model ({profile} profile): {STEPS['registry']} registry steps,"
+                f" {STEPS['portal']} portal steps"
+            )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _step_summary(pytestconfig: pytest.Config) -> None:
+    if pytestconfig.pluginmanager.get_plugin(_StepSummary.name) is None:
+        pytestconfig.pluginmanager.register(_StepSummary(), _StepSummary.name)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
