@@ -189,6 +189,7 @@ class _Connection:
         self.wrote = False
         self.reply: list[tuple[str, bytes]] = []
         self.held = bytearray()  # the reply so far, while a trigger is armed
+        self.startup_message = b""  # the client's StartupMessage (user, database, options)
 
 
 class ReplyDroppingProxy:
@@ -293,6 +294,14 @@ class ReplyDroppingProxy:
         """Close every current client connection and its upstream (a network failure);
         returns how many. New connections are accepted as before."""
         return self._call(self._cut_all)
+
+    def stall_all(self, matching: bytes = b"") -> int:
+        """Stop forwarding on every current connection (whose startup message contains
+        ``matching``: an application name, say), in both directions, without closing either
+        side (a silent drop: a NAT or firewall that forgot the flow sends no FIN or RST);
+        returns how many. New connections are accepted and served as before; stalled ones
+        stay open until the proxy closes."""
+        return self._call(lambda: self._stall_all(matching))
 
     # Counters ---------------------------------------------------------------------------------
 
@@ -520,13 +529,25 @@ class ReplyDroppingProxy:
             return
         connection.closed = True
         for sock in (connection.client, connection.server):
-            with suppress(OSError):
+            with suppress(OSError, KeyError):  # KeyError: stalled, no longer registered
                 self._selector.unregister(sock)
             with suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
         with self._lock:
             self._connections.pop(connection.number, None)
+
+    def _stall_all(self, matching: bytes) -> int:
+        connections = [
+            connection
+            for connection in self._connections.values()
+            if matching in connection.startup_message
+        ]
+        for connection in connections:
+            for sock in (connection.client, connection.server):
+                with suppress(OSError, KeyError):
+                    self._selector.unregister(sock)
+        return len(connections)
 
     def _cut_all(self) -> int:
         connections = list(self._connections.values())
@@ -560,6 +581,7 @@ class ReplyDroppingProxy:
                 self._send(connection, "server", message)
                 if code >> 16 == 3:
                     connection.startup = False
+                    connection.startup_message = message
                     connection.requests.append(_Request())  # answered by the first Z
                 else:  # CancelRequest, or a protocol we do not speak: pass it through
                     connection.raw = True

@@ -14,11 +14,21 @@ while the thread is connected gets ``-1`` at once (LISTEN is active, so nothing 
 missed). The thread ends once its last watch has left (within one poll; it decides under the
 lock a new watch takes, so a watch never joins a thread that is ending), and a later watch
 starts a new one.
+
+A connection can die silently: a NAT or firewall that forgets an idle flow sends neither FIN
+nor RST, and a LISTEN connection only ever waits, so it would wait until the operating
+system's keepalive gives up (about two hours). The connection is opened with TCP keepalives
+(``KEEPALIVE``), and the thread checks it itself: after ``PING_AFTER`` seconds without a
+notification it sends ``SELECT 1`` and waits at most ``PING_TIMEOUT`` seconds for the answer.
+No answer counts as a lost connection: the thread reconnects and every watch gets ``-1``. So
+followers catch up within about ``PING_AFTER + PING_TIMEOUT + poll`` seconds of a silent drop
+(about 4.5 s with the defaults).
 """
 
 from __future__ import annotations
 
 import json
+import select
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -33,12 +43,27 @@ from nous_session._loops import current_library
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["Listener"]
+__all__ = ["KEEPALIVE", "Listener", "ListenerStalled"]
 
 _logger = get_logger("nous_session.postgres")
 
 _FIRST_BACKOFF: Final = 0.05
 _MAX_BACKOFF: Final = 2.0
+# The liveness check of an idle LISTEN connection (see the module docstring).
+PING_AFTER: Final = 2.0
+PING_TIMEOUT: Final = 2.0
+# libpq's TCP keepalive settings for the LISTEN connection: the kernel probes an idle flow
+# after 10 s, every 5 s, and gives up after 3 unanswered probes.
+KEEPALIVE: Final[dict[str, Any]] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
+class ListenerStalled(ConnectionError):
+    """The LISTEN connection did not answer a liveness check in time."""
 
 
 def _describe(error: BaseException) -> str:
@@ -157,10 +182,15 @@ class Listener:
                     for watches in self._watches.values():
                         for watch in watches:
                             watch.push(-1)  # (re)connected: read what happened meanwhile
+                heard = time.monotonic()
                 while True:
                     if self._unwatched():
                         return  # closing the connection first
-                    self._dispatch(connection)
+                    if self._dispatch(connection):
+                        heard = time.monotonic()
+                    elif time.monotonic() - heard >= PING_AFTER:
+                        self._ping(connection)
+                        heard = time.monotonic()
             except Exception as error:
                 _logger.warning("nous_session.listener_lost", error=_describe(error))
                 with self._lock:
@@ -169,18 +199,68 @@ class Listener:
                 with suppress(Exception):
                     connection.close()
 
-    def _dispatch(self, connection: psycopg.Connection[Any]) -> None:
-        """Hand the notifications of one read (or none, after ``poll`` seconds) to their
-        sessions' watches. psycopg takes every notification of a read off the connection at
-        once: leaving its generator in the middle of them would lose the rest, so
-        ``stop_after`` ends it after the whole read instead."""
+    def _ping(self, connection: psycopg.Connection[Any]) -> None:
+        """Ask the idle connection for ``SELECT 1`` and wait for the answer at most
+        ``PING_TIMEOUT`` seconds, on the socket itself: a blocking call would wait as long as
+        the dead connection does. Notifications that arrive meanwhile are dispatched.
+
+        Raises:
+            ListenerStalled: no answer in time (a silent drop).
+        """
+        pgconn = connection.pgconn
+        deadline = time.monotonic() + PING_TIMEOUT
+        pgconn.send_query(b"SELECT 1")
+        while pgconn.flush():  # the request may not fit the socket's buffer at once
+            if not self._wait_socket(pgconn.socket, deadline, write=True):
+                raise ListenerStalled(f"no room to send a liveness check in {PING_TIMEOUT} s")
+        while True:
+            while not pgconn.is_busy():
+                if pgconn.get_result() is None:  # the whole answer is in
+                    self._deliver(pgconn)
+                    return
+            if not self._wait_socket(pgconn.socket, deadline, write=False):
+                raise ListenerStalled(f"no answer to a liveness check in {PING_TIMEOUT} s")
+            pgconn.consume_input()
+
+    @staticmethod
+    def _wait_socket(fd: int, deadline: float, *, write: bool) -> bool:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        ready = (
+            select.select([], [fd], [], remaining)
+            if write
+            else select.select([fd], [], [], remaining)
+        )
+        return bool(ready[1] if write else ready[0])
+
+    def _deliver(self, pgconn: Any) -> None:
+        """Dispatch notifications the liveness check read off the connection."""
         heads: list[tuple[str, int]] = []
-        for notification in connection.notifies(timeout=self._poll, stop_after=1):
+        while (notification := pgconn.notifies()) is not None:
             with suppress(ValueError, KeyError, TypeError):
-                payload = json.loads(notification.payload)
+                payload = json.loads(notification.extra.decode())
                 heads.append((str(payload["session"]), int(payload["head"])))
+        self._push(heads)
+
+    def _push(self, heads: list[tuple[str, int]]) -> None:
         if heads:
             with self._lock:
                 for session_id, head in heads:
                     for watch in self._watches.get(session_id, ()):
                         watch.push(head)
+
+    def _dispatch(self, connection: psycopg.Connection[Any]) -> bool:
+        """Hand the notifications of one read (or none, after ``poll`` seconds) to their
+        sessions' watches. psycopg takes every notification of a read off the connection at
+        once: leaving its generator in the middle of them would lose the rest, so
+        ``stop_after`` ends it after the whole read instead. True when anything arrived."""
+        heads: list[tuple[str, int]] = []
+        heard = False
+        for notification in connection.notifies(timeout=self._poll, stop_after=1):
+            heard = True
+            with suppress(ValueError, KeyError, TypeError):
+                payload = json.loads(notification.payload)
+                heads.append((str(payload["session"]), int(payload["head"])))
+        self._push(heads)
+        return heard

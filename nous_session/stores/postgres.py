@@ -64,7 +64,7 @@ from nous_session.errors import (
     StoreError,
 )
 from nous_session.event import Event
-from nous_session.stores._listener import Listener
+from nous_session.stores._listener import KEEPALIVE, Listener
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -1470,6 +1470,7 @@ class PostgresStore:
             autocommit=True,
             application_name=_LISTENER_APPLICATION,
             connect_timeout=max(1, int(self._connect_timeout)),
+            **KEEPALIVE,
         )
         try:
             connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
