@@ -156,3 +156,24 @@ async def test_a_lost_reply_past_the_window_on_postgres_is_unknown_and_a_keyed_r
 
         with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
             connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def test_an_error_handed_to_its_caller_is_not_warned_about() -> None:
+    """A ConflictError the caller catches is the caller's to report: the library logs it at
+    debug, never as a warning (it printed ``nous_session.commit_failed`` on stderr)."""
+    from structlog.testing import capture_logs
+
+    store = MemoryStore()
+    with capture_logs() as logs:
+        async with (
+            SessionActor.open(session_id="s", store=store) as first,
+            SessionActor.open(session_id="s", store=store) as second,
+        ):
+            await first.append("user_message", {"content": "from first"})
+            with pytest.raises(ConflictError):
+                await second.append("user_message", {"content": "from second"})
+            retried = await second.append("user_message", {"content": "from second"})
+            assert retried.seq == 1
+    loud = [entry for entry in logs if entry["log_level"] in ("warning", "error", "critical")]
+    assert loud == []
+    assert any(entry["event"] == "nous_session.commit_failed" for entry in logs)
