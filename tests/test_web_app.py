@@ -1,5 +1,6 @@
 """The web view's parts (examples/web/app.py) without a server or a browser, on asyncio and trio:
-where a stream resumes, what it carries, and how the sessions are held open.
+where a stream resumes, what it carries, how the sessions are held open and closed again, which
+Hosts and Origins it refuses, and that an id containing "/" is routed.
 
 The browser test (test_web_view.py) runs the whole thing under uvicorn, which is asyncio only;
 these run the same code on both backends, as everything async in the project does.
@@ -7,6 +8,7 @@ these run the same code on both backends, as everything async in the project doe
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from collections.abc import AsyncIterator
@@ -14,12 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import orjson
 import pytest
+from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.types import Message as AsgiMessage
+from starlette.types import Scope
 
 from nous_session import SessionActor
-from nous_session.stores import open_store
+from nous_session.registry import Sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -71,7 +77,7 @@ async def test_the_stream_carries_each_event_from_since_once_in_order_then_ends(
             await web.append_turns(session, 8)
             first = session.log.count
             assert any(web.compaction_source(e) == "compaction" for e in session.log.events())
-            response = web.event_stream(session, 5)
+            response = web.event_stream(contextlib.nullcontext(session), 5)
             task_group.start_soon(response.data_sender_callable)
             body = response.body_iterator
             hint, *messages = await take(body, 1 + first - 5)
@@ -90,27 +96,183 @@ async def test_the_stream_carries_each_event_from_since_once_in_order_then_ends(
     assert any(s["replace"] == "compaction" and s["op"][0] == "replace" for s in shown)
 
 
-async def test_each_session_is_opened_once_and_held_until_close(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'web.sqlite3'}")
-    try:
+# The server as a browser on this machine names it; the Host and Origin checks compare to it.
+BASE = "http://127.0.0.1:8000"
+# Bounds for the waits on a condition (never a bare sleep): generous for a loaded host.
+WAIT = 10.0
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path, **options: Any
+) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
+    """The app over a SQLite file, started (its lifespan entered), with a client calling it."""
+    app = web.create_app(f"sqlite:///{tmp_path / 'web.sqlite3'}", **options)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            yield app, client
+
+
+def statistics(app: Starlette) -> Any:
+    sessions: Sessions = app.state.sessions
+    return sessions.statistics()
+
+
+async def wait_until_all_closed(app: Starlette) -> None:
+    with anyio.fail_after(WAIT):
+        while statistics(app).open:  # noqa: ASYNC110 - the condition lives in the library
+            await anyio.sleep(0.01)
+
+
+async def stream_events(app: Starlette, path: str, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` events of the SSE stream at ``path``, the app called as a server
+    would call it (httpx's ASGI transport answers only once a response is complete); checks
+    on the way that the stream holds its session open (a lease of the registry)."""
+    sent, received = anyio.create_memory_object_stream[AsgiMessage](1000)
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1:8000"), (b"accept", b"text/event-stream")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+
+    async def receive() -> AsgiMessage:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    events: list[dict[str, Any]] = []
+    with anyio.fail_after(WAIT), sent:
         async with anyio.create_task_group() as task_group:
-            sessions = web.Sessions(store, web.default_policy(), task_group)
-            got: list[SessionActor] = []
+            task_group.start_soon(app, scope, receive, sent.send)
+            async with received:
+                start = await received.receive()
+                assert start["type"] == "http.response.start"
+                assert start["status"] == 200
+                buffer = b""
+                while len(events) < count:
+                    message = await received.receive()
+                    buffer += message.get("body", b"")
+                    *chunks, buffer = buffer.split(b"\r\n\r\n")
+                    for chunk in chunks:
+                        for line in chunk.split(b"\r\n"):
+                            if line.startswith(b"data: "):
+                                events.append(orjson.loads(line[len(b"data: ") :]))
+                assert statistics(app).leased == 1  # held while it streams
+                task_group.cancel_scope.cancel()  # the browser leaves
+    assert statistics(app).leased == 0
+    return events
 
-            async def get() -> None:
-                got.append(await sessions.get("a"))
 
-            async with anyio.create_task_group() as getters:
-                for _ in range(3):
-                    getters.start_soon(get)
-            assert len(got) == 3
-            assert got[0] is got[1] is got[2]
-            await web.append_turns(got[0], 1)
-            with pytest.raises(ValueError, match="session_id"):
-                await sessions.get("")
-            assert await sessions.get("a") is got[0]
-            assert web.surface_json(got[0])["count"] == got[0].log.count == 2
-            sessions.close()
-        assert got[0].closed
-    finally:
-        await store.aclose()
+async def test_a_session_never_written_is_opened_once_and_closed_when_idle(tmp_path: Path) -> None:
+    async with serving(tmp_path, idle_timeout=0.2) as (app, client):
+        ids = [f"never-{n}" for n in range(20)]
+        responses = []
+
+        async def get(session_id: str) -> None:
+            responses.append(await client.get(f"/sessions/{session_id}/surface"))
+
+        async with anyio.create_task_group() as task_group:
+            for session_id in ids * 3:  # each asked for three times at once: opened once
+                task_group.start_soon(get, session_id)
+        assert [r.status_code for r in responses] == [200] * 60
+        assert {r.json()["session_id"] for r in responses} == set(ids)
+        assert all(r.json()["count"] == 0 for r in responses)
+        assert statistics(app).opened == 20
+        await wait_until_all_closed(app)
+        assert statistics(app).closed_idle == 20
+        # Closed, not forgotten: asked for again, a session opens again.
+        assert (await client.get("/sessions/never-0/surface")).json()["count"] == 0
+        assert statistics(app).opened == 21
+        # A bad id is refused by name, and opens nothing.
+        bad = await client.get("/sessions//surface")
+        assert bad.status_code == 400
+        assert "session_id" in bad.json()["error"]
+        await wait_until_all_closed(app)
+
+
+async def test_a_stream_leases_its_session_while_it_runs_and_then_lets_it_close(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, idle_timeout=0.05) as (app, client):
+        appended = await client.post("/sessions/s/turns", params={"count": "2"})
+        assert appended.json() == {"count": 4}
+        # The stream takes the session's lease (stream_events checks it) and gives it back.
+        events = await stream_events(app, "/sessions/s/events", 4)
+        assert [e["seq"] for e in events] == [0, 1, 2, 3]
+        await wait_until_all_closed(app)
+
+
+async def test_a_cross_origin_post_is_refused_and_appends_nothing(tmp_path: Path) -> None:
+    async with serving(tmp_path) as (_app, client):
+        for origin in ("http://evil.example", "http://127.0.0.1:9999", "null"):
+            refused = await client.post(
+                "/sessions/s/turns", params={"count": "3"}, headers={"Origin": origin}
+            )
+            assert refused.status_code == 403, origin
+        assert (await client.get("/sessions/s/surface")).json()["count"] == 0
+        # The server's own page may append, and so may curl (no Origin at all).
+        own = await client.post("/sessions/s/turns", headers={"Origin": BASE})
+        assert own.status_code == 200
+        assert own.json() == {"count": 2}
+        assert (await client.post("/sessions/s/turns")).json() == {"count": 4}
+    async with serving(tmp_path, allowed_origins=["https://proxy.example"]) as (_app, client):
+        allowed = await client.post(
+            "/sessions/s/turns", headers={"Origin": "https://proxy.example"}
+        )
+        assert allowed.status_code == 200
+        assert allowed.json()["count"] > 4
+
+
+async def test_a_foreign_host_is_refused(tmp_path: Path) -> None:
+    async with serving(tmp_path) as (app, client):
+        # A DNS-rebinding page: its own name resolved to 127.0.0.1, so it names itself.
+        for host in ("evil.example:8000", "evil.example", "127.0.0.1.evil.example:8000"):
+            for method, path in (("GET", "/sessions/s/surface"), ("POST", "/sessions/s/turns")):
+                refused = await client.request(method, path, headers={"Host": host})
+                assert refused.status_code == 400, (host, method)
+        assert statistics(app).opened == 0  # refused before a session was looked at
+        for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000", "LOCALHOST"):
+            shown = await client.get("/sessions/s/surface", headers={"Host": host})
+            assert shown.status_code == 200, host
+            assert shown.json()["count"] == 0
+    async with serving(tmp_path, allowed_hosts=["view.example", "::2"]) as (_app, client):
+        for host in ("view.example", "[::2]:8000"):
+            shown = await client.get("/sessions/s/surface", headers={"Host": host})
+            assert shown.status_code == 200, host
+
+
+async def test_an_id_containing_a_slash_is_shown_read_streamed_and_appended_to(
+    tmp_path: Path,
+) -> None:
+    session_id = "app/user/s1"
+    async with serving(tmp_path) as (app, client):
+        for path in (f"/sessions/{session_id}", "/sessions/app%2Fuser%2Fs1"):
+            page = await client.get(path)
+            assert page.status_code == 200, path
+            assert page.headers["content-type"].startswith("text/html")
+        appended = await client.post(f"/sessions/{session_id}/turns", params={"count": "2"})
+        assert appended.status_code == 200
+        assert appended.json() == {"count": 4}
+        for path in (f"/sessions/{session_id}/surface", "/sessions/app%2Fuser%2Fs1/surface"):
+            surface = (await client.get(path)).json()
+            assert surface["session_id"] == session_id
+            assert surface["count"] == 4
+        # Its parent and its last part are other sessions, never written.
+        assert (await client.get("/sessions/app/user/surface")).json()["count"] == 0
+        assert (await client.get("/sessions/s1/surface")).json()["count"] == 0
+        events = await stream_events(app, f"/sessions/{session_id}/events", 4)
+        assert [e["seq"] for e in events] == [0, 1, 2, 3]
+    async with SessionActor.open(
+        session_id=session_id, store=f"sqlite:///{tmp_path / 'web.sqlite3'}"
+    ) as session:
+        assert [web.event_json(e) for e in session.log.events()] == events

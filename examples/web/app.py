@@ -11,8 +11,21 @@ the fold (replaces, removes, rewinds, uncompacts) is the library's, memoised on 
 Log, so the page asks for it again after each burst of events instead of re-implementing it.
 
 The store is a SQLite file, so the server can be stopped and started again and keep every
-session. Each session is opened once, lazily, by the first request that names it, and held
-open with a small compaction policy so that compactions happen while you watch.
+session. The sessions are held by a :class:`~nous_session.registry.Sessions` registry: each is
+opened by the first request that names it, with a small compaction policy so that compactions
+happen while you watch, and closed again once nobody has used it for ``--idle-timeout`` seconds
+(a stream holds its session open for as long as it runs). So a request for an id that was
+never written opens nothing for good. An id may contain ``/`` (the ADK adapter's
+``app/user/session`` ids): ``/sessions/app/user/s1/events`` is that session's stream. (An id
+whose last part is ``events``, ``surface`` or ``turns`` has no page of its own: that path is
+its parent's stream, surface or turns.)
+
+The view has no authentication: anyone who can reach it reads every session and appends to
+any. It refuses a request whose ``Host`` is not one of the allowed hosts (the loopback names
+and the ``--host`` it is bound to, plus any ``--allow-host``), which stops a DNS-rebinding page
+from reading it, and a POST whose ``Origin`` is another site's, which stops a cross-origin
+form from appending. Keep it on loopback, or put it behind a reverse proxy that authenticates
+(and add the proxy's public name with ``--allow-host``).
 
 Run it from the repository root (needs the ``web`` extra: ``pip install -e '.[web]'``)::
 
@@ -29,25 +42,34 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.abc
 import orjson
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nous_session import CompactionPolicy, Message, SessionActor, ToolCall
 from nous_session.event import Event, EventType
 from nous_session.ops import Replace
-from nous_session.stores import open_store
-from nous_session.stores.base import Store
+from nous_session.registry import Sessions
+from nous_session.stores.base import check_session_id
 
 logger = logging.getLogger("examples.web")
 
@@ -58,6 +80,14 @@ RETRY_MS = 500
 PING_SECONDS = 15
 # What a preview of an event's text is cut to.
 PREVIEW = 160
+# Seconds after which a session nobody uses (no request, no stream) is closed.
+IDLE_TIMEOUT = 60.0
+# How many sessions may be open at once before the least recently used idle ones close.
+MAX_OPEN = 1000
+# The names a browser on this machine reaches a loopback server by; always allowed as Host.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+# Methods that change nothing; only the others are checked for a foreign Origin.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def default_policy() -> CompactionPolicy:
@@ -66,58 +96,43 @@ def default_policy() -> CompactionPolicy:
     return CompactionPolicy(keep_last=6, every=12)
 
 
-class Sessions:
-    """The sessions this server has open: each opened by the first request that names it and
-    held by a task of the app's task group until the app shuts down.
+def host_pattern(host: str) -> str:
+    """``host`` as the Host check compares it: lower case, an IPv6 address in brackets."""
+    host = host.lower()
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
-    An actor's ``async with`` block must be entered and left by one task, so a request does
-    not open it itself: it starts a holder task in the app's task group and waits until the
-    actor is open.
+
+class SameOriginMiddleware:
+    """Refuse (403) a state-changing request that a page of another origin sent.
+
+    A browser sends ``Origin`` with every cross-origin POST, and a form or ``fetch`` of any
+    site can POST here without reading the answer: that alone would append. A request is let
+    through when it has no ``Origin`` (curl, a same-origin form in an old browser), when its
+    origin is this server as the request names it (the ``Host`` header, which
+    :class:`TrustedHostMiddleware` has checked), or when it is one of ``allowed_origins``.
     """
 
-    def __init__(
-        self, store: Store, policy: CompactionPolicy | None, task_group: anyio.abc.TaskGroup
-    ) -> None:
-        self._store = store
-        self._policy = policy
-        self._task_group = task_group
-        self._open: dict[str, SessionActor] = {}
-        self._opening: dict[str, anyio.Lock] = {}
-        self._stop = anyio.Event()
+    def __init__(self, app: ASGIApp, allowed_origins: Sequence[str] = ()) -> None:
+        self.app = app
+        self.allowed_origins = frozenset(origin.lower().rstrip("/") for origin in allowed_origins)
 
-    async def get(self, session_id: str) -> SessionActor:
-        """The open actor of ``session_id``, opened now if it is not yet.
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in SAFE_METHODS:
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin is not None and not self.allows(origin.lower(), headers.get("host", "")):
+                logger.warning("refused a %s from origin %r", scope["method"], origin)
+                response = PlainTextResponse("Cross-origin request refused", status_code=403)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
-        Raises:
-            ValueError: ``session_id`` is not a valid session id.
-        """
-        session = self._open.get(session_id)
-        if session is not None:
-            return session
-        lock = self._opening.setdefault(session_id, anyio.Lock())
-        async with lock:
-            session = self._open.get(session_id)
-            if session is None:
-                session = await self._task_group.start(self._hold, session_id)
-            return session
-
-    async def _hold(
-        self, session_id: str, *, task_status: anyio.abc.TaskStatus[SessionActor]
-    ) -> None:
-        async with SessionActor.open(
-            session_id=session_id, store=self._store, compaction=self._policy
-        ) as session:
-            logger.info("opened session %r at count %d", session_id, session.log.count)
-            self._open[session_id] = session
-            task_status.started(session)
-            try:
-                await self._stop.wait()
-            finally:
-                del self._open[session_id]
-
-    def close(self) -> None:
-        """Close every open session (their subscriptions end once they have sent all)."""
-        self._stop.set()
+    def allows(self, origin: str, host: str) -> bool:
+        """Whether ``origin`` (lower case) is this server's or an allowed one."""
+        if origin in self.allowed_origins:
+            return True
+        scheme, _, netloc = origin.partition("://")
+        return scheme in ("http", "https") and bool(netloc) and netloc == host.lower()
 
 
 def _preview(text: str) -> str:
@@ -214,13 +229,17 @@ async def append_turns(session: SessionActor, count: int) -> None:
     await session.wait_for_compaction()
 
 
-def event_stream(session: SessionActor, since: int) -> EventSourceResponse:
-    """The SSE response carrying ``session``'s events from ``since`` on, each with its seq as id.
+def event_stream(
+    hold: AbstractAsyncContextManager[SessionActor], since: int
+) -> EventSourceResponse:
+    """The SSE response carrying a session's events from ``since`` on, each with its seq as id.
 
-    A task beside the response (``data_sender_callable``) reads the subscription and hands the
-    events over a small memory stream, so that at server shutdown (which sse-starlette detects
-    and signals with ``shutdown``) it can stop waiting for the next event and end the stream
-    cleanly: the browser then sees an ended response, not a torn connection, and reconnects.
+    ``hold`` gives the session for as long as the stream runs (``sessions.use(id)``, so that
+    the registry does not close it as idle under a browser that is watching it). A task beside
+    the response (``data_sender_callable``) reads the subscription and hands the events over a
+    small memory stream, so that at server shutdown (which sse-starlette detects and signals
+    with ``shutdown``) it can stop waiting for the next event and end the stream cleanly: the
+    browser then sees an ended response, not a torn connection, and reconnects.
     """
     sender, receiver = anyio.create_memory_object_stream[ServerSentEvent](64)
     shutdown = anyio.Event()
@@ -235,7 +254,7 @@ def event_stream(session: SessionActor, since: int) -> EventSourceResponse:
             task_group.start_soon(stop_at_shutdown)
             # Tell the browser first how soon to come back if the connection drops.
             await sender.send(ServerSentEvent(comment="nous_session", retry=RETRY_MS))
-            async with session.subscribe(since) as subscription:
+            async with hold as session, session.subscribe(since) as subscription:
                 async for event in subscription:
                     data = orjson.dumps(event_json(event)).decode()
                     await sender.send(ServerSentEvent(data, id=str(event.seq)))
@@ -255,27 +274,44 @@ def event_stream(session: SessionActor, since: int) -> EventSourceResponse:
     )
 
 
-def create_app(store_url: str, policy: CompactionPolicy | None = None) -> Starlette:
-    """The ASGI app over the store at ``store_url``."""
+def create_app(
+    store_url: str,
+    policy: CompactionPolicy | None = None,
+    *,
+    idle_timeout: float = IDLE_TIMEOUT,
+    max_open: int = MAX_OPEN,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+) -> Starlette:
+    """The ASGI app over the store at ``store_url``.
+
+    Args:
+        store_url: the store's URL; the app opens it at startup and closes it at shutdown.
+        policy: the sessions' compaction policy; None is :func:`default_policy`.
+        idle_timeout: seconds after which a session nobody uses is closed.
+        max_open: how many sessions may be open before the least recently used idle ones
+            close (those being streamed are held, and may take it above).
+        allowed_hosts: the ``Host`` names accepted besides :data:`LOOPBACK_HOSTS` (the name
+            the server is bound to, a reverse proxy's public name); others get a 400.
+        allowed_origins: the origins (``https://proxy.example``) whose pages may POST, besides
+            the server's own; others get a 403.
+    """
     page = PAGE.read_text(encoding="utf-8")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        store = open_store(store_url)
-        try:
-            async with anyio.create_task_group() as task_group:
-                sessions = Sessions(store, policy or default_policy(), task_group)
-                app.state.sessions = sessions
-                try:
-                    yield
-                finally:
-                    sessions.close()
-        finally:
-            await store.aclose()
+        async with Sessions(
+            store_url,
+            compaction=policy or default_policy(),
+            idle_timeout=idle_timeout,
+            max_open=max_open,
+        ) as sessions:
+            app.state.sessions = sessions
+            yield
 
-    async def session_of(request: Request) -> SessionActor:
+    def sessions_of(request: Request) -> Sessions:
         sessions: Sessions = request.app.state.sessions
-        return await sessions.get(request.path_params["session_id"])
+        return sessions
 
     async def index(request: Request) -> Response:
         return RedirectResponse("/sessions/demo")
@@ -285,7 +321,7 @@ def create_app(store_url: str, policy: CompactionPolicy | None = None) -> Starle
 
     async def surface(request: Request) -> Response:
         try:
-            session = await session_of(request)
+            session = await sessions_of(request).get(request.path_params["session_id"])
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
         return Response(orjson.dumps(surface_json(session)), media_type="application/json")
@@ -295,28 +331,41 @@ def create_app(store_url: str, policy: CompactionPolicy | None = None) -> Starle
             count = int(request.query_params.get("count", "1"))
             if not 1 <= count <= 1000:
                 raise ValueError(f"count must be in 1..1000, got {count}")
-            session = await session_of(request)
+            session_id = check_session_id(request.path_params["session_id"])
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
-        await append_turns(session, count)
-        return JSONResponse({"count": session.log.count})
+        # Held for the whole append: the registry does not close it between two turns.
+        async with sessions_of(request).use(session_id) as session:
+            await append_turns(session, count)
+            return JSONResponse({"count": session.log.count})
 
     async def events(request: Request) -> Response:
+        session_id = request.path_params["session_id"]
         try:
             since, why = resume_point(request)
-            session = await session_of(request)
+            # Opened here, so that a bad id is a 400 rather than a stream that ends at once.
+            await sessions_of(request).get(session_id)
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
-        logger.info("stream of %r from seq %d (%s)", session.session_id, since, why)
-        return event_stream(session, since)
+        logger.info("stream of %r from seq %d (%s)", session_id, since, why)
+        return event_stream(sessions_of(request).use(session_id), since)
 
+    hosts = [*LOOPBACK_HOSTS, *(host_pattern(host) for host in allowed_hosts)]
     return Starlette(
+        # The suffixed routes first: an id may contain "/", so "/sessions/{id:path}" alone
+        # would take ".../events" for the page of a session whose id ends in "/events".
         routes=[
             Route("/", index),
-            Route("/sessions/{session_id}", show),
-            Route("/sessions/{session_id}/events", events),
-            Route("/sessions/{session_id}/surface", surface),
-            Route("/sessions/{session_id}/turns", turns, methods=["POST"]),
+            Route("/sessions/{session_id:path}/events", events),
+            Route("/sessions/{session_id:path}/surface", surface),
+            Route("/sessions/{session_id:path}/turns", turns, methods=["POST"]),
+            Route("/sessions/{session_id:path}", show),
+        ],
+        middleware=[
+            # The Host check first: a DNS-rebinding page names its own host, and is refused
+            # before anything is read; then a foreign page's POST is refused by its Origin.
+            Middleware(TrustedHostMiddleware, allowed_hosts=hosts, www_redirect=False),
+            Middleware(SameOriginMiddleware, allowed_origins=allowed_origins),
         ],
         lifespan=lifespan,
     )
@@ -338,6 +387,26 @@ def main(argv: list[str] | None = None) -> None:
     serve = commands.add_parser("serve", help="run the web view with uvicorn")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=IDLE_TIMEOUT,
+        help="seconds after which a session nobody uses is closed",
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to accept besides loopback and --host (a reverse proxy's public name)",
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="an origin (https://proxy.example) whose pages may POST, besides the server's own",
+    )
     append = commands.add_parser("append", help="append turns with the server stopped")
     append.add_argument("session")
     append.add_argument("turns", type=int)
@@ -350,7 +419,12 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     uvicorn.run(
-        create_app(args.store),
+        create_app(
+            args.store,
+            idle_timeout=args.idle_timeout,
+            allowed_hosts=[args.host, *args.allow_host],
+            allowed_origins=args.allow_origin,
+        ),
         host=args.host,
         port=args.port,
         log_level="info",
