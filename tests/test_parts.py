@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -32,6 +31,8 @@ from nous_session import (
     ToolCall,
     ToolCallPart,
 )
+from nous_session._json import dumps as json_dumps
+from nous_session._json import loads as json_loads
 from nous_session.codec import decode, encode
 from nous_session.event import make_event, message_event, to_message
 from nous_session.parts import as_part, stored_part
@@ -187,7 +188,7 @@ def test_thinking_is_not_text() -> None:
 
 @given(parts)
 def test_every_part_reads_back_from_its_json(part: Any) -> None:
-    stored = orjson.loads(orjson.dumps(part.to_json()))
+    stored = json_loads(json_dumps(part.to_json()))
     assert stored_part(stored) == part
     assert type(stored_part(stored)) is type(part)
     assert as_part(stored) == part
@@ -321,7 +322,7 @@ def test_every_message_survives_the_record_codec(message: Message) -> None:
 @given(messages)
 def test_event_data_is_plain_json(message: Message) -> None:
     _, data = message_event(message)
-    assert orjson.loads(orjson.dumps(data)) == data
+    assert json_loads(json_dumps(data)) == data
 
 
 def test_the_plain_string_projection_is_the_same_message() -> None:
