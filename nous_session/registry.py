@@ -15,6 +15,19 @@ synchronously, ``asyncio.run`` in another thread) can use the same sessions::
 
     with SessionsPortal("sqlite:///bot.sqlite3") as portal:      # from plain threads
         portal.call("user-42", lambda s: s.add_message(Message.user("hi")))
+
+The registry's guarantees (``tests/test_registry_model.py`` checks them against a model):
+
+* **No actor is closed under its caller.** A session's entry, with a lease for the caller,
+  exists from the moment the session is asked for, before its actor has opened; ``get()``
+  returns an open actor and ``use()`` holds it for its block. Neither idleness nor
+  ``max_open`` closes a held actor: when every open actor is held, the registry stays above
+  ``max_open`` by those (and by at most the one a ``get()`` just returned).
+* **Closing ends, in bounded time.** Every actor is told to close, those still opening too
+  (each commits what is queued first); callers that have no actor yet get
+  :class:`~nous_session.errors.SessionClosedError`.
+* **An open costs O(1)** whatever the number open: idle, unleased actors wait in
+  least-recently-used order and eviction takes the front; statistics are counters.
 """
 
 from __future__ import annotations
