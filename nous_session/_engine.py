@@ -102,7 +102,12 @@ class Engine:
         """
         if self._state.closing:
             raise closed_error()
-        await self._queue(request)
+        try:
+            self._send.send_nowait(request)  # the usual path: no extra coroutine frame
+        except anyio.WouldBlock:
+            await self._queue(request)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise closed_error() from None
         await request.done.wait()  # Request.outcome, inlined: this is every call's path
         if request.error is not None:
             raise request.error
