@@ -22,8 +22,13 @@ class Lines:
         threading.Thread(target=self._pump, args=(stdout,), daemon=True).start()
 
     def _pump(self, stdout: object) -> None:
-        for line in stdout:  # type: ignore[attr-defined]
-            self._queue.put(line)
+        try:
+            for line in stdout:  # type: ignore[attr-defined]
+                self._queue.put(line)
+        except (ValueError, OSError):
+            # The test closed the pipe (after killing the child) while this thread was still
+            # reading it: that is the end of the output too, not an error of the thread's.
+            pass
         self._queue.put("")  # end of output
 
     def next(self, timeout: float = 30) -> str:
