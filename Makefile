@@ -1,26 +1,36 @@
 # The README's quick start: `make demo` and `make test` on a fresh machine with Python 3.11.
+# Two stamps: `make demo` installs the library and its runtime dependencies only (anyio, attrs,
+# structlog, orjson: seconds), `make test` adds the test tools, the frameworks and the providers'
+# SDKs (minutes), so trying the library does not wait for what only its tests need.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test test-frameworks lint typecheck bench clean
+.PHONY: demo test test-frameworks lint typecheck bench docs clean
 
 $(BIN)/python:
 	$(shell command -v $(PYTHON) >/dev/null 2>&1 && echo $(PYTHON) || echo python3) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,postgres]'
-	touch $(STAMP)
+$(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
 
-demo: $(STAMP)
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,postgres]'
+	touch $(TEST_STAMP)
+
+# The quickstart, then the main demo, which writes its session to nous_session_demo.sqlite3 in
+# this directory (it prints the path before it writes anything).
+demo: $(RUNTIME_STAMP)
 	$(BIN)/python examples/quickstart.py
 	@echo
 	$(BIN)/python -m nous_session demo
 
 # Our suite, then the frameworks' own tests against our adapters (each in its own virtualenv).
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 	$(MAKE) test-frameworks
 
@@ -28,20 +38,37 @@ test-frameworks:
 	PYTHON=$(PYTHON) bash .ci/openai_agents
 	PYTHON=$(PYTHON) bash .ci/google_adk
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check nous_session
 
-typecheck: $(STAMP)
+typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/run.py
 
-clean:
-	rm -rf $(VENV) .venv-openai-agents .venv-google-adk build dist *.egg-info
+# The documentation site (mkdocs.yml, docs/) into site/, in a virtualenv of its own built from
+# the `docs` extra; --strict turns every warning (a broken link or cross-reference) into a failure.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
 
-# The side-by-side run against the peers (issue 6), in its own virtualenv: the peers and
+$(DOCS_VENV)/bin/python:
+	$(shell command -v $(PYTHON) >/dev/null 2>&1 && echo $(PYTHON) || echo python3) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade pip
+
+$(DOCS_STAMP): pyproject.toml | $(DOCS_VENV)/bin/python
+	$(DOCS_VENV)/bin/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(DOCS_VENV)/bin/mkdocs build --strict
+
+clean:
+	rm -rf $(VENV) .venv-openai-agents .venv-google-adk .venv-docs .venv-3.12 .venv-3.13 site \
+		build dist *.egg-info
+
+# The side-by-side run against the peers, in its own virtualenv: the peers and
 # matplotlib come from the `bench` extra and never enter .venv. Writes
 # benchmarks/results/peers.{json,md} (latest.* stays `make bench`'s) and the PNG plots.
 BENCH_VENV := .venv-bench

@@ -20,7 +20,8 @@ Changing (each records what it does as events; nothing is overwritten)::
     nous-session [--store URL] delete SESSION [--yes]
     nous-session [--store URL] demo [--turns N] [--session ID]
 
-Without ``--store`` the store is ``$NOUS_SESSION_STORE``, else the default SQLite file. Output is
+Without ``--store`` the store is ``$NOUS_SESSION_STORE``, else the default SQLite file (for
+``demo``: ``nous_session_demo.sqlite3`` in the working directory). Output is
 for people by default and JSON (one object per line) with ``--json``. Errors are one line on
 stderr and exit status 1. Long work (export, import, snapshot) shows a progress bar on a
 terminal when ``tqdm`` is installed (the ``cli`` extra).
@@ -168,7 +169,10 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("session")
     stats.add_argument("--json", action="store_true", help="as one JSON object")
 
-    demo = commands.add_parser("demo", help="run the demo conversation on the store")
+    demo = commands.add_parser(
+        "demo",
+        help="run the demo conversation on the store (default: nous_session_demo.sqlite3 here)",
+    )
     demo.add_argument("--turns", type=_count, default=300)
     demo.add_argument("--session", default=None)
     demo.add_argument("--budget", type=int, default=6000, help="compaction token budget")

@@ -1,14 +1,19 @@
-"""The main demo: a scripted agent conversation on the default SQLite store.
+"""The main demo: a scripted agent conversation on a SQLite file in the working directory.
 
 A deterministic fake model (no network) answers a few hundred user turns, calling tools on some
 of them. The session runs under a token budget, so compaction summarises older turns in the
 background while the conversation goes on, and oversized tool results are pruned first. A live
 subscriber prints what is committed as it happens. Then the session is closed and reopened, as
 after a restart, to show that the surface and the full history are intact.
+
+Unless told otherwise (a store URL, or ``$NOUS_SESSION_STORE``), the demo writes to
+``nous_session_demo.sqlite3`` in the working directory, and says so before it writes anything.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -25,10 +30,13 @@ from nous_session.event import Event, EventType, to_message
 from nous_session.log import Log
 from nous_session.message import Message, Role, ToolCall
 from nous_session.ops import Replace
-from nous_session.stores import Store, open_store
+from nous_session.stores import STORE_ENV, Store, open_store
 from nous_session.transcript import estimate_messages_tokens
 
-__all__ = ["FakeModel", "run_demo"]
+__all__ = ["DEMO_FILE", "FakeModel", "demo_store_url", "run_demo"]
+
+DEMO_FILE = "nous_session_demo.sqlite3"
+"""The demo's SQLite file, in the working directory, when no store is named."""
 
 _CITIES = ("Paris", "Lagos", "Lima", "Osaka", "Oslo", "Quito", "Perth", "Cairo")
 _TOPICS = ("event sourcing", "group commit", "tool calls", "compaction", "WAL mode", "trio")
@@ -94,6 +102,27 @@ def eval_product(expression: str) -> int:
     return left * right
 
 
+def demo_store_url() -> str:
+    """The store the demo writes to when given none.
+
+    ``$NOUS_SESSION_STORE`` when set, else ``sqlite:///nous_session_demo.sqlite3``: a file in
+    the working directory, never one under the home directory that the user did not ask for.
+    """
+    return os.environ.get(STORE_ENV) or f"sqlite:///{DEMO_FILE}"
+
+
+def _shown(url: str) -> str:
+    """The store URL to print: a password in it masked."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def _where(url: str) -> str:
+    """The store URL as a person reads it: a SQLite file with its absolute path."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return f"{url} (the file {Path(url.removeprefix('sqlite:///')).resolve()})"
+    return _shown(url)
+
+
 def _line(event: Event) -> str | None:
     """How the live subscriber shows an event (None: not worth a line)."""
     if event.type is EventType.USER_MESSAGE:
@@ -143,8 +172,9 @@ async def run_demo(
     """Run the demo conversation; print as it goes; return the figures.
 
     Args:
-        store_url: where to store the session; None is the default (``$NOUS_SESSION_STORE``
-            or the default SQLite file).
+        store_url: where to store the session; None is :func:`demo_store_url`
+            (``$NOUS_SESSION_STORE``, else ``nous_session_demo.sqlite3`` in the working
+            directory).
         session_id: the session to write; default ``demo-<UTC timestamp>``.
         turns: how many user turns to play.
         token_budget: the compaction budget (compaction triggers at 80% of it).
@@ -153,13 +183,14 @@ async def run_demo(
     """
     say: Callable[[str], None] = lambda text: print(text, file=out, flush=True)  # noqa: E731
     session_id = session_id or datetime.now(UTC).strftime("demo-%Y%m%d-%H%M%S")
-    store: Store = open_store(store_url)
-    url = getattr(store, "url", store_url)
+    url = store_url or demo_store_url()
+    # Say where it goes before anything is written (opening a store writes nothing yet).
+    say(f"nous_session demo: writing session {session_id!r} to {_where(url)}")
+    store: Store = open_store(url)
     policy = CompactionPolicy(token_budget=token_budget, keep_last=24, prune_tool_results=600)
     model = FakeModel()
     shown_turn = [0]
     started = time.perf_counter()
-    say(f"nous_session demo: session {session_id!r} in {url}")
     say(f"{turns} turns, compaction at 80% of {token_budget} tokens, keep_last=24\n")
 
     async def watch(session: SessionActor, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
@@ -222,7 +253,7 @@ async def run_demo(
         surface = after.derive_messages()
         figures = {
             "session_id": session_id,
-            "store": url,
+            "store": _shown(url),
             "turns": turns,
             "events": len(after.events()),
             "count": after.count,
@@ -253,7 +284,7 @@ async def run_demo(
     )
     say(f"  commits (group-committed):    {figures['batches']}")
     say(f"  conversation time:            {figures['seconds']} s")
-    store_flag = "" if store_url is None else f" --store {store_url}"
+    store_flag = f" --store {_shown(url)}"
     python = _python()
     if str(url).startswith("memory:"):
         say("\n(the memory: store ended with this process; run on SQLite to look inside)")

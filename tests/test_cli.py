@@ -218,23 +218,37 @@ def test_tail_follows_appends_from_another_process(tmp_path: Path) -> None:
         assert tail.returncode == 0
 
 
-def test_demo_runs_and_comes_back_intact(tmp_path: Path) -> None:
-    env = {**os.environ, "NOUS_SESSION_HOME": str(tmp_path)}
+def test_demo_writes_where_it_says_in_the_working_directory(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "NOUS_SESSION_HOME": str(home), "HOME": str(home)}
+    env.pop("NOUS_SESSION_STORE", None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]
+    )
     result = subprocess.run(
         [sys.executable, "-m", "nous_session", "demo", "--turns", "40", "--session", "d"],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
+        cwd=work,
         check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "full history intact after the restart: yes" in result.stdout
-    assert (tmp_path / "sessions.sqlite3").exists()
-    assert "-m nous_session stats d" in result.stdout
+    demo_file = work / "nous_session_demo.sqlite3"
+    # The first line names the file, before anything is written; nothing goes under $HOME.
+    first = result.stdout.splitlines()[0]
+    assert "sqlite:///nous_session_demo.sqlite3" in first
+    assert str(demo_file) in first
+    assert demo_file.exists()
+    assert not home.exists()
+    assert "-m nous_session --store sqlite:///nous_session_demo.sqlite3 stats d" in result.stdout
 
 
-# Reading never writes (issue 9) and the audit commands (issue 10) ---------------------------
+# Reading never writes, and the audit commands -------------------------------------------------
 
 
 def _tree(root: Path) -> dict[str, bytes]:
