@@ -10,15 +10,17 @@ TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test test-frameworks lint typecheck bench docs clean
 
+# The venv's own pip (3.11's installs editable pyproject projects) does for the runtime; the test
+# install, with its hundreds of packages, upgrades it first.
 $(BIN)/python:
 	$(shell command -v $(PYTHON) >/dev/null 2>&1 && echo $(PYTHON) || echo python3) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(RUNTIME_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(RUNTIME_STAMP)
 
 $(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,postgres]'
 	touch $(TEST_STAMP)
 
