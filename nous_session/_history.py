@@ -54,15 +54,16 @@ class HistoryOperations:
                 once). If the surface changed, :class:`ConflictError` and nothing is applied;
                 with other writers, this is checked against the store's latest state.
 
-        Outcome: as for :meth:`append`; a cancelled caller whose request was queued does not
-        undo it (a surface operation has no key: check the surface, or use ``expect``, before
-        trying again).
+        Outcome: as for :meth:`~nous_session.actor.SessionActor.append`; a cancelled caller
+        whose request was queued does not undo it (a surface operation has no key: check the
+        surface, or use ``expect``, before trying again).
 
         Raises:
             InvalidEventError: a malformed range, a range not below the new event's seq, or
                 a value that is not a Message.
             ConflictError: ``expect`` does not hold.
-            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+            StoreError, OutcomeUnknownError, SessionClosedError: as
+                :meth:`~nous_session.actor.SessionActor.append`.
         """
         _range(Replace, start, stop)  # a malformed range fails now, in the caller
         if isinstance(message, Message):
@@ -93,7 +94,8 @@ class HistoryOperations:
         Raises:
             InvalidEventError: a malformed range, or one not below the new event's seq.
             ConflictError: ``expect`` does not hold.
-            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+            StoreError, OutcomeUnknownError, SessionClosedError: as
+                :meth:`~nous_session.actor.SessionActor.append`.
         """
         op = _range(Remove, start, stop)
         item = prepare(EventType.REMOVE, {"surface_op": op.to_json()})
@@ -109,7 +111,8 @@ class HistoryOperations:
         Raises:
             InvalidEventError: ``to`` is not below the new event's seq, or is before the
                 horizon (a snapshot dropped that history).
-            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+            StoreError, OutcomeUnknownError, SessionClosedError: as
+                :meth:`~nous_session.actor.SessionActor.append`.
         """
         try:
             op = Rewind(to)
@@ -127,7 +130,8 @@ class HistoryOperations:
         Raises:
             InvalidEventError: that event is not a replace on the surface with its range
                 intact, or its history is before the horizon.
-            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+            StoreError, OutcomeUnknownError, SessionClosedError: as
+                :meth:`~nous_session.actor.SessionActor.append`.
         """
         try:
             op = Uncompact(summary_seq)
@@ -149,7 +153,8 @@ class HistoryOperations:
             The events added (empty when no call was open).
 
         Raises:
-            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+            StoreError, OutcomeUnknownError, SessionClosedError: as
+                :meth:`~nous_session.actor.SessionActor.append`.
         """
         return await self._call(Recover())  # type: ignore[no-any-return]
 
@@ -196,7 +201,8 @@ class HistoryOperations:
             The log right after the snapshot.
 
         Raises:
-            StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
+            StoreError, OutcomeUnknownError, SessionClosedError: as
+                :meth:`~nous_session.actor.SessionActor.append`.
         """
         return await self._call(Snapshot())  # type: ignore[no-any-return]
 

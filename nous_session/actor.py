@@ -179,7 +179,8 @@ class SessionActor(HistoryOperations):
                 caught-up log. Either way the events may get later seqs than the caller's log
                 suggested; the returned events carry the seqs they were stored at.
             recover: close the tool calls a crashed turn left open (see
-                :meth:`recover_open_turn`) before the block starts.
+                :meth:`~nous_session.actor.SessionActor.recover_open_turn`) before the block
+                starts.
 
         On leaving the block, requests already in the queue are applied and acknowledged;
         callers still waiting for queue space, and every later call, get

@@ -663,7 +663,8 @@ def check_held(
         held: what a load read with seq >= ``since``, in increasing seq order: Events, or
             a store's raw rows with ``seq`` saying how to find each one's seq (checked before
             decoding, so a broken session costs no decoding).
-        count, horizon: the session's.
+        count: the session's count.
+        horizon: the session's horizon.
         since: where the load started.
         where: the file or schema, for the message.
         seq: the seq of an item of ``held`` (an Event's by default).
