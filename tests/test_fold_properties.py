@@ -1,4 +1,5 @@
-"""Property tests: every surface operation against a naive fold written from the README's rules.
+"""Property tests: every surface operation against a naive fold written from the fold's rules
+(docs/concepts.md).
 
 The reference keeps the whole history as plain tuples and replays it from scratch for every
 read: the live set of events, changed event by event (a surface event joins; a replace takes out

@@ -19,7 +19,5 @@ def on_files(files: Files, config: Any) -> Files:
     pictures = sorted((root / "benchmarks" / "results").glob("*.png"))
     pictures.append(root / "examples" / "web" / "screenshot.png")
     for picture in pictures:
-        files.append(
-            File.generated(config, f"images/{picture.name}", abs_src_path=str(picture))
-        )
+        files.append(File.generated(config, f"images/{picture.name}", abs_src_path=str(picture)))
     return files

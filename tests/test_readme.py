@@ -1,0 +1,38 @@
+"""The README's tour stays true: its example runs and prints what it says, its links lead to
+pages that exist, and it names no internal issue numbers."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_example_runs_and_prints_what_it_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert blocks, "the README has no Python example"
+    monkeypatch.chdir(tmp_path)  # its SQLite file goes here
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(blocks[0], "README.md", "exec"), {"__name__": "__main__"})
+    assert printed.getvalue().splitlines() == ["[summary] Paris: 18C.", "4 6"]
+    assert (tmp_path / "sessions.sqlite3").exists()
+
+
+def test_links_lead_to_files_that_exist() -> None:
+    links = re.findall(r"\]\(([^)#]+)\)", README)
+    assert links
+    missing = [link for link in links if not (ROOT / link).is_file()]
+    assert not missing
+
+
+def test_no_internal_issue_numbers() -> None:
+    assert not re.search(r"issue ?\d", README, re.I)
