@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -264,7 +266,7 @@ def test_reading_commands_create_and_change_nothing(
     ours = tmp_path / "ours.sqlite3"
     ours.write_bytes(source.read_bytes())
     foreign = tmp_path / "app.db"
-    with __import__("sqlite3").connect(foreign) as connection:
+    with contextlib.closing(sqlite3.connect(foreign)) as connection, connection:
         connection.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
     before = _tree(tmp_path)
     for args in (

@@ -8,6 +8,7 @@ one a user relies on, with real conflicts made by a second store on the same fil
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -84,7 +85,7 @@ async def test_a_seq_clash_rolls_back_only_its_session_even_after_its_head_moved
         victim = sessions[3]
         # A stray row at the victim's next seq, with the session's count left as it was: the
         # conditional UPDATE of the head succeeds, then the INSERT clashes.
-        with sqlite3.connect(path) as raw:
+        with contextlib.closing(sqlite3.connect(path)) as raw, raw:
             sid = raw.execute(
                 "SELECT id FROM nous_sessions WHERE name = ?", (victim.session_id,)
             ).fetchone()[0]
