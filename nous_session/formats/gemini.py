@@ -39,6 +39,7 @@ from nous_session.formats._common import (
     Placed,
     arguments_object,
     arrange,
+    call_item_fields,
     copy_object,
     diff,
     elements,
@@ -199,6 +200,7 @@ def _parts(message: Message, notes: Notes, i: int) -> list[Any]:
 
 def _call(call: ToolCall, notes: Notes, i: int, k: int) -> dict[str, Any]:
     notes.foreign(i, f"tool call {k} ({call.name})", call.provider_data)
+    call_item_fields(call, notes, i, k)
     function: dict[str, Any] = {"name": call.name, "args": arguments_object(call, notes, i, k)}
     if call.id:
         function["id"] = call.id
@@ -215,6 +217,11 @@ def _media(part: ImagePart, notes: Notes, i: int, what: str) -> dict[str, Any] |
         if media_type is None:
             notes.drop(i, f"the media type of {what}", "it is unknown; gemini needs one")
             return {"fileData": {"fileUri": part.url}}
+        if part.media_type is None:
+            notes.add(
+                f"the media type of {what} of message {i} is not given; sent as {media_type!r},"
+                f" guessed from the URL: {PROVIDER} needs one"
+            )
         return {"fileData": {"mimeType": media_type, "fileUri": part.url}}
     notes.drop(i, what, f"{PROVIDER} takes images by data or URI, not by another's file id")
     return None
