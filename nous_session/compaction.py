@@ -546,6 +546,8 @@ class CompactionRunner:
             if missing > 0:
                 self._retry_at = len(surface) + missing
                 logger.info("nous_session.compaction_insufficient", retry_at=self._retry_at)
+            else:
+                self._retry_at = 0  # an earlier wait for the tail to scroll is over
         if outcome != "cancelled":
             self.committed(self._current(), rebuilt=False)
 
