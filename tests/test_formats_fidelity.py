@@ -107,7 +107,72 @@ VARIANTS: dict[str, Change] = {
         f"{p} block": content(TextPart("a"), ProviderPart(p, {"type": "x", "v": 1}))
         for p in PROVIDERS
     },
+    **{f"provider_data of {p}": field(provider_data={p: {"x_extra": 1}}) for p in PROVIDERS},
+    **{f"call provider_data of {p}": call(provider_data={p: {"x_extra": 1}}) for p in PROVIDERS},
+    **{
+        f"text part provider_data of {p}": content(
+            TextPart("a", provider_data={p: {"x_extra": 1}}), TextPart("b")
+        )
+        for p in PROVIDERS
+    },
 }
+
+# Which variants exercise each field of the model; every field must be exercised (or exempt).
+COVERAGE: dict[type, dict[str, str]] = {
+    Message: {
+        "role": "every role",
+        "content": "content None",
+        "reasoning_content": "reasoning_content",
+        "tool_calls": "tool_calls",
+        "tool_call_id": "tool_call_id",
+        "name": "name",
+        "metadata": "exempt: never sent",
+        "created_at": "exempt: never sent",
+        "is_error": "is_error",
+        "provider_data": "provider_data of gemini",
+    },
+    ToolCall: {
+        "id": "call without id",
+        "name": "tool_calls",
+        "arguments": "call arguments string",
+        "item_id": "call item_id",
+        "status": "call status",
+        "provider_data": "call provider_data of gemini",
+    },
+    TextPart: {"text": "text part", "provider_data": "text part provider_data of gemini"},
+    ImagePart: {
+        "url": "image url",
+        "data": "image data",
+        "media_type": "image url and media type",
+        "file_id": "image file_id",
+        "detail": "image url detail",
+        "provider_data": "exempt: as a text part's",
+    },
+    ThinkingPart: {
+        "text": "thinking unsigned",
+        "signature": "thinking of anthropic",
+        "summary": "thinking with a summary",
+        "id": "thinking with a summary",
+        "provider": "thinking of gemini",
+        "provider_data": "exempt: as a text part's",
+    },
+    RedactedThinkingPart: {
+        "data": "redacted thinking",
+        "provider": "redacted thinking",
+        "provider_data": "exempt: as a text part's",
+    },
+    ToolCallPart: {"index": "tool call reference first"},
+    ProviderPart: {"provider": "gemini block", "data": "gemini block"},
+    OtherPart: {"data": "other part"},
+}
+
+
+def test_the_table_covers_every_field_of_the_model() -> None:
+    # A field added to the model fails here until the table exercises it.
+    for cls, fields in COVERAGE.items():
+        assert set(fields) == {f.name for f in attrs.fields(cls)}, cls.__name__
+        for variant in fields.values():
+            assert variant in VARIANTS or variant.startswith(("exempt", "every")), variant
 
 
 def part_view(part: Any, provider: str) -> Any:

@@ -301,6 +301,12 @@ def _camel_response(message: Message, notes: Notes, i: int, name: str) -> dict[s
         for j, part in enumerate(content):
             if type(part) is TextPart:
                 texts.append(part.text)
+                # A response's text is one string: no part keeps fields of its own.
+                notes.foreign(i, f"text (part {j})", part.provider_data)
+                if any(key[:1] != "$" for key in own(part.provider_data, PROVIDER)):
+                    notes.drop(
+                        i, f"the {PROVIDER} fields of text (part {j})", "a response is one text"
+                    )
             elif type(part) is ImagePart:
                 found = _media(part, notes, i, f"image (part {j})")
                 if found is not None:

@@ -186,6 +186,8 @@ def _assistant(
             return
         texts = [part for part in run if isinstance(part, TextPart)]
         if len(texts) == len(run) and not any(PROVIDER in part.provider_data for part in texts):
+            for part in texts:  # (the joined string has no place for another's fields)
+                notes.foreign(i, "a text part", part.provider_data)
             text: Any = "".join(part.text for part in texts)
         else:
             text = [_block(part, notes, i, -1, "assistant") for part in run]
