@@ -317,9 +317,10 @@ def summarize(old: Sequence[Message], *, max_lines: int = SUMMARY_LINES) -> Mess
 def compact(messages: Sequence[Message], keep_last: int) -> list[Message]:
     """Replace all but the last ``keep_last`` messages with one structural summary.
 
-    The leading run of system messages survives verbatim in front of the summary. Tool results
-    at the head of the kept tail are summarised with their call, so the tail may be shorter
-    than ``keep_last`` but never opens with an orphan tool result. Unchanged (the same list)
+    The leading run of system messages survives verbatim in front of the summary; an earlier
+    summary (see :func:`summary_info`) is not part of it, and is merged into the new one. Tool
+    results at the head of the kept tail are summarised with their call, so the tail may be
+    shorter than ``keep_last`` but never opens with an orphan tool result. Unchanged (the same list)
     when ``len(messages) <= keep_last`` or when what follows the leading system messages fits.
 
     Raises:
