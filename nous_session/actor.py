@@ -357,10 +357,16 @@ class SessionActor(HistoryOperations):
         return await self._call(Reload())  # type: ignore[no-any-return]
 
     async def wait_for_compaction(self) -> None:
-        """Wait until no compaction is running (return at once when none is).
+        """Wait until no compaction is running or due (return at once when none is).
 
-        A compaction that starts while the previous one finishes is waited for too, so on
-        return the background work that the commits so far triggered has landed.
+        A compaction that lands while the surface is still over the policy's trigger (messages
+        were appended while it ran) starts the next one at once, and that is waited for too.
+        So on return the work that the commits so far called for has landed, and the surface
+        is within the trigger, unless no compaction can bring it there yet: what is over is
+        the kept tail (``keep_last`` messages, and fewer than ``keep_last // 2`` newer ones),
+        tool calls still waiting for their results, or the last attempt failed or found
+        nothing to do (the next is tried when the surface grows). A compaction that another
+        commit starts after the return is not waited for.
         """
         compaction = self._state.compaction
         if compaction is not None:

@@ -32,7 +32,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import socket
 import sys
+import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import aclosing, contextmanager, suppress
@@ -624,15 +627,62 @@ _WRITING: dict[str, _Command] = {
 }
 
 
-async def _run(args: argparse.Namespace, out: TextIO) -> None:
+async def _run(args: argparse.Namespace, out: TextIO, interrupt: _Interrupt | None) -> None:
     reading = args.command in _READING
     # Reading never writes: a read-only store creates no file and no table, and refuses a
     # missing file or a database that is not a nous_session store.
     store = open_store(args.store, read_only=reading)
     try:
-        await (_READING if reading else _WRITING)[args.command](store, args, out)
+        async with anyio.create_task_group() as task_group:
+            if interrupt is not None:
+                task_group.start_soon(interrupt.watch, task_group.cancel_scope)
+            await (_READING if reading else _WRITING)[args.command](store, args, out)
+            task_group.cancel_scope.cancel()  # the watcher
+    except BaseExceptionGroup as group:
+        # Only the command can fail (the watcher waits and cancels): its own error, unwrapped.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
     finally:
-        await store.aclose()
+        await store.aclose()  # outside the cancelled scope: a Ctrl-C still closes it
+
+
+class _Interrupt:
+    """Ctrl-C for the command line run as a program: the first stops the command, cleanly;
+    later ones are ignored.
+
+    The handler never raises: a KeyboardInterrupt raised at whatever bytecode the main thread
+    is at can land in the middle of the event loop's or a lock's bookkeeping, and a second one
+    landing while the interpreter joins a worker thread at exit makes Python print
+    ``Exception ignored in: <module 'threading'>`` and a traceback. Instead the handler ignores
+    SIGINT from then on and wakes the event loop through a socket pair, and :meth:`watch`
+    cancels the command there, so that the store is closed as at any other end.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self._reader, self._writer = socket.socketpair()
+        self._writer.setblocking(False)
+        self._previous = signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.received = True
+        with suppress(OSError):
+            self._writer.send(b"\0")
+
+    async def watch(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` at the first Ctrl-C."""
+        await anyio.wait_readable(self._reader)
+        scope.cancel()
+
+    def close(self) -> None:
+        """Close the socket pair; give SIGINT its handler back unless it was received (the
+        process is ending: a later Ctrl-C must not interrupt the interpreter's exit)."""
+        if not self.received:
+            signal.signal(signal.SIGINT, self._previous)
+        self._reader.close()
+        self._writer.close()
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
@@ -646,8 +696,13 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             wrapper_class=structlog.make_filtering_bound_logger(level),
             logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         )
+    interrupt = None
+    if out is None and threading.current_thread() is threading.main_thread():
+        interrupt = _Interrupt()
     try:
-        anyio.run(_run, args, output)
+        anyio.run(_run, args, output, interrupt)
+        if interrupt is not None and interrupt.received:
+            return 130  # as a shell reports a command that Ctrl-C stopped
     except BrokenPipeError:
         # A closed pipe (`| head`) ends the command quietly, as it does for any Unix tool.
         # (Not SIGPIPE's default action: that would also kill the process for a socket a
@@ -656,9 +711,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        return 130 if args.command != "tail" else 0
+        return 130  # as a shell reports a command that Ctrl-C stopped
     except (CommandError, NousSessionError, ValueError, OSError, ImportError) as error:
         message = " ".join(str(error).split())  # one line, whatever the error holds
         sys.stderr.write(f"nous-session: error: {message}\n")
         return 1
+    finally:
+        if interrupt is not None:
+            interrupt.close()
     return 0

@@ -26,7 +26,13 @@ from nous_session.event import Event, EventType, message_event, to_message
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.ops import OP_KEY, Remove, Replace
-from nous_session.transcript import estimate_messages_tokens, prune_tool_results, summary_line
+from nous_session.transcript import (
+    SUMMARY_METADATA,
+    SummaryBuilder,
+    estimate_messages_tokens,
+    prune_tool_results,
+    summary_covers,
+)
 
 __all__ = ["CompactionPolicy", "Summarizer", "plan_pruning", "plan_summary"]
 
@@ -279,8 +285,8 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     of the leading run: it is summarised again with what came after it, so each summary
     supersedes the last instead of piling up beside it. And an assistant message whose tool
     calls do not all have their results (after it) yet ends the summarised range: its results
-    are still to come. Works on the events alone, so nothing is projected, and yields to the
-    event loop every few hundred events.
+    are still to come. A range of nothing but earlier summaries is no range (None). Works on
+    the events alone, so nothing is projected, and yields to the event loop every few events.
     """
     surface = log.surface()
     size = len(surface)
@@ -288,7 +294,7 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     while (
         lead < size
         and surface[lead].type is EventType.SYSTEM_MESSAGE
-        and surface[lead].data.get("source") != COMPACTION
+        and not _is_summary(surface[lead])
     ):
         lead += 1
     if size - lead <= keep_last:
@@ -317,7 +323,30 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
         await anyio.lowlevel.checkpoint()
     while 0 < end < len(old) and old[end].position == old[end - 1].position:
         end -= 1  # never split the messages of one replace
-    return old[:end] or None
+    if all(event.type is EventType.SYSTEM_MESSAGE and _is_summary(event) for event in old[:end]):
+        return None  # earlier summaries alone: summarising them again changes nothing
+    return old[:end]
+
+
+def _is_summary(event: Event) -> bool:
+    """Whether a system message event is a compaction summary: appended by a compaction, or
+    marked as one in its metadata (a summary made by :func:`~nous_session.transcript.compact`
+    and added as a message)."""
+    if event.data.get("source") == COMPACTION:
+        return True
+    metadata = event.data.get("metadata")
+    return isinstance(metadata, dict) and SUMMARY_METADATA in metadata
+
+
+def summarisable(surface: Sequence[Event], keep_last: int) -> int:
+    """How many messages, earlier summaries aside, a compaction of ``surface`` could summarise
+    at most: those between the leading system messages (and the summaries after them) and the
+    kept tail. Costs the length of that head, not of the surface."""
+    size = len(surface)
+    head = 0
+    while head < size and surface[head].type is EventType.SYSTEM_MESSAGE:
+        head += 1
+    return max(0, size - head - keep_last)
 
 
 def summary_replacement(log: Log, events: Sequence[Event], message: Message) -> Replacement:
@@ -464,7 +493,8 @@ class CompactionRunner:
             self._scope.cancel()
 
     async def wait(self) -> None:
-        """Wait until no compaction is running (including one that starts as the last ends)."""
+        """Wait until no compaction is running (including one that starts as the last ends:
+        a compaction that lands over the trigger starts the next before it ends)."""
         while self.in_flight:
             await self._done.wait()
 
@@ -498,19 +528,26 @@ class CompactionRunner:
             self.stale += 1
         elif outcome == "failed":
             self.failed += 1
-        size_now = len(self._current().surface())
+        surface = self._current().surface()
         if outcome in ("failed", "nothing"):
             # Do not retry on every commit: wait until the surface has grown.
             self._retry_at = size + 1
         elif (
             outcome != "stale"
             and outcome != "cancelled"
-            and policy.triggered(size_now, self._meter.total)
+            and policy.triggered(len(surface), self._meter.total)
         ):
-            # Still over the trigger: what remains is the kept tail, which another compaction
-            # cannot shrink. Wait until enough has scrolled out of the tail to be worth it.
-            self._retry_at = size_now + max(1, policy.keep_last // 2)
-            logger.info("nous_session.compaction_insufficient", retry_at=self._retry_at)
+            # Still over the trigger: messages appended while this one ran (a slow summarizer
+            # falls behind a busy session) are summarised by the next one, started at once. But
+            # what remains may be only the kept tail, which no compaction can shrink: then wait
+            # until enough has scrolled out of it to be worth a compaction.
+            worth = max(1, policy.keep_last // 2)
+            missing = worth - summarisable(surface, policy.keep_last)
+            if missing > 0:
+                self._retry_at = len(surface) + missing
+                logger.info("nous_session.compaction_insufficient", retry_at=self._retry_at)
+            else:
+                self._retry_at = 0  # an earlier wait for the tail to scroll is over
         if outcome != "cancelled":
             self.committed(self._current(), rebuilt=False)
 
@@ -532,14 +569,17 @@ class CompactionRunner:
             return "applied" if pruned else "nothing"
         old = await _cooperatively(to_message, events)
         if policy.summarizer is None:
-            text = await _structural_summary(old)
+            summary = await _structural_summary(old, _summary_bytes(policy))
         else:
             timeout = policy.summarizer_timeout
             with anyio.fail_after(timeout) if timeout is not None else nullcontext():
                 text = await policy.summarizer(old)
             if not isinstance(text, str) or not text.strip():
                 raise ValueError(f"the summarizer returned an empty summary: {text!r}")
-        summary = Message.system(text, created_at=old[0].created_at)
+            info: dict[str, JSON] = {"messages": summary_covers(old), "summarizer": "custom"}
+            summary = Message.system(
+                text, metadata={SUMMARY_METADATA: info}, created_at=old[0].created_at
+            )
         replacement = summary_replacement(log, events, summary)
         (applied,) = await self._post(Compaction([replacement], self._logger))
         if applied:
@@ -547,14 +587,23 @@ class CompactionRunner:
         return "pruned, summary stale" if pruned else "stale"
 
 
-async def _structural_summary(old: Sequence[Message]) -> str:
-    """:func:`~nous_session.transcript.summarize`'s text, built a chunk at a time so that a
-    long summary never holds the event loop (each chunk is joined as it is made)."""
-    pieces = [f"[Compacted {len(old)} earlier messages]"]
-    for start in range(0, len(old), CHUNK):
-        pieces.append("\n".join([summary_line(m) for m in old[start : start + CHUNK]]))
+def _summary_bytes(policy: CompactionPolicy) -> int | None:
+    """The most UTF-8 bytes a structural summary may take: under a token budget, half of what
+    triggers (so that the summary and the kept tail fit under the trigger), else no limit."""
+    if policy.token_budget is None:
+        return None
+    return int(policy.token_budget * policy.threshold * 4 / 2)
+
+
+async def _structural_summary(old: Sequence[Message], max_bytes: int | None) -> Message:
+    """:func:`~nous_session.transcript.summarize` of ``old`` (within ``max_bytes``), built a
+    chunk at a time so that a long summary never holds the event loop."""
+    builder = SummaryBuilder(max_bytes=max_bytes)
+    for stop in range(len(old), 0, -CHUNK):
+        for message in reversed(old[max(0, stop - CHUNK) : stop]):
+            builder.add(message)
         await anyio.lowlevel.checkpoint()
-    return "\n".join(pieces)
+    return builder.message(old[0].created_at)
 
 
 async def _cooperatively(function: Callable[[T], U], items: Sequence[T]) -> list[U]:

@@ -28,7 +28,13 @@ from nous_session import (
     SessionActor,
     ToolCall,
 )
-from nous_session.transcript import compact, estimate_messages_tokens, prune_tool_results
+from nous_session.transcript import (
+    compact,
+    estimate_messages_tokens,
+    maybe_compact,
+    prune_tool_results,
+    summary_line,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -210,8 +216,20 @@ async def test_token_trigger_uses_budget_times_threshold() -> None:
         await session.add_message(messages[3])
         await wait_for(lambda: session.statistics().compactions_run == 1)
         surface = list(session.messages())
-        assert surface == compact(messages, 1)
-        assert surface[0].text.startswith("[Compacted 3 earlier messages]")
+        # Under a token budget the summary keeps to half of what triggers (50 tokens: 100
+        # bytes): of its three 70-byte lines, the newest.
+        assert surface[0].text == "\n".join(
+            [
+                "[Compacted 3 earlier messages]",
+                "  [... 2 older lines not kept]",
+                summary_line(messages[2]),
+            ]
+        )
+        assert surface[0].metadata["compaction"] == {
+            "messages": 3,
+            "summarizer": "structural",
+            "lines_dropped": 2,
+        }
         assert surface[1:] == messages[3:]
 
 
@@ -225,7 +243,16 @@ async def test_token_trigger_default_threshold_is_eight_tenths() -> None:
         assert session.statistics().compactions_run == 0
         await session.add_message(messages[5])
         await wait_for(lambda: session.statistics().compactions_run == 1)
-        assert list(session.messages()) == compact(messages, 2)
+        # The summary keeps to 40 tokens (160 bytes): the newest two of its four lines.
+        expected = compact(messages, 2)
+        assert list(session.messages())[1:] == expected[1:]
+        assert session.messages()[0].text == "\n".join(
+            [
+                "[Compacted 4 earlier messages]",
+                "  [... 2 older lines not kept]",
+                *map(summary_line, messages[2:4]),
+            ]
+        )
 
 
 async def test_a_custom_token_counter_is_used() -> None:
@@ -635,3 +662,155 @@ async def test_a_summarizer_failing_at_every_compaction_warns_once_then_counts()
     assert levels[0] == "warning"
     assert failed[0]["failures"] == 1
     assert set(levels[1:]) == {"debug"}
+
+
+# Summaries merge, and compaction keeps up --------------------------------------------------
+
+
+def lines_of(summary: Message) -> list[str]:
+    """The summary's lines after its header."""
+    return summary.text.split("\n")[1:]
+
+
+async def test_the_default_summary_merges_earlier_summaries_instead_of_nesting() -> None:
+    # The newcomer's reproduction: after 6 compactions the summary read "[Compacted 7 earlier
+    # messages] [system] [Compacted 7 earlier messages] [system] ...", cut. Now it is one
+    # summary, counting every original message it covers, each listed once.
+    policy = CompactionPolicy(keep_last=6, every=12)
+    messages = chat(43)
+    async with SessionActor.open(session_id=SID, compaction=policy) as session:
+        for message in messages:
+            await session.add_message(message)
+            await session.wait_for_compaction()
+        assert session.statistics().compactions_run == 6
+        surface = list(session.messages())
+        assert len(summaries(session)) == 1
+        summary = surface[0]
+        tail = surface[1:]
+        assert tail == messages[len(messages) - len(tail) :]
+        covered = messages[: len(messages) - len(tail)]
+        assert summary.text.startswith(f"[Compacted {len(covered)} earlier messages]\n")
+        assert lines_of(summary) == [summary_line(m) for m in covered]
+        assert "[system]" not in summary.text
+        assert summary.metadata["compaction"] == {
+            "messages": len(covered),
+            "summarizer": "structural",
+            "lines_dropped": 0,
+        }
+        assert summary.created_at == messages[0].created_at
+        # The pure function, compacting its own result again, gives the same surface.
+        expected: list[Message] = []
+        for message in messages:
+            expected = maybe_compact([*expected, message], keep_last=6, every=12)
+        assert surface == expected
+
+
+def test_summarize_merges_a_structural_and_a_custom_summary() -> None:
+    first = compact(chat(5), 2)  # a structural summary of 3, then 2 kept
+    assert first[0].metadata["compaction"]["messages"] == 3  # type: ignore[index]
+    again = compact([*first, *chat(3, start=5)], 2)
+    assert lines_of(again[0]) == [summary_line(m) for m in chat(6)]
+    assert again[0].text.startswith("[Compacted 6 earlier messages]\n")
+    # A custom summarizer's summary (its metadata says how many it covers) is one line, whole.
+    custom = Message.system(
+        "the user asked\nabout " + "x" * 300,
+        metadata={"compaction": {"messages": 40, "summarizer": "custom"}},
+        created_at=at(0),
+    )
+    merged = compact([custom, *chat(4, start=40)], 1)[0]
+    assert merged.text.split("\n") == [
+        "[Compacted 43 earlier messages]",
+        "  [summary] the user asked about " + "x" * 300,
+        *[summary_line(m) for m in chat(3, start=40)],
+    ]
+    assert merged.created_at == custom.created_at
+    # A system message that merely looks like a summary is an ordinary message.
+    lookalike = Message.system("[Compacted 9 earlier messages]\n  [user] hi", created_at=at(0))
+    assert compact([lookalike, *chat(3, start=1)], 1)[0] == lookalike  # the leading run
+
+
+async def test_a_custom_summary_is_marked_with_the_messages_it_covers() -> None:
+    seen: list[list[Message]] = []
+
+    async def summarizer(messages: Sequence[Message]) -> str:
+        seen.append(list(messages))
+        return f"S{len(seen)}"
+
+    policy = CompactionPolicy(keep_last=2, every=4, summarizer=summarizer)
+    async with SessionActor.open(session_id=SID, compaction=policy) as session:
+        await load(session, chat(5))
+        await session.wait_for_compaction()
+        first = session.messages()[0]
+        assert first.text == "S1"
+        assert first.metadata["compaction"] == {"messages": 3, "summarizer": "custom"}
+        await load(session, chat(3, start=5))
+        await session.wait_for_compaction()
+        # The second call got the first summary, recognisable by its metadata.
+        assert seen[1][0] == first
+        second = session.messages()[0]
+        assert second.text == "S2"
+        assert second.metadata["compaction"] == {"messages": 6, "summarizer": "custom"}
+
+
+class SharedGateSummarizer:
+    """Every call waits for the one ``gate``, then returns a summary naming its call."""
+
+    def __init__(self) -> None:
+        self.gate = anyio.Event()
+        self.calls: list[list[Message]] = []
+
+    async def __call__(self, messages: Sequence[Message]) -> str:
+        self.calls.append(list(messages))
+        await self.gate.wait()
+        return f"S{len(self.calls)}"
+
+
+async def test_a_compaction_landing_over_the_trigger_starts_the_next() -> None:
+    # The newcomer's reproduction: every=12 and a slow summarizer; messages kept coming while
+    # it ran, so when it landed the surface was still over the trigger (32 messages), and
+    # wait_for_compaction() returned with it so.
+    summarizer = SharedGateSummarizer()
+    policy = CompactionPolicy(keep_last=6, every=12, summarizer=summarizer)
+    messages = chat(33)
+    async with SessionActor.open(session_id=SID, compaction=policy) as session:
+        await load(session, messages[:13])
+        await wait_for(lambda: len(summarizer.calls) == 1)
+        for message in messages[13:]:
+            await session.add_message(message)
+        assert len(session.messages()) == 33
+        summarizer.gate.set()
+        with anyio.fail_after(5):
+            await session.wait_for_compaction()
+        stats = session.statistics()
+        assert not stats.compaction_in_flight
+        assert stats.compactions_run == 2
+        assert stats.compactions_stale == 0
+        surface = list(session.messages())
+        assert len(surface) <= policy.every  # type: ignore[operator]
+        assert [m.text for m in surface] == ["S2", *[m.text for m in messages[-6:]]]
+        # The second compaction summarised the first summary with what came after it.
+        assert summarizer.calls[1][0].text == "S1"
+        assert summarizer.calls[1][1:] == messages[7:27]
+        assert surface[0].metadata["compaction"] == {"messages": 27, "summarizer": "custom"}
+
+
+async def test_wait_for_compaction_returns_when_only_the_kept_tail_is_over_the_trigger() -> None:
+    # keep_last above `every`: the kept tail alone is over the trigger, and no compaction can
+    # shrink it. wait_for_compaction() returns; the next compaction waits for keep_last // 2
+    # new messages to scroll out of the tail.
+    policy = CompactionPolicy(keep_last=4, every=3)
+    messages = chat(12)
+    async with SessionActor.open(session_id=SID, compaction=policy) as session:
+        await load(session, messages[:10])
+        with anyio.fail_after(5):
+            await session.wait_for_compaction()
+        assert session.statistics().compactions_run == 1
+        assert len(session.messages()) == 5
+        await session.add_message(messages[10])
+        await session.wait_for_compaction()
+        assert session.statistics().compactions_run == 1  # one new message: not worth it
+        await session.add_message(messages[11])
+        await session.wait_for_compaction()
+        assert session.statistics().compactions_run == 2
+        assert texts(session)[1:] == [m.text for m in messages[8:]]
+        assert session.messages()[0].text.startswith("[Compacted 8 earlier messages]\n")

@@ -650,10 +650,19 @@ def test_gemini_structured_and_error_responses() -> None:
     ]
 
 
-def test_gemini_reads_the_sdks_snake_case_too() -> None:
+def test_gemini_reads_the_sdks_snake_case_and_writes_it_back_as_it_came() -> None:
+    # The newcomer's reproduction: snake_case input (inline_data, mime_type) came back in
+    # camelCase. Each part, call and result now remembers its own casing.
     payload = {
         "systemInstruction": {"parts": [{"text": "s"}]},
         "contents": [
+            {
+                "role": "user",
+                "parts": [
+                    {"text": "q"},
+                    {"inline_data": {"mime_type": "image/png", "data": "AAAA"}},
+                ],
+            },
             {
                 "role": "model",
                 "parts": [
@@ -661,30 +670,55 @@ def test_gemini_reads_the_sdks_snake_case_too() -> None:
                         "function_call": {"name": "f", "args": {"snake_key": 1}},
                         "thought_signature": "AAAA",
                     },
+                    {"functionCall": {"name": "g", "args": {}}},
                     {"inline_data": {"mime_type": "image/png", "data": "AAAA"}},
+                    {"inlineData": {"mimeType": "image/png", "data": "BBBB"}},
+                    {"executable_code": {"language": "PYTHON", "code": "1"}},
+                ],
+            },
+            {
+                "role": "user",
+                "parts": [
+                    {
+                        "function_response": {
+                            "name": "f",
+                            "response": {"output": "r"},
+                            "will_continue": False,
+                        }
+                    },
+                    {"functionResponse": {"name": "g", "response": {"output": "r"}}},
                 ],
             },
         ],
     }
-    system, model = from_provider(payload, "gemini", created_at=T0)
-    assert system == Message.system("s", created_at=T0)
-    assert model.tool_calls == (
-        ToolCall("", "f", {"snake_key": 1}, provider_data={"gemini": {"thoughtSignature": "AAAA"}}),
+    system, user, model, first, second = from_provider(payload, "gemini", created_at=T0)
+    # Read as the neutral fields, whatever the casing.
+    assert system.text == "s"
+    assert user.content[1] == ImagePart(  # type: ignore[index]
+        data="AAAA",
+        media_type="image/png",
+        provider_data=user.content[1].provider_data,  # type: ignore[index]
     )
-    assert to_provider([system, model], "gemini") == {
-        "system_instruction": {"parts": [{"text": "s"}]},
+    assert [call.name for call in model.tool_calls] == ["f", "g"]
+    assert model.tool_calls[0].arguments == {"snake_key": 1}
+    assert model.tool_calls[0].provider_data["gemini"]["thoughtSignature"] == "AAAA"
+    assert (first.name, first.text, second.name, second.text) == ("f", "r", "g", "r")
+    # Written back exactly as it came, camelCase where it was camelCase.
+    assert to_provider([system, user, model, first, second], "gemini") == payload
+    # Another provider reads the same neutral message from either casing.
+    camel = to_provider([Message.user([TextPart("q"), *user.content[1:]])], "gemini")  # type: ignore[index]
+    assert camel["contents"][0]["parts"][1] == {  # type: ignore[call-overload,index]
+        "inline_data": {"mime_type": "image/png", "data": "AAAA"}
+    }
+    assert to_provider(
+        [Message.user([TextPart("q"), ImagePart(data="AAAA", media_type="image/png")])], "gemini"
+    ) == {
         "contents": [
             {
-                "role": "model",
-                "parts": [
-                    {
-                        "functionCall": {"name": "f", "args": {"snake_key": 1}},
-                        "thoughtSignature": "AAAA",
-                    },
-                    {"inlineData": {"mimeType": "image/png", "data": "AAAA"}},
-                ],
-            },
-        ],
+                "role": "user",
+                "parts": [{"text": "q"}, {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}],
+            }
+        ]
     }
 
 

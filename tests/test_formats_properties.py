@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import itertools
 import json
 from typing import Any
@@ -681,6 +682,51 @@ def test_anthropic_payloads_come_back_exactly(payload: Any) -> None:
 @given(gemini_payloads)
 def test_gemini_payloads_come_back_exactly(payload: Any) -> None:
     payload_round_trip(payload, "gemini")
+
+
+_SNAKE_CASE = {
+    "functionCall": "function_call",
+    "functionResponse": "function_response",
+    "inlineData": "inline_data",
+    "fileData": "file_data",
+    "thoughtSignature": "thought_signature",
+    "mimeType": "mime_type",
+    "fileUri": "file_uri",
+    "willContinue": "will_continue",
+}
+
+
+def snake_cased(part: Any) -> Any:
+    """A Gemini part with its structural keys in the Python SDK's snake_case."""
+    out = {_SNAKE_CASE.get(key, key): value for key, value in part.items()}
+    for key, value in out.items():
+        if key in ("function_call", "function_response", "inline_data", "file_data"):
+            out[key] = {_SNAKE_CASE.get(k, k): v for k, v in value.items()}
+            if key == "function_response" and "parts" in value:
+                out[key]["parts"] = [snake_cased(item) for item in value["parts"]]
+    return out
+
+
+@given(gemini_payloads, st.randoms(use_true_random=False), st.booleans())
+def test_gemini_payloads_in_any_casing_come_back_as_they_came(
+    payload: Any, random: Any, camel_system: bool
+) -> None:
+    mixed = copy.deepcopy(payload)
+    for content in mixed["contents"]:
+        content["parts"] = [
+            snake_cased(part) if random.random() < 0.5 else part for part in content["parts"]
+        ]
+    if camel_system and "system_instruction" in mixed:
+        mixed["systemInstruction"] = mixed.pop("system_instruction")
+    messages = from_provider(mixed, "gemini", created_at=T0)
+    assert same(to_provider(messages, "gemini"), mixed)
+    # The casing is bookkeeping: the neutral messages are those of the camelCase payload,
+    # up to the casing hints.
+    plain = from_provider(payload, "gemini", created_at=T0)
+    assert [m.text for m in messages] == [m.text for m in plain]
+    assert [m.tool_calls and [c.name for c in m.tool_calls] for m in messages] == [
+        m.tool_calls and [c.name for c in m.tool_calls] for m in plain
+    ]
 
 
 # Any messages, any provider -------------------------------------------------------------------

@@ -133,6 +133,9 @@ def reference_compact(messages: Sequence[Message], keep_last: int) -> list[Messa
     lines = [reference_summary_line(message) for message in old]
     summary = Message.system(
         f"[Compacted {len(old)} earlier messages]\n" + "\n".join(lines),
+        metadata={
+            "compaction": {"messages": len(old), "summarizer": "structural", "lines_dropped": 0}
+        },
         created_at=old[0].created_at,
     )
     return [*messages[:lead], summary, *recent]
@@ -1332,6 +1335,24 @@ def test_summarize_writes_exactly_the_summary_lines_across_chunks() -> None:
         Message.system("a system note"),
         Message.user([{"type": "text", "text": "part\none "}, {"type": "text", "text": "two"}]),
     ]
-    for size in (1, 7, 255, 256, 257, 1000):
+    for size in (1, 7, 199, 200, 201, 255, 256, 257, 1000):
         old = [kinds[i % len(kinds)] for i in range(size)]
-        assert summarize(old).text == summary_text([summary_line(m) for m in old])
+        summary = summarize(old)
+        if size <= 200:
+            assert summary.text == summary_text([summary_line(m) for m in old])
+            assert summary.metadata["compaction"] == {
+                "messages": size,
+                "summarizer": "structural",
+                "lines_dropped": 0,
+            }
+        else:
+            # The newest 200 lines, and a line saying how many older ones were dropped.
+            lines = [summary_line(m) for m in old[-200:]]
+            assert summary.text == "\n".join(
+                [
+                    f"[Compacted {size} earlier messages]",
+                    f"  [... {size - 200} older lines not kept]",
+                    *lines,
+                ]
+            )
+            assert summary.metadata["compaction"]["lines_dropped"] == size - 200  # type: ignore[index]

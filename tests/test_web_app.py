@@ -276,3 +276,33 @@ async def test_an_id_containing_a_slash_is_shown_read_streamed_and_appended_to(
         session_id=session_id, store=f"sqlite:///{tmp_path / 'web.sqlite3'}"
     ) as session:
         assert [web.event_json(e) for e in session.log.events()] == events
+
+
+async def test_the_page_comes_with_the_surface_and_a_summary_whole(tmp_path: Path) -> None:
+    async with serving(tmp_path) as (_app, client):
+        page = (await client.get("/sessions/s")).text
+        assert (
+            '<script id="initial-surface" type="application/json">{"session_id":"s","count":0,'
+            in page
+        )
+        await client.post("/sessions/s/turns", params={"count": "8"})
+        page = (await client.get("/sessions/s")).text
+        surface = (await client.get("/sessions/s/surface")).json()
+        start = page.index('type="application/json">') + len('type="application/json">')
+        assert orjson.loads(page[start : page.index("</script>", start)]) == surface
+        (summary,) = [entry for entry in surface["entries"] if entry["replace"] == "compaction"]
+        # Whole, line by line, with the count of original messages it covers.
+        assert summary["text"].startswith(f"[Compacted {summary['covers']} earlier messages]\n")
+        assert summary["text"].count("\n") == summary["covers"]
+
+
+def test_no_text_in_the_surface_can_end_the_pages_script() -> None:
+    page = web.page_with_surface(
+        '<script type="application/json">' + web.INITIAL_SURFACE + "</script>",
+        {"entries": [{"text": "</script><script>alert(1)</script>"}]},
+    )
+    assert page.count("</script>") == 1
+    start = len('<script type="application/json">')
+    assert orjson.loads(page[start : page.index("</script>")]) == {
+        "entries": [{"text": "</script><script>alert(1)</script>"}]
+    }

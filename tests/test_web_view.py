@@ -255,6 +255,7 @@ def test_the_page_follows_the_session_across_a_server_restart(
     assert state["summaries"], "the surface shows the summary"
     if shot := os.environ.get("NOUS_WEB_SCREENSHOT"):
         browser.save_screenshot(shot)
+    check_first_paint(browser, server, count)
 
     # The server stops; the page notices and keeps trying.
     before_stop = count
@@ -282,6 +283,35 @@ def test_the_page_follows_the_session_across_a_server_restart(
     assert state["reconnects"] == 2
     assert resumed_at(before_crash) in server.log.read_text()
     assert len(state["compactions"]) >= 3, "compactions before, while and after it was down"
+
+
+def check_first_paint(browser: Any, server: Server, count: int) -> None:
+    """A page loaded on a session with history shows its surface in its first paint: the
+    surface comes with the page. Proved with the stream and the surface fetch blocked, so
+    nothing but the page itself can have drawn it."""
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/events*", "*/surface*"]})
+    try:
+        browser.get(f"{server.base}/sessions/{SESSION}")
+        first = page_state(browser)  # no wait: what the page showed once loaded
+    finally:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    surface = server.request("GET", f"/sessions/{SESSION}/surface")
+    assert first["events"] == [], "the stream was blocked"
+    assert first["surfaceAt"] == count - 1
+    assert first["surface"] == [entry["seq"] for entry in surface["entries"]]
+    assert first["summaries"], "with the summary, marked"
+    # The summary is shown whole, line by line, with the messages it covers.
+    shown = browser.execute_script(
+        """const li = document.querySelector("#surface li.summary");
+        return [li.querySelector(".text").textContent, li.querySelector(".badge").textContent];"""
+    )
+    (entry,) = [entry for entry in surface["entries"] if entry["replace"] == "compaction"]
+    assert shown == [entry["text"], f"{entry['covers']} messages"]
+    assert shown[0].startswith(f"[Compacted {entry['covers']} earlier messages]\n")
+    # Unblocked, a new load follows the stream as before.
+    browser.get(f"{server.base}/sessions/{SESSION}")
+    check_page(browser, server, count)
 
 
 def append_offline(server: Server, turns: int) -> None:

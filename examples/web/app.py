@@ -6,9 +6,11 @@ compactions as they land. The events come from ``GET /sessions/{id}/events``, a 
 Events stream read from ``session.subscribe(since)``: each SSE message carries one event and
 its SSE id is the event's seq, so a browser that reconnects (after a dropped connection or a
 server restart) sends ``Last-Event-ID`` and the stream resumes right after the last event it
-showed, with no gap and no duplicate. The surface comes from ``GET /sessions/{id}/surface``:
-the fold (replaces, removes, rewinds, uncompacts) is the library's, memoised on the committed
-Log, so the page asks for it again after each burst of events instead of re-implementing it.
+showed, with no gap and no duplicate. The surface comes with the page (so its first paint
+shows it), then from ``GET /sessions/{id}/surface``: the fold (replaces, removes, rewinds,
+uncompacts) is the library's, memoised on the committed Log, so the page asks for it again
+after each burst of events instead of re-implementing it. A compaction summary is shown whole,
+line by line, with the number of original messages it covers.
 
 The store is a SQLite file, so the server can be stopped and started again and keep every
 session. The sessions are held by a :class:`~nous_session.registry.Sessions` registry: each is
@@ -70,12 +72,17 @@ from nous_session.event import Event, EventType
 from nous_session.ops import Replace
 from nous_session.registry import Sessions
 from nous_session.stores.base import check_session_id
+from nous_session.transcript import summary_info
 
 logger = logging.getLogger("examples.web")
 
 PAGE = Path(__file__).with_name("index.html")
 # How long a browser waits before reconnecting a dropped stream (the SSE `retry:` field).
 RETRY_MS = 500
+# Where the page holds the surface it is served with (replaced by its JSON).
+INITIAL_SURFACE = "null/*INITIAL_SURFACE*/"
+# How much of a summary's text the surface shows (the rest is cut with an ellipsis).
+SUMMARY_CHARS = 20_000
 # A comment line this often keeps idle connections open and finds departed browsers.
 PING_SECONDS = 15
 # What a preview of an event's text is cut to.
@@ -168,20 +175,41 @@ def event_json(event: Event) -> dict[str, Any]:
     return shown
 
 
+def surface_entry(event: Event, message: Message) -> dict[str, Any]:
+    """One message of the surface: its seq, role and a one-line preview of its text; for a
+    compaction summary, its whole text (line by line, up to ``SUMMARY_CHARS``) and how many
+    original messages it covers."""
+    entry: dict[str, Any] = {
+        "seq": event.seq,
+        "position": event.position,
+        "role": message.role.value,
+        "text": _preview(message.text),
+        "replace": compaction_source(event),
+    }
+    info = summary_info(message)
+    if info is not None:
+        text = message.text
+        entry["text"] = text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+        entry["covers"] = info["messages"]
+    return entry
+
+
 def surface_json(session: SessionActor) -> dict[str, Any]:
     """The surface the model sees now, one entry per message, with the seq it came from."""
     log = session.log
     entries = [
-        {
-            "seq": event.seq,
-            "position": event.position,
-            "role": message.role.value,
-            "text": _preview(message.text),
-            "replace": compaction_source(event),
-        }
+        surface_entry(event, message)
         for event, message in zip(log.surface(), log.derive_messages(), strict=True)
     ]
     return {"session_id": session.session_id, "count": log.count, "entries": entries}
+
+
+def page_with_surface(page: str, surface: dict[str, Any]) -> str:
+    """The page with the surface as it is now written into it, so that its first paint shows
+    the surface (the script draws it before the stream opens). ``<`` is escaped so that no
+    text in the JSON can end the script element."""
+    data = orjson.dumps(surface).decode().replace("<", "\\u003c")
+    return page.replace(INITIAL_SURFACE, data, 1)
 
 
 def resume_point(request: Request) -> tuple[int, str]:
@@ -317,7 +345,11 @@ def create_app(
         return RedirectResponse("/sessions/demo")
 
     async def show(request: Request) -> Response:
-        return HTMLResponse(page)
+        try:
+            session = await sessions_of(request).get(request.path_params["session_id"])
+        except ValueError as error:
+            return JSONResponse({"error": str(error)}, status_code=400)
+        return HTMLResponse(page_with_surface(page, surface_json(session)))
 
     async def surface(request: Request) -> Response:
         try:

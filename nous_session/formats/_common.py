@@ -397,3 +397,21 @@ def unsupported(
         )
     if message.is_error and message.role is not Role.TOOL:
         notes.drop(index, "the error flag", "only tool results carry one")
+    if message.tool_call_id is not None and message.role is not Role.TOOL:
+        notes.drop(
+            index, f"the tool call id {message.tool_call_id!r}", "only tool results carry one"
+        )
+
+
+def call_item_fields(call: ToolCall, notes: Notes, index: int, k: int) -> None:
+    """Note the call's OpenAI Responses item fields (``item_id``, ``status``), which the
+    provider has no place for."""
+    for what, value in (("item id", call.item_id), ("status", call.status)):
+        if value is not None:
+            notes.drop(index, f"the {what} {value!r} of tool call {k} ({call.name})")
+
+
+def url_media_type(part: ImagePart, notes: Notes, index: int, what: str) -> None:
+    """Note the media type of an image sent by URL, which the provider has no place for."""
+    if part.media_type is not None and part.data is None:
+        notes.drop(index, f"the media type {part.media_type!r} of {what}")

@@ -36,6 +36,7 @@ from nous_session.formats._common import (
     Placed,
     arguments_object,
     arrange,
+    call_item_fields,
     copy_object,
     diff,
     elements,
@@ -48,6 +49,7 @@ from nous_session.formats._common import (
     part_kind,
     plain_json,
     unsupported,
+    url_media_type,
     with_extras,
 )
 from nous_session.message import Message, Role, ToolCall
@@ -91,7 +93,7 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
         extras = own(message.provider_data, PROVIDER)
         if role is not Role.TOOL:
             notes.foreign(i, None, message.provider_data)
-        unsupported(message, notes, i, name=role is Role.TOOL)
+        unsupported(message, notes, i)  # a tool_result block has no name either
         if role is Role.SYSTEM or role is Role.DEVELOPER:
             if role is Role.DEVELOPER:
                 notes.add(
@@ -191,6 +193,7 @@ def _blocks(message: Message, notes: Notes, i: int, context: str, ids: CallIds |
 
 def _tool_use(call: ToolCall, ident: str, notes: Notes, i: int, k: int) -> dict[str, Any]:
     notes.foreign(i, f"tool call {k} ({call.name})", call.provider_data)
+    call_item_fields(call, notes, i, k)
     block = {
         "type": "tool_use",
         "id": ident,
@@ -228,6 +231,8 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
         assert isinstance(part, ImagePart)
         if part.detail not in (None, "auto"):
             notes.drop(i, f"the detail {part.detail!r} of {what}")
+        if part.file_id is None:
+            url_media_type(part, notes, i, what)
         return merge({"type": "image", "source": _source(part)}, extras)
     if context != "assistant":
         notes.drop(i, what, f"{PROVIDER} takes thinking only from the model")

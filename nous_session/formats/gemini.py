@@ -5,7 +5,10 @@ starts with a system message) and ``contents``, each ``{"role": "user" | "model"
 [...]}`` with camelCase part fields, as the API returns them and as
 ``Content.model_dump(mode="json", by_alias=True, exclude_none=True)`` gives them. The
 snake_case field names the Python SDK prints (``function_call``, ``inline_data``,
-``thought_signature``...) and ``systemInstruction`` are read too, and written back in camelCase.
+``mime_type``, ``thought_signature``...) and ``systemInstruction`` are read too, and written
+back as they came: each part, function call and result remembers the snake_case names it had
+(a ``"$snake"`` hint in its ``provider_data["gemini"]``), and the system message the key it
+came under.
 
 Reading and writing are exact for: text parts; thought parts (``thought: true``, with
 ``thoughtSignature``) as :class:`~nous_session.parts.ThinkingPart`; ``thoughtSignature`` on any
@@ -39,6 +42,7 @@ from nous_session.formats._common import (
     Placed,
     arguments_object,
     arrange,
+    call_item_fields,
     copy_object,
     diff,
     elements,
@@ -69,6 +73,13 @@ __all__ = ["dump", "load"]
 PROVIDER: Final = "gemini"
 JSON_RESPONSE: Final = "$json"
 """Hint on a tool message: its text is the compact JSON of the whole ``response`` object."""
+
+SNAKE: Final = "$snake"
+"""Hint on a part, a function call or a tool result: the snake_case field names it came with
+(``inline_data``, ``mime_type``...), which writing gives back in that case."""
+SYSTEM_KEY: Final = "$key"
+"""Hint on the system message: the payload key its instruction came under, when it was
+``systemInstruction`` (camelCase)."""
 
 _CAMEL: Final = {
     "function_call": "functionCall",
@@ -144,7 +155,9 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
         if i == 0 and role in (Role.SYSTEM, Role.DEVELOPER):
             if role is Role.DEVELOPER:
                 notes.add("message 0 is a developer message; sent as the system instruction")
-            payload["system_instruction"] = merge({"parts": _parts(message, notes, i)}, extras)
+            key = extras.get(SYSTEM_KEY)
+            key = key if key == "systemInstruction" else "system_instruction"
+            payload[key] = merge({"parts": _parts(message, notes, i)}, extras)
         elif role is Role.TOOL:
             part = _response(message, notes, i, names.answer(message, notes, i))
             turn = extras.get(TURN)
@@ -198,7 +211,13 @@ def _parts(message: Message, notes: Notes, i: int) -> list[Any]:
 
 
 def _call(call: ToolCall, notes: Notes, i: int, k: int) -> dict[str, Any]:
+    written = _camel_call(call, notes, i, k)
+    return _recase(written, own(call.provider_data, PROVIDER).get(SNAKE))
+
+
+def _camel_call(call: ToolCall, notes: Notes, i: int, k: int) -> dict[str, Any]:
     notes.foreign(i, f"tool call {k} ({call.name})", call.provider_data)
+    call_item_fields(call, notes, i, k)
     function: dict[str, Any] = {"name": call.name, "args": arguments_object(call, notes, i, k)}
     if call.id:
         function["id"] = call.id
@@ -215,12 +234,23 @@ def _media(part: ImagePart, notes: Notes, i: int, what: str) -> dict[str, Any] |
         if media_type is None:
             notes.drop(i, f"the media type of {what}", "it is unknown; gemini needs one")
             return {"fileData": {"fileUri": part.url}}
+        if part.media_type is None:
+            notes.add(
+                f"the media type of {what} of message {i} is not given; sent as {media_type!r},"
+                f" guessed from the URL: {PROVIDER} needs one"
+            )
         return {"fileData": {"mimeType": media_type, "fileUri": part.url}}
     notes.drop(i, what, f"{PROVIDER} takes images by data or URI, not by another's file id")
     return None
 
 
 def _part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[str, Any] | None:
+    written = _camel_part(part, notes, i, j, model)
+    snake = own(getattr(part, "provider_data", None) or {}, PROVIDER).get(SNAKE)
+    return None if written is None else _recase(written, snake)
+
+
+def _camel_part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[str, Any] | None:
     what = f"{part_kind(part)} (part {j})"
     if isinstance(part, OtherPart):
         return copy_object(part.data)
@@ -255,6 +285,11 @@ def _part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[str, An
 
 
 def _response(message: Message, notes: Notes, i: int, name: str) -> dict[str, Any]:
+    written = _camel_response(message, notes, i, name)
+    return _recase(written, own(message.provider_data, PROVIDER).get(SNAKE))
+
+
+def _camel_response(message: Message, notes: Notes, i: int, name: str) -> dict[str, Any]:
     notes.foreign(i, "the tool result", message.provider_data)
     extras = own(message.provider_data, PROVIDER)
     content = message.content
@@ -266,10 +301,17 @@ def _response(message: Message, notes: Notes, i: int, name: str) -> dict[str, An
         for j, part in enumerate(content):
             if type(part) is TextPart:
                 texts.append(part.text)
+                # A response's text is one string: no part keeps fields of its own.
+                notes.foreign(i, f"text (part {j})", part.provider_data)
+                if any(key[:1] != "$" for key in own(part.provider_data, PROVIDER)):
+                    notes.drop(
+                        i, f"the {PROVIDER} fields of text (part {j})", "a response is one text"
+                    )
             elif type(part) is ImagePart:
                 found = _media(part, notes, i, f"image (part {j})")
                 if found is not None:
-                    media.append(merge(found, own(part.provider_data, PROVIDER)))
+                    mine = own(part.provider_data, PROVIDER)
+                    media.append(_recase(merge(found, mine), mine.get(SNAKE)))
             elif type(part) is ProviderPart and part.provider == PROVIDER:
                 media.append(copy_object(part.data))
             else:
@@ -298,26 +340,57 @@ def _response(message: Message, notes: Notes, i: int, name: str) -> dict[str, An
 # Reading --------------------------------------------------------------------------------------
 
 
-def _camel(value: Any) -> Any:
-    """A part with the SDK's snake_case structural keys renamed to the API's camelCase."""
-    if type(value) is not dict or not any(key in _CAMEL for key in value):
-        if type(value) is dict:
-            for key in ("inlineData", "fileData", "functionResponse"):
-                if type(value.get(key)) is dict:
-                    value = {**value, key: _camel_inner(value[key])}
-        return value
-    out = {_CAMEL.get(key, key): item for key, item in value.items()}
-    for key in ("inlineData", "fileData", "functionResponse"):
+_SNAKE: Final = {camel: snake for snake, camel in _CAMEL.items()}
+# The part fields whose value is an object with fields of its own to rename.
+_NESTED: Final = ("inlineData", "fileData", "functionResponse", "functionCall")
+
+
+def _camel(value: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A part with the SDK's snake_case structural keys renamed to the API's camelCase, and
+    the snake_case names it had (sorted), for :func:`_recase` to give back."""
+    snake: set[str] = set()
+
+    def rename(fields: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, item in fields.items():
+            if key in _CAMEL:
+                snake.add(key)
+                key = _CAMEL[key]
+            out[key] = item
+        return out
+
+    out = rename(value)
+    for key in _NESTED:
         if type(out.get(key)) is dict:
-            out[key] = _camel_inner(out[key])
+            out[key] = rename(out[key])
+    return out, sorted(snake)
+
+
+def _recase(value: dict[str, Any], snake: object) -> dict[str, Any]:
+    """A written part with the camelCase keys named in ``snake`` given back in snake_case."""
+    if type(snake) is not list or not snake:
+        return value
+    names = set(snake)
+
+    def rename(fields: dict[str, Any]) -> dict[str, Any]:
+        return {(_SNAKE[k] if _SNAKE.get(k) in names else k): v for k, v in fields.items()}
+
+    out = rename(value)
+    for key in _NESTED:
+        key = _SNAKE[key] if _SNAKE.get(key) in names else key
+        if type(out.get(key)) is dict:
+            out[key] = rename(out[key])
     return out
 
 
-def _camel_inner(value: dict[str, Any]) -> dict[str, Any]:
-    out = {_CAMEL.get(key, key): item for key, item in value.items()}
-    if type(out.get("parts")) is list:
-        out["parts"] = [_camel(part) for part in out["parts"]]
-    return out
+def _extras(camel: dict[str, Any], default: dict[str, Any], snake: list[str]) -> dict[str, Any]:
+    """What ``camel`` (a part as given, in camelCase) has beyond ``default``, with the
+    snake_case names it came with as a hint: writing merges the difference into the camelCase
+    default, then gives those names back their case."""
+    extras = diff(camel, default)
+    if snake:
+        extras[SNAKE] = snake
+    return extras
 
 
 def load(payload: object, created_at: datetime) -> list[Message]:
@@ -338,7 +411,8 @@ def load(payload: object, created_at: datetime) -> list[Message]:
     data = plain_json(PROVIDER, payload)
     if type(data) is not dict:
         fail(PROVIDER, (), 'the payload must be an object with "contents"')
-    if "systemInstruction" in data and "system_instruction" not in data:
+    camel_system = "systemInstruction" in data and "system_instruction" not in data
+    if camel_system:
         data["system_instruction"] = data.pop("systemInstruction")
     unknown = sorted(set(data) - {"system_instruction", "contents"})
     if unknown:
@@ -352,7 +426,11 @@ def load(payload: object, created_at: datetime) -> list[Message]:
     reader = _Reader(created_at)
     out: list[Message] = []
     if "system_instruction" in data:
-        out.append(reader.system(data["system_instruction"], ("system_instruction",)))
+        system = reader.system(data["system_instruction"], ("system_instruction",))
+        if camel_system:  # written back under the key it came with
+            mine = {**own(system.provider_data, PROVIDER), SYSTEM_KEY: "systemInstruction"}
+            system = attrs.evolve(system, provider_data={PROVIDER: mine})
+        out.append(system)
     for n, content in enumerate(need_list(PROVIDER, data["contents"], ("contents",), "contents")):
         reader.content(content, ("contents", n), out)
     return out
@@ -367,7 +445,7 @@ class _Reader:
             return []
         parts = need_list(PROVIDER, content["parts"], (*where, "parts"), "parts")
         return [
-            _camel(need_object(PROVIDER, part, (*where, "parts", k), "a part"))
+            need_object(PROVIDER, part, (*where, "parts", k), "a part")
             for k, part in enumerate(parts)
         ]
 
@@ -381,7 +459,7 @@ class _Reader:
         )
         plain = Message(Role.SYSTEM, _simple(parts), created_at=self.created_at)
         default = {"parts": _parts(plain, Notes(PROVIDER), 0)}
-        extras = diff(_normalised(content, read), default)
+        extras = diff(content, default)
         return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))
 
     def content(self, value: object, where: Path, out: list[Message]) -> None:
@@ -394,7 +472,7 @@ class _Reader:
             text = None if calls and not content_parts else _simple(content_parts, bool(calls))
             plain = Message(Role.ASSISTANT, text, tool_calls=calls, created_at=self.created_at)
             default = {"role": "model", "parts": _parts(plain, Notes(PROVIDER), 0)}
-            extras = diff(_normalised(content, parts), default)
+            extras = diff(content, default)
             out.append(attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER)))
             return
         if role not in ("user", "function"):
@@ -411,7 +489,7 @@ class _Reader:
                 run.clear()
 
         for k, part in enumerate(parts):
-            if "functionResponse" in part:
+            if "functionResponse" in part or "function_response" in part:
                 flush()
                 produced.append(self.response(part, (*where, "parts", k)))
             else:
@@ -436,7 +514,8 @@ class _Reader:
                 message = attrs.evolve(message, provider_data={PROVIDER: mine})
             out.append(message)
 
-    def response(self, part: dict[str, Any], where: Path) -> Message:
+    def response(self, raw: dict[str, Any], where: Path) -> Message:
+        part, snake = _camel(raw)
         function = need(PROVIDER, part, "functionResponse", dict, where)
         inner = (*where, "functionResponse")
         name = need(PROVIDER, function, "name", str, inner)
@@ -473,13 +552,14 @@ class _Reader:
             created_at=self.created_at,
             provider_data=with_extras(hints, PROVIDER),
         )
-        default = _response(plain, Notes(PROVIDER), 0, name)
-        extras = {**hints, **diff(part, default)}
+        default = _camel_response(plain, Notes(PROVIDER), 0, name)
+        extras = {**hints, **_extras(part, default, snake)}
         return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))
 
-    def item(self, part: dict[str, Any], where: Path) -> Part | ToolCall:
+    def item(self, raw: dict[str, Any], where: Path) -> Part | ToolCall:
+        part, snake = _camel(raw)
         if "functionCall" not in part:
-            return self.part(part, where, model=True)
+            return self.part(raw, where, model=True)
         function = need(PROVIDER, part, "functionCall", dict, where)
         inner = (*where, "functionCall")
         name = need(PROVIDER, function, "name", str, inner)
@@ -490,11 +570,12 @@ class _Reader:
         if type(arguments) is not dict:
             fail(PROVIDER, (*inner, "args"), "must be an object")
         plain = ToolCall(ident, name, arguments)
-        default = _call(plain, Notes(PROVIDER), 0, 0)
-        return attrs.evolve(plain, provider_data=with_extras(diff(part, default), PROVIDER))
+        default = _camel_call(plain, Notes(PROVIDER), 0, 0)
+        extras = _extras(part, default, snake)
+        return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))
 
-    def part(self, part: dict[str, Any], where: Path, model: bool) -> Part:
-        part = _camel(need_object(PROVIDER, part, where, "a part"))
+    def part(self, raw: dict[str, Any], where: Path, model: bool) -> Part:
+        part, snake = _camel(need_object(PROVIDER, raw, where, "a part"))
         plain: Part
         if "text" in part:
             text = need(PROVIDER, part, "text", str, where)
@@ -510,13 +591,14 @@ class _Reader:
         elif type(part.get("inlineData")) is dict or type(part.get("fileData")) is dict:
             image = _image(part)
             if image is None:
-                return ProviderPart(PROVIDER, part)
+                return ProviderPart(PROVIDER, raw)  # verbatim, in the case it came
             plain = image
         else:
-            return ProviderPart(PROVIDER, part)
-        default = _part(plain, Notes(PROVIDER), 0, 0, model)
+            return ProviderPart(PROVIDER, raw)
+        default = _camel_part(plain, Notes(PROVIDER), 0, 0, model)
         assert default is not None
-        return attrs.evolve(plain, provider_data=with_extras(diff(part, default), PROVIDER))
+        extras = _extras(part, default, snake)
+        return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))
 
 
 def _image(part: dict[str, Any]) -> ImagePart | None:
@@ -532,11 +614,6 @@ def _image(part: dict[str, Any]) -> ImagePart | None:
         return ImagePart(data=data, media_type=media_type) if type(data) is str else None
     uri = source.get("fileUri")
     return ImagePart(uri, media_type=media_type) if type(uri) is str else None
-
-
-def _normalised(content: dict[str, Any], parts: list[Any]) -> dict[str, Any]:
-    """The content with its parts as read (camelCase)."""
-    return {**content, "parts": parts} if "parts" in content else content
 
 
 def _simple(parts: tuple[Part, ...], calls: bool = False) -> str | tuple[Part, ...]:

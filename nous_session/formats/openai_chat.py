@@ -29,6 +29,7 @@ from nous_session.formats._common import (
     Path,
     Placed,
     arguments_text,
+    call_item_fields,
     copy_object,
     data_url,
     diff,
@@ -43,6 +44,7 @@ from nous_session.formats._common import (
     part_kind,
     plain_json,
     unsupported,
+    url_media_type,
     with_extras,
 )
 from nous_session.message import Message, Role, ToolCall
@@ -79,7 +81,8 @@ def _message(message: Message, notes: Notes, i: int, ids: CallIds) -> dict[str, 
     role = message.role
     data: dict[str, Any]
     if role is Role.TOOL:
-        unsupported(message, notes, i, name=True)
+        # A function message carries the name; a tool message (with a call id) has no place.
+        unsupported(message, notes, i, name=message.tool_call_id is None)
         if message.is_error:
             notes.drop(i, "the error flag", f"{PROVIDER} tool messages have none")
         if message.tool_call_id is None:
@@ -118,6 +121,7 @@ def _tool_calls(message: Message, notes: Notes, i: int, ids: CallIds) -> list[An
     calls = []
     for k, call in enumerate(message.tool_calls):
         notes.foreign(i, f"tool call {k} ({call.name})", call.provider_data)
+        call_item_fields(call, notes, i, k)
         data = {
             "id": ids.call_id(i, k, call),
             "type": "function",
@@ -173,6 +177,7 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
         if part.file_id is not None:
             notes.drop(i, what, f"{PROVIDER} takes images by URL or data only")
             return None
+        url_media_type(part, notes, i, what)
         image: dict[str, Any] = {"url": data_url(part)}
         if part.detail is not None:
             image["detail"] = part.detail

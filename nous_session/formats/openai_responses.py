@@ -51,6 +51,7 @@ from nous_session.formats._common import (
     plain_json,
     same,
     unsupported,
+    url_media_type,
     with_extras,
 )
 from nous_session.message import Message, Role, ToolCall
@@ -162,6 +163,7 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
         if part.file_id is not None:
             block["file_id"] = part.file_id
         else:
+            url_media_type(part, notes, i, what)
             block["image_url"] = data_url(part)
         return merge(block, extras)
     if isinstance(part, ImagePart):
@@ -184,6 +186,8 @@ def _assistant(
             return
         texts = [part for part in run if isinstance(part, TextPart)]
         if len(texts) == len(run) and not any(PROVIDER in part.provider_data for part in texts):
+            for part in texts:  # (the joined string has no place for another's fields)
+                notes.foreign(i, "a text part", part.provider_data)
             text: Any = "".join(part.text for part in texts)
         else:
             text = [_block(part, notes, i, -1, "assistant") for part in run]
