@@ -322,7 +322,7 @@ class NousSession:
                 raise ItemError(f"item {index}: {error}") from None
         if not batch:
             return
-        sessions = await self._where()  # cancelled here, nothing was sent
+        sessions = self._pick()
         if (
             isinstance(sessions, Sessions)
             and self.session_id in sessions  # open: use() takes it without an await
@@ -547,8 +547,14 @@ class NousSession:
             raise _closed_error(self)
 
     async def _where(self) -> SessionsPortal | Sessions:
-        """Where this call runs: the given portal or registry; else, from a running asyncio
-        loop, that loop's registry of the store (opened now if need be); else the portal."""
+        """Where this call runs (see :meth:`_pick`), the loop's registry open."""
+        where = self._pick()
+        return await where.ready() if isinstance(where, _LoopSessions) else where
+
+    def _pick(self) -> SessionsPortal | Sessions | _LoopSessions:
+        """Where this call runs, with no await: the given portal or registry; else, from a
+        loop an asyncio.Runner runs, that loop's registry of the store (made now if need be,
+        and then perhaps still opening); else the portal."""
         if self._given is not None:
             return self._given
         try:
@@ -574,7 +580,7 @@ class NousSession:
                 self._hosts.discard(dead)
                 dead.release()
         self._local = (loop, host)
-        return await host.ready()
+        return host
 
     def _portal(self) -> SessionsPortal:
         with self._lock:
@@ -589,18 +595,23 @@ class NousSession:
         return self._store if isinstance(self._store, str) else id(self._store)
 
     async def _call(
-        self, fn: Callable[[SessionActor], Any], sessions: SessionsPortal | Sessions | None = None
+        self,
+        fn: Callable[[SessionActor], Any],
+        where: SessionsPortal | Sessions | _LoopSessions | None = None,
     ) -> Any:
         self._check_open()
-        if sessions is None:
-            sessions = await self._where()
+        if where is None:
+            where = self._pick()
+        sessions = await where.ready() if isinstance(where, _LoopSessions) else where
         if isinstance(sessions, Sessions):
             async with sessions.use(self.session_id) as actor:
                 return await fn(actor)
         return await sessions.acall(self.session_id, fn)
 
     async def _mutate(
-        self, fn: Callable[[SessionActor], Any], sessions: SessionsPortal | Sessions | None = None
+        self,
+        fn: Callable[[SessionActor], Any],
+        where: SessionsPortal | Sessions | _LoopSessions | None = None,
     ) -> Any:
         """Run a write and wait for its outcome even if the caller is cancelled meanwhile;
         the cancellation is raised once the outcome is known (as the SDK's own sessions do),
@@ -615,15 +626,16 @@ class NousSession:
                 result = await self._call(fn)
             await anyio.lowlevel.checkpoint_if_cancelled()
             return result
-        if sessions is None:
-            sessions = await self._where()  # cancelled here, nothing was sent
+        if where is None:
+            where = self._pick()
         waiting: asyncio.Future[Any]
-        if isinstance(sessions, SessionsPortal) and not sessions.is_own_thread():
-            waiting = asyncio.wrap_future(sessions.start(self.session_id, fn), loop=loop)
+        if isinstance(where, SessionsPortal) and not where.is_own_thread():
+            waiting = asyncio.wrap_future(where.start(self.session_id, fn), loop=loop)
         else:
-            # On this loop: its own task, so that cancelling the caller does not cancel it;
-            # the caller waits for it below whatever happens, so it never outlives the call.
-            waiting = loop.create_task(self._call(fn, sessions))
+            # On this loop (the registry perhaps still opening): its own task, so that
+            # cancelling the caller does not cancel it; the caller waits for it below
+            # whatever happens, so it never outlives the call.
+            waiting = loop.create_task(self._call(fn, where))
         try:
             # shield: a cancelled caller leaves the write running (awaiting the task itself
             # would cancel it with the caller).
@@ -922,27 +934,31 @@ class _LoopSessions:
 
 
 def _run_by_asyncio_runner(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``loop`` is being run by :class:`asyncio.Runner` (``asyncio.run``, anyio's
-    and uvloop's ``run``, pytest-asyncio), looked up the calling thread's stack: such a loop
-    cancels its tasks, letting them finish, before it shuts its async generators down and
-    closes. Other ways of running a loop (``run_until_complete`` by hand, as
-    ``Runner.run_sync`` does, whose ``shutdown_asyncgens()`` after each run would close the
-    async generators of a task that outlives the run) get the portal."""
+    """Whether ``loop`` belongs to an :class:`asyncio.Runner` running it now (``asyncio.run``,
+    anyio's and uvloop's ``run``, anyio's pytest plugin), looked up on the calling thread's
+    stack: an object running the loop there is the Runner, or holds it as ``_runner``.
+
+    Such a loop, when its run ends, cancels its tasks and lets them finish before it shuts
+    its async generators down and closes: the registry's task closes cleanly then. Other ways
+    of running a loop get the portal: ``run_until_complete`` by hand, as ``Runner.run_sync``
+    does, whose ``shutdown_asyncgens()`` after each run would close the async generators
+    (the actors' ``async with`` blocks) of a task that outlives the run.
+    """
     known = _RUNNER_LOOPS.get(loop)
     if known is not None:
         return known
-    frame = sys._getframe(1)
     found = False
-    while frame is not None:
-        if frame.f_code is _RUNNER_RUN:
-            found = getattr(frame.f_locals.get("self"), "_loop", None) is loop
-            break
+    frame = sys._getframe(1)
+    while frame is not None and not found:
+        owner = frame.f_locals.get("self") if "self" in frame.f_code.co_varnames else None
+        for runner in (owner, getattr(owner, "_runner", None)):
+            if isinstance(runner, asyncio.Runner) and getattr(runner, "_loop", None) is loop:
+                found = True
         frame = frame.f_back  # type: ignore[assignment]
     _RUNNER_LOOPS[loop] = found
     return found
 
 
-_RUNNER_RUN: Final = asyncio.Runner.run.__code__
 # Whether each loop is run by an asyncio.Runner: a loop is run one way for its whole life.
 _RUNNER_LOOPS: Final[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, bool]] = (
     weakref.WeakKeyDictionary()
