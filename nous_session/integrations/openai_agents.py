@@ -24,17 +24,20 @@ change in between makes the pop look again instead of removing the wrong item. W
 surface holds that the SDK did not add (a nous_session compaction's summary, a message an
 application added) is given to the SDK as the items it writes as.
 
-Where the session's actor runs is picked by how each call is made. A call from a running
-asyncio event loop (``await Runner.run(...)``, ``asyncio.run``, each ``Runner.run_sync``) uses a
-:class:`~nous_session.registry.Sessions` registry on that very loop: one per loop and store,
-opened on the first call, shared by every ``NousSession`` of that store called from that loop
-(so a SQLite store's writer group-commits across them), and closed when the last of those
-sessions closes or when the loop ends (``asyncio.run`` returning, ``Runner.run_sync`` finishing
-its run: both shut the loop's async generators down, which is the signal). A call made
-anywhere else (a trio run) goes to a :class:`~nous_session.registry.SessionsPortal`, an event
-loop in a thread of its own shared by every ``NousSession`` of the store and closed with the
-last of them. Pass ``sessions=`` to choose: a portal of your own, or a ``Sessions`` registry you
-entered on the loop the session is used from.
+Where the session's actor runs is picked by how each call is made. A call from a loop that an
+:class:`asyncio.Runner` runs (``asyncio.run``, ``anyio.run``, ``uvloop.run``, the test
+plugins), as ``await Runner.run(...)`` makes it, uses a :class:`~nous_session.registry.Sessions`
+registry on that very loop, with no thread hop: one per loop and store, opened on the first
+call, shared by every ``NousSession`` of that store called from that loop (so a SQLite store's
+writer group-commits across them), and closed when the last of those sessions closes or when
+the loop's run ends (``asyncio.run`` cancels the tasks left and waits for them, and the
+registry closes its actors and its store on the way out). A call made anywhere else
+(``Runner.run_sync``, which runs the thread's default loop by hand and shuts its async
+generators down after each run without cancelling its tasks; a loop run with
+``run_until_complete``; a trio run) goes to a :class:`~nous_session.registry.SessionsPortal`, an
+event loop in a thread of its own shared by every ``NousSession`` of the store and closed with
+the last of them (or at exit). Pass ``sessions=`` to choose: a portal of your own, or a
+``Sessions`` registry you entered on the loop the session is used from.
 
 Needs the ``openai-agents`` extra: ``pip install 'nous_session[openai-agents]'``.
 """
@@ -330,12 +333,13 @@ class NousSession:
         ):
             async with sessions.use(self.session_id) as actor:
                 if not actor.statistics().queue_depth:
-                    # The common case, in the caller's task: with the actor open and its
-                    # queue empty, append_many queues the request before its first await,
-                    # so a cancellation can only land once it is queued, and then the
-                    # request commits whatever happens to the caller. Waiting for the
-                    # actor's answer to a later request keeps the rule below (the outcome
-                    # is known when the cancellation is raised) without a task per call.
+                    # The common case, in the caller's task (a task per call cost a third
+                    # of the adapter's time): with the actor open and its queue empty,
+                    # append_many queues the request before its first await (the engine
+                    # queues only by send_nowait), so a cancellation can only land once it
+                    # is queued, and then the request commits whatever happens to the
+                    # caller. Waiting for the actor's answer to a later request keeps
+                    # _mutate's rule (the outcome is known when the cancellation is raised).
                     try:
                         await actor.append_many(batch)
                     except asyncio.CancelledError:
@@ -498,8 +502,10 @@ class NousSession:
 
     def close(self) -> None:
         """Stop using the session; later calls raise
-        :class:`~nous_session.errors.SessionClosedError`. The shared portal closes with the
-        last session using it. Idempotent; what was committed stays."""
+        :class:`~nous_session.errors.SessionClosedError`. A loop's registry, or the shared
+        portal, that this session used closes with the last session using it (a registry
+        stops on its loop, soon after). Idempotent; what was committed stays; from any
+        thread."""
         with self._lock:
             if self._closed:
                 return
