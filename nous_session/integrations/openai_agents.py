@@ -95,7 +95,7 @@ T = TypeVar("T")
 _logger = get_logger("nous_session.openai_agents")
 
 PROVIDER: Final = "openai-responses"
-# A pop that keeps losing to other writers gives up after this many looks.
+# A write that keeps losing to other writers gives up after this many tries.
 _POP_ATTEMPTS: Final = 32
 
 
@@ -345,12 +345,11 @@ class NousSession:
                     except asyncio.CancelledError:
                         await _answered(actor)
                         raise
+                    except ConflictError:  # another writer first: caught up, try again
+                        await self._mutate(_appending(batch), sessions)
                     return
 
-        async def add(actor: SessionActor) -> None:
-            await actor.append_many(batch)
-
-        await self._mutate(add, sessions)
+        await self._mutate(_appending(batch), sessions)
 
     # The SDK's EncryptedSession authenticates the item it pops before the pop commits (a
     # wrong key then raises InvalidToken and removes nothing) only for a SQLiteSession whose
@@ -435,9 +434,17 @@ class NousSession:
 
         async def clear(actor: SessionActor) -> None:
             log = await actor.reload()
-            entries = log.surface()
-            if entries:
-                await actor.remove(entries[0].position, entries[-1].position)
+            for _ in range(_POP_ATTEMPTS):
+                entries = log.surface()
+                if not entries:
+                    return
+                if await _conditionally(actor.remove(entries[0].position, entries[-1].position)):
+                    return
+                log = actor.log  # another writer first: the actor has caught up
+            raise ConflictError(
+                f"clear_session lost to other writers {_POP_ATTEMPTS} times in a row; "
+                "nothing was removed"
+            )
 
         await self._mutate(clear)
 
@@ -751,6 +758,22 @@ async def _conditionally(edit: Any) -> bool:
     return True
 
 
+def _appending(batch: list[Any]) -> Callable[[SessionActor], Any]:
+    """A write of ``batch``, tried again while it loses to other writers (a loop's registry
+    commits plainly: a ConflictError means nothing was appended and the actor caught up)."""
+
+    async def append(actor: SessionActor) -> None:
+        for _ in range(_POP_ATTEMPTS - 1):
+            try:
+                await actor.append_many(batch)
+            except ConflictError:
+                continue
+            return
+        await actor.append_many(batch)
+
+    return append
+
+
 def _on_asyncio() -> bool:
     try:
         asyncio.get_running_loop()
@@ -858,7 +881,9 @@ class _LoopSessions:
     def __init__(self, loop: asyncio.AbstractEventLoop, key: object, store: Store | str) -> None:
         self.loop = loop
         self.key = key
-        self.sessions = Sessions(store, on_conflict="rebase")
+        # Plain commits, cheaper than rebasing ones: only another loop, process or the
+        # portal writes the same session, and the adapter tries a losing write again.
+        self.sessions = Sessions(store, on_conflict="raise")
         self.users = 0
         self.serving = False  # the registry is open and not told to stop
         self.finished = False  # the task has ended
