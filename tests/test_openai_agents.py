@@ -8,6 +8,7 @@ check what only we can see: what the log holds, other writers, other event loops
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -486,6 +487,33 @@ def test_two_asyncio_runs_in_sequence_each_get_a_registry_closed_with_its_loop(
     assert first == ([one], [one])
     # The file, and the private in-memory store the session keeps, outlive the first loop.
     assert second == ([one, two], [one, two])
+
+
+def test_writes_in_flight_when_asyncio_run_ends_land_and_nothing_is_logged(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """asyncio.run cancels the tasks left when its main coroutine returns: the registry's
+    task among them, which closes its actors (they commit what they had queued) and its store
+    on the way out, with no error logged (and no ResourceWarning, an error here)."""
+    sessions = [NousSession(f"late-{i}", url) for i in range(5)]
+
+    async def main() -> list[asyncio.Future[None]]:
+        await asyncio.gather(*(s.add_items(ITEMS[:1]) for s in sessions))
+        # Left running, never awaited: queued by the next await.
+        left = [asyncio.ensure_future(s.add_items(ITEMS[1:2])) for s in sessions]
+        await asyncio.sleep(0)
+        return left
+
+    async def read() -> list[list[Any]]:
+        return [await s.get_items() for s in sessions]
+
+    try:
+        asyncio.run(main())
+        assert asyncio.run(read()) == [ITEMS[:2]] * len(sessions)
+    finally:
+        for session in sessions:
+            session.close()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def test_closing_the_last_session_of_a_loop_registry_closes_it(url: str) -> None:
