@@ -345,6 +345,9 @@ def test_runner_run_sync_from_synchronous_code(tmp_path: Path) -> None:
     try:
         Runner.run_sync(agent, "one", session=session)
         Runner.run_sync(agent, "two", session=session)
+        # run_sync runs the loop by hand and shuts its async generators down after each run
+        # without cancelling its tasks: the session ran on the portal, not on that loop.
+        assert isinstance(session.sessions, SessionsPortal)
         assert len(loop.run_until_complete(session.get_items())) == 8
     finally:
         asyncio.set_event_loop(None)
