@@ -8,6 +8,7 @@ check what only we can see: what the log holds, other writers, other event loops
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from agents import Agent, Runner, function_tool
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -25,7 +28,13 @@ from openai.types.responses import (
 )
 
 from nous_session import EventType, InvalidEventError, Message, SessionActor, SessionClosedError
-from nous_session.integrations.openai_agents import NousSession, item_message, message_items
+from nous_session.event import message_event
+from nous_session.integrations.openai_agents import (
+    NousSession,
+    item_event,
+    item_message,
+    message_items,
+)
 from nous_session.registry import Sessions, SessionsPortal
 
 pytestmark = pytest.mark.anyio
@@ -180,7 +189,15 @@ async def test_a_session_is_usable_from_other_event_loops_and_threads(url: str) 
         thread = threading.Thread(target=elsewhere)
         thread.start()
         thread.join()
-        assert [i["content"] for i in await session.get_items()] == ["main loop", "other loop"]  # type: ignore[index]
+        # This loop's actor has not seen the other loop's write: its append loses to it
+        # (ConflictError, the actor catches up) and is tried again, landing after it.
+        await session.add_items([{"role": "user", "content": "main loop again"}])
+        assert [i["content"] for i in await session.get_items()] == [  # type: ignore[index]
+            "main loop",
+            "other loop",
+            "main loop again",
+        ]
+        assert isinstance(session.sessions, Sessions)
     finally:
         session.close()
 
@@ -328,6 +345,9 @@ def test_runner_run_sync_from_synchronous_code(tmp_path: Path) -> None:
     try:
         Runner.run_sync(agent, "one", session=session)
         Runner.run_sync(agent, "two", session=session)
+        # run_sync runs the loop by hand and shuts its async generators down after each run
+        # without cancelling its tasks: the session ran on the portal, not on that loop.
+        assert isinstance(session.sessions, SessionsPortal)
         assert len(loop.run_until_complete(session.get_items())) == 8
     finally:
         asyncio.set_event_loop(None)
@@ -415,3 +435,197 @@ async def test_an_encrypted_pop_checks_each_item_it_reaches(url: str) -> None:
         assert await backend.get_items() == kept
     finally:
         backend.close()
+
+
+# Where the session runs: picked by how it is called -------------------------------------------
+
+
+def _portal_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "nous_session-portal"]
+
+
+def test_an_async_call_under_asyncio_run_uses_a_registry_on_that_loop_and_no_thread(
+    url: str,
+) -> None:
+    session = NousSession("mode", url)
+
+    async def main() -> list[Any]:
+        await session.add_items(ITEMS[:2])
+        assert isinstance(session.sessions, Sessions)  # the loop's registry, on this loop
+        assert "mode" in session.sessions
+        assert _portal_threads() == []
+        return await session.get_items()
+
+    try:
+        assert asyncio.run(main()) == ITEMS[:2]
+    finally:
+        session.close()
+    assert _portal_threads() == []
+
+
+def test_two_asyncio_runs_in_sequence_each_get_a_registry_closed_with_its_loop(
+    url: str,
+) -> None:
+    """The first run's registry closes when its loop ends (its actors, then its store: no
+    ResourceWarning, which is an error here); the second run opens its own."""
+    on_file, private = NousSession("twice", url), NousSession("private")
+    registries: list[Any] = []
+
+    async def run(text: str) -> tuple[list[Any], list[Any]]:
+        for session in (on_file, private):
+            await session.add_items([{"role": "user", "content": text}])
+        registries.append(on_file.sessions)
+        return await on_file.get_items(), await private.get_items()
+
+    try:
+        first = asyncio.run(run("one"))
+        assert repr(registries[0]).startswith("<Sessions closed")
+        second = asyncio.run(run("two"))
+        assert repr(registries[1]).startswith("<Sessions closed")
+    finally:
+        on_file.close()
+        private.close()
+    assert registries[0] is not registries[1]
+    one, two = {"role": "user", "content": "one"}, {"role": "user", "content": "two"}
+    assert first == ([one], [one])
+    # The file, and the private in-memory store the session keeps, outlive the first loop.
+    assert second == ([one, two], [one, two])
+
+
+def test_writes_in_flight_when_asyncio_run_ends_land_and_nothing_is_logged(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """asyncio.run cancels the tasks left when its main coroutine returns: the registry's
+    task among them, which closes its actors (they commit what they had queued) and its store
+    on the way out, with no error logged (and no ResourceWarning, an error here)."""
+    sessions = [NousSession(f"late-{i}", url) for i in range(5)]
+
+    async def main() -> list[asyncio.Future[None]]:
+        await asyncio.gather(*(s.add_items(ITEMS[:1]) for s in sessions))
+        # Left running, never awaited: queued by the next await.
+        left = [asyncio.ensure_future(s.add_items(ITEMS[1:2])) for s in sessions]
+        await asyncio.sleep(0)
+        return left
+
+    async def read() -> list[list[Any]]:
+        return [await s.get_items() for s in sessions]
+
+    try:
+        asyncio.run(main())
+        assert asyncio.run(read()) == [ITEMS[:2]] * len(sessions)
+    finally:
+        for session in sessions:
+            session.close()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_closing_the_last_session_of_a_loop_registry_closes_it(url: str) -> None:
+    async def main() -> None:
+        first, second = NousSession("a", url), NousSession("b", url)
+        await first.add_items(ITEMS[:1])
+        await second.add_items(ITEMS[:1])
+        registry = first.sessions
+        assert registry is second.sessions  # one registry per loop and store
+        assert isinstance(registry, Sessions)
+        host = first._local[1]  # type: ignore[index]
+        first.close()
+        assert not host.finished
+        assert "b" in registry
+        second.close()
+        await host._task  # it stops by itself once the last session closed
+        assert repr(registry).startswith("<Sessions closed")
+        third = NousSession("a", url)  # a new session on the loop gets a new registry
+        try:
+            assert await third.get_items() == ITEMS[:1]
+            assert third.sessions is not registry
+        finally:
+            third.close()
+
+    asyncio.run(main())
+
+
+def test_sync_code_a_loop_run_by_hand_and_trio_use_the_portal(tmp_path: Path) -> None:
+    pytest.importorskip("trio")
+    import trio
+
+    session = NousSession("portal", f"sqlite:///{tmp_path / 'portal.sqlite3'}")
+    loop = asyncio.new_event_loop()
+    try:
+        # run_until_complete by hand (as Runner.run_sync does): nothing cancels a task left on
+        # the loop before it shuts its async generators down, so the portal serves it.
+        loop.run_until_complete(session.add_items([{"role": "user", "content": "by hand"}]))
+        assert isinstance(session.sessions, SessionsPortal)
+        assert _portal_threads() == ["nous_session-portal"]
+        trio.run(session.add_items, [{"role": "user", "content": "trio"}])
+        got = trio.run(session.get_items)
+        assert [item["content"] for item in got] == ["by hand", "trio"]  # type: ignore[index]
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+        session.close()
+    assert _portal_threads() == []
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["while-opening", "open"])
+def test_a_cancelled_add_in_the_default_mode_lands_before_the_cancellation(
+    url: str, warm: bool
+) -> None:
+    """As with a registry given (above): cancelled while the session opens on this loop, or
+    while its request is in the actor's queue, and again while it waits, the write lands
+    exactly once and the caller sees CancelledError only after."""
+    session = NousSession("cancel", url)
+    kept = {"role": "user", "content": "kept"}
+
+    async def main() -> list[Any]:
+        if warm:
+            await session.get_items()  # the actor is open and its queue empty
+        task = asyncio.ensure_future(session.add_items([kept]))
+        await asyncio.sleep(0)  # let it start, then cancel it twice while it is in flight
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await session.get_items()
+
+    try:
+        assert asyncio.run(main()) == [kept]
+    finally:
+        session.close()
+
+
+def test_a_bad_store_is_refused_when_the_session_is_made() -> None:
+    with pytest.raises(ValueError, match="scheme"):
+        NousSession("x", "nosuch://place")
+    with pytest.raises(ValueError, match="store must be"):
+        NousSession("x", 42)  # type: ignore[arg-type]
+
+
+# The items agents add most take a short way to the same event ---------------------------------
+
+_TEXTS = st.text() | st.sampled_from(["", "\ud800", "a\udfffb", "{}"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "system", "developer", "tool"])},
+        optional={"content": _TEXTS | st.none()},
+    )
+    | st.fixed_dictionaries(
+        {"type": st.just("function_call_output"), "call_id": _TEXTS, "output": _TEXTS}
+    )
+    | st.fixed_dictionaries(
+        {"type": st.just("function_call"), "call_id": _TEXTS, "name": _TEXTS},
+        optional={"arguments": _TEXTS, "id": _TEXTS | st.none(), "status": _TEXTS},
+    )
+)
+def test_item_event_is_the_event_of_item_message(item: dict[str, Any]) -> None:
+    def event(make: Any) -> Any:
+        try:
+            kind, data = make(item)
+        except InvalidEventError as error:
+            return type(error)
+        return kind, data, list(data)  # the same keys in the same order
+
+    assert event(item_event) == event(lambda item: message_event(item_message(item)))

@@ -1,6 +1,7 @@
 """Ours through the openai-agents adapter on a ``Sessions`` registry entered on the benchmark's
-own event loop (``NousSession(id, sessions=registry)``): the adapter without the portal's
-thread hop. See :mod:`benchmarks.peers.ours_agents_peer`."""
+own event loop (``NousSession(id, sessions=registry)``): what the default mode picks by
+itself on an asyncio.run loop, with the registry chosen by hand. See
+:mod:`benchmarks.peers.ours_agents_peer`."""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
 """Ours through the openai-agents adapter: ``NousSession``, driven exactly as the SDK's
 ``SQLiteSession`` peer is (the same items, ``add_items`` / ``get_items``), so the row shows what
 a user of the SDK gets by swapping the session class: the adapter's conversion of each item to
-a surface message and back, and the hop to the portal's event loop, on top of our store; and
-(``ours-openai-agents-loop``) the same on a ``Sessions`` registry on the benchmark's own loop.
+a surface event and back on top of our store. In its default mode, called from the
+benchmark's asyncio loop, a ``NousSession`` runs on a ``Sessions`` registry of that loop (one
+per loop and store, shared by every session of the file); ``ours-openai-agents-loop`` is the
+same on a registry the benchmark entered itself (``NousSession(id, sessions=registry)``).
 
-In memory: a private ``memory:`` store per session (as ``SQLiteSession(":memory:")``); on a
-file: ``sqlite:///path`` (our SQLiteStore, default durability FULL), one portal shared by every
-session of the file.
+In memory: a private in-memory store per session (as ``SQLiteSession(":memory:")``); on a
+file: ``sqlite:///path`` (our SQLiteStore, default durability FULL).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class OursAgentsBackend(OpenAIBackend):
 
 class OursAgentsLoopBackend(OursAgentsBackend):
     """The same sessions on a :class:`Sessions` registry entered on the benchmark's own event
-    loop (``NousSession(id, sessions=registry)``): no thread hop per call."""
+    loop (``NousSession(id, sessions=registry)``)."""
 
     system = "ours-openai-agents-loop"
 

@@ -24,13 +24,20 @@ change in between makes the pop look again instead of removing the wrong item. W
 surface holds that the SDK did not add (a nous_session compaction's summary, a message an
 application added) is given to the SDK as the items it writes as.
 
-Sessions live on a :class:`~nous_session.registry.SessionsPortal` (an event loop in a thread
-of its own), because the SDK builds sessions synchronously and runs ``Runner.run_sync`` on a
-fresh loop each time: every ``NousSession`` of one store URL shares one portal (and so one
-store, whose SQLite writer group-commits across them), closed when the last of them closes or
-at exit. Pass ``sessions=`` to use a portal of your own, or a
-:class:`~nous_session.registry.Sessions` registry on the event loop the session is used from,
-which saves the thread hop of every call.
+Where the session's actor runs is picked by how each call is made. A call from a loop that an
+:class:`asyncio.Runner` runs (``asyncio.run``, ``anyio.run``, ``uvloop.run``, the test
+plugins), as ``await Runner.run(...)`` makes it, uses a :class:`~nous_session.registry.Sessions`
+registry on that very loop, with no thread hop: one per loop and store, opened on the first
+call, shared by every ``NousSession`` of that store called from that loop (so a SQLite store's
+writer group-commits across them), and closed when the last of those sessions closes or when
+the loop's run ends (``asyncio.run`` cancels the tasks left and waits for them, and the
+registry closes its actors and its store on the way out). A call made anywhere else
+(``Runner.run_sync``, which runs the thread's default loop by hand and shuts its async
+generators down after each run without cancelling its tasks; a loop run with
+``run_until_complete``; a trio run) goes to a :class:`~nous_session.registry.SessionsPortal`, an
+event loop in a thread of its own shared by every ``NousSession`` of the store and closed with
+the last of them (or at exit). Pass ``sessions=`` to choose: a portal of your own, or a
+``Sessions`` registry you entered on the loop the session is used from.
 
 Needs the ``openai-agents`` extra: ``pip install 'nous_session[openai-agents]'``.
 """
@@ -38,7 +45,10 @@ Needs the ``openai-agents`` extra: ``pip install 'nous_session[openai-agents]'``
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -46,14 +56,17 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from nous_session._json import dumps, loads
+from nous_session._json import NotJSONError, check_text, dumps, loads
+from nous_session._logging import get_logger
 from nous_session.errors import ConflictError, FormatError, InvalidEventError, SessionClosedError
-from nous_session.event import message_event
+from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider, to_provider
 from nous_session.message import Message, Role
 from nous_session.parts import ProviderPart
 from nous_session.registry import Sessions, SessionsPortal
+from nous_session.stores import open_store
 from nous_session.stores.base import Store
+from nous_session.stores.memory import MemoryStore
 
 try:
     from agents.memory.session import _CompactionSnapshot
@@ -75,12 +88,14 @@ if TYPE_CHECKING:
     from nous_session.actor import SessionActor
     from nous_session.log import Log
 
-__all__ = ["ItemError", "NousSession", "item_message", "message_items"]
+__all__ = ["ItemError", "NousSession", "item_event", "item_message", "message_items"]
 
 T = TypeVar("T")
 
+_logger = get_logger("nous_session.openai_agents")
+
 PROVIDER: Final = "openai-responses"
-# A pop that keeps losing to other writers gives up after this many looks.
+# A write that keeps losing to other writers gives up after this many tries.
 _POP_ATTEMPTS: Final = 32
 
 
@@ -117,6 +132,75 @@ def item_message(item: Any) -> Message:
         raise ItemError(f"an item is not JSON: {error}") from None
 
 
+def item_event(item: Any) -> tuple[EventType, dict[str, Any]]:
+    """The surface event type and data that stand for one item: exactly
+    ``message_event(item_message(item))``, with the items an agent adds most (a text message,
+    a function call, its output) built directly instead of through a read and a write-back
+    in the ``"openai-responses"`` format (a tenth of the cost).
+
+    Raises:
+        ItemError: ``item`` is not a JSON object.
+        InvalidEventError: a string in it cannot be stored (a lone surrogate).
+    """
+    if type(item) is dict:
+        size = len(item)
+        if size == 2:
+            content = item.get("content")
+            kind = _TEXT_TYPES.get(item.get("role"))  # type: ignore[arg-type]
+            if kind is not None and type(content) is str and _storable(content):
+                return kind, {"content": content}
+        elif size == 3 and item.get("type") == "function_call_output":
+            call_id, output = item.get("call_id"), item.get("output")
+            if type(call_id) is str and type(output) is str and _storable(call_id, output):
+                return EventType.TOOL_RESULT, {"content": output, "tool_call_id": call_id}
+        elif 4 <= size <= 6 and item.get("type") == "function_call":
+            call = _tool_call(item, size)
+            if call is not None:
+                return EventType.ASSISTANT_MESSAGE, {"tool_calls": [call]}
+    return message_event(item_message(item))
+
+
+# The text items whose role names the message's: {"role": ..., "content": "..."} and no more.
+_TEXT_TYPES: Final = {
+    "user": EventType.USER_MESSAGE,
+    "assistant": EventType.ASSISTANT_MESSAGE,
+    "system": EventType.SYSTEM_MESSAGE,
+    "developer": EventType.DEVELOPER_MESSAGE,
+}
+
+
+def _storable(*texts: str) -> bool:
+    """Whether every text encodes (no lone surrogate); the long way says why not."""
+    try:
+        for text in texts:
+            check_text(text)
+    except NotJSONError:
+        return False
+    return True
+
+
+def _tool_call(item: dict[str, Any], size: int) -> dict[str, Any] | None:
+    """A function call item's tool call as the event stores it, or None when the item holds
+    anything else (the long way then reads it)."""
+    call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+    if not (type(call_id) is str and type(name) is str and type(arguments) is str):
+        return None
+    call: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
+    texts = [call_id, name, arguments]
+    extra = 4  # type, call_id, name, arguments
+    for key, field in (("id", "item_id"), ("status", "status")):
+        if key in item:
+            value = item[key]
+            if type(value) is not str:
+                return None
+            call[field] = value
+            texts.append(value)
+            extra += 1
+    if extra != size or not call_id or not name or not _storable(*texts):
+        return None
+    return call
+
+
 def message_items(message: Message) -> list[dict[str, Any]]:
     """The Responses input items a surface message is given to the SDK as (one for a message
     that :func:`item_message` made)."""
@@ -126,10 +210,11 @@ def message_items(message: Message) -> list[dict[str, Any]]:
 class NousSession:
     """An openai-agents ``Session`` whose history is a nous_session session.
 
-    Usable from any event loop and thread (see the module's docstring). Every method's
-    outcome follows nous_session's rules: a method that returns has committed; one that raises
-    :class:`~nous_session.errors.StoreError` committed nothing; a caller cancelled while its
-    call runs does not cancel it: the call completes on the portal's loop.
+    Usable from any event loop and thread (see the module's docstring for where its actor
+    runs). Every method's outcome follows nous_session's rules: a method that returns has
+    committed; one that raises :class:`~nous_session.errors.StoreError` committed nothing; a
+    caller cancelled while a write runs does not cancel the write: the cancellation is raised
+    once the write's outcome is known.
     """
 
     session_settings: SessionSettings | None
@@ -147,11 +232,13 @@ class NousSession:
         Args:
             session_id: the session's id (nous_session's rules: a non-empty string).
             store: where it lives: a store URL (``"sqlite:///chat.sqlite3"``,
-                ``"postgresql://..."``), a Store (used from the portal's loop only from now
+                ``"postgresql://..."``; each event loop the session is called from opens its
+                own store from it), a Store (used from the loop each call comes from, so it
+                must work there: a PostgreSQL store's pool belongs to the loop it was opened
                 on), or None for a private in-memory store that ends with this session.
             sessions: a portal of your own to run on, or a :class:`Sessions` registry
-                running on the event loop the session will be used from (no thread hop per
-                call; calls from another loop then fail); leave ``store`` out.
+                running on the event loop the session will be used from (calls from another
+                loop then fail); leave ``store`` out.
             session_settings: the SDK's settings (``limit`` for ``get_items``).
 
         Raises:
@@ -170,11 +257,26 @@ class NousSession:
             else SessionSettings()
         )
         self._closed = False
-        self._shared: _SharedPortal | None = None
-        if sessions is None:
-            self._shared = _SharedPortal.acquire(store)
-            sessions = self._shared.portal
-        self._sessions: SessionsPortal | Sessions = sessions
+        # The explicit choice, or None: then each call picks (see _where).
+        self._given: SessionsPortal | Sessions | None = sessions
+        self._memory: _SharedMemory | None = None
+        if sessions is not None:
+            store = None
+        elif store is None:  # private: like an in-memory SQLite database, this session's own
+            store = MemoryStore()
+        elif isinstance(store, str):
+            if isinstance(open_store(store), MemoryStore):  # a bad URL raises here
+                # "memory:": one store shared by the sessions naming it, on every loop.
+                self._memory = _SharedMemory.acquire(store)
+                store = self._memory.store
+        elif not all(callable(getattr(store, name, None)) for name in ("load", "commit", "aclose")):
+            raise ValueError(f"store must be a Store or a store URL, got {store!r}")
+        self._store: Store | str | None = store
+        self._lock = threading.Lock()  # guards the two below: sessions close from any thread
+        self._shared: _SharedPortal | None = None  # the portal, once a call needed it
+        self._hosts: set[_LoopSessions] = set()  # the loop registries this session uses
+        # The last loop called from and its registry, as one value (read without the lock).
+        self._local: tuple[asyncio.AbstractEventLoop, _LoopSessions] | None = None
         # Each surface message's items, serialised, by (event seq, index among the messages
         # with that seq): events never change, so an entry never goes stale.
         self._items: dict[tuple[int, int], bytes] = {}
@@ -218,17 +320,36 @@ class NousSession:
         batch = []
         for index, item in enumerate(items):
             try:
-                message = item_message(item)
+                batch.append((*item_event(item), None))  # None: the time is now
             except InvalidEventError as error:
                 raise ItemError(f"item {index}: {error}") from None
-            batch.append((*message_event(message), message.created_at))
         if not batch:
             return
+        sessions = self._pick()
+        if (
+            isinstance(sessions, Sessions)
+            and self.session_id in sessions  # open: use() takes it without an await
+            and _on_asyncio()
+        ):
+            async with sessions.use(self.session_id) as actor:
+                if not actor.statistics().queue_depth:
+                    # The common case, in the caller's task (a task per call cost a third
+                    # of the adapter's time): with the actor open and its queue empty,
+                    # append_many queues the request before its first await (the engine
+                    # queues only by send_nowait), so a cancellation can only land once it
+                    # is queued, and then the request commits whatever happens to the
+                    # caller. Waiting for the actor's answer to a later request keeps
+                    # _mutate's rule (the outcome is known when the cancellation is raised).
+                    try:
+                        await actor.append_many(batch)
+                    except asyncio.CancelledError:
+                        await _answered(actor)
+                        raise
+                    except ConflictError:  # another writer first: caught up, try again
+                        await self._mutate(_appending(batch), sessions)
+                    return
 
-        async def add(actor: SessionActor) -> None:
-            await actor.append_many(batch)
-
-        await self._mutate(add)
+        await self._mutate(_appending(batch), sessions)
 
     # The SDK's EncryptedSession authenticates the item it pops before the pop commits (a
     # wrong key then raises InvalidToken and removes nothing) only for a SQLiteSession whose
@@ -313,9 +434,17 @@ class NousSession:
 
         async def clear(actor: SessionActor) -> None:
             log = await actor.reload()
-            entries = log.surface()
-            if entries:
-                await actor.remove(entries[0].position, entries[-1].position)
+            for _ in range(_POP_ATTEMPTS):
+                entries = log.surface()
+                if not entries:
+                    return
+                if await _conditionally(actor.remove(entries[0].position, entries[-1].position)):
+                    return
+                log = actor.log  # another writer first: the actor has caught up
+            raise ConflictError(
+                f"clear_session lost to other writers {_POP_ATTEMPTS} times in a row; "
+                "nothing was removed"
+            )
 
         await self._mutate(clear)
 
@@ -380,13 +509,23 @@ class NousSession:
 
     def close(self) -> None:
         """Stop using the session; later calls raise
-        :class:`~nous_session.errors.SessionClosedError`. The shared portal closes with the
-        last session using it. Idempotent; what was committed stays."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._shared is not None:
-            self._shared.release()
+        :class:`~nous_session.errors.SessionClosedError`. A loop's registry, or the shared
+        portal, that this session used closes with the last session using it (a registry
+        stops on its loop, soon after). Idempotent; what was committed stays; from any
+        thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            hosts, self._hosts = self._hosts, set()
+            shared, self._shared = self._shared, None
+            self._local = None
+        for host in hosts:
+            host.release()
+        if shared is not None:
+            shared.release()
+        if self._memory is not None:
+            self._memory.release()
 
     @property
     def closed(self) -> bool:
@@ -394,9 +533,21 @@ class NousSession:
         return self._closed
 
     @property
-    def sessions(self) -> SessionsPortal | Sessions:
-        """The portal or registry the session's actor runs in (to reach it directly)."""
-        return self._sessions
+    def sessions(self) -> SessionsPortal | Sessions | None:
+        """The portal or registry the session's actor runs in (to reach it directly): the one
+        given as ``sessions=``; else the registry of the calling asyncio loop, or the portal,
+        once a call used it; else None."""
+        if self._given is not None:
+            return self._given
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        local = self._local
+        if loop is not None:
+            return local[1].sessions if local is not None and local[0] is loop else None
+        shared = self._shared
+        return shared.portal if shared is not None else None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -406,18 +557,75 @@ class NousSession:
 
     def _check_open(self) -> None:
         if self._closed:
-            name = type(self).__name__
-            raise SessionClosedError(f"{name} is closed (session {self.session_id!r})")
+            raise _closed_error(self)
 
-    async def _call(self, fn: Callable[[SessionActor], Any]) -> Any:
+    async def _where(self) -> SessionsPortal | Sessions:
+        """Where this call runs (see :meth:`_pick`), the loop's registry open."""
+        where = self._pick()
+        return await where.ready() if isinstance(where, _LoopSessions) else where
+
+    def _pick(self) -> SessionsPortal | Sessions | _LoopSessions:
+        """Where this call runs, with no await: the given portal or registry; else, from a
+        loop an asyncio.Runner runs, that loop's registry of the store (made now if need be,
+        and then perhaps still opening); else the portal."""
+        if self._given is not None:
+            return self._given
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on an asyncio loop (trio): the portal
+            return self._portal()
+        local = self._local
+        if local is not None and local[0] is loop and local[1].serving:
+            return local[1].sessions  # the common case: no lock, no await
+        if not _run_by_asyncio_runner(loop):
+            return self._portal()
+        host = _LoopSessions.acquire(loop, self._store_key(), self._store)  # type: ignore[arg-type]
+        with self._lock:
+            if self._closed:
+                host.release()
+                raise _closed_error(self)
+            if host in self._hosts:
+                host.release()  # counted once per session
+            else:
+                self._hosts.add(host)
+            # Registries of loops that have ended: let them go.
+            for dead in [h for h in self._hosts if h.finished]:
+                self._hosts.discard(dead)
+                dead.release()
+        self._local = (loop, host)
+        return host
+
+    def _portal(self) -> SessionsPortal:
+        with self._lock:
+            if self._closed:
+                raise _closed_error(self)
+            if self._shared is None or self._shared.portal.closed:
+                self._shared = _SharedPortal.acquire(self._store_key(), self._store)  # type: ignore[arg-type]
+            return self._shared.portal
+
+    def _store_key(self) -> object:
+        """What makes two sessions' stores one: the URL, or the Store object."""
+        return self._store if isinstance(self._store, str) else id(self._store)
+
+    async def _call(
+        self,
+        fn: Callable[[SessionActor], Any],
+        where: SessionsPortal | Sessions | _LoopSessions | None = None,
+    ) -> Any:
         self._check_open()
-        sessions = self._sessions
+        if where is None:
+            where = self._pick()
+        sessions = await where.ready() if isinstance(where, _LoopSessions) else where
         if isinstance(sessions, Sessions):
             async with sessions.use(self.session_id) as actor:
                 return await fn(actor)
         return await sessions.acall(self.session_id, fn)
 
-    async def _mutate(self, fn: Callable[[SessionActor], Any]) -> Any:
+    async def _mutate(
+        self,
+        fn: Callable[[SessionActor], Any],
+        where: SessionsPortal | Sessions | _LoopSessions | None = None,
+    ) -> Any:
         """Run a write and wait for its outcome even if the caller is cancelled meanwhile;
         the cancellation is raised once the outcome is known (as the SDK's own sessions do),
         so a cancelled caller never leaves a write half-known."""
@@ -431,23 +639,27 @@ class NousSession:
                 result = await self._call(fn)
             await anyio.lowlevel.checkpoint_if_cancelled()
             return result
-        sessions = self._sessions
+        if where is None:
+            where = self._pick()
         waiting: asyncio.Future[Any]
-        if isinstance(sessions, Sessions) or sessions.is_own_thread():
-            # On this loop: its own task, so that cancelling the caller does not cancel it;
-            # the caller waits for it below whatever happens, so it never outlives the call.
-            waiting = asyncio.ensure_future(self._call(fn))
+        if isinstance(where, SessionsPortal) and not where.is_own_thread():
+            waiting = asyncio.wrap_future(where.start(self.session_id, fn), loop=loop)
         else:
-            waiting = asyncio.wrap_future(sessions.start(self.session_id, fn), loop=loop)
-        cancelled: asyncio.CancelledError | None = None
-        while not waiting.done():
-            try:
-                await asyncio.wait({waiting})
-            except asyncio.CancelledError as error:
-                cancelled = cancelled or error
-        if cancelled is not None:
-            raise cancelled
-        return waiting.result()
+            # On this loop (the registry perhaps still opening): its own task, so that
+            # cancelling the caller does not cancel it; the caller waits for it below
+            # whatever happens, so it never outlives the call.
+            waiting = loop.create_task(self._call(fn, where))
+        try:
+            # shield: a cancelled caller leaves the write running (awaiting the task itself
+            # would cancel it with the caller).
+            return await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            if waiting.done():  # the write itself was cancelled (its loop is shutting down)
+                raise
+            while not waiting.done():
+                with contextlib.suppress(asyncio.CancelledError):  # the first is raised
+                    await asyncio.wait({waiting})
+            raise
 
     def _serialised(self, log: Log, limit: int | None) -> bytes:
         """The latest ``limit`` items (all for None) as one JSON array, from the cache where
@@ -546,6 +758,49 @@ async def _conditionally(edit: Any) -> bool:
     return True
 
 
+def _appending(batch: list[Any]) -> Callable[[SessionActor], Any]:
+    """A write of ``batch``, tried again while it loses to other writers (a loop's registry
+    commits plainly: a ConflictError means nothing was appended and the actor caught up)."""
+
+    async def append(actor: SessionActor) -> None:
+        for _ in range(_POP_ATTEMPTS - 1):
+            try:
+                await actor.append_many(batch)
+            except ConflictError:
+                continue
+            return
+        await actor.append_many(batch)
+
+    return append
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _answered(actor: SessionActor) -> None:
+    """Return once ``actor`` has answered every request queued before this call: the actor
+    answers requests in the order they were queued, so a reload's answer comes after theirs.
+    Further cancellations do not cut the wait short (the caller raises its own)."""
+    while True:
+        try:
+            await actor.reload()
+        except asyncio.CancelledError:
+            continue  # this reload may be queued or not: queue another
+        except Exception:
+            pass
+        return
+
+
+def _closed_error(session: NousSession) -> SessionClosedError:
+    name = type(session).__name__
+    return SessionClosedError(f"{name} is closed (session {session.session_id!r})")
+
+
 class _SharedPortal:
     """A portal shared by every NousSession of one store URL (or Store object), closed with
     the last of them."""
@@ -559,12 +814,7 @@ class _SharedPortal:
         self.users = 0
 
     @classmethod
-    def acquire(cls, store: Store | str | None) -> _SharedPortal:
-        if store is None:  # private: like an in-memory SQLite database, this session's own
-            shared = cls(object(), SessionsPortal("memory:", on_conflict="rebase"))
-            shared.users = 1
-            return shared
-        key: object = store if isinstance(store, str) else id(store)
+    def acquire(cls, key: object, store: Store | str) -> _SharedPortal:
         with cls._lock:
             found = cls._by_key.get(key)
             if found is None or found.portal.closed:
@@ -580,3 +830,167 @@ class _SharedPortal:
             if self._by_key.get(self.key) is self:
                 del self._by_key[self.key]
         self.portal.close()
+
+
+class _SharedMemory:
+    """The MemoryStore of a ``"memory:"`` URL, shared by every NousSession naming it (on
+    every loop and the portal), dropped with the last of them."""
+
+    _lock: Final = threading.Lock()
+    _by_url: Final[dict[str, _SharedMemory]] = {}
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.store = MemoryStore()
+        self.users = 0
+
+    @classmethod
+    def acquire(cls, url: str) -> _SharedMemory:
+        with cls._lock:
+            found = cls._by_url.get(url)
+            if found is None:
+                found = cls._by_url[url] = cls(url)
+            found.users += 1
+            return found
+
+    def release(self) -> None:
+        with self._lock:
+            self.users -= 1
+            if self.users <= 0 and self._by_url.get(self.url) is self:
+                del self._by_url[self.url]
+
+
+class _LoopSessions:
+    """The :class:`Sessions` registry of one store on one asyncio event loop, for the
+    NousSessions called from that loop, run by a task of its own on the loop.
+
+    There is no task group of the caller's to put that task in: the SDK calls a session from
+    whatever task runs the agent, and the registry must outlive each call (its actors keep
+    the session's log between calls). So it is a task of the loop, kept here, that ends when
+    the last session using it closes, or when the loop's run ends: only loops run by
+    :class:`asyncio.Runner` get one (see :func:`_run_by_asyncio_runner`), and when its main
+    coroutine returns, ``asyncio.run`` cancels every task left and waits for them, so the
+    registry closes its actors and its store on the way out, before the loop closes.
+    """
+
+    _lock: Final = threading.Lock()
+    _by_loop: Final[
+        weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, _LoopSessions]]
+    ] = weakref.WeakKeyDictionary()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, key: object, store: Store | str) -> None:
+        self.loop = loop
+        self.key = key
+        # Plain commits, cheaper than rebasing ones: only another loop, process or the
+        # portal writes the same session, and the adapter tries a losing write again.
+        self.sessions = Sessions(store, on_conflict="raise")
+        self.users = 0
+        self.serving = False  # the registry is open and not told to stop
+        self.finished = False  # the task has ended
+        self._error: BaseException | None = None  # why the registry could not open
+        self._started = loop.create_future()  # done once open (or failed to)
+        self._stop = asyncio.Event()
+        self._task = loop.create_task(self._serve(), name="nous_session-openai-agents-registry")
+
+    @classmethod
+    def acquire(
+        cls, loop: asyncio.AbstractEventLoop, key: object, store: Store | str
+    ) -> _LoopSessions:
+        """The loop's registry of the store (made now if need be), with one user more; from
+        the loop's own thread."""
+        with cls._lock:
+            hosts = cls._by_loop.get(loop)
+            if hosts is None:
+                hosts = cls._by_loop[loop] = {}
+            host = hosts.get(key)
+            if host is None:
+                host = hosts[key] = cls(loop, key, store)
+            host.users += 1
+            return host
+
+    async def ready(self) -> Sessions:
+        """The registry, once open.
+
+        Raises:
+            Exception: why it could not open (the next call makes a new one).
+        """
+        if not self._started.done():
+            await asyncio.shield(self._started)
+        if self._error is not None:
+            raise self._error
+        return self.sessions
+
+    def release(self) -> None:
+        """One user fewer; the last stops the registry. From any thread."""
+        with self._lock:
+            self.users -= 1
+            if self.users > 0:
+                return
+            self._forget()
+        if not self.finished:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs on it
+                self.loop.call_soon_threadsafe(self._stop.set)
+
+    def _forget(self) -> None:
+        """Leave the map (with the lock held): the next call on the loop makes a new one."""
+        hosts = self._by_loop.get(self.loop)
+        if hosts is not None and hosts.get(self.key) is self:
+            del hosts[self.key]
+            if not hosts:
+                del self._by_loop[self.loop]
+
+    async def _serve(self) -> None:
+        try:
+            async with self.sessions:
+                self.serving = True
+                self._started.set_result(None)
+                await self._stop.wait()
+                self.serving = False
+        except Exception as error:
+            if self._started.done():
+                _logger.exception("nous_session.openai_agents_registry_failed")
+            else:
+                self._error = error
+        finally:
+            # Also when cancelled: asyncio.run cancels every task of its loop when its main
+            # coroutine returns, and the registry has closed its actors on the way out.
+            self.serving = False
+            self.finished = True
+            with self._lock:
+                self._forget()
+            if not self._started.done():
+                if self._error is None:
+                    self._error = SessionClosedError("the event loop's registry was closed")
+                self._started.set_result(None)
+
+
+def _run_by_asyncio_runner(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` belongs to an :class:`asyncio.Runner` running it now (``asyncio.run``,
+    anyio's and uvloop's ``run``, anyio's pytest plugin), looked up on the calling thread's
+    stack: an object running the loop there is the Runner, or holds it as ``_runner``.
+
+    Such a loop, when its run ends, cancels its tasks and lets them finish before it shuts
+    its async generators down and closes: the registry's task closes cleanly then. Other ways
+    of running a loop get the portal: ``run_until_complete`` by hand, as ``Runner.run_sync``
+    does, whose ``shutdown_asyncgens()`` after each run would close the async generators
+    (the actors' ``async with`` blocks) of a task that outlives the run.
+    """
+    known = _RUNNER_LOOPS.get(loop)
+    if known is not None:
+        return known
+    found = False
+    frame = sys._getframe(1)
+    while frame is not None and not found:
+        owner = frame.f_locals.get("self") if "self" in frame.f_code.co_varnames else None
+        for runner in (owner, getattr(owner, "_runner", None)):
+            if isinstance(runner, asyncio.Runner) and getattr(runner, "_loop", None) is loop:
+                found = True
+        frame = frame.f_back  # type: ignore[assignment]
+    _RUNNER_LOOPS[loop] = found
+    return found
+
+
+# Whether each loop is run by an asyncio.Runner: a loop is run one way for its whole life.
+_RUNNER_LOOPS: Final[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, bool]] = (
+    weakref.WeakKeyDictionary()
+)

@@ -9,6 +9,10 @@ against nous_session. Nothing else in the SDK is touched: its own modules (Encry
 among them) keep the real class, so what they do with the session they are given is what they
 would do with a NousSession in an application. The tests that look inside the SDK's own
 implementation are deselected, each with its reason in :data:`EXCLUDED`.
+
+The run's summary also says how many of the tests it ran built a NousSession (one of the
+tests' ``SQLiteSession`` objects, or a NousSession the test made itself): the rest test the
+SDK's runner without a session, and pass whatever the adapter does.
 """
 
 from __future__ import annotations
@@ -19,6 +23,42 @@ from typing import Any
 import pytest
 
 from nous_session.integrations.openai_agents import NousSession
+
+# The node id of the test running now (set by the runtest hooks below), and the tests that
+# built a NousSession, counted by NousSession.__init__ while they ran (setup and teardown
+# included: a fixture that builds the session counts for its test).
+_current: str | None = None
+_built: set[str] = set()
+_ran: set[str] = set()
+
+
+def _counting_init(original: Any) -> Any:
+    def __init__(self: NousSession, *args: Any, **kwargs: Any) -> None:
+        if _current is not None:
+            _built.add(_current)
+        original(self, *args, **kwargs)
+
+    return __init__
+
+
+NousSession.__init__ = _counting_init(NousSession.__init__)  # type: ignore[method-assign]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Name the test running now, for the count of tests that built a NousSession."""
+    global _current
+    _current = item.nodeid
+    try:
+        return (yield)
+    finally:
+        _current = None
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Count a test as run once its call phase ran (a skip in setup is not a run)."""
+    if report.when == "call":
+        _ran.add(report.nodeid)
 
 
 class SQLiteSession(NousSession):
@@ -59,15 +99,25 @@ _RAW_TABLES = "reads or writes SQLiteSession's raw tables (agent_sessions, agent
 # tests/test_openai_agents.py checks that NousSession raises one too.
 _CORRUPT_ROWS = "plants corrupt JSON rows through SQLiteSession's private _locked_connection"
 _FILE_LOCKS = "reads SQLiteSession's private class-level file locks (_file_lock_counts)"
+_INSERT_HOOK = (
+    "patches SQLiteSession's private _insert_items (the insert its worker thread runs) "
+    "to hold or fail a commit"
+)
+_TRIGGER = "makes SQLiteSession's inserts fail with a trigger on its raw agent_messages table"
 
 _SESSION = "memory/test_session.py::test_sqlite_session_"
 _ENCRYPT = "extensions/memory/test_encrypt_session.py::test_encrypted_pop_"
 _COMPACTION = (
     "memory/test_openai_responses_compaction_session.py::TestOpenAIResponsesCompactionSession::"
 )
+# Parametrised over the SDK's SQLiteSession and its AsyncSQLiteSession: only the first
+# ("[sqlite") is ours to run; the AsyncSQLiteSession variants run and pass.
+_SUFFIX = "memory/test_compaction_suffix.py::test_"
+_SQLITE = "[sqlite"
 
 EXCLUDED: dict[str, str] = {
-    # Node ids (relative to the SDK's tests/, without parameters) and the reason.
+    # Node ids (relative to the SDK's tests/, without parameters, or ending in a parameter
+    # prefix) and the reason.
     _SESSION + "close_closes_worker_thread_connections": _CONNECTIONS,
     _SESSION + "reaps_connections_from_exited_worker_threads": _CONNECTIONS,
     _SESSION + "closes_retired_connections_before_the_next_allocation": _CONNECTIONS,
@@ -87,6 +137,12 @@ EXCLUDED: dict[str, str] = {
     _ENCRYPT + "wrong_key_preserves_row_identity": _RAW_TABLES,
     _COMPACTION + "test_settled_pop_failure_invalidates_response_chain": _CONNECTIONS,
     _COMPACTION + "test_settled_clear_failure_invalidates_response_chain": _CONNECTIONS,
+    _SUFFIX + "suffix_transaction_rolls_back_failed_insert" + _SQLITE: _TRIGGER,
+    _SUFFIX + "failed_encrypted_suffix_transaction_preserves_original_tokens" + _SQLITE: _TRIGGER,
+    _SUFFIX + "cancelled_suffix_transaction_settles_before_newer_append" + _SQLITE: _INSERT_HOOK,
+    "test_run_impl_resume_paths.py::test_handoff_resume_after_cancelled_compaction_commits": (
+        _INSERT_HOOK
+    ),
 }
 
 
@@ -106,7 +162,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say what was deselected and why, so every run's log carries its exclusions."""
+    """Say how many tests built a NousSession, and what was deselected and why, so every
+    run's log carries its coverage and its exclusions."""
+    terminalreporter.section("openai_agents_plugin")
+    built = len(_built & _ran)
+    terminalreporter.write_line(f"NousSession built by {built} of {len(_ran)} tests run")
+    files: dict[str, list[int]] = {}
+    for nodeid in _ran:
+        counts = files.setdefault(nodeid.split("::", 1)[0], [0, 0])
+        counts[0] += nodeid in _built
+        counts[1] += 1
+    for path, (with_session, run) in sorted(files.items()):
+        terminalreporter.write_line(f"    {path}: {with_session} of {run}")
     if not _DESELECTED:
         return
     terminalreporter.section("deselected by openai_agents_plugin, with reasons")
@@ -117,8 +184,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def _excluded(nodeid: str) -> str | None:
+    """The reason ``nodeid`` is left out, or None. A key names a test (every parameter set)
+    or, ending in a parameter prefix (``...[sqlite``), the parameter sets starting so."""
     base = nodeid.split("[", 1)[0]
     for key, reason in EXCLUDED.items():
-        if base == key or base.endswith("/" + key) or nodeid == key:
+        if "[" in key:
+            if nodeid.startswith(key) or ("/" + key) in nodeid:
+                return reason
+        elif base == key or base.endswith("/" + key) or nodeid == key:
             return reason
     return None
