@@ -5,8 +5,8 @@ Usage::
     python benchmarks/store_bench.py [--rounds 5] [--n 2000] [--only appends,tail,many]
                                      [--output results.json]
 
-Run it with the ``bench`` virtualenv's Python to include eventsourcing (``make bench-peers``
-builds it); without eventsourcing installed its sides are left out.
+Run it with the ``bench`` virtualenv's Python to include eventsourcing and the OpenAI Agents
+SDK (``make bench-peers`` builds it); a peer that is not installed is left out.
 
 Three comparisons, each measured side by side in one event loop, its sides cut into slices that
 alternate within every round (``harness.ainterleave_slices``), so a drift of this shared
@@ -24,7 +24,9 @@ machine's speed or of its disk hits every side alike:
   - ``actor``: ``SessionActor.add_message`` (what the peers suite measures as ours);
   - ``eventsourcing``: the peers suite's eventsourcing adapter (an ``Application`` with a
     cached aggregate, ``PERSISTENCE_MODULE=eventsourcing.sqlite``), called synchronously on
-    the event loop as the library is (its fsync blocks the event loop).
+    the event loop as the library is (its fsync blocks the event loop);
+  - ``openai_agents``: the peers suite's adapter of the OpenAI Agents SDK's ``SQLiteSession``
+    (WAL, SQLite's default FULL; each call in ``asyncio.to_thread``).
 
   Per side: the rate, and the event loop's CPU per append (``time.thread_time``).
 * ``tail``: the last 10 events of a closed session of ``--n`` events, read again and again:
@@ -84,6 +86,10 @@ try:
     from benchmarks.peers import eventsourcing_peer
 except ImportError:  # the bench extra is not installed in this interpreter
     eventsourcing_peer = None  # type: ignore[assignment]
+try:
+    from benchmarks.peers import openai_agents_peer
+except ImportError:
+    openai_agents_peer = None  # type: ignore[assignment]
 
 SLICE = 100  # appends per slice of a sequential side
 TAIL = 10
@@ -230,6 +236,25 @@ def _append_sides(
         await backend.aclose()
         _remove(path)
 
+    async def openai_agents() -> AsyncIterator[float | None]:
+        assert openai_agents_peer is not None
+        path = directory / "openai_agents.db"
+        clock = clocks["openai_agents"]
+        backend = await openai_agents_peer.open_sqlite(path)
+        units = [backend.convert(message) for message in messages]
+        session = await backend.session("s")
+        await session.append(units[0])
+        yield None
+        for index in range(slices):
+            clock.start()
+            for seq in range(max(1, index * SLICE), (index + 1) * SLICE):
+                await session.append(units[seq])
+            yield clock.stop()
+        expected = sum(backend.entries(unit) for unit in units)
+        expect(len(await session.history()) == expected, "openai-agents: items missing")
+        await backend.aclose()
+        _remove(path)
+
     sides = {
         "raw": raw,
         "raw_thread": raw_thread,
@@ -238,6 +263,8 @@ def _append_sides(
     }
     if eventsourcing_peer is not None:
         sides["eventsourcing"] = eventsourcing
+    if openai_agents_peer is not None:
+        sides["openai_agents"] = openai_agents
     return sides
 
 
@@ -261,7 +288,7 @@ async def appends(rounds: int, n: int, directory: Path) -> dict[str, Any]:
             1, {name: AsyncSide(sides[name], n // SLICE) for name in names}
         )
         for name, seconds in samples.items():
-            done = n - 1 if name in ("store", "actor", "eventsourcing") else n
+            done = n if name in ("raw", "raw_thread") else n - 1
             rates.setdefault(name, []).append(done / seconds[0])
             cpus.setdefault(name, []).append(clocks[name].cpu / done * 1e6)
     return {"rate": rates, "loop_cpu_us": cpus}
@@ -483,10 +510,11 @@ def _report(results: dict[str, Any]) -> str:
             row += f" {_median(_ratios(rate[name], rate['raw'])):6.2f}"
             row += f" {_median(_ratios(rate[name], rate['raw_thread'])):7.2f}"
             lines.append(row)
-        if "eventsourcing" in rate:
-            for name in ("store", "actor"):
-                ratio = _median(_ratios(rate[name], rate["eventsourcing"]))
-                lines.append(f"{name} / eventsourcing: {ratio:.2f}x")
+        for peer in ("eventsourcing", "openai_agents"):
+            if peer in rate:
+                for name in ("store", "actor"):
+                    ratio = _median(_ratios(rate[name], rate[peer]))
+                    lines.append(f"{name} / {peer}: {ratio:.2f}x")
         lines.append("")
     if "tail" in results:
         means = results["tail"]["us_per_read"]
