@@ -117,28 +117,6 @@ class WriterStatistics:
         return self.writes + self.reads
 
 
-def _always() -> bool:
-    return True
-
-
-def _asyncio_busy(loop: asyncio.AbstractEventLoop) -> Callable[[], bool]:
-    """Whether ``loop`` has callbacks ready (other tasks to step) besides the running one.
-
-    Reads the standard event loop's ready queue (``BaseEventLoop._ready``); a loop without one
-    (uvloop, say) counts as always busy, so its calls keep waiting for the round.
-    """
-    ready = getattr(loop, "_ready", None)
-    if ready is None or not hasattr(ready, "__len__"):
-        return _always
-    return ready.__len__  # type: ignore[no-any-return]
-
-
-def _trio_busy() -> bool:
-    import trio
-
-    return trio.lowlevel.current_statistics().tasks_runnable > 0
-
-
 def _set_futures(futures: list[asyncio.Future[None]]) -> None:
     """On the event loop: complete the waiters of one group (cancelled ones are left alone)."""
     for future in futures:
@@ -162,7 +140,7 @@ class _Waker:
     in-thread call_soon) the round's first caller yields once (``pause``), then hands it over.
     """
 
-    __slots__ = ("busy", "defer", "key", "pause", "schedule", "setter")
+    __slots__ = ("defer", "key", "pause", "schedule", "setter")
 
     def __init__(
         self,
@@ -177,10 +155,6 @@ class _Waker:
         self.setter = setter
         self.defer = defer
         self.pause = pause
-        # Whether the loop has other tasks ready to run now: only then can the round's
-        # hand-over gain company by waiting. A task that is alone (one session writing by
-        # itself) hands its call over at once instead of paying an extra pass of the loop.
-        self.busy: Callable[[], bool] = _always
 
 
 class _Call(Generic[T]):
@@ -240,9 +214,7 @@ class _Call(Generic[T]):
         waker = self.waker
         assert waker is not None
         if engine.submit(self):  # this call opened the round: hand it over
-            if not waker.busy():  # no other task can join the round: hand it over now
-                engine.flush(waker)
-            elif waker.defer is not None:
+            if waker.defer is not None:
                 waker.defer(engine.flush, waker)
             else:
                 assert waker.pause is not None
@@ -343,13 +315,11 @@ class _Engine:
             return last[1]
         if isinstance(key, asyncio.AbstractEventLoop):
             waker = _Waker(key, key.call_soon_threadsafe, _set_futures, key.call_soon, None)
-            waker.busy = _asyncio_busy(key)
         else:
             import trio
 
             token = cast(trio.lowlevel.TrioToken, key)
             waker = _Waker(key, token.run_sync_soon, _set_events, None, trio.lowlevel.checkpoint)
-            waker.busy = _trio_busy
         self.last_waker = (key, waker)
         return waker
 
@@ -760,10 +730,7 @@ class SQLiteWriter:
         # Every commit's path on asyncio: _Call.call and _Call.wait written out, two coroutine
         # objects fewer alive per write in flight.
         if engine.submit(call):
-            if waker.busy():
-                waker.defer(engine.flush, waker)
-            else:  # no other task can join the round: hand it over now
-                engine.flush(waker)
+            waker.defer(engine.flush, waker)
         try:
             await cast("asyncio.Future[None]", call.signal)
         except BaseException:
@@ -804,10 +771,7 @@ class SQLiteWriter:
         # Every read's path on asyncio, written out as in write(): a store's tail read is
         # mostly this round trip, and two coroutine frames fewer is a measurable part of it.
         if engine.submit(call):
-            if waker.busy():
-                waker.defer(engine.flush, waker)
-            else:  # no other task can join the round: hand it over now
-                engine.flush(waker)
+            waker.defer(engine.flush, waker)
         try:
             await cast("asyncio.Future[None]", call.signal)
         except BaseException:
