@@ -168,18 +168,6 @@ class _Row:
 _ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares"
 
 
-_ROW_WIDTH: Final = len(_ROW_COLUMNS.split(","))
-# A tail read in one statement (one snapshot, one round through SQLite instead of two): the
-# session's row, then its events from a seq on, each joined to it; a session without such
-# events (or one that reads through its parent) gives its row alone, with NULLs.
-_TAIL: Final = (
-    "SELECT "
-    + ", ".join(f"s.{column.strip()}" for column in _ROW_COLUMNS.split(","))
-    + ", e.seq, e.record FROM nous_sessions AS s LEFT JOIN nous_events AS e"
-    " ON e.sid = s.id AND e.seq >= ? AND NOT s.shares WHERE s.name = ? ORDER BY e.seq"
-)
-
-
 def _make_row(found: Sequence[Any]) -> _Row:
     sid, count, held, horizon, parent, fork_point, shares = found
     return _Row(sid, count, held, horizon, parent, fork_point, bool(shares))
@@ -547,20 +535,8 @@ class SQLiteStore:
 
         def load(connection: sqlite3.Connection) -> list[Event]:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
-                if since:
-                    # A tail: the row and the events in one statement (a whole load keeps
-                    # the two, so its rows are not widened by the session's columns).
-                    found = connection.execute(_TAIL, (since, session_id)).fetchall()
-                    row = _make_row(found[0][:_ROW_WIDTH]) if found else None
-                    if row is not None and row.shares:  # its rows are its lineage's
-                        rows = _rows(connection, row, since)
-                    elif row is None or found[0][_ROW_WIDTH] is None:
-                        rows = []
-                    else:
-                        rows = [item[_ROW_WIDTH:] for item in found]
-                else:
-                    row = _row(connection, session_id)
-                    rows = [] if row is None else _rows(connection, row, since)
+                row = _row(connection, session_id)
+                rows = [] if row is None else _rows(connection, row, since)
             if row is not None:
                 check_held(
                     session_id,
