@@ -18,6 +18,13 @@ round's figures). Commands:
 ``follow SESSION EXPECTED TIMEOUT``
     open the session, subscribe from seq 0, print ``ready``, and record the receipt time of
     each event until EXPECTED events (or TIMEOUT seconds).
+``many NAME SESSIONS WRITES POOL``
+    open a PostgresStore of its own with a pool of at most POOL connections and SESSIONS
+    sessions on it (``NAME-0`` ...), each in its own task, print ``ready``, wait for
+    ``go START``, then have every session await WRITES appends, one after another, all
+    sessions at once; the result holds the appends, the finish time, the process's CPU
+    seconds over the run (every thread: the event loop and the pool's), and the store's group
+    commit counters.
 ``quit``
 
 Times are ``time.time()``: the system-wide clock, comparable across processes on one machine.
@@ -215,6 +222,51 @@ async def follow(store: StampingStore, session_id: str, expected: int, patience:
     )
 
 
+async def many(url: str, schema: str, name: str, sessions: int, writes: int, pool: int) -> None:
+    opened = [0]
+    all_open = anyio.Event()
+    go = anyio.Event()
+    appended = [0]
+    last = [0.0]
+    async with PostgresStore(url, schema=schema, max_size=pool) as store:
+
+        async def session(index: int) -> None:
+            async with SessionActor.open(session_id=f"{name}-{index}", store=store) as actor:
+                opened[0] += 1
+                if opened[0] == sessions:
+                    all_open.set()
+                await go.wait()
+                for n in range(writes):
+                    await actor.append(USER, {"content": text(n)})
+                    appended[0] += 1
+                last[0] = max(last[0], time.time())
+
+        async with anyio.create_task_group() as task_group:
+            for index in range(sessions):
+                task_group.start_soon(session, index)
+            await all_open.wait()
+            say("ready")
+            start = await wait_for_go()
+            cpu = time.process_time()
+            go.set()
+        cpu = time.process_time() - cpu
+        finished = last[0]
+        transactions, sent = store._group_transactions, store._group_commits_sent
+    say(
+        "result "
+        + json.dumps(
+            {
+                "appends": appended[0],
+                "start": start,
+                "finished": finished,
+                "cpu": cpu,
+                "group_transactions": transactions,
+                "group_commits": sent,
+            }
+        )
+    )
+
+
 async def main(url: str, schema: str) -> None:
     async with StampingStore(url, schema=schema) as store:
         while True:
@@ -228,6 +280,9 @@ async def main(url: str, schema: str) -> None:
             elif command == "pace":
                 session_id, rate, seconds, producers = args
                 await pace(store, session_id, float(rate), float(seconds), int(producers))
+            elif command == "many":
+                name, sessions, writes, pool = args
+                await many(url, schema, name, int(sessions), int(writes), int(pool))
             elif command == "follow":
                 session_id, expected, timeout = args
                 await follow(store, session_id, int(expected), float(timeout))

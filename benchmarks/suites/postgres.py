@@ -14,6 +14,10 @@ together by a start barrier: the parent sends every worker the same ``time.time(
   ``postgres.producers.*``) and with the default ``on_conflict="raise"`` (optimistic: a
   batch that loses the race fails with ConflictError and its producers retry;
   ``postgres.producers_optimistic.*``).
+* ``many_sessions``: 4 processes x 50 sessions (200 in all), every session awaiting its own
+  appends one after another, all at once: acknowledged appends/s in total, and each process's
+  CPU (every thread: the event loop and the pool's) per append; once per pool size
+  (:data:`POOLS`, the most connections each process's PostgresStore may hold), alternating.
 * ``live_tail``: a writer process appending at 1,000/s on a schedule; a subscriber process
   following the session through ``SessionActor.open(store=PostgresStore)`` + ``subscribe()``:
   latency from the writer's commit to the subscriber's receipt; every event seen once, in order.
@@ -53,6 +57,8 @@ WORKER = Path(__file__).with_name("_pg_worker.py")
 MS = 1e3
 PROCESSES, PRODUCERS = 4, 50
 TAIL_RATE, TAIL_PRODUCERS = 1_000, 10
+MANY_SESSIONS, MANY_WRITES = 50, 100  # per process: 4 x 50 = 200 sessions
+POOLS = (1, 2, 8)  # max_size of each process's pool; 8 is PostgresStore's default
 
 
 def _url() -> str | None:
@@ -320,6 +326,84 @@ def producers(ctx: Context) -> list[Measurement]:
     ]
 
 
+# 200 sessions over four processes ------------------------------------------------------------
+
+
+def _many_round(
+    url: str, schema: str, workers: list[_Worker], round_index: int, pool: int, writes: int
+) -> dict[str, float]:
+    names = [f"many-{round_index}-p{pool}-w{w}" for w in range(len(workers))]
+    for worker, name in zip(workers, names, strict=True):
+        worker.send(f"many {name} {MANY_SESSIONS} {writes} {pool}")
+    for worker in workers:
+        worker.expect("ready", 120)
+    start = _go(workers)
+    results = [json.loads(w.expect("result", 300)) for w in workers]
+    total = sum(result["appends"] for result in results)
+    expect(total == len(workers) * MANY_SESSIONS * writes, "many_sessions: appends missing")
+    for name in names:
+        for index in (0, MANY_SESSIONS - 1):
+            stored = _stored(url, schema, f"{name}-{index}")
+            expect(
+                [seq for seq, _ in stored] == list(range(writes)),
+                f"many_sessions: session {name}-{index} does not hold its {writes} events",
+            )
+    transactions = sum(result["group_transactions"] for result in results)
+    return {
+        "rate": total / (max(result["finished"] for result in results) - start),
+        "cpu_us": sum(result["cpu"] for result in results) / total * 1e6,
+        "grouped": sum(result["group_commits"] for result in results) / total,
+        "group": sum(result["group_commits"] for result in results) / max(1, transactions),
+    }
+
+
+def many_sessions(ctx: Context) -> list[Measurement]:
+    """200 sessions over 4 OS processes, each session awaiting its own appends."""
+    url = _url()
+    if url is None:
+        return []
+    writes = 20 if ctx.quick else MANY_WRITES
+    out: dict[int, dict[str, list[float]]] = {pool: defaultdict(list) for pool in POOLS}
+    with _schema(url, "many") as schema, _workers(url, schema, PROCESSES) as workers:
+        for round_index in range(ctx.rounds):
+            pools = POOLS if round_index % 2 == 0 else POOLS[::-1]
+            for pool in pools:
+                figures = _many_round(url, schema, workers, round_index, pool, writes)
+                for key, value in figures.items():
+                    out[pool][key].append(value)
+    what = (
+        f"{PROCESSES} OS processes x {MANY_SESSIONS} sessions, each session awaiting {writes} "
+        "appends (200 B chat events) one after another through SessionActor.append, all "
+        "sessions at once after a common start; acks / (last ack - start)"
+    )
+    measurements = []
+    for pool in POOLS:
+        figures = out[pool]
+        measurements += [
+            measure(
+                f"postgres.many_sessions.pool_{pool}.rate",
+                "appends/s",
+                figures["rate"],
+                target=Target(">=", 10_000, "issue 20") if pool == 8 else None,
+                note=f"{what}; each process's PostgresStore(max_size={pool})",
+            ),
+            measure(
+                f"postgres.many_sessions.pool_{pool}.client_cpu",
+                "us/append",
+                figures["cpu_us"],
+                note="the 4 processes' CPU time (time.process_time: event loop and pool threads)"
+                " over the run / acknowledged appends",
+            ),
+            measure(
+                f"postgres.many_sessions.pool_{pool}.mean_group",
+                "commits/transaction",
+                figures["group"],
+                note="commits per grouped transaction (the store's group commit across sessions)",
+            ),
+        ]
+    return measurements
+
+
 # Live tail across processes -----------------------------------------------------------------
 
 
@@ -401,4 +485,4 @@ def live_tail(ctx: Context) -> list[Measurement]:
     ]
 
 
-BENCHMARKS = [producers, live_tail]
+BENCHMARKS = [producers, many_sessions, live_tail]

@@ -351,11 +351,12 @@ class _Opener:
             )
         try:
             # Before anything changes the file (even its journal mode): is it ours to use?
-            _check_ours(connection, path, adopt=self.adopt)
+            current = _check_ours(connection, path, adopt=self.adopt)
             with _errors(f"cannot open {path}"):
                 _wal(connection, self.busy_timeout)
                 connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            _migrate(connection, path)
+            if not current:
+                _migrate(connection, path)
             self.file.opened()
         except BaseException:
             connection.close()
@@ -989,19 +990,29 @@ def _wal(connection: sqlite3.Connection, busy_timeout: float) -> None:
         pause = min(pause * 2, 0.05)
 
 
-def _check_ours(connection: sqlite3.Connection, path: str, *, adopt: bool) -> None:
+def _check_ours(connection: sqlite3.Connection, path: str, *, adopt: bool) -> bool:
     """Refuse a database that holds other tables and no nous_session schema, unless
-    ``adopt``: a mistyped path must not alter another application's database."""
+    ``adopt``: a mistyped path must not alter another application's database.
+
+    Returns:
+        True when the file holds a nous_session store of this schema version already: it
+        needs no migration (read without taking the write lock, which another process's
+        writer may hold: an open that changes nothing need not wait for it).
+    """
     with _errors(f"cannot open {path}"):
         tables = {
             name
             for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
-    if "nous_schema" not in tables and tables - _OURS and not adopt:
+        if "nous_schema" in tables:
+            versions = connection.execute("SELECT version FROM nous_schema").fetchall()
+            return versions == [(SCHEMA_VERSION,)]
+    if tables - _OURS and not adopt:
         raise StoreError(
             f"{path} holds other tables ({', '.join(sorted(tables - _OURS)[:3])}) and no"
             " nous_session store; refusing to add ours (pass adopt=True to share it)"
         )
+    return False
 
 
 def _migrate(connection: sqlite3.Connection, path: str) -> None:
