@@ -228,12 +228,20 @@ class SessionActor(HistoryOperations):
                 )
                 engine = actor._engine
                 try:
-                    await task_group.start(engine.run)
+                    # Not `start`: a start cancelled after the actor has begun waits for the
+                    # actor to end, and its loop is shielded; requests queue until it runs.
+                    task_group.start_soon(engine.run)
                     if watch:
                         await task_group.start(engine.follower.watch)
                     if recover:
                         await actor.recover_open_turn()
                     yield actor
+                except BaseException:
+                    # The block raised or was cancelled: queued requests are refused (a
+                    # commit in flight completes); the actor's loop is shielded from the
+                    # scopes around it, so it is told here, not by the task group's cancel.
+                    engine.abort()
+                    raise
                 finally:
                     engine.begin_close()
         finally:
