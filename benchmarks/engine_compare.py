@@ -110,7 +110,8 @@ def main() -> None:
         few = samples[(side, "nested", 200, "cpu")]
         many = samples[(side, "nested", args.many, "cpu")]
         pairs = [m / f for m, f in zip(many, few[: len(many)], strict=True)]
-        print(f"| {side}: x{args.many:,} / x200 (nested) | ratio | {statistics.median(pairs):.2f} |")
+        median = statistics.median(pairs)
+        print(f"| {side}: x{args.many:,} / x200 (nested) | ratio | {median:.2f} |")
 
 
 if __name__ == "__main__":
