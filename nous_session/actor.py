@@ -33,6 +33,7 @@ from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 import attrs
 
@@ -229,8 +230,10 @@ class SessionActor(HistoryOperations):
                 engine = actor._engine
                 try:
                     # Not `start`: a start cancelled after the actor has begun waits for the
-                    # actor to end, and its loop is shielded; requests queue until it runs.
+                    # actor to end, and its loop is shielded. One pass through the loop lets
+                    # the actor park before the block starts, as `start` did.
                     task_group.start_soon(engine.run)
+                    await anyio.lowlevel.checkpoint()
                     if watch:
                         await task_group.start(engine.follower.watch)
                     if recover:
