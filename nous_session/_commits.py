@@ -12,8 +12,10 @@ Either way, a commit whose outcome the store could not tell (it lost contact) is
 here before anyone is answered (:func:`settle`): it is sent again, commit id and all, until
 an answer is definite, and otherwise its callers get :class:`OutcomeUnknownError`.
 
-A commit is shielded from cancellation: once the store may have the batch, its callers must
-hear what became of it.
+A commit is never cancelled halfway: once the store may have the batch, its callers must
+hear what became of it. The actor's loop is shielded once for its life (see
+:mod:`nous_session._engine`), and an abort that comes while a store call is in flight
+(``state.committing``) waits for its answer (:meth:`SessionState.end_commit`).
 """
 
 from __future__ import annotations
@@ -113,13 +115,15 @@ async def commit_plain(
         events = tuple(batch.log.since(batch.base.count))
         arguments = _arguments(state, batch, events)
         error: BaseException | None = None
-        with anyio.CancelScope(shield=True):
-            try:
-                await state.store.commit(state.session_id, **arguments)
-            except OutcomeUnknownError as unknown:
-                error = await _resolve(state, arguments, unknown)
-            except Exception as failure:
-                error = failure
+        state.committing = True
+        try:
+            await state.store.commit(state.session_id, **arguments)
+        except OutcomeUnknownError as unknown:
+            error = await _resolve(state, arguments, unknown)
+        except Exception as failure:
+            error = failure
+        finally:
+            state.end_commit()
         if error is not None:
             # The batch never happened: its events leave the log's shared storage, so
             # catching up (or the next batch) extends it instead of copying it.
@@ -294,10 +298,11 @@ async def commit_rebased(
             arguments["commit_id"] = state.commit_ids()
     waiting: list[tuple[Request, Any]] = [(request, None) for request, _, _ in made_for]
     waiting.extend((request, None) for request, _ in repeats)
+    state.committing = True
     try:
-        with anyio.CancelScope(shield=True):
-            rebased = await _send_rebased(state, arguments)
+        rebased = await _send_rebased(state, arguments)
     except Exception as error:
+        state.end_commit()
         failure: BaseException = error
         if isinstance(error, ConflictError):
             unreadable = await follower.reload(None)
@@ -340,6 +345,9 @@ async def commit_rebased(
         state.publish(log, events=len(events), dropped=0, shift=rebased.shift)
         stored = list(rebased.events)
         rebuilt = any(event.op is not None for event in rebased.others)
+    # The batch landed: its callers hear so before an abort stops the actor (the catch-ups
+    # above are part of learning where it landed).
+    state.end_commit()
     answers: dict[int, tuple[Event, ...]] = {}
     results: list[tuple[Request, Any]] = list(known)
     for request, offset, size in made_for:

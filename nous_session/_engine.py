@@ -36,11 +36,32 @@ Concretely, the loop below does this with every batch it takes:
 Backpressure: the queue holds ``queue_size`` requests. A caller whose request does not fit
 waits for space (a cancelled wait sends nothing). A request in the queue is applied whatever
 happens to its caller.
+
+The round trip
+--------------
+Every awaited call crosses the event loop twice: the caller wakes the actor, the actor
+answers the caller. Nothing else is on that path, because it is paid once per call and a
+server runs thousands of sessions on one loop:
+
+* The queue is a ``deque`` with the bound kept here, and the actor parks on the loop's own
+  primitive (:func:`~nous_session._requests.new_waiter`) only when the queue is empty: no
+  checkpoint before taking a batch (a pass through the loop of its own), no per-take event
+  or exception.
+* No cancel scope per commit. The actor's loop runs in a shielded scope entered once, so the
+  scopes of whoever opened the session never reach into it (a shielded scope's exit walks
+  every enclosing scope up to the next shield: with sessions opened nested in one
+  ``AsyncExitStack``, the scopes of every session opened before). Closing the session tells
+  the actor through the queue; a block that ends by an exception tells it with
+  :meth:`Engine.abort`, which cancels the actor's inner scope, at once when it waits, or
+  once the store has answered when a commit is in flight (``SessionState.committing``): a
+  commit's callers always hear what became of it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections import deque
 from typing import Any, Final
 
 import anyio
@@ -48,9 +69,9 @@ import anyio.abc
 
 from nous_session._commits import Batch, commit_plain, commit_rebased
 from nous_session._follower import Follower
-from nous_session._requests import Append, Applied, Reload, Request
+from nous_session._requests import Append, Applied, Reload, Request, Waiter, new_waiter, wake
 from nous_session._state import SessionState, closed_error
-from nous_session.errors import ConflictError, InvalidEventError
+from nous_session.errors import ConflictError, InvalidEventError, SessionClosedError
 from nous_session.event import Event
 
 __all__ = ["Engine"]
@@ -68,10 +89,10 @@ class Engine:
     """
 
     __slots__ = (
-        "_admit",
+        "_aborted",
         "_parked",
-        "_receive",
-        "_send",
+        "_queue",
+        "_size",
         "_space",
         "_space_waiters",
         "_state",
@@ -80,11 +101,15 @@ class Engine:
 
     def __init__(self, state: SessionState, queue_size: int) -> None:
         self._state = state
-        self._send, self._receive = anyio.create_memory_object_stream[Request](queue_size)
+        # Requests accepted and not taken, in arrival order; at most `queue_size`. Once the
+        # session is closing nothing more comes in, so what the queue holds then is exactly
+        # what must still be applied.
+        self._queue: deque[Request] = deque()
+        self._size = queue_size
+        self._parked: Waiter | None = None  # the actor's wake-up while the queue is empty
         self._space: anyio.Event | None = None  # set when queue space may have freed, if waited
         self._space_waiters = 0  # callers waiting for queue space
-        self._admit = 0  # while closing: queued requests still to apply
-        self._parked = False  # the actor is waiting in receive()
+        self._aborted = False  # the block ended by an exception: stop, refuse the rest
         self.follower = Follower(state, self.enqueue)
 
     # Calls ------------------------------------------------------------------------------------
@@ -93,25 +118,35 @@ class Engine:
         """Queue ``request`` and return its result (raise its error).
 
         A caller cancelled while waiting for queue space has sent nothing: the request goes
-        into the queue only by ``send_nowait``, which either queues it or does not, with no
-        await in between. Once queued it is applied and committed whatever happens to the
-        caller.
+        into the queue with no await between the check for space and the append. Once queued
+        it is applied and committed whatever happens to the caller.
 
         Raises:
             SessionClosedError: the session is closed.
         """
         if self._state.closing:
             raise closed_error()
-        try:
-            self._send.send_nowait(request)  # the usual path: no extra coroutine frame
-        except anyio.WouldBlock:
-            await self._queue(request)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            raise closed_error() from None
+        queue = self._queue
+        if len(queue) < self._size:
+            queue.append(request)  # the usual path, inlined: no extra coroutine frame
+            parked = self._parked
+            if parked is not None:
+                self._parked = None
+                wake(parked)
+        else:
+            await self._queue_when_space(request)
         await request.done.wait()  # Request.outcome, inlined: this is every call's path
         if request.error is not None:
             raise request.error
         return request.result
+
+    def _put(self, request: Request) -> None:
+        """Append to the queue (there is room) and wake the actor if it is parked."""
+        self._queue.append(request)
+        parked = self._parked
+        if parked is not None:
+            self._parked = None
+            wake(parked)
 
     async def enqueue(self, request: Reload) -> None:
         """Queue one of the follower's catch-ups without waiting for its answer.
@@ -119,101 +154,108 @@ class Engine:
         Raises:
             anyio.ClosedResourceError: the session is closing.
         """
-        try:
-            self._send.send_nowait(request)
-        except anyio.WouldBlock:
-            await self._send.send(request)
-
-    async def _queue(self, request: Request) -> None:
-        while True:
+        if self._state.closing:
+            raise anyio.ClosedResourceError
+        if len(self._queue) < self._size:
+            self._put(request)
+        else:
             try:
-                self._send.send_nowait(request)
-            except anyio.WouldBlock:
-                space = self._space
-                if space is None:
-                    space = self._space = anyio.Event()
-                self._space_waiters += 1
-                try:
-                    await space.wait()  # set whenever the actor takes a batch, and at close
-                finally:
-                    self._space_waiters -= 1
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                raise closed_error() from None
-            else:
+                await self._queue_when_space(request)
+            except SessionClosedError:
+                raise anyio.ClosedResourceError from None
+
+    async def _queue_when_space(self, request: Request) -> None:
+        """Wait until the queue has room, then queue ``request`` (a cancelled wait sends
+        nothing; a close while waiting raises SessionClosedError)."""
+        while True:
+            space = self._space
+            if space is None:
+                space = self._space = anyio.Event()
+            self._space_waiters += 1
+            try:
+                await space.wait()  # set whenever the actor takes a batch, and at close
+            finally:
+                self._space_waiters -= 1
+            if self._state.closing:
+                raise closed_error()
+            if len(self._queue) < self._size:
+                self._put(request)
                 return
 
     def queue_depth(self) -> int:
         """Requests accepted into the queue and not yet taken."""
-        return self._receive.statistics().current_buffer_used
+        return len(self._queue)
 
     # The loop ---------------------------------------------------------------------------------
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """The actor task: take a batch, commit it segment by segment, until closed."""
+        """The actor task: take a batch, commit it segment by segment, until closed.
+
+        The loop runs shielded from the scopes around it (see the module docstring); only
+        :meth:`abort` cancels it, through ``state.work_scope``.
+        """
         task_status.started()
+        state = self._state
         batch: list[Request] = []
-        try:
-            while True:
-                batch = await self._take()
-                if not batch:
-                    break
-                segment: list[Request] = []
+        with anyio.CancelScope(shield=True), anyio.CancelScope() as work:
+            state.work_scope = work
+            if self._aborted:
+                work.cancel()
+            try:
+                while True:
+                    batch = await self._take()
+                    if not batch:
+                        break
+                    segment: list[Request] = []
+                    for request in batch:
+                        if request.barrier:
+                            await self._commit(segment)
+                            segment = []
+                            assert isinstance(request, Reload)
+                            await self.follower.reload(request)
+                        elif request.starts_commit and segment:
+                            await self._commit(segment)
+                            segment = [request]
+                        else:
+                            segment.append(request)
+                    await self._commit(segment)
+                    batch = []
+            finally:
+                # Whatever ends the loop (closing, an abort, a bug), nobody may hang.
                 for request in batch:
-                    if request.barrier:
-                        await self._commit(segment)
-                        segment = []
-                        assert isinstance(request, Reload)
-                        await self.follower.reload(request)
-                    elif request.starts_commit and segment:
-                        await self._commit(segment)
-                        segment = [request]
-                    else:
-                        segment.append(request)
-                await self._commit(segment)
-                batch = []
-        finally:
-            # Whatever ends the loop (closing, cancellation, a bug), nobody may hang.
-            for request in batch:
-                if not request.done.is_set():
-                    request.fail(closed_error())
-            self._refuse_the_rest()
-            state = self._state
-            state.closing = True
-            state.waker_scope.cancel()
-            state.published.close()
+                    if not request.done.is_set():
+                        request.fail(closed_error())
+                state.closing = True
+                self._refuse_the_rest()
+                state.work_scope = None
+                state.waker_scope.cancel()
+                state.published.close()
 
     async def _take(self) -> list[Request]:
-        """The next batch: every request waiting in the queue. Empty when the actor must stop."""
-        receive = self._receive
-        if not (self._state.closing and self._admit == 0):
-            self._parked = True
-            try:
-                first = await receive.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
+        """The next batch: every request waiting in the queue. Empty when the actor must stop
+        (closing, and everything queued before the close is applied)."""
+        queue = self._queue
+        if not queue:
+            if self._state.closing:
                 return []
+            waiter = self._parked = new_waiter()
+            try:
+                if isinstance(waiter, asyncio.Future):
+                    await waiter
+                else:
+                    await waiter.wait()
             finally:
-                self._parked = False
-            batch = [first]
-            while True:
-                try:
-                    batch.append(receive.receive_nowait())
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
-            if self._space_waiters:
-                self._free_space()
-            if not self._state.closing:
-                return batch
-            # Closing: the first `_admit` requests were queued before the close; any later
-            # ones came from callers that were still waiting for space.
-            admitted, late = batch[: self._admit], batch[self._admit :]
-            self._admit -= len(admitted)
-            for request in late:
-                request.fail(closed_error())
-            if admitted:
-                return admitted
-        return []
+                self._parked = None
+            queue = self._queue
+            if not queue:
+                return []  # woken by the close
+        batch = list(queue)
+        queue.clear()
+        if self._space_waiters:
+            self._free_space()
+        return batch
 
     async def _commit(self, requests: list[Request]) -> None:
         """Apply a segment and commit it, answering every request in it.
@@ -297,20 +339,36 @@ class Engine:
         if state.closing:
             return
         state.closing = True
-        # Exactly the requests whose send has completed are still applied: those in the buffer,
-        # and the one a send may have handed straight to the actor parked in receive() (a
-        # memory stream gives an item to a waiting receiver without buffering it).
-        self._admit = self._receive.statistics().current_buffer_used + int(self._parked)
-        self._send.close()
-        self._free_space()  # waiting callers now find the queue closed
+        # From here nothing enters the queue (every way in checks `closing` with no await
+        # before appending): what it holds is exactly what is still applied.
+        self._wake_actor()
+        self._free_space()  # waiting callers now find the session closing
         if state.compaction is not None:
             state.compaction.close()
         self.follower.close()
 
+    def abort(self) -> None:
+        """The block around the actor ended by an exception: stop without applying what is
+        queued (its callers get SessionClosedError). A commit in flight completes first and
+        its callers hear its outcome (see ``SessionState.end_commit``)."""
+        self.begin_close()
+        self._aborted = True
+        state = self._state
+        state.abort_requested = True
+        if state.work_scope is not None and not state.committing:
+            state.work_scope.cancel()
+
     def close_streams(self) -> None:
-        """Close both ends of the queue (every path out of ``open``: none is left open)."""
-        self._send.close()
-        self._receive.close()
+        """Refuse whatever is still queued (every path out of ``open``: no caller is left
+        waiting, an actor that never ran included)."""
+        self._state.closing = True
+        self._refuse_the_rest()
+
+    def _wake_actor(self) -> None:
+        parked = self._parked
+        if parked is not None:
+            self._parked = None
+            wake(parked)
 
     def _free_space(self) -> None:
         """Wake the callers waiting for queue space (each tries again)."""
@@ -319,12 +377,8 @@ class Engine:
             space.set()
 
     def _refuse_the_rest(self) -> None:
-        receive = self._receive
-        while True:
-            try:
-                receive.receive_nowait().fail(closed_error())
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                break
-        # Wakes callers still waiting for queue space: their send raises BrokenResourceError.
-        receive.close()
+        queue = self._queue
+        while queue:
+            queue.popleft().fail(closed_error())
+        # Wakes callers still waiting for queue space: they find the session closing.
         self._free_space()

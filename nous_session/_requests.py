@@ -30,7 +30,10 @@ __all__ = [
     "Reload",
     "Request",
     "Snapshot",
+    "Waiter",
     "check_expectation",
+    "new_waiter",
+    "wake",
 ]
 
 INTERRUPTED = "Tool call was interrupted and not executed. Please retry if needed."
@@ -60,7 +63,8 @@ class Applied(NamedTuple):
 if TYPE_CHECKING:
     import trio
 
-_Waiter: TypeAlias = "asyncio.Future[None] | trio.Event"
+Waiter: TypeAlias = "asyncio.Future[None] | trio.Event"
+"""What one task waits on to be woken: the event loop's own primitive."""
 
 
 class Done:
@@ -79,8 +83,8 @@ class Done:
         self._flag = False
         # One per waiting call: a cancelled caller cancels its asyncio future, which must not
         # cancel another's. The first has a slot of its own (there is almost never a second).
-        self._waiter: _Waiter | None = None
-        self._more: list[_Waiter] | None = None
+        self._waiter: Waiter | None = None
+        self._more: list[Waiter] | None = None
 
     def is_set(self) -> bool:
         return self._flag
@@ -91,15 +95,15 @@ class Done:
         self._flag = True
         waiter, self._waiter = self._waiter, None
         if waiter is not None:
-            _wake(waiter)
+            wake(waiter)
         more, self._more = self._more, None
         for other in more or ():
-            _wake(other)
+            wake(other)
 
     async def wait(self) -> None:
         if self._flag:
             return
-        waiter = _waiter()
+        waiter = new_waiter()
         current = self._waiter
         if current is None or (isinstance(current, asyncio.Future) and current.done()):
             self._waiter = waiter  # the first, or the first was cancelled and left
@@ -113,7 +117,8 @@ class Done:
             await waiter.wait()
 
 
-def _wake(waiter: _Waiter) -> None:
+def wake(waiter: Waiter) -> None:
+    """Wake the task waiting on ``waiter`` (unless it left, cancelled)."""
     if isinstance(waiter, asyncio.Future):
         if not waiter.done():  # its caller was cancelled
             waiter.set_result(None)
@@ -121,7 +126,8 @@ def _wake(waiter: _Waiter) -> None:
         waiter.set()
 
 
-def _waiter() -> _Waiter:
+def new_waiter() -> Waiter:
+    """A fresh waiter for the calling task's event loop."""
     if current_library() == "trio":
         import trio
 

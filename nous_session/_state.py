@@ -90,12 +90,17 @@ class SessionState:
         compaction: the compaction runner, or None.
         task_group: the actor's task group (its waker, compactions, catch-up retries).
         closing: no new requests are accepted.
+        work_scope: the actor loop's cancel scope while it runs (only an abort cancels it).
+        committing: a store call of a commit is in flight: an abort waits for its answer.
+        abort_requested: the block around the actor ended by an exception.
     """
 
     __slots__ = (
+        "abort_requested",
         "batches",
         "closing",
         "commit_ids",
+        "committing",
         "compaction",
         "full_store",
         "kept",
@@ -113,6 +118,7 @@ class SessionState:
         "task_group",
         "unfollowable",
         "waker_scope",
+        "work_scope",
     )
 
     def __init__(
@@ -148,6 +154,9 @@ class SessionState:
         self.compaction: CompactionRunner | None = None
         self.task_group = task_group
         self.closing = False
+        self.work_scope: anyio.CancelScope | None = None
+        self.committing = False
+        self.abort_requested = False
         # Bind once: a bound logger filters debug lines at almost no cost per commit.
         self.logger = _logger.bind(session_id=session_id)
         # A rendered line per commit costs more than the commit: only when it goes anywhere.
@@ -162,6 +171,18 @@ class SessionState:
     async def _run_waker(self) -> None:
         with self.waker_scope:
             await self.published.run_waker()
+
+    def end_commit(self) -> None:
+        """A commit's store call has answered: an abort that came meanwhile stops the actor
+        now (at its next await: its callers are answered first).
+
+        This flag, not a shielded cancel scope per commit, is what keeps a commit's callers
+        from losing its outcome: the actor loop is shielded once for its life and only an
+        abort cancels it (see :mod:`nous_session._engine`).
+        """
+        self.committing = False
+        if self.abort_requested and self.work_scope is not None:
+            self.work_scope.cancel()
 
     def keyed_events(self, key: str) -> tuple[Event, ...] | None:
         """The events first committed under ``key`` in this session, or None."""

@@ -33,6 +33,7 @@ from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 import attrs
 
@@ -229,12 +230,22 @@ class SessionActor(HistoryOperations):
                 )
                 engine = actor._engine
                 try:
-                    await task_group.start(engine.run)
+                    # Not `start`: a start cancelled after the actor has begun waits for the
+                    # actor to end, and its loop is shielded. One pass through the loop lets
+                    # the actor park before the block starts, as `start` did.
+                    task_group.start_soon(engine.run)
+                    await anyio.lowlevel.checkpoint()
                     if watch:
                         await task_group.start(engine.follower.watch)
                     if recover:
                         await actor.recover_open_turn()
                     yield actor
+                except BaseException:
+                    # The block raised or was cancelled: queued requests are refused (a
+                    # commit in flight completes); the actor's loop is shielded from the
+                    # scopes around it, so it is told here, not by the task group's cancel.
+                    engine.abort()
+                    raise
                 finally:
                     engine.begin_close()
         finally:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta, timezone
@@ -94,9 +95,9 @@ class GatedStore(MemoryStore):
 
 
 async def test_a_call_cancelled_while_waiting_for_queue_space_sends_nothing() -> None:
-    """The actor takes every waiting request in one go (receive_nowait in a loop). Before the
-    fix, a caller blocked in send() could have its item taken in that loop and still be
-    cancelled: told nothing happened, while its event was committed."""
+    """The actor takes every waiting request in one go (the whole queue). Before the fix, a
+    caller blocked in send() could have its item taken in that step and still be cancelled:
+    told nothing happened, while its event was committed."""
     store = GatedStore()
     store.gate = anyio.Event()
     async with SessionActor.open(session_id="s", store=store, queue_size=1) as session:
@@ -116,16 +117,16 @@ async def test_a_call_cancelled_while_waiting_for_queue_space_sends_nothing() ->
             if scope.cancelled_caught:
                 outcome.append("cancelled")
 
-        receive_nowait = session._engine._receive.receive_nowait
         armed = anyio.Event()
 
-        def cancel_then_take() -> Any:
-            # The waiting caller is cancelled in the very step the actor drains the queue.
-            if armed.is_set():
-                scope.cancel()
-            return receive_nowait()
+        class CancelThenTake(deque[Any]):
+            def clear(self) -> None:
+                # The waiting caller is cancelled in the very step the actor drains the queue.
+                if armed.is_set():
+                    scope.cancel()
+                super().clear()
 
-        session._engine._receive.receive_nowait = cancel_then_take  # type: ignore[method-assign]
+        session._engine._queue = CancelThenTake(session._engine._queue)
         async with anyio.create_task_group() as tg:
             tg.start_soon(first)
             while store.waiting == 0:  # the first request is in the (gated) commit

@@ -13,6 +13,7 @@ SUITES: tuple[str, ...] = (
     "stores",
     "history",
     "many",
+    "engine",
     "registry",
     "postgres",
     "scaling",
