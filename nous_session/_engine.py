@@ -41,7 +41,7 @@ happens to its caller.
 from __future__ import annotations
 
 import random
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
@@ -52,6 +52,9 @@ from nous_session._requests import Append, Applied, Reload, Request
 from nous_session._state import SessionState, closed_error
 from nous_session.errors import ConflictError, InvalidEventError
 from nous_session.event import Event
+
+if TYPE_CHECKING:
+    from nous_session.telemetry import SessionTelemetry
 
 __all__ = ["Engine"]
 
@@ -65,10 +68,12 @@ class Engine:
     Args:
         state: the session's shared state.
         queue_size: how many requests may wait before callers wait too.
+        telemetry: the session's telemetry, or None when it is off.
     """
 
     __slots__ = (
         "_admit",
+        "_committer",
         "_parked",
         "_receive",
         "_send",
@@ -78,8 +83,15 @@ class Engine:
         "follower",
     )
 
-    def __init__(self, state: SessionState, queue_size: int) -> None:
+    def __init__(
+        self, state: SessionState, queue_size: int, telemetry: SessionTelemetry | None = None
+    ) -> None:
         self._state = state
+        # Telemetry hook: with telemetry off the loop calls the plain method (no check, no
+        # wrapper on its path); on, a wrapper that traces and times each segment's commit.
+        self._committer = (
+            self._commit if telemetry is None else telemetry.traced_commit(self._commit, state)
+        )
         self._send, self._receive = anyio.create_memory_object_stream[Request](queue_size)
         self._space: anyio.Event | None = None  # set when queue space may have freed, if waited
         self._space_waiters = 0  # callers waiting for queue space
@@ -154,6 +166,7 @@ class Engine:
         """The actor task: take a batch, commit it segment by segment, until closed."""
         task_status.started()
         batch: list[Request] = []
+        commit = self._committer  # telemetry hook: _commit itself when telemetry is off
         try:
             while True:
                 batch = await self._take()
@@ -162,16 +175,16 @@ class Engine:
                 segment: list[Request] = []
                 for request in batch:
                     if request.barrier:
-                        await self._commit(segment)
+                        await commit(segment)
                         segment = []
                         assert isinstance(request, Reload)
                         await self.follower.reload(request)
                     elif request.starts_commit and segment:
-                        await self._commit(segment)
+                        await commit(segment)
                         segment = [request]
                     else:
                         segment.append(request)
-                await self._commit(segment)
+                await commit(segment)
                 batch = []
         finally:
             # Whatever ends the loop (closing, cancellation, a bug), nobody may hang.
