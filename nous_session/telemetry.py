@@ -563,7 +563,12 @@ class SessionTelemetry:
         attributes["nous_session.compaction.surface"] = surface
         if tokens:
             attributes["nous_session.compaction.tokens"] = tokens
-        span = self.instruments.tracer.start_span("nous_session.compaction", attributes=attributes)
+        # A trace of its own: not a child of the commit that happened to trigger it.
+        span = self.instruments.tracer.start_span(
+            "nous_session.compaction",
+            context=self.instruments.api.context.Context(),
+            attributes=attributes,
+        )
         return span, time.perf_counter()
 
     def compaction_finished(self, started: tuple[Span, float], outcome: str) -> None:
