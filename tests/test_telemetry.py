@@ -7,9 +7,11 @@ be set only once per process, so the tests that need a global one run in a child
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from opentelemetry.trace import StatusCode
 
 from nous_session import (
     CompactionPolicy,
+    ConflictError,
     EventType,
     MemoryStore,
     OutcomeUnknownError,
@@ -46,6 +49,7 @@ from nous_session.stores.base import (
 from nous_session.stores.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
+POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
 USER = EventType.USER_MESSAGE
 
 
@@ -206,6 +210,34 @@ async def test_a_failed_commit_records_its_outcome(
         for point in otel.points("nous_session.commit.duration")
     }
     assert durations == {"committed": 2, outcome: 1}
+
+
+@pytest.mark.anyio
+async def test_a_commit_that_loses_to_another_writer_is_a_conflict(otel: Otel) -> None:
+    store = MemoryStore()
+    async with (
+        SessionActor.open(session_id="contended", store=store) as first,
+        SessionActor.open(session_id="contended", store=store) as second,
+    ):
+        await first.append(USER, {"content": "first"})
+        await second.reload()
+        await second.append(USER, {"content": "second, ahead"})
+        with pytest.raises(ConflictError):
+            await first.append(USER, {"content": "first, behind"})
+    conflicts = [
+        span
+        for span in otel.finished("nous_session.commit")
+        if span.attributes and span.attributes["nous_session.commit.outcome"] == "conflict"
+    ]
+    assert len(conflicts) == 1
+    assert conflicts[0].attributes is not None
+    assert conflicts[0].attributes["error.type"] == "ConflictError"
+    # The catch-up after the conflict read the store inside the commit span.
+    reads = otel.finished("nous_session.store.read")
+    assert any(
+        read.parent is not None and read.parent.span_id == conflicts[0].context.span_id  # type: ignore[union-attr]
+        for read in reads
+    )
 
 
 @pytest.mark.anyio
@@ -408,6 +440,32 @@ async def test_the_traced_store_has_the_stores_capabilities(otel: Otel, tmp_path
         for span in otel.finished("nous_session.commit")
     }
     assert kinds == {"memory", "sqlite"}
+
+
+@pytest.mark.anyio
+async def test_postgres_sessions_are_traced_with_their_capabilities(otel: Otel) -> None:
+    if not POSTGRES_URL:
+        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
+    psycopg = pytest.importorskip("psycopg")
+    from nous_session.stores.postgres import PostgresStore
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(POSTGRES_URL, schema=schema)
+    try:
+        async with SessionActor.open(session_id="pg", store=store) as session:
+            traced = session._state.store
+            assert session._state.name_commits  # the class attribute came through
+            for capability in (ChangeFeedStore, OutcomeStore, RebasingStore, ForkingStore):
+                assert supports(traced, capability) == supports(store, capability)
+            await session.append(USER, {"content": "x"})
+    finally:
+        await store.aclose()
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    (commit,) = otel.finished("nous_session.commit")
+    assert commit.attributes is not None
+    assert commit.attributes["nous_session.store.kind"] == "postgres"
+    assert commit.attributes["nous_session.commit.outcome"] == "committed"
 
 
 # Automatic choice, and no API, in a child process -------------------------------------------
