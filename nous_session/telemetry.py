@@ -148,14 +148,16 @@ class _Api:
 class _Settings:
     """The module's state: what :func:`enable`/:func:`disable` chose, and what was resolved."""
 
-    __slots__ = ("api", "automatic", "explicit", "mode")
+    __slots__ = ("api", "explicit", "made", "mode")
 
     def __init__(self) -> None:
         self.mode: Literal["auto", "on", "off"] = "auto"
         self.api: Any = _UNRESOLVED  # an _Api, or None when opentelemetry-api is missing
-        self.explicit: Instruments | None = None
-        # The instruments made for the global providers in automatic mode, with them.
-        self.automatic: tuple[object, object, Instruments] | None = None
+        self.explicit: tuple[Instruments, bool] | None = None  # enable()'s, and per_session
+        # The instruments made for each pair of providers, with the providers (kept alive, so
+        # their ids stay theirs). Made once per pair: a meter keeps the first callbacks of an
+        # observable gauge of a given name, so gauges made again would observe nothing.
+        self.made: dict[tuple[int, int], tuple[object, object, Instruments]] = {}
 
 
 _settings = _Settings()
@@ -211,13 +213,12 @@ def enable(
         )
     if not isinstance(per_session, bool):
         raise ValueError(f"per_session must be a bool, got {per_session!r}")
-    instruments = Instruments(
+    instruments = _made(
         api,
         tracer_provider if tracer_provider is not None else api.trace.get_tracer_provider(),
         meter_provider if meter_provider is not None else api.metrics.get_meter_provider(),
-        per_session=per_session,
     )
-    _settings.explicit = instruments
+    _settings.explicit = (instruments, per_session)
     _settings.mode = "on"
 
 
@@ -233,7 +234,6 @@ def reset() -> None:
     whether opentelemetry-api is importable."""
     _settings.mode = "auto"
     _settings.explicit = None
-    _settings.automatic = None
     _settings.api = _UNRESOLVED
 
 
@@ -242,8 +242,18 @@ def active() -> bool:
     return _instruments() is not None
 
 
-def _instruments() -> Instruments | None:
-    """The instruments an actor opening now reports to, or None when telemetry is off."""
+def _made(api: _Api, tracers: TracerProvider, meters: MeterProvider) -> Instruments:
+    """The instruments for this pair of providers (made at the first need)."""
+    key = (id(tracers), id(meters))
+    made = _settings.made.get(key)
+    if made is None:
+        made = _settings.made[key] = (tracers, meters, Instruments(api, tracers, meters))
+    return made[2]
+
+
+def _instruments() -> tuple[Instruments, bool] | None:
+    """The instruments an actor opening now reports to and whether per session, or None when
+    telemetry is off."""
     mode = _settings.mode
     if mode == "on":
         return _settings.explicit
@@ -256,11 +266,7 @@ def _instruments() -> Instruments | None:
     meters = api.metrics.get_meter_provider()
     if isinstance(tracers, api.no_op_tracers) and isinstance(meters, api.no_op_meters):
         return None  # nothing would record anything
-    automatic = _settings.automatic
-    if automatic is None or automatic[0] is not tracers or automatic[1] is not meters:
-        automatic = (tracers, meters, Instruments(api, tracers, meters, per_session=False))
-        _settings.automatic = automatic
-    return automatic[2]
+    return _made(api, tracers, meters), False
 
 
 def session(session_id: str, store: object) -> SessionTelemetry | None:
@@ -269,10 +275,11 @@ def session(session_id: str, store: object) -> SessionTelemetry | None:
     The actor calls this once, in ``SessionActor.open``; None means it runs exactly as if
     this module did not exist.
     """
-    instruments = _instruments()
-    if instruments is None:
+    chosen = _instruments()
+    if chosen is None:
         return None
-    return SessionTelemetry(instruments, session_id, store)
+    instruments, per_session = chosen
+    return SessionTelemetry(instruments, session_id, store, per_session=per_session)
 
 
 def unwrap_store(store: Any) -> Any:
@@ -309,7 +316,6 @@ class Instruments:
         "commit_duration",
         "compaction_duration",
         "open",
-        "per_session",
         "sessions",
         "store_duration",
         "tracer",
@@ -320,12 +326,9 @@ class Instruments:
         api: _Api,
         tracer_provider: TracerProvider,
         meter_provider: MeterProvider,
-        *,
-        per_session: bool,
     ) -> None:
         version = _version()
         self.api = api
-        self.per_session = per_session
         self.tracer = tracer_provider.get_tracer(SCOPE, version)
         meter = meter_provider.get_meter(SCOPE, version)
         self.commit_duration = meter.create_histogram(
@@ -383,15 +386,17 @@ class Instruments:
         self, value: Callable[[SessionTelemetry], int], combine: Callable[[list[int]], int]
     ) -> list[Observation]:
         observation = self.api.metrics.Observation
-        sessions = list(self.open.values())
-        if self.per_session:
-            return [observation(value(s), s.metric_attributes) for s in sessions]
+        observed = []
         by_kind: dict[str, list[int]] = {}
-        for s in sessions:
-            by_kind.setdefault(s.kind, []).append(value(s))
-        return [
+        for session in list(self.open.values()):
+            if session.per_session:
+                observed.append(observation(value(session), session.metric_attributes))
+            else:
+                by_kind.setdefault(session.kind, []).append(value(session))
+        observed.extend(
             observation(combine(values), {STORE_KIND: kind}) for kind, values in by_kind.items()
-        ]
+        )
+        return observed
 
 
 class SessionTelemetry:
@@ -413,19 +418,23 @@ class SessionTelemetry:
         "kind",
         "last_commit",
         "metric_attributes",
+        "per_session",
         "session_id",
         "span_attributes",
         "store",
         "store_commits",
     )
 
-    def __init__(self, instruments: Instruments, session_id: str, store: object) -> None:
+    def __init__(
+        self, instruments: Instruments, session_id: str, store: object, *, per_session: bool
+    ) -> None:
         self.instruments = instruments
         self.session_id = session_id
+        self.per_session = per_session
         self.kind = store_kind(store)
         self.span_attributes: dict[str, Any] = {SESSION_ID: session_id, STORE_KIND: self.kind}
         self.metric_attributes: dict[str, Any] = {STORE_KIND: self.kind}
-        if instruments.per_session:
+        if per_session:
             self.metric_attributes[SESSION_ID] = session_id
         self._outcome_attributes: dict[str, dict[str, Any]] = {}
         self._store_attributes: dict[tuple[str, str], dict[str, Any]] = {}

@@ -336,30 +336,41 @@ async def test_metrics_show_queue_batch_latency_sessions_and_lag(otel: Otel) -> 
 
 
 @pytest.mark.anyio
-async def test_per_session_gauges_carry_the_session_id() -> None:
-    recorder = Otel()
-    telemetry.enable(
-        tracer_provider=recorder.tracer_provider,
-        meter_provider=recorder.meter_provider,
-        per_session=True,
-    )
-    try:
-        async with (
-            SessionActor.open(session_id="a") as first,
-            SessionActor.open(session_id="b") as second,
-        ):
-            await first.append(USER, {"content": "x"})
-            await second.append(USER, {"content": "y"})
-            async with first.subscribe() as _, second.subscribe(since=1) as _:
-                lags = {
-                    point.attributes["nous_session.session.id"]: point.value
-                    for point in recorder.points("nous_session.subscription.lag")
-                }
-        assert lags == {"a": 1, "b": 0}
-    finally:
-        telemetry.reset()
-        recorder.tracer_provider.shutdown()
-        recorder.meter_provider.shutdown()
+async def test_per_session_gauges_carry_the_session_id(otel: Otel) -> None:
+    providers = {
+        "tracer_provider": otel.tracer_provider,
+        "meter_provider": otel.meter_provider,
+    }
+    telemetry.enable(**providers, per_session=True)
+    async with SessionActor.open(session_id="a") as first:
+        telemetry.disable()
+        async with SessionActor.open(session_id="dark") as dark:
+            # Enabled again with the same providers: the gauges made the first time observe
+            # the sessions opened now too (one series per store kind for these).
+            telemetry.enable(**providers)
+            async with (
+                SessionActor.open(session_id="b") as second,
+                SessionActor.open(session_id="c") as third,
+            ):
+                for session in (first, dark, second, third):
+                    await session.append(USER, {"content": "x"})
+                    await session.append(USER, {"content": "y"})
+                async with (
+                    first.subscribe() as _,
+                    dark.subscribe() as _,
+                    second.subscribe(since=1) as _,
+                    third.subscribe() as _,
+                ):
+                    lags = {
+                        point.attributes.get("nous_session.session.id", "memory"): point.value
+                        for point in otel.points("nous_session.subscription.lag")
+                    }
+                    opened = {
+                        point.attributes.get("nous_session.session.id", "memory"): point.value
+                        for point in otel.points("nous_session.session.count")
+                    }
+    assert lags == {"a": 2, "memory": 2}  # "b" lags 1, "c" 2: the largest; "dark" is not seen
+    assert opened == {"a": 1, "memory": 2}
 
 
 # Off ----------------------------------------------------------------------------------------
