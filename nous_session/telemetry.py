@@ -187,10 +187,11 @@ def enable(
         tracer_provider: where spans go; None means OpenTelemetry's global provider (which
             may be set later: the API forwards to it once it is).
         meter_provider: where metrics go; None means the global one, likewise.
-        per_session: give the queue-depth and subscription-lag gauges one series per open
-            session (attribute ``nous_session.session.id``) instead of one per store kind.
-            Spans always carry the session id; metrics do only with this, because a
-            process may hold many thousands of sessions.
+        per_session: give the metrics of the sessions opened from now on the attribute
+            ``nous_session.session.id``: one series per session (the queue-depth and
+            subscription-lag gauges included) instead of one per store kind. Spans always
+            carry the session id; metrics do only with this, because a process may hold many
+            thousands of sessions.
 
     Raises:
         ImportError: opentelemetry-api is not installed (install ``nous_session[otel]``).
@@ -673,6 +674,8 @@ class _TracedStore:
 
     def __getattr__(self, name: str) -> Any:
         # Instance attributes of the store (its path, its statistics, ...) pass through.
+        if name in _TracedStore.__slots__:
+            raise AttributeError(name)  # not set yet (a copy, say): no endless recursion
         return getattr(self._inner, name)
 
     def __repr__(self) -> str:
