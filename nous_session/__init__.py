@@ -11,11 +11,12 @@ How the layers stack (imports only point down):
     Event (event.py)
     Message, ToolCall, content parts, messages helpers (message.py, parts.py, messages.py)
     provider formats (formats/): Message lists <-> OpenAI, Anthropic and Gemini payloads
+    telemetry (telemetry.py): OpenTelemetry spans and metrics, optional, resolved at actor open
 
 Log, Transcript, Event and Message are pure and synchronous: no I/O, no event loop.
 """
 
-from nous_session import formats, messages, transcript
+from nous_session import formats, messages, telemetry, transcript
 from nous_session.actor import SessionActor, SessionStatistics, Subscription
 from nous_session.compaction import CompactionPolicy, Summarizer
 from nous_session.errors import (
@@ -111,5 +112,6 @@ __all__ = [
     "formats",
     "messages",
     "open_store",
+    "telemetry",
     "transcript",
 ]

@@ -62,7 +62,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import deque
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
@@ -73,6 +73,9 @@ from nous_session._requests import Append, Applied, Reload, Request, Waiter, new
 from nous_session._state import SessionState, closed_error
 from nous_session.errors import ConflictError, InvalidEventError, SessionClosedError
 from nous_session.event import Event
+
+if TYPE_CHECKING:
+    from nous_session.telemetry import SessionTelemetry
 
 __all__ = ["Engine"]
 
@@ -86,10 +89,12 @@ class Engine:
     Args:
         state: the session's shared state.
         queue_size: how many requests may wait before callers wait too.
+        telemetry: the session's telemetry, or None when it is off.
     """
 
     __slots__ = (
         "_aborted",
+        "_committer",
         "_parked",
         "_queue",
         "_size",
@@ -99,7 +104,9 @@ class Engine:
         "follower",
     )
 
-    def __init__(self, state: SessionState, queue_size: int) -> None:
+    def __init__(
+        self, state: SessionState, queue_size: int, telemetry: SessionTelemetry | None = None
+    ) -> None:
         self._state = state
         # Requests accepted and not taken, in arrival order; at most `queue_size`. Once the
         # session is closing nothing more comes in, so what the queue holds then is exactly
@@ -107,6 +114,11 @@ class Engine:
         self._queue: deque[Request] = deque()
         self._size = queue_size
         self._parked: Waiter | None = None  # the actor's wake-up while the queue is empty
+        # Telemetry hook: with telemetry off the loop calls the plain method (no check, no
+        # wrapper on its path); on, a wrapper that traces and times each segment's commit.
+        self._committer = (
+            self._commit if telemetry is None else telemetry.traced_commit(self._commit, state)
+        )
         self._space: anyio.Event | None = None  # set when queue space may have freed, if waited
         self._space_waiters = 0  # callers waiting for queue space
         self._aborted = False  # the block ended by an exception: stop, refuse the rest
@@ -199,6 +211,7 @@ class Engine:
         task_status.started()
         state = self._state
         batch: list[Request] = []
+        commit = self._committer  # telemetry hook: _commit itself when telemetry is off
         with anyio.CancelScope(shield=True), anyio.CancelScope() as work:
             state.work_scope = work
             if self._aborted:
@@ -211,16 +224,16 @@ class Engine:
                     segment: list[Request] = []
                     for request in batch:
                         if request.barrier:
-                            await self._commit(segment)
+                            await commit(segment)
                             segment = []
                             assert isinstance(request, Reload)
                             await self.follower.reload(request)
                         elif request.starts_commit and segment:
-                            await self._commit(segment)
+                            await commit(segment)
                             segment = [request]
                         else:
                             segment.append(request)
-                    await self._commit(segment)
+                    await commit(segment)
                     batch = []
             finally:
                 # Whatever ends the loop (closing, an abort, a bug), nobody may hang.

@@ -37,6 +37,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import attrs
 
+from nous_session import telemetry as _telemetry
 from nous_session._engine import Engine
 from nous_session._follower import restored
 from nous_session._history import HistoryOperations
@@ -118,6 +119,7 @@ class SessionActor(HistoryOperations):
         queue_size: int,
         task_group: anyio.abc.TaskGroup,
         rebase: bool,
+        telemetry: _telemetry.SessionTelemetry | None = None,
     ) -> None:
         if key is not _OPEN_KEY:
             raise TypeError("use `async with SessionActor.open(session_id=...) as session`")
@@ -129,7 +131,7 @@ class SessionActor(HistoryOperations):
             rebase=rebase,
             task_group=task_group,
         )
-        engine = self._engine = Engine(state, queue_size)
+        engine = self._engine = Engine(state, queue_size, telemetry)
         self._call = engine.call  # bound once: every call goes through it
         if compaction is not None:
             state.compaction = CompactionRunner(
@@ -138,7 +140,10 @@ class SessionActor(HistoryOperations):
                 current=lambda: state.published.log,
                 task_group=task_group,
                 logger=state.logger,
+                telemetry=telemetry,
             )
+        if telemetry is not None:  # telemetry hook: the gauges read the queue and readers
+            telemetry.opened(engine.queue_depth, state.published)
 
     # Opening and closing ----------------------------------------------------------------------
 
@@ -213,27 +218,35 @@ class SessionActor(HistoryOperations):
         watch = follow is not False and supports(store, ChangeFeedStore)
         if follow and not watch:
             raise ValueError(f"follow=True needs a store with a change feed; {store!r} has none")
+        # Telemetry hook: None when off (the actor then runs as if telemetry did not exist);
+        # on, the actor talks to the store through a traced proxy.
+        telemetry = _telemetry.session(session_id, store)
+        traced = store if telemetry is None else telemetry.store
         actor: SessionActor | None = None
         try:
-            log, stored = await _load(store, session_id, fold=compaction is not None)
+            log, stored = await _load(traced, session_id, fold=compaction is not None)
             async with _unwrapped(), anyio.create_task_group() as task_group:
                 actor = cls(
                     _OPEN_KEY,
                     session_id=session_id,
-                    store=store,
+                    store=traced,
                     log=log,
                     stored=stored,
                     compaction=compaction,
                     queue_size=queue_size,
                     task_group=task_group,
                     rebase=on_conflict == "rebase",
+                    telemetry=telemetry,
                 )
                 engine = actor._engine
                 try:
                     # Not `start`: a start cancelled after the actor has begun waits for the
                     # actor to end, and its loop is shielded. One pass through the loop lets
                     # the actor park before the block starts, as `start` did.
-                    task_group.start_soon(engine.run)
+                    # Telemetry hook: the actor's task runs with no current span.
+                    task_group.start_soon(
+                        engine.run if telemetry is None else telemetry.detached(engine.run)
+                    )
                     await anyio.lowlevel.checkpoint()
                     if watch:
                         await task_group.start(engine.follower.watch)
@@ -253,6 +266,8 @@ class SessionActor(HistoryOperations):
                 # Every path, a cancelled open included: no stream is left unclosed.
                 actor._engine.close_streams()
                 actor._state.published.close()
+            if telemetry is not None:  # telemetry hook
+                telemetry.closed()
             if owned:
                 await store.aclose()
 
@@ -408,7 +423,8 @@ class SessionActor(HistoryOperations):
     @property
     def store(self) -> Store:
         """The store the session is persisted in (to open a fork in, say)."""
-        return self._state.store
+        # Telemetry hook: the store itself, not the traced proxy the actor calls it through.
+        return _telemetry.unwrap_store(self._state.store)  # type: ignore[no-any-return]
 
     @property
     def log(self) -> Log:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -33,6 +33,9 @@ from nous_session.transcript import (
     prune_tool_results,
     summary_covers,
 )
+
+if TYPE_CHECKING:
+    from nous_session.telemetry import SessionTelemetry
 
 __all__ = ["CompactionPolicy", "Summarizer", "plan_pruning", "plan_summary"]
 
@@ -422,6 +425,7 @@ class CompactionRunner:
         current: the latest committed Log.
         task_group: where the compaction task runs.
         logger: the session's bound logger (the session id is on it).
+        telemetry: the session's telemetry (a span per compaction), or None when it is off.
     """
 
     __slots__ = (
@@ -435,6 +439,7 @@ class CompactionRunner:
         "_retry_at",
         "_scope",
         "_task_group",
+        "_telemetry",
         "_warnings",
         "failed",
         "in_flight",
@@ -450,8 +455,10 @@ class CompactionRunner:
         current: Callable[[], Log],
         task_group: anyio.abc.TaskGroup,
         logger: Any,
+        telemetry: SessionTelemetry | None = None,
     ) -> None:
         self._policy = policy
+        self._telemetry = telemetry
         self._post = post
         self._current = current
         self._task_group = task_group
@@ -502,6 +509,8 @@ class CompactionRunner:
         policy = self._policy
         logger = self._logger.bind(count=log.count, surface=size, tokens=tokens)
         logger.info("nous_session.compaction_started")
+        telemetry = self._telemetry  # telemetry hook: a span over the whole compaction
+        traced = None if telemetry is None else telemetry.compaction_started(size, tokens)
         outcome = "failed"
         try:
             with scope:
@@ -521,6 +530,8 @@ class CompactionRunner:
             self._scope = None
             self.in_flight = False
             self._done.set()
+            if telemetry is not None and traced is not None:  # telemetry hook
+                telemetry.compaction_finished(traced, outcome)
         if outcome in ("applied", "pruned, summary stale"):
             self.run += 1
             logger.info("nous_session.compaction_finished", new_count=self._current().count)

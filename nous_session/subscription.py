@@ -38,6 +38,8 @@ class Published:
         snapshots: bumped whenever a published Log dropped events (a subscriber's read-ahead
             may hold some of them).
         subscribers: open subscriptions.
+        readers: the open subscriptions themselves (telemetry reads their cursors to report
+            subscriber lag; nothing on the actor's path touches it).
 
     Nothing is allocated for readers until one waits: an idle session (or one nobody
     subscribes to) holds no event objects, and a commit with nobody waiting wakes nobody.
@@ -49,6 +51,7 @@ class Published:
         "_wake_requested",
         "closed",
         "log",
+        "readers",
         "snapshots",
         "subscribers",
     )
@@ -58,6 +61,7 @@ class Published:
         self.closed = False
         self.snapshots = 0
         self.subscribers = 0
+        self.readers: set[Subscription] = set()
         self._changed: anyio.Event | None = None  # made by the first reader that waits
         self._wake_requested: anyio.Event | None = None  # the waker's, once it is started
         # Starts run_waker in the owner's task group, the first time wake-ups are coalesced.
@@ -147,6 +151,7 @@ class Subscription:
 
     async def __aenter__(self) -> Subscription:
         self._published.subscribers += 1
+        self._published.readers.add(self)
         return self
 
     async def __aexit__(
@@ -156,6 +161,7 @@ class Subscription:
         tb: TracebackType | None,
     ) -> None:
         self._published.subscribers -= 1
+        self._published.readers.discard(self)
 
     def __aiter__(self) -> Subscription:
         return self

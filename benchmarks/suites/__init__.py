@@ -10,6 +10,7 @@ from __future__ import annotations
 SUITES: tuple[str, ...] = (
     "log",
     "actor",
+    "telemetry",
     "stores",
     "history",
     "many",
