@@ -46,6 +46,7 @@ from nous_session.errors import InvalidEventError, StoreError
 from nous_session.event import Event, EventType, message_event, prepare
 from nous_session.log import Log
 from nous_session.message import Message
+from nous_session.metadata import SessionMetadata, metadata_of
 from nous_session.stores import open_store
 from nous_session.stores.base import (
     ChangeFeedStore,
@@ -153,6 +154,7 @@ class SessionActor(HistoryOperations):
         follow: bool | None = None,
         on_conflict: Literal["raise", "rebase"] = "raise",
         recover: bool = False,
+        metadata: SessionMetadata | Mapping[str, Any] | None = None,
     ) -> AsyncIterator[SessionActor]:
         """Load the session and run its actor for the duration of the ``async with`` block.
 
@@ -180,6 +182,10 @@ class SessionActor(HistoryOperations):
                 suggested; the returned events carry the seqs they were stored at.
             recover: close the tool calls a crashed turn left open (see
                 :meth:`recover_open_turn`) before the block starts.
+            metadata: the session's metadata (a :class:`SessionMetadata` or its JSON form):
+                when it differs from what the session has (a new session has none), a
+                metadata event sets it before the block starts; reopening with the same
+                record appends nothing.
 
         On leaving the block, requests already in the queue are applied and acknowledged;
         callers still waiting for queue space, and every later call, get
@@ -201,6 +207,7 @@ class SessionActor(HistoryOperations):
             raise ValueError(f'on_conflict must be "raise" or "rebase", got {on_conflict!r}')
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise ValueError(f"compaction must be a CompactionPolicy, got {compaction!r}")
+        record = None if metadata is None else SessionMetadata.coerce(metadata)
         owned = store is None or isinstance(store, str)
         if store is None:
             store = MemoryStore()
@@ -233,6 +240,8 @@ class SessionActor(HistoryOperations):
                         await task_group.start(engine.follower.watch)
                     if recover:
                         await actor.recover_open_turn()
+                    if record is not None and actor.metadata != record:
+                        await actor.set_metadata(record)
                     yield actor
                 finally:
                     engine.begin_close()
@@ -396,6 +405,23 @@ class SessionActor(HistoryOperations):
     def log(self) -> Log:
         """The latest committed Log value (an immutable snapshot)."""
         return self._state.published.log
+
+    @property
+    def metadata(self) -> SessionMetadata | None:
+        """The session's metadata as the committed log has it (the newest metadata event's
+        record), or None when it never had any. Looks back through the log from its end."""
+        return metadata_of(self._state.published.log.events())
+
+    async def set_metadata(self, metadata: SessionMetadata | Mapping[str, Any]) -> Event:
+        """Replace the session's metadata: append a metadata event holding the whole record
+        (the store's copy, which listings search, changes in the same commit).
+
+        Raises:
+            ValueError: the record is invalid (nothing was appended).
+            StoreError, SessionClosedError: as for :meth:`append`.
+        """
+        record = SessionMetadata.coerce(metadata)
+        return await self.append(EventType.METADATA, {"metadata": record.to_json()})
 
     @property
     def closed(self) -> bool:

@@ -67,6 +67,7 @@ class EventType(enum.StrEnum):
     STEP_START = "step_start"
     STEP_END = "step_end"
     REQUEST_HEADER = "request_header"
+    METADATA = "session_metadata"  # the session's metadata record (nous_session.metadata)
     # Operation types: each carries one surface operation (nous_session.ops) and nothing else
     # of its own reaches the surface, except a replace's messages.
     REPLACE = "replace"

@@ -25,6 +25,7 @@ BOOKKEEPING_TYPES = [
     EventType.STEP_START,
     EventType.STEP_END,
     EventType.REQUEST_HEADER,
+    EventType.METADATA,
 ]
 
 
