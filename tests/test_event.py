@@ -69,6 +69,7 @@ def test_event_type_values() -> None:
         "STEP_START": "step_start",
         "STEP_END": "step_end",
         "REQUEST_HEADER": "request_header",
+        "METADATA": "session_metadata",
         "REPLACE": "replace",
         "REMOVE": "remove",
         "REWIND": "rewind",
