@@ -336,9 +336,7 @@ class MemoryStore:
         if meta_seq is not None and meta_seq > at:  # changed after the fork point
             before = self._view(parent, 0, at)
             metadata = metadata_of(before)
-            meta_seq = next(
-                (e.seq for e in reversed(before) if e.type is EventType.METADATA), None
-            )
+            meta_seq = next((e.seq for e in reversed(before) if e.type is EventType.METADATA), None)
         now = _now()
         self._sessions[new_session_id] = _Session(
             count=at + 1,

@@ -52,8 +52,8 @@ import json
 import re
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
 from operator import itemgetter
 from types import MappingProxyType, TracebackType
 from typing import Any, ClassVar, Final, TypeVar
@@ -63,6 +63,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from nous_session._json import dumps
 from nous_session._logging import get_logger
 from nous_session.codec import decode_rows, encode
 from nous_session.errors import (
@@ -71,7 +72,6 @@ from nous_session.errors import (
     OutcomeUnknownError,
     StoreError,
 )
-from nous_session._json import dumps
 from nous_session.event import Event, EventType
 from nous_session.metadata import (
     ListQuery,
@@ -164,8 +164,7 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
            )""",
     ),
     2: (
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN created timestamptz NOT NULL"
-        " DEFAULT now()",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN created timestamptz NOT NULL DEFAULT now()",
         "ALTER TABLE {schema}.nous_sessions ADD COLUMN active timestamptz NOT NULL DEFAULT now()",
         "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta jsonb",
         "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta_seq bigint",

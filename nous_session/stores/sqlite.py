@@ -815,7 +815,8 @@ class SQLiteStore:
             now = _now()
             connection.execute(
                 "INSERT INTO nous_sessions (name, count, held, horizon, parent, fork_point,"
-                " shares, created, active, meta, meta_seq) VALUES (?, ?, 0, ?, ?, ?, 1, ?, ?, ?, ?)",
+                " shares, created, active, meta, meta_seq)"
+                " VALUES (?, ?, 0, ?, ?, ?, 1, ?, ?, ?, ?)",
                 (new_session_id, at + 1, parent.horizon, session_id, at, now, now, meta, meta_seq),
             )
 
