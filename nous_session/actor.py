@@ -104,7 +104,7 @@ class SessionActor(HistoryOperations):
     of the event loop the actor runs in.
     """
 
-    __slots__ = ("_call", "_engine", "_state")
+    __slots__ = ("_call", "_engine", "_metadata", "_state")
 
     def __init__(
         self,
@@ -130,6 +130,9 @@ class SessionActor(HistoryOperations):
             task_group=task_group,
         )
         engine = self._engine = Engine(state, queue_size)
+        # (count looked through, metadata found): metadata events are never dropped and seqs
+        # only grow, so each look reads only the events committed since the last one.
+        self._metadata: tuple[int, SessionMetadata | None] = (0, None)
         self._call = engine.call  # bound once: every call goes through it
         if compaction is not None:
             state.compaction = CompactionRunner(
@@ -409,8 +412,14 @@ class SessionActor(HistoryOperations):
     @property
     def metadata(self) -> SessionMetadata | None:
         """The session's metadata as the committed log has it (the newest metadata event's
-        record), or None when it never had any. Looks back through the log from its end."""
-        return metadata_of(self._state.published.log.events())
+        record), or None when it never had any. Reads only the events committed since it was
+        last asked."""
+        log = self._state.published.log
+        seen, found = self._metadata
+        if log.count != seen:
+            newer = metadata_of(log.since(seen)) if log.count > seen else metadata_of(log.events())
+            self._metadata = (log.count, found if newer is None and log.count > seen else newer)
+        return self._metadata[1]
 
     async def set_metadata(self, metadata: SessionMetadata | Mapping[str, Any]) -> Event:
         """Replace the session's metadata: append a metadata event holding the whole record
