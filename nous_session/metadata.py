@@ -20,7 +20,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import attrs
 
@@ -65,6 +65,18 @@ def _text(name: str, value: object, most: int) -> str | None:
     return str.__str__(value)
 
 
+def _owner(value: object) -> str | None:
+    return _text("owner", value, _MAX_NAME_BYTES)
+
+
+def _app(value: object) -> str | None:
+    return _text("app", value, _MAX_NAME_BYTES)
+
+
+def _title(value: object) -> str | None:
+    return _text("title", value, _MAX_TITLE_BYTES)
+
+
 def _tags(value: object) -> frozenset[str]:
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise ValueError(f"metadata tags must be a collection of strings, got {value!r}")
@@ -104,11 +116,9 @@ class SessionMetadata:
         ValueError: naming the field that is wrong.
     """
 
-    owner: str | None = attrs.field(default=None, converter=lambda v: _text("owner", v, 256))
-    app: str | None = attrs.field(default=None, converter=lambda v: _text("app", v, 256))
-    title: str | None = attrs.field(
-        default=None, converter=lambda v: _text("title", v, _MAX_TITLE_BYTES)
-    )
+    owner: str | None = attrs.field(default=None, converter=_owner)
+    app: str | None = attrs.field(default=None, converter=_app)
+    title: str | None = attrs.field(default=None, converter=_title)
     tags: frozenset[str] = attrs.field(default=frozenset(), converter=_tags)
     extra: Mapping[str, JSON] = attrs.field(default=_EMPTY, converter=_extra, eq=False)
 
@@ -138,7 +148,7 @@ class SessionMetadata:
         if self.title is not None:
             out["title"] = self.title
         if self.tags:
-            out["tags"] = sorted(self.tags)
+            out["tags"] = cast(list[JSON], sorted(self.tags))
         if self.extra:
             out["extra"] = dict(self.extra)
         return out
@@ -397,8 +407,8 @@ class ListQuery:
             if (low is not None and value < low) or (high is not None and value >= high):
                 return False
         if self.after is not None:
-            key = (active if self.order == "active" else created, entry.session_id)
-            return key < self.after if self.descending else key > self.after
+            position = (active if self.order == "active" else created, entry.session_id)
+            return position < self.after if self.descending else position > self.after
         return True
 
     def sort_key(self, entry: SessionEntry) -> tuple[int, str]:

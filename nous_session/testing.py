@@ -43,6 +43,7 @@ from nous_session.message import Message, ToolCall
 from nous_session.metadata import metadata_of
 from nous_session.stores.base import (
     ForkingStore,
+    ListingStore,
     OutcomeStore,
     RebasingStore,
     SessionInfo,
@@ -817,12 +818,18 @@ class StoreConformance:
                 await store.commit_rebased("s", expected_count=0, events=sample_log(1).events())
 
 
-async def _listed(store: Any, **query: Any) -> list[str]:
+def _listing(store: Store) -> ListingStore:
+    """``store`` as the listing store it must be."""
+    assert supports(store, ListingStore), f"{store!r} is not a ListingStore"
+    return store  # type: ignore[return-value]
+
+
+async def _listed(store: Store, **query: Any) -> list[str]:
     """Every session id a listing yields, page after page."""
     found: list[str] = []
     cursor = None
     while True:
-        page = await store.list_sessions(cursor=cursor, **query)
+        page = await _listing(store).list_sessions(cursor=cursor, **query)
         found += [entry.session_id for entry in page.sessions]
         cursor = page.cursor
         if cursor is None:
@@ -864,7 +871,7 @@ class ListingConformance:
         assert await by(store, tags=["x", "y"]) == ["a"]
         assert await by(store, where={"owner": "nobody"}) == []
         assert sorted(await by(store)) == ["a", "b", "c", "d"]
-        page = await store.list_sessions(where={"owner": "bob"})  # type: ignore[attr-defined]
+        page = await _listing(store).list_sessions(where={"owner": "bob"})
         (entry,) = page.sessions
         assert entry.metadata.to_json() == {
             "owner": "bob",
@@ -885,7 +892,7 @@ class ListingConformance:
         assert await _listed(store, where={"owner": "ann"}, limit=4, descending=False) == ann
         assert await _listed(store, order="created", limit=7) == names[::-1]
         assert await _listed(store, order="created", limit=1000, descending=False) == names
-        first = await store.list_sessions(where={"owner": "ann"}, limit=22)  # type: ignore[attr-defined]
+        first = await _listing(store).list_sessions(where={"owner": "ann"}, limit=22)
         assert first.cursor is None
         assert len(first.sessions) == 22
         # A session written to moves to the front of the "active" order only.
@@ -896,28 +903,30 @@ class ListingConformance:
     async def test_a_cursor_continues_only_its_own_query(self, store: Store) -> None:
         for name in ("a", "b", "c"):
             await _opened(store, name, {"owner": "ann"})
-        page = await store.list_sessions(where={"owner": "ann"}, limit=1)  # type: ignore[attr-defined]
+        page = await _listing(store).list_sessions(where={"owner": "ann"}, limit=1)
         assert page.cursor is not None
         with pytest.raises(ValueError, match="different query"):
-            await store.list_sessions(where={"owner": "bob"}, cursor=page.cursor)  # type: ignore[attr-defined]
+            await _listing(store).list_sessions(where={"owner": "bob"}, cursor=page.cursor)
         with pytest.raises(ValueError, match="not a listing cursor"):
-            await store.list_sessions(cursor="garbage!")  # type: ignore[attr-defined]
+            await _listing(store).list_sessions(cursor="garbage!")
         with pytest.raises(ValueError, match="limit"):
-            await store.list_sessions(limit=0)  # type: ignore[attr-defined]
+            await _listing(store).list_sessions(limit=0)
         with pytest.raises(ValueError, match="order"):
-            await store.list_sessions(order="name")  # type: ignore[attr-defined]
+            await _listing(store).list_sessions(order="name")
         with pytest.raises(ValueError, match="timezone-aware"):
-            await store.list_sessions(active_before=datetime(2026, 1, 1))  # type: ignore[attr-defined]
+            await _listing(store).list_sessions(active_before=datetime(2026, 1, 1))
         with pytest.raises(ValueError, match="tags="):
-            await store.list_sessions(where={"tags": "x"})  # type: ignore[attr-defined]
+            await _listing(store).list_sessions(where={"tags": "x"})
         # The same query with its cursor: the rest, in order.
-        rest = await store.list_sessions(where={"owner": "ann"}, limit=5, cursor=page.cursor)  # type: ignore[attr-defined]
+        rest = await _listing(store).list_sessions(
+            where={"owner": "ann"}, limit=5, cursor=page.cursor
+        )
         assert [e.session_id for e in page.sessions + rest.sessions] == ["c", "b", "a"]
 
     async def test_time_ranges_are_half_open(self, store: Store) -> None:
         for name in ("a", "b", "c"):
             await _opened(store, name, {"owner": "ann"})
-        entries = {e.session_id: e for e in (await store.list_sessions()).sessions}  # type: ignore[attr-defined]
+        entries = {e.session_id: e for e in (await _listing(store).list_sessions()).sessions}
         b = entries["b"]
         assert "b" not in await _listed(store, created_before=b.created)
         assert "b" in await _listed(store, created_since=b.created)
@@ -937,7 +946,7 @@ class ListingConformance:
             assert s.metadata is not None
             assert s.metadata.owner == "bob"
         assert await _listed(store, where={"owner": "ann"}) == []
-        (entry,) = (await store.list_sessions(where={"owner": "bob"})).sessions  # type: ignore[attr-defined]
+        (entry,) = (await _listing(store).list_sessions(where={"owner": "bob"})).sessions
         assert entry.metadata.tags == frozenset({"moved"})
         assert entry.metadata.title is None
         async with SessionActor.open(session_id="a", store=store) as s:
@@ -949,13 +958,13 @@ class ListingConformance:
 
     async def test_active_moves_with_appending_commits_only(self, store: Store) -> None:
         await _opened(store, "a", {"owner": "ann"}, messages=3)
-        (before,) = (await store.list_sessions()).sessions  # type: ignore[attr-defined]
+        (before,) = (await _listing(store).list_sessions()).sessions
         # A commit that only drops events (a snapshot's) does not make the session active.
         await store.commit("a", expected_count=before.count, events=[], dropped=[1])
-        (after,) = (await store.list_sessions()).sessions  # type: ignore[attr-defined]
+        (after,) = (await _listing(store).list_sessions()).sessions
         assert (after.active, after.created, after.count) == (before.active, before.created, 4)
         await _opened(store, "a", None)
-        (again,) = (await store.list_sessions()).sessions  # type: ignore[attr-defined]
+        (again,) = (await _listing(store).list_sessions()).sessions
         assert again.active > before.active
         assert again.created == before.created
 
@@ -968,8 +977,9 @@ class ListingConformance:
         await store.fork("p", "early", at=1)  # type: ignore[attr-defined]
         await store.fork("p", "late", at=2)  # type: ignore[attr-defined]
         entries = {
-            e.session_id: e for e in (await store.list_sessions(where={"owner": "ann"})).sessions
-        }  # type: ignore[attr-defined]
+            e.session_id: e
+            for e in (await _listing(store).list_sessions(where={"owner": "ann"})).sessions
+        }
         assert entries["early"].metadata.title is None
         assert entries["late"].metadata.title == "later"
         assert (entries["early"].parent, entries["early"].count) == ("p", 2)
@@ -979,10 +989,16 @@ class ListingConformance:
     async def test_delete_idle_keeps_a_session_written_to_since(self, store: Store) -> None:
         await _opened(store, "a", {"owner": "ann"})
         await _opened(store, "b", {"owner": "ann"})
-        seen = {e.session_id: e for e in (await store.list_sessions()).sessions}  # type: ignore[attr-defined]
+        seen = {e.session_id: e for e in (await _listing(store).list_sessions()).sessions}
         await _opened(store, "b", None)  # written to after the listing
-        assert await store.delete_idle("a", count=seen["a"].count, active=seen["a"].active)  # type: ignore[attr-defined]
-        assert not await store.delete_idle("b", count=seen["b"].count, active=seen["b"].active)  # type: ignore[attr-defined]
-        assert not await store.delete_idle("a", count=seen["a"].count, active=seen["a"].active)  # type: ignore[attr-defined]
+        assert await _listing(store).delete_idle(
+            "a", count=seen["a"].count, active=seen["a"].active
+        )
+        assert not await _listing(store).delete_idle(
+            "b", count=seen["b"].count, active=seen["b"].active
+        )
+        assert not await _listing(store).delete_idle(
+            "a", count=seen["a"].count, active=seen["a"].active
+        )
         assert await _listed(store) == ["b"]
         assert (await store.read("a")).count == 0

@@ -1556,7 +1556,7 @@ class PostgresStore:
         the index (owner, time, name), or (time, name) with no owner, from the cursor; the
         other filters are checked on the rows it yields."""
         column = sql.Identifier(query.order)
-        clauses = [sql.SQL("count > 0")]
+        clauses: list[sql.Composable] = [sql.SQL("count > 0")]
         parameters: list[Any] = []
         extra: dict[str, Any] = {}
         for key, wanted in query.where:
