@@ -19,8 +19,10 @@ Schema (version 3), in the schema given to the store (``public`` by default)::
 
 ``meta`` is the session's current metadata record (its newest metadata event's, at
 ``meta_seq``); ``created`` and ``active`` are the server's time at its first and its last
-appending commit, set by the commit statement itself. ``owner`` and ``app`` are stored
-generated columns, indexed with the times for listings.
+appending commit, set by the commit statement itself. ``active`` is written only when it is a
+second or more behind: an UPDATE that changes no indexed column stays a HOT update (no index
+entries), so at high commit rates a commit costs what it did before. ``owner`` and ``app`` are
+stored generated columns, indexed with the times for listings.
 
 The primary key on (session, seq) is what makes the database itself enforce one writer per seq.
 A commit is one statement: it moves the session's count from the expected value and, only if
@@ -461,7 +463,8 @@ class PostgresStore:
         self._commit = sql.SQL(
             """WITH moved AS (
                 UPDATE {sessions} SET count = %(count)s, horizon = coalesce(%(horizon)s, horizon),
-                    active = CASE WHEN %(size)s > 0 THEN greatest(active, now()) ELSE active END,
+                    active = CASE WHEN %(size)s > 0 AND active <= now() - interval '1 second'
+                        THEN now() ELSE active END,
                     meta = coalesce(%(meta)s::jsonb, meta),
                     meta_seq = coalesce(%(meta_seq)s::bigint, meta_seq)
                 WHERE name = %(name)s AND count = %(expected)s
@@ -501,7 +504,8 @@ class PostgresStore:
                 ORDER BY name FOR UPDATE
             ), moved AS (
                 UPDATE {sessions} AS s SET count = v.count, active = CASE
-                    WHEN v.count > v.expected THEN greatest(s.active, now()) ELSE s.active END
+                    WHEN v.count > v.expected AND s.active <= now() - interval '1 second'
+                    THEN now() ELSE s.active END
                 FROM v JOIN locked USING (name)
                 WHERE s.name = v.name AND s.count = v.expected
                 AND (v.expected_horizon IS NULL OR s.horizon = v.expected_horizon)
@@ -563,7 +567,9 @@ class PostgresStore:
         self._rebased = sql.SQL(
             """WITH moved AS (
                 UPDATE {sessions} AS s SET count = s.count + %(n)s,
-                    active = greatest(s.active, now()), meta = coalesce(%(meta)s::jsonb, s.meta),
+                    active = CASE WHEN s.active <= now() - interval '1 second' THEN now()
+                                  ELSE s.active END,
+                    meta = coalesce(%(meta)s::jsonb, s.meta),
                     meta_seq = CASE WHEN %(meta)s::jsonb IS NULL THEN s.meta_seq
                                     ELSE s.count + %(meta_offset)s::bigint END
                 WHERE s.name = %(name)s AND s.count >= %(expected)s
