@@ -15,6 +15,7 @@ SUITES: tuple[str, ...] = (
     "many",
     "registry",
     "postgres",
+    "listing",
     "scaling",
     "peers",
 )
