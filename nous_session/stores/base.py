@@ -389,7 +389,9 @@ class ListingStore(Store, Protocol):
     Each session's current metadata (the newest ``session_metadata`` event's record), its
     created time (its first commit) and its last-active time (its last commit that appended
     events; a snapshot that only drops events does not count) are kept beside it, written in
-    the same transaction as the commit, by the store's clock. A fork starts with its parent's
+    the same transaction as the commit, by the store's clock. A store may keep the last-active
+    time to the second (moving it only once it is a second behind), so that a busy session's
+    commits do not each rewrite an index. A fork starts with its parent's
     metadata as of the fork point, and its own times.
     """
 
