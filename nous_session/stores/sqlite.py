@@ -29,8 +29,9 @@ Schema (version 3)::
 given its own copy. ``nous_kept`` holds the events of idempotency keys that a snapshot dropped.
 ``meta`` is the session's current metadata record (JSON, from its newest metadata event, at
 ``meta_seq``), ``created`` and ``active`` its first and last appending commit's times
-(microseconds since the epoch; ``active`` to the second, see ``_ADVANCE``); ``owner`` and ``app`` are virtual columns read from ``meta``,
-indexed with the times so that a listing's filter and order come from an index.
+(microseconds since the epoch; ``active`` to the second, see ``_ADVANCE``); ``owner`` and
+``app`` are virtual columns read from ``meta``, indexed with the times so that a listing's
+filter and order come from an index.
 Session ids are always bound as parameters, never formatted into SQL.
 
 Reading never writes: ``read_only=True`` opens the file with SQLite's read-only mode, creating
