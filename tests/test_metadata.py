@@ -464,3 +464,30 @@ def test_cli_lists_pages_sets_metadata_and_retains(tmp_path: Path) -> None:
         1,
         "nous-session: error: retain needs --idle-for, --older-than or both",
     )
+
+
+@pytest.mark.anyio
+async def test_a_rebased_commit_sets_metadata_where_its_event_lands(any_store: Store) -> None:
+    async with (
+        SessionActor.open(
+            session_id="r", store=any_store, on_conflict="rebase", follow=False
+        ) as first,
+        SessionActor.open(
+            session_id="r", store=any_store, on_conflict="rebase", follow=False
+        ) as second,
+    ):
+        await first.add_message(Message.user("one"))  # seq 0; `second` has not seen it
+        event = await second.set_metadata({"owner": "ann", "title": "rebased"})
+        assert event.seq == 1  # moved past what the other writer stored
+    (entry,) = (await any_store.list_sessions(where={"owner": "ann"})).sessions  # type: ignore[attr-defined]
+    assert entry.metadata.title == "rebased"
+    assert entry.count == 2
+    # The store knows the record's seq: a fork before it has no metadata, one at it has it.
+    await any_store.fork("r", "before", at=0)  # type: ignore[attr-defined]
+    await any_store.fork("r", "at", at=1)  # type: ignore[attr-defined]
+    assert await _titles(any_store) == {"r": "rebased", "at": "rebased"}
+
+
+async def _titles(store: Store) -> dict[str, str | None]:
+    page = await store.list_sessions(where={"owner": "ann"})  # type: ignore[attr-defined]
+    return {entry.session_id: entry.metadata.title for entry in page.sessions}
