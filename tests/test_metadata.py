@@ -19,7 +19,7 @@ import attrs
 import orjson
 import pytest
 
-from nous_session import Message, SessionActor, Sessions
+from nous_session import InvalidEventError, Message, SessionActor, Sessions
 from nous_session.codec import encode
 from nous_session.event import Event, EventType
 from nous_session.log import Log
@@ -491,3 +491,15 @@ async def test_a_rebased_commit_sets_metadata_where_its_event_lands(any_store: S
 async def _titles(store: Store) -> dict[str, str | None]:
     page = await store.list_sessions(where={"owner": "ann"})  # type: ignore[attr-defined]
     return {entry.session_id: entry.metadata.title for entry in page.sessions}
+
+
+@pytest.mark.anyio
+async def test_a_metadata_event_must_hold_a_valid_record() -> None:
+    store = MemoryStore()
+    async with SessionActor.open(session_id="a", store=store) as session:
+        with pytest.raises(InvalidEventError, match="metadata owner must be a non-empty string"):
+            await session.append(EventType.METADATA, {"metadata": {"owner": 5}})
+        with pytest.raises(InvalidEventError, match="holds exactly"):
+            await session.append(EventType.METADATA, {"metadata": {}, "more": 1})
+        assert session.log.count == 0
+    assert (await store.read("a")).count == 0
