@@ -503,3 +503,38 @@ async def test_a_metadata_event_must_hold_a_valid_record() -> None:
             await session.append(EventType.METADATA, {"metadata": {}, "more": 1})
         assert session.log.count == 0
     assert (await store.read("a")).count == 0
+
+
+@needs_postgres
+def test_a_version_2_postgres_schema_gets_times_from_its_events(schema: str) -> None:
+    from psycopg import sql
+
+    from nous_session.stores.postgres import _MIGRATIONS as PG_MIGRATIONS
+
+    first = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    last = first + timedelta(days=3)
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+        name = sql.Identifier(schema)
+        connection.execute(sql.SQL("CREATE SCHEMA {}").format(name))
+        connection.execute(sql.SQL("CREATE TABLE {}.nous_schema (version integer)").format(name))
+        for step in (0, 1):
+            for statement in PG_MIGRATIONS[step]:
+                connection.execute(sql.SQL(statement).format(schema=name))
+        connection.execute(sql.SQL("INSERT INTO {}.nous_schema VALUES (2)").format(name))
+        connection.execute(
+            sql.SQL("INSERT INTO {}.nous_sessions (name, count) VALUES ('old', 2)").format(name)
+        )
+        for seq, when in ((0, first), (1, last)):
+            event = Event(seq, EventType.USER_MESSAGE, {"content": "x"}, when)
+            connection.execute(
+                sql.SQL("INSERT INTO {}.nous_events VALUES ('old', %s, %s)").format(name),
+                (seq, encode(event)),
+            )
+
+    async def check() -> None:
+        async with PostgresStore(POSTGRES_URL, schema=schema) as store:  # type: ignore[arg-type]
+            (entry,) = (await store.list_sessions()).sessions
+            assert (entry.session_id, entry.created, entry.active) == ("old", first, last)
+            assert entry.metadata == SessionMetadata()
+
+    anyio.run(check)
