@@ -6,7 +6,7 @@ Inspecting (these open the store read-only: they create and change nothing)::
     nous-session [--store URL] sessions [--where KEY=VALUE]... [--tag TAG]...
                  [--order active|created] [--ascending] [--limit N] [--cursor CURSOR] [--json]
     nous-session [--store URL] metadata SESSION [--json]
-    nous-session [--store URL] retain (--idle-for 90d | --older-than 1y...) [--delete|--snapshot]
+    nous-session [--store URL] retain (--idle-for 90d | --older-than 365d...) [--delete|--snapshot]
                                       (a dry run: lists what it would do)
     nous-session [--store URL] stats SESSION [--json]
     nous-session [--store URL] events SESSION [--since SEQ] [--json]
