@@ -10,13 +10,14 @@ How the layers stack (imports only point down):
     Log (log.py)  -- Transcript (transcript.py)
     Event (event.py)
     Message, ToolCall, content parts, messages helpers (message.py, parts.py, messages.py)
+    session metadata and listing queries (metadata.py), retention policies (retention.py)
     provider formats (formats/): Message lists <-> OpenAI, Anthropic and Gemini payloads
     telemetry (telemetry.py): OpenTelemetry spans and metrics, optional, resolved at actor open
 
 Log, Transcript, Event and Message are pure and synchronous: no I/O, no event loop.
 """
 
-from nous_session import formats, messages, telemetry, transcript
+from nous_session import formats, messages, retention, telemetry, transcript
 from nous_session.actor import SessionActor, SessionStatistics, Subscription
 from nous_session.compaction import CompactionPolicy, Summarizer
 from nous_session.errors import (
@@ -34,6 +35,7 @@ from nous_session.event import SURFACE_TYPES, Event, EventType
 from nous_session.formats import Conversion
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
+from nous_session.metadata import ListQuery, SessionEntry, SessionMetadata, SessionPage
 from nous_session.ops import Remove, Replace, Rewind, SurfaceOp, Uncompact
 from nous_session.parts import (
     ImagePart,
@@ -46,8 +48,10 @@ from nous_session.parts import (
     ToolCallPart,
 )
 from nous_session.registry import Sessions, SessionsPortal, SessionsStatistics
+from nous_session.retention import RetentionReport
 from nous_session.stores import (
     ForkingStore,
+    ListingStore,
     MemoryStore,
     OutcomeStore,
     Rebased,
@@ -72,6 +76,8 @@ __all__ = [
     "FormatError",
     "ImagePart",
     "InvalidEventError",
+    "ListQuery",
+    "ListingStore",
     "Log",
     "LossyConversionError",
     "MemoryStore",
@@ -87,12 +93,16 @@ __all__ = [
     "RedactedThinkingPart",
     "Remove",
     "Replace",
+    "RetentionReport",
     "Rewind",
     "Role",
     "SURFACE_TYPES",
     "SessionActor",
     "SessionClosedError",
+    "SessionEntry",
     "SessionInfo",
+    "SessionMetadata",
+    "SessionPage",
     "SessionStatistics",
     "Sessions",
     "SessionsPortal",
@@ -112,6 +122,7 @@ __all__ = [
     "formats",
     "messages",
     "open_store",
+    "retention",
     "telemetry",
     "transcript",
 ]

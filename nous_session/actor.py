@@ -48,6 +48,7 @@ from nous_session.errors import InvalidEventError, StoreError
 from nous_session.event import Event, EventType, message_event, prepare
 from nous_session.log import Log
 from nous_session.message import Message
+from nous_session.metadata import SessionMetadata, metadata_of
 from nous_session.stores import open_store
 from nous_session.stores.base import (
     ChangeFeedStore,
@@ -105,7 +106,7 @@ class SessionActor(HistoryOperations):
     of the event loop the actor runs in.
     """
 
-    __slots__ = ("_call", "_engine", "_state")
+    __slots__ = ("_call", "_engine", "_metadata", "_state")
 
     def __init__(
         self,
@@ -132,6 +133,9 @@ class SessionActor(HistoryOperations):
             task_group=task_group,
         )
         engine = self._engine = Engine(state, queue_size, telemetry)
+        # (count looked through, metadata found): metadata events are never dropped and seqs
+        # only grow, so each look reads only the events committed since the last one.
+        self._metadata: tuple[int, SessionMetadata | None] = (0, None)
         self._call = engine.call  # bound once: every call goes through it
         if compaction is not None:
             state.compaction = CompactionRunner(
@@ -159,6 +163,7 @@ class SessionActor(HistoryOperations):
         follow: bool | None = None,
         on_conflict: Literal["raise", "rebase"] = "raise",
         recover: bool = False,
+        metadata: SessionMetadata | Mapping[str, Any] | None = None,
     ) -> AsyncIterator[SessionActor]:
         """Load the session and run its actor for the duration of the ``async with`` block.
 
@@ -187,6 +192,11 @@ class SessionActor(HistoryOperations):
             recover: close the tool calls a crashed turn left open (see
                 :meth:`~nous_session.actor.SessionActor.recover_open_turn`) before the block
                 starts.
+            metadata: the session's metadata (a
+                :class:`~nous_session.metadata.SessionMetadata` or its JSON form): when it
+                differs from what the session has (a new session has none), a metadata event
+                sets it before the block starts; reopening with the same record appends
+                nothing.
 
         On leaving the block, requests already in the queue are applied and acknowledged;
         callers still waiting for queue space, and every later call, get
@@ -208,6 +218,7 @@ class SessionActor(HistoryOperations):
             raise ValueError(f'on_conflict must be "raise" or "rebase", got {on_conflict!r}')
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise ValueError(f"compaction must be a CompactionPolicy, got {compaction!r}")
+        record = None if metadata is None else SessionMetadata.coerce(metadata)
         owned = store is None or isinstance(store, str)
         if store is None:
             store = MemoryStore()
@@ -252,6 +263,8 @@ class SessionActor(HistoryOperations):
                         await task_group.start(engine.follower.watch)
                     if recover:
                         await actor.recover_open_turn()
+                    if record is not None and actor.metadata != record:
+                        await actor.set_metadata(record)
                     yield actor
                 except BaseException:
                     # The block raised or was cancelled: queued requests are refused (a
@@ -430,6 +443,29 @@ class SessionActor(HistoryOperations):
     def log(self) -> Log:
         """The latest committed Log value (an immutable snapshot)."""
         return self._state.published.log
+
+    @property
+    def metadata(self) -> SessionMetadata | None:
+        """The session's metadata as the committed log has it (the newest metadata event's
+        record), or None when it never had any. Reads only the events committed since it was
+        last asked."""
+        log = self._state.published.log
+        seen, found = self._metadata
+        if log.count != seen:
+            newer = metadata_of(log.since(seen)) if log.count > seen else metadata_of(log.events())
+            self._metadata = (log.count, found if newer is None and log.count > seen else newer)
+        return self._metadata[1]
+
+    async def set_metadata(self, metadata: SessionMetadata | Mapping[str, Any]) -> Event:
+        """Replace the session's metadata: append a metadata event holding the whole record
+        (the store's copy, which listings search, changes in the same commit).
+
+        Raises:
+            ValueError: the record is invalid (nothing was appended).
+            StoreError, SessionClosedError: as for :meth:`append`.
+        """
+        record = SessionMetadata.coerce(metadata)
+        return await self.append(EventType.METADATA, {"metadata": record.to_json()})
 
     @property
     def closed(self) -> bool:

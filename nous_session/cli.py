@@ -3,6 +3,11 @@
 Inspecting (these open the store read-only: they create and change nothing)::
 
     nous-session [--store URL] sessions [--json]
+    nous-session [--store URL] sessions [--where KEY=VALUE]... [--tag TAG]...
+                 [--order active|created] [--ascending] [--limit N] [--cursor CURSOR] [--json]
+    nous-session [--store URL] metadata SESSION [--json]
+    nous-session [--store URL] retain (--idle-for 90d | --older-than 365d...) [--delete|--snapshot]
+                                      (a dry run: lists what it would do)
     nous-session [--store URL] stats SESSION [--json]
     nous-session [--store URL] events SESSION [--since SEQ] [--json]
     nous-session [--store URL] messages SESSION [--as-of SEQ] [--json]
@@ -15,7 +20,10 @@ Changing (each records what it does as events; nothing is overwritten)::
     nous-session [--store URL] fork SESSION NEW_SESSION [--at SEQ]
     nous-session [--store URL] rewind SESSION TO_SEQ
     nous-session [--store URL] remove SESSION FIRST [LAST]      (surface indexes, as messages shows)
-    nous-session [--store URL] import NEW_SESSION [FILE]        (JSON lines as export writes)
+    nous-session [--store URL] import NEW_SESSION [FILE] [--metadata JSON]
+                                                                (JSON lines as export writes)
+    nous-session [--store URL] metadata SESSION --set JSON
+    nous-session [--store URL] retain ... --yes                 (acts, and counts what it did)
     nous-session [--store URL] snapshot SESSION [--yes] [--vacuum]
     nous-session [--store URL] delete SESSION [--yes]
     nous-session [--store URL] demo [--turns N] [--session ID]
@@ -39,7 +47,7 @@ import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import aclosing, contextmanager, suppress
-from typing import Any, TextIO, TypeVar
+from typing import Any, Literal, TextIO, TypeVar
 
 import anyio
 import structlog
@@ -50,9 +58,11 @@ from nous_session.errors import NousSessionError
 from nous_session.event import Event, EventType
 from nous_session.log import Log
 from nous_session.message import Message
+from nous_session.metadata import SessionEntry, SessionMetadata, metadata_of
 from nous_session.ops import Remove, Replace, Rewind, Uncompact
+from nous_session.retention import RetentionReport
 from nous_session.stores import Store, Stored, open_store
-from nous_session.stores.base import VacuumingStore, supports
+from nous_session.stores.base import ListingStore, VacuumingStore, supports
 from nous_session.transcript import estimate_messages_tokens
 
 __all__ = ["main"]
@@ -82,8 +92,45 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sessions = commands.add_parser("sessions", help="list the stored sessions")
+    sessions = commands.add_parser(
+        "sessions",
+        help="list the stored sessions",
+        description="List the stored sessions. Plain, every session by id with its counts; "
+        "with --where, --tag, --order, --limit or --cursor, one page of the sessions that match, "
+        "newest first, with their metadata and times, and the cursor of the next page.",
+    )
     sessions.add_argument("--json", action="store_true", help="one JSON object per line")
+    _listing_arguments(sessions)
+    sessions.add_argument(
+        "--order", choices=("active", "created"), default=None, help="default: active"
+    )
+    sessions.add_argument("--ascending", action="store_true", help="oldest first")
+    sessions.add_argument("--limit", type=_page_size, default=None, help="page size, 1..1000")
+    sessions.add_argument("--cursor", default=None, help="the next page, as a page printed it")
+
+    metadata = commands.add_parser(
+        "metadata", help="print a session's metadata, or set it (--set: a metadata event)"
+    )
+    metadata.add_argument("session")
+    metadata.add_argument("--set", dest="set", default=None, metavar="JSON", help="the new record")
+    metadata.add_argument("--json", action="store_true", help="as one JSON object")
+
+    retain = commands.add_parser(
+        "retain",
+        help="delete or snapshot sessions idle or created long ago (a dry run without --yes)",
+        description="Select the sessions idle for longer than --idle-for (no new events since) "
+        "and/or created longer ago than --older-than, and delete them (the default) or snapshot "
+        "them. Without --yes, list what would be done and how many, and change nothing. A "
+        "session written to after the selection is kept.",
+    )
+    retain.add_argument("--idle-for", default=None, metavar="DURATION", help="like 90d, 12h, 2w")
+    retain.add_argument("--older-than", default=None, metavar="DURATION", help="like 365d")
+    action = retain.add_mutually_exclusive_group()
+    action.add_argument("--delete", dest="action", action="store_const", const="delete")
+    action.add_argument("--snapshot", dest="action", action="store_const", const="snapshot")
+    _listing_arguments(retain)
+    retain.add_argument("--yes", action="store_true", help="really do it")
+    retain.add_argument("--json", action="store_true", help="one JSON object per line")
 
     events = commands.add_parser("events", help="print a session's events")
     events.add_argument("session")
@@ -157,6 +204,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     imported.add_argument("new_session")
     imported.add_argument("file", nargs="?", default=None, metavar="FILE")
+    imported.add_argument(
+        "--metadata", default=None, metavar="JSON", help="then set the session's metadata"
+    )
 
     snapshot = commands.add_parser("snapshot", help="drop what a session's surface no longer needs")
     snapshot.add_argument("session")
@@ -199,9 +249,37 @@ def _argument(
     return parse
 
 
+def _listing_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        type=_field,
+        metavar="KEY=VALUE",
+        help="owner=, app=, title= or an extra field (repeatable; all must match)",
+    )
+    parser.add_argument("--tag", action="append", default=[], help="a tag (repeatable)")
+
+
+def _field(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE``; an extra field's VALUE is JSON when it parses (``n=3``, ``ok=true``),
+    else the text itself."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--where takes KEY=VALUE, got {text!r}")
+    if key in ("owner", "app", "title"):
+        return key, value
+    try:
+        parsed = loads(value)
+    except ValueError:
+        return key, value
+    return key, parsed if not isinstance(parsed, dict | list) else value
+
+
 _positive = _argument(float, lambda value: value > 0, "a number", "must be > 0")
 _count = _argument(int, lambda value: value >= 1, "a whole number", "must be >= 1")
 _seq = _argument(int, lambda value: value >= 0, "a seq", "a seq is >= 0")
+_page_size = _argument(int, lambda value: 1 <= value <= 1000, "a whole number", "1..1000")
 _rewind_target = _argument(int, lambda value: value >= -1, "a seq", "a rewind target is >= -1")
 
 
@@ -242,9 +320,12 @@ def _message_line(index: int, message: Message) -> str:
 
 
 @contextmanager
-def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
-    """A progress bar on a terminal (stderr) when tqdm is there; a no-op otherwise."""
-    if total < 1000 or not sys.stderr.isatty():
+def _progress(
+    total: int, what: str, *, unit: str = "event", least: int = 1000
+) -> Iterator[Callable[[int], None]]:
+    """A progress bar on a terminal (stderr) when tqdm is there, for ``least`` units or more;
+    a no-op otherwise."""
+    if total < least or not sys.stderr.isatty():
         yield lambda _done: None
         return
     try:
@@ -252,7 +333,7 @@ def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
     except ImportError:
         yield lambda _done: None
         return
-    with tqdm(total=total, desc=what, unit="event", file=sys.stderr, leave=False) as bar:
+    with tqdm(total=total, desc=what, unit=unit, file=sys.stderr, leave=False) as bar:
 
         def advance(done: int) -> None:
             bar.update(done)
@@ -279,7 +360,65 @@ async def _read(store: Store, session_id: str) -> Log:
 # Inspecting ---------------------------------------------------------------------------------
 
 
+def _listing_store(store: Store) -> ListingStore:
+    if not supports(store, ListingStore):
+        raise CommandError(f"{_where(store)} cannot list sessions by metadata and time")
+    return store  # type: ignore[return-value]
+
+
+def _entry_json(entry: SessionEntry) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "session_id": entry.session_id,
+        "count": entry.count,
+        "created": entry.created.isoformat(),
+        "active": entry.active.isoformat(),
+        "metadata": entry.metadata.to_json(),
+    }
+    if entry.parent is not None:
+        row["parent"] = entry.parent
+    return row
+
+
+def _entry_line(entry: SessionEntry) -> str:
+    record = entry.metadata
+    tags = ",".join(sorted(record.tags))
+    return (
+        f"{_clip(entry.session_id, 32):<32} {entry.count:>7}  "
+        f"{entry.active.strftime('%Y-%m-%d %H:%M:%S')}  {_clip(record.owner or '-', 16):<16} "
+        f"{_clip(record.app or '-', 12):<12} {_clip(record.title or '', 30)}"
+        + (f"  [{_clip(tags, 30)}]" if tags else "")
+    ).rstrip()
+
+
+async def _listing(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    page = await _listing_store(store).list_sessions(
+        where=dict(args.where),
+        tags=args.tag,
+        order=args.order or "active",
+        descending=not args.ascending,
+        limit=args.limit or 50,
+        cursor=args.cursor,
+    )
+    if args.json:
+        for entry in page.sessions:
+            _emit(out, _entry_json(entry))
+        if page.cursor is not None:
+            _emit(out, {"cursor": page.cursor})
+        return
+    if not page.sessions:
+        out.write(f"no matching sessions in {_where(store)}\n")
+        return
+    out.write(f"{'SESSION':<32} {'COUNT':>7}  {'ACTIVE':<19}  {'OWNER':<16} {'APP':<12} TITLE\n")
+    for entry in page.sessions:
+        out.write(_entry_line(entry) + "\n")
+    if page.cursor is not None:
+        out.write(f"more: --cursor {page.cursor}\n")
+
+
 async def _sessions(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    if args.where or args.tag or args.order or args.limit or args.cursor or args.ascending:
+        await _listing(store, args, out)
+        return
     infos = await store.sessions()
     if args.json:
         for info in infos:
@@ -301,6 +440,112 @@ async def _sessions(store: Store, args: argparse.Namespace, out: TextIO) -> None
     for info in infos:
         lineage = "" if info.parent is None else f"  {info.parent} @ {info.fork_point}"
         out.write(f"{_clip(info.session_id, 40):<40} {info.count:>8} {info.held:>8}{lineage}\n")
+
+
+async def _metadata(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    if args.set is not None:
+        await _set_metadata(store, args.session, args.set, out)
+        return
+    log = await _read(store, args.session)
+    record = metadata_of(log.events()) or SessionMetadata()
+    if args.json:
+        _emit(out, record.to_json())
+        return
+    for key, value in record.to_json().items():
+        shown = ", ".join(value) if key == "tags" else value  # type: ignore[arg-type]
+        out.write(f"{key + ':':<8} {shown if isinstance(shown, str) else dumps(shown).decode()}\n")
+
+
+async def _set_metadata(store: Store, session_id: str, text: str, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    try:
+        record = SessionMetadata.from_json(loads(text))
+    except ValueError as error:
+        raise CommandError(f"bad metadata: {error}") from None
+    await _stored(store, session_id)
+    async with SessionActor.open(session_id=session_id, store=store) as session:
+        event = await session.set_metadata(record)
+    out.write(f"set the metadata of {session_id!r} (seq {event.seq})\n")
+
+
+async def _retain(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.retention import apply
+
+    action: Literal["delete", "snapshot"] = args.action or "delete"
+    if args.idle_for is None and args.older_than is None:
+        raise CommandError("retain needs --idle-for, --older-than or both")
+    if args.yes:
+        report = await _retain_with_progress(store, args, action)
+    else:
+        report = await apply(
+            store,
+            idle_for=args.idle_for,
+            older_than=args.older_than,
+            action=action,
+            where=dict(args.where),
+            tags=args.tag,
+        )
+    if args.json:
+        for entry in report.selected if report.dry_run else ():
+            _emit(out, _entry_json(entry))
+        _emit(
+            out,
+            {
+                "action": report.action,
+                "dry_run": report.dry_run,
+                "selected": len(report.selected),
+                "done": report.done,
+                "kept": report.kept,
+                "dropped_events": report.dropped_events,
+            },
+        )
+        return
+    verb = "delete" if action == "delete" else "snapshot"
+    if report.dry_run:
+        for entry in report.selected:
+            out.write(f"would {verb} " + _entry_line(entry) + "\n")
+        out.write(
+            f"would {verb} {len(report.selected)} session"
+            + ("" if len(report.selected) == 1 else "s")
+            + " (dry run: pass --yes to do it)\n"
+        )
+        return
+    done = "deleted" if action == "delete" else "snapshotted"
+    out.write(
+        f"{done} {report.done} of {len(report.selected)} selected sessions; kept {report.kept}"
+        " written to since"
+        + (f"; dropped {report.dropped_events} events" if action == "snapshot" else "")
+        + "\n"
+    )
+
+
+async def _retain_with_progress(
+    store: Store, args: argparse.Namespace, action: Literal["delete", "snapshot"]
+) -> RetentionReport:
+    from nous_session.retention import apply
+
+    # The selection first (a dry run), so the bar knows its total; then the same policy acts.
+    # A session that left the selection meanwhile is simply not selected the second time.
+    preview = await apply(
+        store,
+        idle_for=args.idle_for,
+        older_than=args.older_than,
+        action=action,
+        where=dict(args.where),
+        tags=args.tag,
+    )
+    with _progress(len(preview.selected), f"retain ({action})", unit="session", least=1) as advance:
+        return await apply(
+            store,
+            idle_for=args.idle_for,
+            older_than=args.older_than,
+            action=action,
+            dry_run=False,
+            where=dict(args.where),
+            tags=args.tag,
+            progress=lambda _done, _total: advance(1),
+        )
 
 
 async def _events(store: Store, args: argparse.Namespace, out: TextIO) -> None:
@@ -502,6 +747,11 @@ def _decode_lines(lines: Iterable[bytes], source: str) -> list[Event]:
 
 async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     source = args.file or "standard input"
+    if args.metadata is not None:
+        try:  # checked before anything is written
+            SessionMetadata.from_json(loads(args.metadata))
+        except ValueError as error:
+            raise CommandError(f"bad --metadata: {error}") from None
     if args.file:
         raw = await anyio.Path(args.file).read_bytes()
     else:
@@ -531,6 +781,8 @@ async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         )
     Log.restore(back.events, count=back.count, horizon=back.horizon).derive_messages()
     out.write(f"imported {len(events)} events from {source} into {args.new_session!r}\n")
+    if args.metadata is not None:
+        await _set_metadata(store, args.new_session, args.metadata, out)
 
 
 def _horizon_of(events: list[Event]) -> int:
@@ -616,6 +868,11 @@ _READING: dict[str, _Command] = {
     "export": _export,
     "stats": _stats,
 }
+# Read-only unless asked to write: a dry run and a look at metadata create nothing.
+_SOMETIMES_WRITING: dict[str, tuple[_Command, Callable[[argparse.Namespace], bool]]] = {
+    "metadata": (_metadata, lambda args: args.set is not None),
+    "retain": (_retain, lambda args: bool(args.yes)),
+}
 _WRITING: dict[str, _Command] = {
     "fork": _fork,
     "rewind": _rewind,
@@ -629,6 +886,11 @@ _WRITING: dict[str, _Command] = {
 
 async def _run(args: argparse.Namespace, out: TextIO, interrupt: _Interrupt | None) -> None:
     reading = args.command in _READING
+    command = (_READING if reading else _WRITING).get(args.command)
+    if args.command in _SOMETIMES_WRITING:
+        command, writes = _SOMETIMES_WRITING[args.command]
+        reading = not writes(args)
+    assert command is not None
     # Reading never writes: a read-only store creates no file and no table, and refuses a
     # missing file or a database that is not a nous_session store.
     store = open_store(args.store, read_only=reading)
@@ -636,7 +898,7 @@ async def _run(args: argparse.Namespace, out: TextIO, interrupt: _Interrupt | No
         async with anyio.create_task_group() as task_group:
             if interrupt is not None:
                 task_group.start_soon(interrupt.watch, task_group.cancel_scope)
-            await (_READING if reading else _WRITING)[args.command](store, args, out)
+            await command(store, args, out)
             task_group.cancel_scope.cancel()  # the watcher
     except BaseExceptionGroup as group:
         # Only the command can fail (the watcher waits and cancels): its own error, unwrapped.

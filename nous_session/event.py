@@ -67,6 +67,7 @@ class EventType(enum.StrEnum):
     STEP_START = "step_start"
     STEP_END = "step_end"
     REQUEST_HEADER = "request_header"
+    METADATA = "session_metadata"  # the session's metadata record (nous_session.metadata)
     # Operation types: each carries one surface operation (nous_session.ops) and nothing else
     # of its own reaches the surface, except a replace's messages.
     REPLACE = "replace"
@@ -360,7 +361,21 @@ def _check_rules(event_type: EventType | str, data: dict[str, JSON], seq: int | 
             _check_surface_fields(data)
     elif event_type is EventType.REPLACE:
         _check_replace_messages(data)
+    elif event_type is EventType.METADATA:
+        _check_metadata(data)
     return op
+
+
+def _check_metadata(data: dict[str, JSON]) -> None:
+    """A metadata event holds one valid record under ``metadata`` (stores index it)."""
+    from nous_session.metadata import SessionMetadata  # it builds on this module
+
+    if set(data) != {"metadata"}:
+        raise _Refusal('a session_metadata event holds exactly {"metadata": {...}}')
+    try:
+        SessionMetadata.from_json(data["metadata"])
+    except ValueError as error:
+        raise _Refusal(f"a session_metadata event needs a valid record: {error}") from None
 
 
 def _check_replace_messages(data: dict[str, JSON]) -> None:

@@ -688,7 +688,7 @@ class Log:
     def _partition(self) -> tuple[list[Event], list[Event]]:
         """(kept, dropped) by a snapshot.
 
-        Kept: every event on the surface now, every custom event, and every bookkeeping
+        Kept: every event on the surface now, every custom and metadata event, and every bookkeeping
         event that no later range operation covers. Dropped: surface events and replaces no
         longer on the surface, the operations that are not (removes, rewinds, uncompacts),
         and bookkeeping events inside a range replaced or removed after them.
@@ -705,8 +705,8 @@ class Log:
             kind = event.type
             if kind in _SURFACE or kind in _OPERATION:
                 keep = event.seq in on_surface
-            elif type(kind) is str and kind not in _BUILT_IN:  # custom: always kept
-                keep = True
+            elif (type(kind) is str and kind not in _BUILT_IN) or kind is EventType.METADATA:
+                keep = True  # custom and metadata events: always kept
             else:
                 keep = not coverage.covers(event.seq)
             (live if keep else dropped).append(event)

@@ -39,7 +39,7 @@ import inspect
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -54,6 +54,7 @@ from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import SessionClosedError
+from nous_session.metadata import SessionMetadata
 from nous_session.stores import open_store
 from nous_session.stores.base import Store, check_session_id
 
@@ -269,17 +270,32 @@ class Sessions:
 
     # Getting sessions -------------------------------------------------------------------------
 
-    async def get(self, session_id: str) -> SessionActor:
+    async def get(
+        self,
+        session_id: str,
+        *,
+        metadata: SessionMetadata | Mapping[str, Any] | None = None,
+    ) -> SessionActor:
         """The session's actor, opened now if it is not open; open when this returns.
 
         Several tasks asking for the same closed session at once open it once. The actor is
         leased while it opens; after the return nothing holds it (see the class docstring).
 
+        Args:
+            session_id: the session.
+            metadata: when given and different from the session's (a new session has none),
+                set by a metadata event before this returns (as
+                :meth:`SessionActor.open`'s ``metadata=``).
+
         Raises:
-            ValueError: a bad session id.
+            ValueError: a bad session id or metadata.
             StoreError: the session could not be loaded.
             SessionClosedError: the registry is closed (or not entered yet).
         """
+        if metadata is not None:
+            async with self.use(session_id, metadata=metadata):
+                pass  # set while leased; the get below finds the actor open
+            return await self.get(session_id)
         entry = self._entries.get(session_id)
         if entry is not None and self._usable(entry):
             # The common case, with no await: nothing can close it before the caller has it.
@@ -292,20 +308,32 @@ class Sessions:
         return entry.actor  # type: ignore[return-value]
 
     @asynccontextmanager
-    async def use(self, session_id: str) -> AsyncIterator[SessionActor]:
+    async def use(
+        self,
+        session_id: str,
+        *,
+        metadata: SessionMetadata | Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[SessionActor]:
         """Hold the session's actor open for the block: neither idleness nor ``max_open``
         closes it before the block ends (closing the registry does).
+
+        ``metadata``: as for :meth:`get`, set before the block starts.
 
         Raises:
             ValueError, StoreError, SessionClosedError: as :meth:`get`.
         """
+        record = None if metadata is None else SessionMetadata.coerce(metadata)
         entry = self._entries.get(session_id)
         if entry is not None and self._usable(entry):
             self._lease(entry)
         else:
             entry = await self._acquire(session_id)
         try:
-            yield entry.actor  # type: ignore[misc]
+            actor = entry.actor
+            assert actor is not None
+            if record is not None and actor.metadata != record:
+                await actor.set_metadata(record)
+            yield actor
         finally:
             self._release(entry)
 

@@ -46,7 +46,13 @@ def events(draw: st.DrawFn) -> Event:
     if draw(st.booleans()):
         kind = draw(
             st.sampled_from(
-                [t for t in EventType if t not in SURFACE_TYPES and t not in OPERATION_TYPES]
+                [
+                    t
+                    for t in EventType
+                    if t not in SURFACE_TYPES
+                    and t not in OPERATION_TYPES
+                    and t is not EventType.METADATA  # holds one record, not free JSON
+                ]
             )
         )
         data = draw(st.dictionaries(st.text(), json_values, max_size=5))

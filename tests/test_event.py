@@ -25,6 +25,7 @@ BOOKKEEPING_TYPES = [
     EventType.STEP_START,
     EventType.STEP_END,
     EventType.REQUEST_HEADER,
+    EventType.METADATA,
 ]
 
 
@@ -68,6 +69,7 @@ def test_event_type_values() -> None:
         "STEP_START": "step_start",
         "STEP_END": "step_end",
         "REQUEST_HEADER": "request_header",
+        "METADATA": "session_metadata",
         "REPLACE": "replace",
         "REMOVE": "remove",
         "REWIND": "rewind",
@@ -169,7 +171,8 @@ def test_surface_types_are_surface(kind: EventType) -> None:
 
 @pytest.mark.parametrize("kind", BOOKKEEPING_TYPES)
 def test_bookkeeping_types_are_not_surface(kind: EventType) -> None:
-    event = Log().append(kind, {"content": "x"}).last
+    data = {"metadata": {}} if kind is EventType.METADATA else {"content": "x"}
+    event = Log().append(kind, data).last
     assert event is not None
     assert event.is_surface is False
     assert event.surface_op is None
@@ -347,7 +350,11 @@ def test_data_that_is_not_a_mapping_is_refused() -> None:
 # Validation through Log.append: accepted forms ----------------------------------------------
 
 
-@pytest.mark.parametrize("kind", [t for t in EventType if t not in OPERATION_TYPES])
+# Every type that takes {"content": ...} (a metadata event holds one record instead).
+_CONTENT_TYPES = [t for t in EventType if t not in OPERATION_TYPES and t is not EventType.METADATA]
+
+
+@pytest.mark.parametrize("kind", _CONTENT_TYPES)
 def test_type_accepted_as_enum_or_string(kind: EventType) -> None:
     by_enum = Log().append(kind, {"content": "x"}).last
     by_str = Log().append(kind.value, {"content": "x"}).last
@@ -378,7 +385,7 @@ def test_surface_op_forms_are_stored_as_the_list(op: object) -> None:
     assert [e.seq for e in log.surface()] == [0, 5, 4]
 
 
-@pytest.mark.parametrize("kind", [t for t in EventType if t not in OPERATION_TYPES])
+@pytest.mark.parametrize("kind", _CONTENT_TYPES)
 def test_surface_op_none_means_no_op(kind: EventType) -> None:
     log = _log_of(3).append(kind, {"content": "s", "surface_op": None})
     event = log.last

@@ -29,8 +29,13 @@ from nous_session import (
 from nous_session.event import OPERATION_TYPES
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
-# The types that never reach the surface and carry no operation.
-BOOKKEEPING = [t for t in EventType if t not in SURFACE_TYPES and t not in OPERATION_TYPES]
+# The types that never reach the surface, carry no operation and take any JSON data (a
+# metadata event holds one record).
+BOOKKEEPING = [
+    t
+    for t in EventType
+    if t not in SURFACE_TYPES and t not in OPERATION_TYPES and t is not EventType.METADATA
+]
 
 U = EventType.USER_MESSAGE
 A = EventType.ASSISTANT_MESSAGE

@@ -17,6 +17,7 @@ SUITES: tuple[str, ...] = (
     "engine",
     "registry",
     "postgres",
+    "listing",
     "scaling",
     "peers",
 )

@@ -154,9 +154,7 @@ async def _per_append(ctx: Context, producers: int) -> dict[str, list[float]]:
             return AsyncSide(run, slices)
 
         exported = exporter.exported
-        samples = await ainterleave_slices(
-            ctx.rounds, {name: side(actors[name]) for name in SIDES}
-        )
+        samples = await ainterleave_slices(ctx.rounds, {name: side(actors[name]) for name in SIDES})
         commits = actors["sdk"].statistics().batches
         expect(exporter.exported - exported >= commits, "sdk: fewer spans than commits")
         data_points = reader.get_metrics_data()

@@ -77,11 +77,12 @@ import attrs
 
 from nous_session._logging import get_logger
 from nous_session.errors import ConflictError, FormatError
-from nous_session.event import message_event
+from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider
 from nous_session.message import Message
+from nous_session.metadata import SessionMetadata
 from nous_session.registry import SessionsPortal
-from nous_session.stores.base import Store
+from nous_session.stores.base import ListingStore, Store, supports
 
 try:
     from google.adk.errors._stale_session_error import StaleSessionError
@@ -295,14 +296,20 @@ class NousSessionService(BaseSessionService):
         now = time.time()
         sid = self.session_id(app_name, user_id, session_id)
 
+        record = self._metadata(app_name, user_id)
+
         async def create(actor: SessionActor) -> str:
             async with self._locked(sid):
                 while True:
                     if self._fold(sid, actor.log).alive:
                         raise AlreadyExistsError(f"Session with id {session_id} already exists.")
                     created = (CREATED_EVENT, {"state": json.dumps(deltas["session"]), "time": now})
+                    items: list[tuple[str, dict[str, Any]]] = [created]
+                    if record is not None and actor.metadata != record:
+                        # Who and what it belongs to, for list_sessions (the store's index).
+                        items.append((EventType.METADATA, {"metadata": record.to_json()}))
                     try:
-                        await actor.append_many([created], expect_count=actor.log.count)
+                        await actor.append_many(items, expect_count=actor.log.count)
                     except ConflictError:  # another writer came first; the actor caught up
                         continue
                     return str(actor.log.count)
@@ -356,18 +363,51 @@ class NousSessionService(BaseSessionService):
         session._storage_update_marker = read.marker
         return session
 
+    def _metadata(self, app_name: str, user_id: str) -> SessionMetadata | None:
+        """The metadata a session of this app and user gets: owner and app, and this
+        service's prefix (``extra.adk``), so that listing finds exactly its sessions. None for
+        names metadata cannot hold (an empty one): such sessions are found by a scan."""
+        try:
+            return SessionMetadata(owner=user_id, app=app_name, extra={"adk": self._prefix})
+        except ValueError:
+            return None
+
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
         """The app's sessions (of one user, or of all users for None), with their merged
-        state and no events, least recently updated first."""
+        state and no events, least recently updated first.
+
+        Listed through the store's index (:class:`~nous_session.stores.base.ListingStore`:
+        owner and app from each session's metadata), so the cost follows the sessions
+        listed, not all those stored. Sessions created by a version of this service that
+        set no metadata, or whose app or user name metadata cannot hold, are found by
+        scanning every session id instead, as before.
+        """
         prefix = f"{self._prefix}:s/{_part(app_name)}/"
         if user_id is not None:
             prefix += f"{_part(user_id)}/"
+        where: dict[str, Any] | None = {"app": app_name, "adk": self._prefix}
+        if user_id is not None:
+            assert where is not None
+            where["owner"] = user_id
+        if self._metadata(app_name, user_id or "-") is None:
+            where = None
 
         async def stored(actor: SessionActor) -> list[str]:
-            infos = await actor.store.sessions()
-            return [info.session_id for info in infos if info.session_id.startswith(prefix)]
+            store = actor.store
+            if where is None or not supports(store, ListingStore):
+                infos = await store.sessions()
+                return [info.session_id for info in infos if info.session_id.startswith(prefix)]
+            listing: ListingStore = store  # type: ignore[assignment]
+            found: list[str] = []
+            cursor = None
+            while True:
+                page = await listing.list_sessions(where=where, limit=1000, cursor=cursor)
+                found += [e.session_id for e in page.sessions if e.session_id.startswith(prefix)]
+                cursor = page.cursor
+                if cursor is None:
+                    return found
 
         app_id = self._app_id(app_name)
         app_state = await self._state(app_id)

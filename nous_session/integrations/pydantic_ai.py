@@ -71,12 +71,13 @@ import pydantic
 from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
 from nous_session.errors import ConflictError, InvalidEventError, StoreError
-from nous_session.event import message_event
+from nous_session.event import EventType, message_event
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
+from nous_session.metadata import SessionMetadata
 from nous_session.registry import Sessions
 from nous_session.stores import open_store
-from nous_session.stores.base import Store
+from nous_session.stores.base import ListingStore, Store, supports
 
 try:
     from pydantic_ai.conversation_store import (
@@ -459,9 +460,15 @@ class NousConversationStore(ConversationStore):
         self, *, scope: str | None = None, limit: int | None = None
     ) -> Sequence[ConversationRecord]:
         """The stored records (those of ``scope``), newest ``updated_at`` first, at most
-        ``limit``. Reads every conversation of the store."""
+        ``limit``.
+
+        Found through the store's listing (:class:`~nous_session.stores.base.ListingStore`:
+        each conversation's session has metadata with the scope as its owner), so only the
+        conversations of ``scope`` are read; conversations last written by a version that set
+        no metadata are found by reading every conversation instead, as before.
+        """
         records = []
-        for session_id in await self._session_ids():
+        for session_id in await self._listed_ids(scope):
             record = await self.read_record(session_id[len(self._prefix) :])
             if record is not None and (scope is None or record.scope == scope):
                 records.append(record)
@@ -508,6 +515,10 @@ class NousConversationStore(ConversationStore):
                     *((ENTRY_EVENT, data) for data in kept),
                     *((ENTRY_EVENT, data) for data in written),
                 ]
+                metadata = self._metadata(record.scope)
+                if metadata is not None and actor.metadata != metadata:
+                    # Whose it is, for read_records (the store's index), in the same commit.
+                    items.insert(0, (EventType.METADATA, {"metadata": metadata.to_json()}))
                 extends = not copies and (
                     new_entries[0].parent_id == previous if new_entries else head == previous
                 )
@@ -629,6 +640,35 @@ class NousConversationStore(ConversationStore):
         if known is not None:
             return [known]
         return [session_id[len(self._prefix) :] for session_id in await self._session_ids()]
+
+    def _metadata(self, scope: str | None) -> SessionMetadata | None:
+        """The metadata of a conversation's session: its scope as owner, and this store's
+        prefix (``extra.pydantic_ai``); None for a scope metadata cannot hold (empty)."""
+        try:
+            return SessionMetadata(
+                owner=scope, app="pydantic-ai", extra={"pydantic_ai": self._prefix}
+            )
+        except ValueError:
+            return None
+
+    async def _listed_ids(self, scope: str | None) -> list[str]:
+        """The session ids of the conversations of ``scope`` (all for None), through the
+        store's listing when it has one."""
+        store = self._store
+        if self._metadata(scope) is None or not supports(store, ListingStore):
+            return await self._session_ids()
+        listing: ListingStore = store  # type: ignore[assignment]
+        where: dict[str, Any] = {"app": "pydantic-ai", "pydantic_ai": self._prefix}
+        if scope is not None:
+            where["owner"] = scope
+        found: list[str] = []
+        cursor = None
+        while True:
+            page = await listing.list_sessions(where=where, limit=1000, cursor=cursor)
+            found += [e.session_id for e in page.sessions if e.session_id.startswith(self._prefix)]
+            cursor = page.cursor
+            if cursor is None:
+                return found
 
     async def _session_ids(self) -> list[str]:
         return sorted(

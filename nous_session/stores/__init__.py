@@ -22,6 +22,7 @@ from nous_session.event import Event
 from nous_session.stores.base import (
     FollowingStore,
     ForkingStore,
+    ListingStore,
     OutcomeStore,
     Rebased,
     RebasingStore,
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_PATH_ENV",
     "STORE_ENV",
     "ForkingStore",
+    "ListingStore",
     "MemoryStore",
     "OutcomeStore",
     "Rebased",

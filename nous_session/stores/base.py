@@ -11,13 +11,15 @@ both extending a session.
 found on a store's class with :func:`supports`: :class:`RebasingStore` (append after whatever
 the session holds), :class:`ForkingStore` (fork without copying), :class:`OutcomeStore` (find
 out whether a commit with an unknown outcome landed), :class:`ChangeFeedStore` and
-:class:`FollowingStore` (other processes' commits, live), :class:`VacuumingStore`.
+:class:`FollowingStore` (other processes' commits, live), :class:`VacuumingStore`,
+:class:`ListingStore` (sessions by metadata and time, a page at a time).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
@@ -26,6 +28,7 @@ import attrs
 
 from nous_session.errors import CorruptRecordError
 from nous_session.event import Event
+from nous_session.metadata import SessionPage
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -33,6 +36,7 @@ __all__ = [
     "ChangeFeedStore",
     "FollowingStore",
     "ForkingStore",
+    "ListingStore",
     "OutcomeStore",
     "Rebased",
     "RebasingStore",
@@ -375,6 +379,74 @@ class FollowingStore(Store, Protocol):
     def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
         """Yield the session's events from ``since`` on, then each one committed later by any
         process, in seq order and at most once. Runs until closed."""
+        ...
+
+
+@runtime_checkable
+class ListingStore(Store, Protocol):
+    """A store that lists sessions by their metadata and times, a page at a time.
+
+    Each session's current metadata (the newest ``session_metadata`` event's record), its
+    created time (its first commit) and its last-active time (its last commit that appended
+    events; a snapshot that only drops events does not count) are kept beside it, written in
+    the same transaction as the commit, by the store's clock. A store may keep the last-active
+    time to the second (moving it only once it is a second behind), so that a busy session's
+    commits do not each rewrite an index. A fork starts with its parent's
+    metadata as of the fork point, and its own times.
+    """
+
+    async def list_sessions(
+        self,
+        *,
+        where: Mapping[str, Any] | None = None,
+        tags: Iterable[str] = (),
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
+        active_since: datetime | None = None,
+        active_before: datetime | None = None,
+        order: str = "active",
+        descending: bool = True,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """One page of the sessions (with a nonzero count) that match, in order.
+
+        Pagination is by key (the time ordered by, then the session id), never by offset: a
+        page costs the same however deep it is, and sessions committed to between pages are
+        neither skipped nor repeated unless their time moved across the cursor. SQLite and
+        PostgreSQL answer an ``owner`` filter (with any order) and an unfiltered listing from
+        an index, so the cost does not grow with the sessions that do not match; other
+        filters narrow what that index yields. Reading never writes.
+
+        Args:
+            where: field -> value that must be equal: ``owner``, ``app``, ``title``, or any
+                other key for a field of ``extra`` (a JSON scalar).
+            tags: tags the session must all have.
+            created_since, created_before, active_since, active_before: half-open time
+                ranges (``since <= t < before``), timezone-aware.
+            order: ``"active"`` (last activity) or ``"created"``.
+            descending: newest first (the default).
+            limit: the page size, 1..1000.
+            cursor: the previous page's :attr:`~nous_session.metadata.SessionPage.cursor`,
+                with the same query.
+
+        Raises:
+            ValueError: an argument is bad, or the cursor belongs to another query.
+            StoreError: the store could not be read.
+        """
+        ...
+
+    async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
+        """Delete the session only if it is still as a listing saw it: its count is ``count``
+        and its last-active time ``active``, checked in the deleting transaction (a session
+        written to since is kept). Forks keep their history, as for :meth:`Store.delete`.
+
+        Returns:
+            True when it was deleted; False when it is gone or was written to.
+
+        Raises:
+            StoreError: the store could not be written.
+        """
         ...
 
 

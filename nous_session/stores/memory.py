@@ -9,14 +9,25 @@ delete of the parent first gives the forks that share the affected history their
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from operator import attrgetter
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
 from nous_session.errors import ConflictError, StoreError
-from nous_session.event import Event
+from nous_session.event import Event, EventType
+from nous_session.metadata import (
+    ListQuery,
+    SessionEntry,
+    SessionMetadata,
+    SessionPage,
+    from_micros,
+    metadata_of,
+    to_micros,
+)
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -47,6 +58,28 @@ class _Session:
     parent: str | None = None
     fork_point: int | None = None
     shares: bool = False  # reads its parent's events up to fork_point
+    metadata: SessionMetadata | None = None  # the newest metadata event's record
+    meta_seq: int | None = None  # that event's seq
+    created: int = 0  # microseconds since the epoch, the store's clock
+    active: int = 0
+
+
+def _now() -> int:
+    return to_micros(datetime.now(UTC))
+
+
+def _touch(session: _Session, events: Sequence[Event]) -> None:
+    """After a commit: the last-active time, and the metadata if ``events`` set it."""
+    now = _now()
+    if not session.created:
+        session.created = now
+    if events:
+        session.active = max(now, session.active)
+        for event in reversed(events):
+            if event.type is EventType.METADATA:
+                session.metadata = metadata_of((event,))
+                session.meta_seq = event.seq
+                break
 
 
 def _check_since(since: object) -> None:
@@ -214,6 +247,7 @@ class MemoryStore:
             session.keys[key] = (first, size)
         if commit_id is not None:
             session.commits[commit_id] = (events[0].seq if events else expected_count, len(events))
+        _touch(session, events)
 
     def _drop(
         self, name: str, session: _Session, dropped: Sequence[int], kept: Sequence[int]
@@ -277,6 +311,7 @@ class MemoryStore:
             session.keys[key] = (first, size)
         if commit_id is not None:
             session.commits[commit_id] = (placed[0].seq, len(placed))
+        _touch(session, placed)
         return Rebased(shift, others, placed, MappingProxyType(between), session.horizon)
 
     async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
@@ -297,12 +332,22 @@ class MemoryStore:
         existing = self._sessions.get(new_session_id)
         if existing is not None and existing.count:
             raise ValueError(f"session {new_session_id!r} exists already")
+        metadata, meta_seq = parent.metadata, parent.meta_seq
+        if meta_seq is not None and meta_seq > at:  # changed after the fork point
+            before = self._view(parent, 0, at)
+            metadata = metadata_of(before)
+            meta_seq = next((e.seq for e in reversed(before) if e.type is EventType.METADATA), None)
+        now = _now()
         self._sessions[new_session_id] = _Session(
             count=at + 1,
             horizon=parent.horizon,
             parent=session_id,
             fork_point=at,
             shares=True,
+            metadata=metadata,
+            meta_seq=meta_seq,
+            created=now,
+            active=now,
         )
 
     async def sessions(self) -> list[SessionInfo]:
@@ -320,6 +365,64 @@ class MemoryStore:
             for sid, session in sorted(self._sessions.items())
             if session.count
         ]
+
+    async def list_sessions(
+        self,
+        *,
+        where: Mapping[str, Any] | None = None,
+        tags: Iterable[str] = (),
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
+        active_since: datetime | None = None,
+        active_before: datetime | None = None,
+        order: str = "active",
+        descending: bool = True,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`).
+
+        In memory there is no index: each call looks at every session.
+        """
+        query = ListQuery.make(
+            where=where,
+            tags=tags,
+            created_since=created_since,
+            created_before=created_before,
+            active_since=active_since,
+            active_before=active_before,
+            order=order,
+            descending=descending,
+            limit=limit,
+            cursor=cursor,
+        )
+        self._check_open()
+        entries = [
+            entry
+            for entry in (self._entry(sid, s) for sid, s in self._sessions.items() if s.count)
+            if query.matches(entry)
+        ]
+        entries.sort(key=query.sort_key, reverse=query.descending)
+        return query.page(entries[: query.limit + 1])
+
+    @staticmethod
+    def _entry(session_id: str, session: _Session) -> SessionEntry:
+        return SessionEntry(
+            session_id,
+            session.metadata or SessionMetadata(),
+            from_micros(session.created),
+            from_micros(session.active),
+            session.count,
+            session.parent,
+        )
+
+    async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
+        """Delete the session if its count and last-active time are still these."""
+        self._check_open()
+        session = self._sessions.get(session_id)
+        if session is None or session.count != count or session.active != to_micros(active):
+            return False
+        return await self.delete(session_id)
 
     async def delete(self, session_id: str) -> bool:
         """Forget a session (its forks keep their own copy of what they shared); True when it

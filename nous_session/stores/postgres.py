@@ -4,16 +4,25 @@ Needs the ``postgres`` extra (``pip install nous_session[postgres]``: psycopg 3 
 psycopg's async API runs only on asyncio, so this store drives the synchronous driver in worker
 threads, as the SQLite store does; it therefore works on asyncio and trio alike.
 
-Schema (version 2), in the schema given to the store (``public`` by default)::
+Schema (version 3), in the schema given to the store (``public`` by default)::
 
     nous_schema   (version)
     nous_sessions (name text PRIMARY KEY, count bigint, horizon bigint, parent text,
-                   fork_point bigint, shares boolean)
+                   fork_point bigint, shares boolean, created timestamptz,
+                   active timestamptz, meta jsonb, meta_seq bigint,
+                   owner text, app text: generated from meta)
     nous_events   (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
     nous_keys     (session text, key text, seq bigint, n integer, PRIMARY KEY (session, key))
     nous_commits  (session text, commit_id text, seq bigint, n integer,
                    PRIMARY KEY (session, commit_id))
     nous_kept     (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
+
+``meta`` is the session's current metadata record (its newest metadata event's, at
+``meta_seq``); ``created`` and ``active`` are the server's time at its first and its last
+appending commit, set by the commit statement itself. ``active`` is written only when it is a
+second or more behind: an UPDATE that changes no indexed column stays a HOT update (no index
+entries), so at high commit rates a commit costs what it did before. ``owner`` and ``app`` are
+stored generated columns, indexed with the times for listings.
 
 The primary key on (session, seq) is what makes the database itself enforce one writer per seq.
 A commit is one statement: it moves the session's count from the expected value and, only if
@@ -41,10 +50,12 @@ does exactly that. The pool replaces broken connections.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
 from operator import itemgetter
 from types import MappingProxyType, TracebackType
 from typing import Any, ClassVar, Final, TypeVar
@@ -55,6 +66,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import orjson
 
+from nous_session._json import dumps
 from nous_session._logging import get_logger
 from nous_session.codec import decode_rows, encode
 from nous_session.errors import (
@@ -63,7 +75,15 @@ from nous_session.errors import (
     OutcomeUnknownError,
     StoreError,
 )
-from nous_session.event import Event
+from nous_session.event import Event, EventType
+from nous_session.metadata import (
+    ListQuery,
+    SessionEntry,
+    SessionMetadata,
+    SessionPage,
+    from_micros,
+    latest_metadata,
+)
 from nous_session.stores._listener import KEEPALIVE, Listener
 from nous_session.stores.base import (
     Rebased,
@@ -91,7 +111,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 T = TypeVar("T")
 
 _logger = get_logger("nous_session.postgres")
@@ -145,6 +165,30 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
            WHERE s.count > (
                SELECT count(*) FROM {schema}.nous_events e WHERE e.session = s.name
            )""",
+    ),
+    2: (
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN created timestamptz NOT NULL DEFAULT now()",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN active timestamptz NOT NULL DEFAULT now()",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta jsonb",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta_seq bigint",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN owner text"
+        " GENERATED ALWAYS AS (meta ->> 'owner') STORED",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN app text"
+        " GENERATED ALWAYS AS (meta ->> 'app') STORED",
+        # Sessions from before get the times of their oldest and newest held event (the
+        # migration's time when they hold none of their own).
+        """UPDATE {schema}.nous_sessions s SET
+               created = coalesce((SELECT to_timestamp(
+                   (convert_from(record, 'UTF8')::jsonb ->> 3)::numeric / 1000000)
+                   FROM {schema}.nous_events WHERE session = s.name ORDER BY seq LIMIT 1), now()),
+               active = coalesce((SELECT to_timestamp(
+                   (convert_from(record, 'UTF8')::jsonb ->> 3)::numeric / 1000000)
+                   FROM {schema}.nous_events WHERE session = s.name ORDER BY seq DESC LIMIT 1),
+                   now())""",
+        "CREATE INDEX nous_sessions_owner_active ON {schema}.nous_sessions (owner, active, name)",
+        "CREATE INDEX nous_sessions_owner_created ON {schema}.nous_sessions (owner, created, name)",
+        "CREATE INDEX nous_sessions_active ON {schema}.nous_sessions (active, name)",
+        "CREATE INDEX nous_sessions_created ON {schema}.nous_sessions (created, name)",
     ),
 }
 
@@ -422,7 +466,11 @@ class PostgresStore:
         """
         self._commit = sql.SQL(
             """WITH moved AS (
-                UPDATE {sessions} SET count = %(count)s, horizon = coalesce(%(horizon)s, horizon)
+                UPDATE {sessions} SET count = %(count)s, horizon = coalesce(%(horizon)s, horizon),
+                    active = CASE WHEN %(size)s > 0 AND active <= now() - interval '1 second'
+                        THEN now() ELSE active END,
+                    meta = coalesce(%(meta)s::jsonb, meta),
+                    meta_seq = coalesce(%(meta_seq)s::bigint, meta_seq)
                 WHERE name = %(name)s AND count = %(expected)s
                 AND (%(expected_horizon)s::bigint IS NULL OR horizon = %(expected_horizon)s)
                 RETURNING name
@@ -432,9 +480,12 @@ class PostgresStore:
         # The first commit of a session creates its row, unless another writer just did.
         self._first_commit = sql.SQL(
             """WITH moved AS (
-                INSERT INTO {sessions} AS s (name, count, horizon)
-                VALUES (%(name)s, %(count)s, coalesce(%(horizon)s, 0))
-                ON CONFLICT (name) DO UPDATE SET count = excluded.count
+                INSERT INTO {sessions} AS s (name, count, horizon, meta, meta_seq)
+                VALUES (%(name)s, %(count)s, coalesce(%(horizon)s, 0), %(meta)s::jsonb,
+                        %(meta_seq)s::bigint)
+                ON CONFLICT (name) DO UPDATE SET count = excluded.count,
+                    active = greatest(s.active, now()), meta = coalesce(excluded.meta, s.meta),
+                    meta_seq = coalesce(excluded.meta_seq, s.meta_seq)
                 WHERE s.count = 0
                 AND (%(expected_horizon)s::bigint IS NULL OR s.horizon = %(expected_horizon)s)
                 RETURNING name
@@ -456,7 +507,9 @@ class PostgresStore:
                 SELECT name FROM {sessions} WHERE name = ANY(%(names)s::text[])
                 ORDER BY name FOR UPDATE
             ), moved AS (
-                UPDATE {sessions} AS s SET count = v.count
+                UPDATE {sessions} AS s SET count = v.count, active = CASE
+                    WHEN v.count > v.expected AND s.active <= now() - interval '1 second'
+                    THEN now() ELSE s.active END
                 FROM v JOIN locked USING (name)
                 WHERE s.name = v.name AND s.count = v.expected
                 AND (v.expected_horizon IS NULL OR s.horizon = v.expected_horizon)
@@ -517,7 +570,12 @@ class PostgresStore:
         # waited for the lock would still count with the snapshot from before the wait.
         self._rebased = sql.SQL(
             """WITH moved AS (
-                UPDATE {sessions} AS s SET count = s.count + %(n)s
+                UPDATE {sessions} AS s SET count = s.count + %(n)s,
+                    active = CASE WHEN s.active <= now() - interval '1 second' THEN now()
+                                  ELSE s.active END,
+                    meta = coalesce(%(meta)s::jsonb, s.meta),
+                    meta_seq = CASE WHEN %(meta)s::jsonb IS NULL THEN s.meta_seq
+                                    ELSE s.count + %(meta_offset)s::bigint END
                 WHERE s.name = %(name)s AND s.count >= %(expected)s
                 AND (SELECT count(*) FROM {events} e WHERE e.session = s.name
                      AND e.seq >= greatest(%(expected)s, s.horizon,
@@ -986,6 +1044,7 @@ class PostgresStore:
             expected_horizon=expected_horizon,
         )
         count = rows[-1].seq + 1 if rows else expected_count
+        metadata = latest_metadata(rows)
         parameters = {
             "name": session_id,
             "expected": expected_count,
@@ -1003,6 +1062,8 @@ class PostgresStore:
             "channel": self._channel,
             # orjson: a tenth of json.dumps's time, on every commit's path on the event loop.
             "payload": orjson.dumps({"session": session_id, "head": count}).decode(),
+            "meta": None if metadata is None else metadata[1].decode(),
+            "meta_seq": None if metadata is None else metadata[0],
         }
         statement = self._first_commit if expected_count == 0 else self._commit
         # A snapshot, or a horizon to check against the stored one, is committed under the
@@ -1134,7 +1195,9 @@ class PostgresStore:
         common = [
             item
             for item in ordered
-            if item.statement is self._commit and item.parameters["horizon"] is None
+            if item.statement is self._commit
+            and item.parameters["horizon"] is None
+            and item.parameters["meta"] is None
         ]
         if len(common) < 2 or len({item.session_id for item in common}) < len(common):
             common = []
@@ -1275,6 +1338,7 @@ class PostgresStore:
         rows = check_rebase_arguments(
             session_id, expected_count, events, keys=keys, commit_id=commit_id
         )
+        metadata = latest_metadata(rows)
         parameters: dict[str, Any] = {
             "name": session_id,
             "expected": expected_count,
@@ -1284,6 +1348,8 @@ class PostgresStore:
             "key_sizes": [size for _, _, size in keys],
             "commit_id": commit_id,
             "channel": self._channel,
+            "meta": None if metadata is None else metadata[1].decode(),
+            "meta_offset": None if metadata is None else metadata[0] - expected_count,
         }
 
         def commit() -> tuple[Any, list[Any], list[Any]]:
@@ -1374,10 +1440,11 @@ class PostgresStore:
         self._check_writable()
         check_session_id(new_session_id)
         insert = sql.SQL(
-            "INSERT INTO {} (name, count, horizon, parent, fork_point, shares)"
-            " VALUES (%s, %s, %s, %s, %s, true)"
+            "INSERT INTO {} (name, count, horizon, parent, fork_point, shares, meta, meta_seq)"
+            " VALUES (%s, %s, %s, %s, %s, true, %s::jsonb, %s)"
             " ON CONFLICT (name) DO UPDATE SET count = excluded.count, horizon = excluded.horizon,"
-            " parent = excluded.parent, fork_point = excluded.fork_point, shares = true"
+            " parent = excluded.parent, fork_point = excluded.fork_point, shares = true,"
+            " meta = excluded.meta, meta_seq = excluded.meta_seq, created = now(), active = now()"
             " WHERE {}.count = 0 RETURNING 1"
         ).format(self._sessions, self._sessions)
 
@@ -1393,8 +1460,9 @@ class PostgresStore:
                 if parent is None or parent[0] == 0:
                     raise ValueError(f"no session {session_id!r} to fork")
                 check_fork_point(session_id, at, parent[0], parent[1])
+                meta, meta_seq = self._metadata_at(connection, session_id, parent, at)
                 made = connection.execute(
-                    insert, (new_session_id, at + 1, parent[1], session_id, at)
+                    insert, (new_session_id, at + 1, parent[1], session_id, at, meta, meta_seq)
                 ).fetchone()
                 if made is None:
                     raise ValueError(f"session {new_session_id!r} exists already")
@@ -1429,6 +1497,169 @@ class PostgresStore:
             return infos
 
         return await self._read(sessions)
+
+    def _metadata_at(
+        self,
+        connection: psycopg.Connection[Any],
+        session_id: str,
+        row: tuple[Any, ...],
+        at: int,
+    ) -> tuple[str | None, int | None]:
+        """The metadata record (JSON text) and its seq that the session had at seq ``at``: its
+        current one unless it changed after ``at``; then the newest metadata event up to
+        ``at``, read back from ``at`` (metadata events are rare: the rare, slow case)."""
+        found = connection.execute(
+            sql.SQL("SELECT meta, meta_seq FROM {} WHERE name = %s").format(self._sessions),
+            (session_id,),
+        ).fetchone()
+        assert found is not None
+        meta, meta_seq = found
+        if meta_seq is None or meta_seq <= at:
+            return (None if meta is None else json.dumps(meta)), meta_seq
+        where = place(session_id, f"schema {self.schema}")
+        held = [item for item in self._view(connection, session_id, row, 0) if item[0] <= at]
+        for seq, record in reversed(held):
+            (event,) = decode_rows([(seq, record)], where)
+            if event.type is EventType.METADATA:
+                return dumps(event.data.get("metadata", {})).decode(), seq
+        return None, None
+
+    async def list_sessions(
+        self,
+        *,
+        where: Mapping[str, Any] | None = None,
+        tags: Iterable[str] = (),
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
+        active_since: datetime | None = None,
+        active_before: datetime | None = None,
+        order: str = "active",
+        descending: bool = True,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`):
+        one query, its filter and order served by an index on (owner, time, name) or (time,
+        name).
+
+        Raises:
+            ValueError: a bad argument or cursor.
+            StoreError: the database cannot be read.
+        """
+        query = ListQuery.make(
+            where=where,
+            tags=tags,
+            created_since=created_since,
+            created_before=created_before,
+            active_since=active_since,
+            active_before=active_before,
+            order=order,
+            descending=descending,
+            limit=limit,
+            cursor=cursor,
+        )
+        statement, parameters = self._listing(query)
+
+        def listing() -> list[Any]:
+            with _errors("cannot list sessions"), self._pool.connection() as connection:
+                return connection.execute(statement, parameters).fetchall()
+
+        found = await self._read(listing)
+        return query.page(
+            [
+                SessionEntry(
+                    name,
+                    SessionMetadata() if meta is None else SessionMetadata.from_json(meta),
+                    created.astimezone(UTC),
+                    active.astimezone(UTC),
+                    count,
+                    parent,
+                )
+                for name, count, parent, meta, created, active in found
+            ]
+        )
+
+    def _listing(self, query: ListQuery) -> tuple[sql.Composed, list[Any]]:
+        """The SELECT (and its parameters) for a listing: one page and one more row, walking
+        the index (owner, time, name), or (time, name) with no owner, from the cursor; the
+        other filters are checked on the rows it yields."""
+        column = sql.Identifier(query.order)
+        clauses: list[sql.Composable] = [sql.SQL("count > 0")]
+        parameters: list[Any] = []
+        extra: dict[str, Any] = {}
+        for key, wanted in query.where:
+            if key in ("owner", "app"):
+                clauses.append(sql.SQL("{} = %s").format(sql.Identifier(key)))
+                parameters.append(wanted)
+            elif key == "title":
+                clauses.append(sql.SQL("meta ->> 'title' = %s"))
+                parameters.append(wanted)
+            else:
+                extra[key] = wanted
+        if extra:
+            # Containment is JSON equality for scalars (1 matches 1.0; a bool is no number).
+            clauses.append(sql.SQL("meta -> 'extra' @> %s::jsonb"))
+            parameters.append(json.dumps(extra))
+        if query.tags:
+            clauses.append(sql.SQL("meta -> 'tags' @> %s::jsonb"))
+            parameters.append(json.dumps(sorted(query.tags)))
+        for name, low, high in (
+            ("created", query.created_since, query.created_before),
+            ("active", query.active_since, query.active_before),
+        ):
+            if low is not None:
+                clauses.append(sql.SQL("{} >= %s").format(sql.Identifier(name)))
+                parameters.append(from_micros(low))
+            if high is not None:
+                clauses.append(sql.SQL("{} < %s").format(sql.Identifier(name)))
+                parameters.append(from_micros(high))
+        direction = sql.SQL("DESC" if query.descending else "ASC")
+        if query.after is not None:
+            clauses.append(
+                sql.SQL("({}, name) " + ("<" if query.descending else ">") + " (%s, %s)").format(
+                    column
+                )
+            )
+            parameters.extend((from_micros(query.after[0]), query.after[1]))
+        parameters.append(query.limit + 1)
+        statement = sql.SQL(
+            "SELECT name, count, parent, meta, created, active FROM {} WHERE {}"
+            " ORDER BY {} {}, name {} LIMIT %s"
+        ).format(self._sessions, sql.SQL(" AND ").join(clauses), column, direction, direction)
+        return statement, parameters
+
+    async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
+        """Delete the session if its count and last-active time are still these, checked under
+        its row lock in the deleting transaction (see
+        :class:`~nous_session.stores.base.ListingStore`)."""
+        self._check_writable()
+        check = sql.SQL("SELECT count, active FROM {} WHERE name = %s FOR UPDATE").format(
+            self._sessions
+        )
+
+        def delete() -> bool:
+            with (
+                _errors(f"cannot delete session {session_id!r}"),
+                self._pool.connection() as connection,
+                connection.transaction(),
+            ):
+                found = connection.execute(check, (session_id,)).fetchone()
+                if found is None or found[0] != count or found[1] != active:
+                    return False
+                row = self._row(connection, session_id)
+                assert row is not None
+                self._release_shared(connection, session_id, row, 0)
+                for table in (self._events, self._keys, self._commits, self._kept):
+                    connection.execute(
+                        sql.SQL("DELETE FROM {} WHERE session = %s").format(table), (session_id,)
+                    )
+                connection.execute(
+                    sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sessions),
+                    (session_id,),
+                )
+                return True
+
+        return await self._run(delete)
 
     async def delete(self, session_id: str) -> bool:
         """Delete a session and all its events in one transaction (its forks get their own

@@ -13,11 +13,12 @@ Durability: ``synchronous="FULL"`` (the default) makes SQLite fsync the WAL at e
 an acknowledged event survives power loss; ``"NORMAL"`` survives a crash of the process but may
 lose the last commits on power loss, and is much faster on slow disks.
 
-Schema (version 2)::
+Schema (version 3)::
 
     nous_schema   (version)
     nous_sessions (id INTEGER PRIMARY KEY, name TEXT UNIQUE, count, held, horizon,
-                   parent TEXT, fork_point, shares)
+                   parent TEXT, fork_point, shares, created, active, meta TEXT, meta_seq,
+                   owner, app: generated from meta)
     nous_events   (sid, seq, record BLOB, PRIMARY KEY (sid, seq)) WITHOUT ROWID
     nous_keys     (sid, key, seq, n, PRIMARY KEY (sid, key)) WITHOUT ROWID
     nous_commits  (sid, commit_id, seq, n, PRIMARY KEY (sid, commit_id)) WITHOUT ROWID
@@ -26,6 +27,11 @@ Schema (version 2)::
 ``held`` counts a session's own rows. A fork that ``shares`` reads its parent's rows up to its
 ``fork_point`` instead of holding copies; before its parent drops or deletes any of them, it is
 given its own copy. ``nous_kept`` holds the events of idempotency keys that a snapshot dropped.
+``meta`` is the session's current metadata record (JSON, from its newest metadata event, at
+``meta_seq``), ``created`` and ``active`` its first and last appending commit's times
+(microseconds since the epoch; ``active`` to the second, see ``_ADVANCE``); ``owner`` and
+``app`` are virtual columns read from ``meta``, indexed with the times so that a listing's
+filter and order come from an index.
 Session ids are always bound as parameters, never formatted into SQL.
 
 Reading never writes: ``read_only=True`` opens the file with SQLite's read-only mode, creating
@@ -41,8 +47,9 @@ import os
 import sqlite3
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from operator import itemgetter
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -53,9 +60,19 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from nous_session._json import dumps, loads
 from nous_session.codec import decode_rows, encode
 from nous_session.errors import ConflictError, StoreError
-from nous_session.event import Event
+from nous_session.event import Event, EventType
+from nous_session.metadata import (
+    ListQuery,
+    SessionEntry,
+    SessionMetadata,
+    SessionPage,
+    from_micros,
+    latest_metadata,
+    to_micros,
+)
 from nous_session.stores._writer import SQLiteWriter
 from nous_session.stores.base import (
     Rebased,
@@ -74,7 +91,7 @@ from nous_session.stores.base import (
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The schema this version writes; older files are migrated on open, newer ones refused."""
 
 T = TypeVar("T")
@@ -119,6 +136,29 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         _KEYS_TABLE,
         _COMMITS_TABLE,
         _KEPT_TABLE,
+    ),
+    2: (
+        "ALTER TABLE nous_sessions ADD COLUMN created INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE nous_sessions ADD COLUMN active INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE nous_sessions ADD COLUMN meta TEXT",
+        "ALTER TABLE nous_sessions ADD COLUMN meta_seq INTEGER",
+        "ALTER TABLE nous_sessions ADD COLUMN owner TEXT"
+        " GENERATED ALWAYS AS (json_extract(meta, '$.owner')) VIRTUAL",
+        "ALTER TABLE nous_sessions ADD COLUMN app TEXT"
+        " GENERATED ALWAYS AS (json_extract(meta, '$.app')) VIRTUAL",
+        # Sessions from before get the times of their oldest and newest held event (the
+        # migration's time when they hold none of their own).
+        """UPDATE nous_sessions SET
+               created = coalesce((SELECT json_extract(CAST(record AS TEXT), '$[3]')
+                   FROM nous_events WHERE sid = nous_sessions.id ORDER BY seq LIMIT 1),
+                   CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)),
+               active = coalesce((SELECT json_extract(CAST(record AS TEXT), '$[3]')
+                   FROM nous_events WHERE sid = nous_sessions.id ORDER BY seq DESC LIMIT 1),
+                   CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))""",
+        "CREATE INDEX nous_sessions_owner_active ON nous_sessions (owner, active, name)",
+        "CREATE INDEX nous_sessions_owner_created ON nous_sessions (owner, created, name)",
+        "CREATE INDEX nous_sessions_active ON nous_sessions (active, name)",
+        "CREATE INDEX nous_sessions_created ON nous_sessions (created, name)",
     ),
 }
 _OURS: Final = frozenset(
@@ -644,6 +684,7 @@ class SQLiteStore:
         )
 
         records = [(event.seq, encode(event)) for event in rows]  # encoded before joining a group
+        metadata = latest_metadata(rows)
         if self._closed:
             raise StoreError(f"the store {self.url} is closed")
         if self.read_only:
@@ -661,6 +702,7 @@ class SQLiteStore:
                 keys,
                 kept,
                 commit_id,
+                metadata,
             )
         )
 
@@ -730,6 +772,7 @@ class SQLiteStore:
                 (),
                 keys=moved_keys(keys, shift),
                 commit_id=commit_id,
+                metadata=latest_metadata(placed),
             )
             return Rebased(
                 shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon
@@ -770,10 +813,13 @@ class SQLiteStore:
                 if existing.count:
                     raise ValueError(f"session {new_session_id!r} exists already")
                 connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.id,))
+            meta, meta_seq = _metadata_at(connection, parent, session_id, at, self.path)
+            now = _now()
             connection.execute(
                 "INSERT INTO nous_sessions (name, count, held, horizon, parent, fork_point,"
-                " shares) VALUES (?, ?, 0, ?, ?, ?, 1)",
-                (new_session_id, at + 1, parent.horizon, session_id, at),
+                " shares, created, active, meta, meta_seq)"
+                " VALUES (?, ?, 0, ?, ?, ?, 1, ?, ?, ?, ?)",
+                (new_session_id, at + 1, parent.horizon, session_id, at, now, now, meta, meta_seq),
             )
 
         await self._write(fork, f"cannot fork session {session_id!r}")
@@ -799,6 +845,82 @@ class SQLiteStore:
             return infos
 
         return await self._run(sessions)
+
+    async def list_sessions(
+        self,
+        *,
+        where: Mapping[str, Any] | None = None,
+        tags: Iterable[str] = (),
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
+        active_since: datetime | None = None,
+        active_before: datetime | None = None,
+        order: str = "active",
+        descending: bool = True,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`):
+        one query, its filter and order served by an index on (owner, time, name) or (time,
+        name). Reading never writes (a read-only store lists too).
+
+        Raises:
+            ValueError: a bad argument or cursor.
+            StoreError: the file cannot be read.
+        """
+        query = ListQuery.make(
+            where=where,
+            tags=tags,
+            created_since=created_since,
+            created_before=created_before,
+            active_since=active_since,
+            active_before=active_before,
+            order=order,
+            descending=descending,
+            limit=limit,
+            cursor=cursor,
+        )
+        statement, parameters = _listing(query)
+
+        def listing(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            with _errors(f"cannot list sessions in {self.path}"):
+                return connection.execute(statement, parameters).fetchall()
+
+        found = await self._run(listing)
+        return query.page(
+            [
+                SessionEntry(
+                    name,
+                    SessionMetadata() if meta is None else SessionMetadata.from_json(loads(meta)),
+                    from_micros(created),
+                    from_micros(active),
+                    count,
+                    parent,
+                )
+                for name, count, parent, meta, created, active in found
+            ]
+        )
+
+    async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
+        """Delete the session if its count and last-active time are still these, checked in
+        the deleting transaction (see :class:`~nous_session.stores.base.ListingStore`)."""
+        moment = to_micros(active)
+
+        def delete(connection: sqlite3.Connection) -> bool:
+            found = connection.execute(
+                "SELECT count, active FROM nous_sessions WHERE name = ?", (session_id,)
+            ).fetchone()
+            if found is None or tuple(found) != (count, moment):
+                return False
+            row = _row(connection, session_id)
+            assert row is not None
+            _release_shared(connection, row, session_id, 0)
+            for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
+                connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.id,))
+            connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.id,))
+            return True
+
+        return await self._write(delete, f"cannot delete session {session_id!r}")
 
     async def delete(self, session_id: str) -> bool:
         """Delete a session and all its events (its forks get their own copy first); True
@@ -889,6 +1011,7 @@ class _CommitJob:
         "horizon",
         "kept",
         "keys",
+        "metadata",
         "path",
         "records",
         "session_id",
@@ -906,6 +1029,7 @@ class _CommitJob:
         keys: Sequence[tuple[str, int, int]],
         kept: Sequence[int],
         commit_id: str | None,
+        metadata: tuple[int, bytes] | None = None,
     ) -> None:
         self.path = path
         self.session_id = session_id
@@ -917,6 +1041,7 @@ class _CommitJob:
         self.keys = keys
         self.kept = kept
         self.commit_id = commit_id
+        self.metadata = metadata
 
     def __call__(self, connection: sqlite3.Connection) -> None:
         try:
@@ -931,10 +1056,97 @@ class _CommitJob:
                 keys=self.keys,
                 kept=self.kept,
                 commit_id=self.commit_id,
+                metadata=self.metadata,
             )
         except sqlite3.Error as error:
             what = f"commit to session {self.session_id!r} in {self.path}"
             raise _translated(error, what) from error
+
+
+def _metadata_at(
+    connection: sqlite3.Connection, parent: _Row, name: str, at: int, path: str
+) -> tuple[str | None, int | None]:
+    """The metadata record (JSON text) and its seq that the parent had at seq ``at``: its
+    current one unless it changed after ``at``; then the newest metadata event up to ``at``
+    (read back from ``at``: metadata events are rare, so this is the rare, slow case)."""
+    meta, meta_seq = connection.execute(
+        "SELECT meta, meta_seq FROM nous_sessions WHERE id = ?", (parent.id,)
+    ).fetchone()
+    if meta_seq is None or meta_seq <= at:
+        return meta, meta_seq
+    where = place(name, path)
+    for seq, record in reversed(_rows(connection, parent, 0, at)):
+        (event,) = decode_rows([(seq, record)], where)
+        if event.type is EventType.METADATA:
+            return dumps(event.data.get("metadata", {})).decode(), seq
+    return None, None
+
+
+# What a listing's order is on: the column, and the index that serves it with an owner.
+_ORDER_COLUMNS: Final = {"active": "active", "created": "created"}
+
+
+def _listing(query: ListQuery) -> tuple[str, list[Any]]:
+    """The SELECT (and its parameters) for a listing: one page and one more row.
+
+    The owner filter and the order are the leading columns of an index (owner, time, name),
+    or (time, name) with no owner: the query walks that index from the cursor and stops after
+    ``limit + 1`` matches. Other filters are checked on the rows the index yields.
+    """
+    column = _ORDER_COLUMNS[query.order]
+    clauses = ["count > 0"]
+    parameters: list[Any] = []
+    for key, wanted in query.where:
+        if key in ("owner", "app"):
+            clauses.append(f"{key} = ?")
+            parameters.append(wanted)
+        elif key == "title":
+            clauses.append("json_extract(meta, '$.title') = ?")
+            parameters.append(wanted)
+        else:
+            clauses.append(
+                "EXISTS (SELECT 1 FROM json_each(meta, '$.extra') WHERE key = ? AND "
+                + _json_match(wanted)
+                + ")"
+            )
+            parameters.append(key)
+            if wanted is not None and not isinstance(wanted, bool):
+                parameters.append(wanted)
+    for tag in sorted(query.tags):
+        clauses.append("EXISTS (SELECT 1 FROM json_each(meta, '$.tags') WHERE value = ?)")
+        parameters.append(tag)
+    for name, low, high in (
+        ("created", query.created_since, query.created_before),
+        ("active", query.active_since, query.active_before),
+    ):
+        if low is not None:
+            clauses.append(f"{name} >= ?")
+            parameters.append(low)
+        if high is not None:
+            clauses.append(f"{name} < ?")
+            parameters.append(high)
+    direction = "DESC" if query.descending else "ASC"
+    if query.after is not None:
+        clauses.append(f"({column}, name) {'<' if query.descending else '>'} (?, ?)")
+        parameters.extend(query.after)
+    parameters.append(query.limit + 1)
+    statement = (
+        "SELECT name, count, parent, meta, created, active FROM nous_sessions"
+        f" WHERE {' AND '.join(clauses)} ORDER BY {column} {direction}, name {direction} LIMIT ?"
+    )
+    return statement, parameters
+
+
+def _json_match(wanted: object) -> str:
+    """The condition on json_each's ``type`` and ``value`` for an extra field to equal
+    ``wanted`` (a bool is no number; 1 equals 1.0)."""
+    if wanted is None:
+        return "type = 'null'"
+    if isinstance(wanted, bool):
+        return "type = 'true'" if wanted else "type = 'false'"
+    if isinstance(wanted, str):
+        return "type = 'text' AND value = ?"
+    return "type IN ('integer', 'real') AND value = ?"
 
 
 def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
@@ -1056,13 +1268,25 @@ def _set_horizons(connection: sqlite3.Connection) -> None:
         connection.execute("UPDATE nous_sessions SET horizon = ? WHERE id = ?", (expected + 1, sid))
 
 
+# The count's UPDATE also reads the last-active time; it is written (a second statement) only
+# when it is a second or more behind. Writing it in every commit would update two indexes per
+# commit (SQLite maintains an index whenever the UPDATE names one of its columns, whether the
+# value changes or not): at high commit rates a session's commits then cost what they did
+# before, and the time is kept to the second.
 _ADVANCE: Final = (
-    "UPDATE nous_sessions SET count = ?, held = held + ? WHERE name = ? AND count = ? RETURNING id"
+    "UPDATE nous_sessions SET count = ?, held = held + ? WHERE name = ? AND count = ?"
+    " RETURNING id, active"
 )
 _ADVANCE_AT_HORIZON: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
-    " WHERE name = ? AND count = ? AND horizon = ? RETURNING id"
+    " WHERE name = ? AND count = ? AND horizon = ? RETURNING id, active"
 )
+_ACTIVE_STEP: Final = 1_000_000  # microseconds: how far behind the last-active time may lag
+
+
+def _now() -> int:
+    """The store's clock: microseconds since the epoch."""
+    return time.time_ns() // 1000
 
 
 def _commit(
@@ -1077,6 +1301,7 @@ def _commit(
     keys: Sequence[tuple[str, int, int]] = (),
     kept: Sequence[int] = (),
     commit_id: str | None = None,
+    metadata: tuple[int, bytes] | None = None,
 ) -> None:
     if (
         records
@@ -1084,6 +1309,7 @@ def _commit(
         and not (dropped or keys or kept)
         and commit_id is None
         and horizon is None
+        and metadata is None
     ):
         # The common commit (new events to an existing session): the conditional UPDATE is
         # the conflict check and gives the session's id, in one statement.
@@ -1094,7 +1320,10 @@ def _commit(
             else (records[-1][0] + 1, len(records), session_id, expected_count, expected_horizon),
         ).fetchone()
         if found is not None:
-            sid = found[0]
+            sid, active = found
+            now = _now()
+            if now - active >= _ACTIVE_STEP:
+                connection.execute("UPDATE nous_sessions SET active = ? WHERE id = ?", (now, sid))
             if len(records) == 1:
                 connection.execute(
                     "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
@@ -1127,9 +1356,11 @@ def _commit(
         horizon=horizon,
         expected_horizon=expected_horizon,
     )
+    now = _now()
     if row is None:
         sid = connection.execute(
-            "INSERT INTO nous_sessions (name, count, held) VALUES (?, 0, 0)", (session_id,)
+            "INSERT INTO nous_sessions (name, count, held, created, active) VALUES (?, 0, 0, ?, ?)",
+            (session_id, now, now),
         ).lastrowid
         assert sid is not None
     else:
@@ -1166,7 +1397,16 @@ def _commit(
         )
     count = records[-1][0] + 1 if records else stored
     connection.execute(
-        "UPDATE nous_sessions SET count = ?, held = held + ?, horizon = coalesce(?, horizon)"
-        " WHERE id = ?",
-        (count, len(records) - deleted, horizon, sid),
+        "UPDATE nous_sessions SET count = ?, held = held + ?, horizon = coalesce(?, horizon),"
+        " active = max(active, coalesce(?, active)), meta = coalesce(?, meta),"
+        " meta_seq = coalesce(?, meta_seq) WHERE id = ?",
+        (
+            count,
+            len(records) - deleted,
+            horizon,
+            now if records else None,
+            None if metadata is None else metadata[1].decode(),
+            None if metadata is None else metadata[0],
+            sid,
+        ),
     )
