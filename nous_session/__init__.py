@@ -18,6 +18,7 @@ Log, Transcript, Event and Message are pure and synchronous: no I/O, no event lo
 from nous_session import formats, messages, transcript
 from nous_session.actor import SessionActor, SessionStatistics, Subscription
 from nous_session.compaction import CompactionPolicy, Summarizer
+from nous_session.erasure import Erasure, select_events
 from nous_session.errors import (
     ConflictError,
     CorruptRecordError,
@@ -56,6 +57,7 @@ from nous_session.stores import (
     Stored,
     open_store,
 )
+from nous_session.stores.base import ErasingStore
 from nous_session.transcript import Compacted, Unchanged
 
 __all__ = [
@@ -65,6 +67,8 @@ __all__ = [
     "ContentPart",
     "Conversion",
     "CorruptRecordError",
+    "ErasingStore",
+    "Erasure",
     "Event",
     "EventType",
     "ForkingStore",
@@ -111,5 +115,6 @@ __all__ = [
     "formats",
     "messages",
     "open_store",
+    "select_events",
     "transcript",
 ]

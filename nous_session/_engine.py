@@ -164,8 +164,10 @@ class Engine:
                     if request.barrier:
                         await self._commit(segment)
                         segment = []
-                        assert isinstance(request, Reload)
-                        await self.follower.reload(request)
+                        if isinstance(request, Reload):
+                            await self.follower.reload(request)
+                        else:
+                            await request.run_barrier(self._state)  # an erasure
                     elif request.starts_commit and segment:
                         await self._commit(segment)
                         segment = [request]
