@@ -1527,15 +1527,14 @@ class PostgresStore:
             self._check_writable()
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
             raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
+        tables = {"events": self._events, "kept": self._kept}  # (an Identifier cannot hash)
         select = {
-            table: sql.SQL("SELECT record FROM {} WHERE session = %s AND seq = %s").format(table)
-            for table in (self._events, self._kept)
+            name: sql.SQL("SELECT record FROM {} WHERE session = %s AND seq = %s").format(table)
+            for name, table in tables.items()
         }
         update = {
-            table: sql.SQL("UPDATE {} SET record = %s WHERE session = %s AND seq = %s").format(
-                table
-            )
-            for table in (self._events, self._kept)
+            name: sql.SQL("UPDATE {} SET record = %s WHERE session = %s AND seq = %s").format(table)
+            for name, table in tables.items()
         }
         children = sql.SQL(
             "SELECT name FROM {} WHERE parent = %s AND fork_point >= %s ORDER BY name FOR SHARE"
@@ -1574,8 +1573,8 @@ class PostgresStore:
 
                 def copies_of(
                     members: Sequence[str], seq: int
-                ) -> list[tuple[tuple[Any, str], Event]]:
-                    copies: list[tuple[tuple[Any, str], Event]] = []
+                ) -> list[tuple[tuple[str, str], Event]]:
+                    copies: list[tuple[tuple[str, str], Event]] = []
                     for member in members:
                         for table, query in select.items():
                             found = connection.execute(query, (member, seq)).fetchone()
@@ -1584,7 +1583,7 @@ class PostgresStore:
                                 copies.append(((table, member), decode(found[0], where=where)))
                     return copies
 
-                def write(where: tuple[Any, str], event: Event) -> None:
+                def write(where: tuple[str, str], event: Event) -> None:
                     table, member = where
                     connection.execute(update[table], (encode(event), member, event.seq))
 
