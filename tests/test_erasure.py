@@ -117,7 +117,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield Backend("memory", lambda: shared)
     elif request.param == "sqlite":
         path = tmp_path / "erase.sqlite3"
-        yield Backend("sqlite", lambda: SQLiteStore(path, busy_timeout=1.0), path)
+        yield Backend("sqlite", lambda: SQLiteStore(path), path)
     else:
         yield from _postgres()
 
@@ -262,6 +262,28 @@ async def test_forks_that_hold_the_erased_events_are_erased_and_named(store: Any
     again = await store.erase("root", [said.seq], reason="gdpr")
     assert again.erased == ()
     assert again.already == (said.seq,)
+
+
+async def test_an_event_a_snapshot_kept_for_its_idempotency_key_is_erased_too(
+    backend: Backend, store: Any
+) -> None:
+    secret = _secret()
+    async with SessionActor.open(session_id="s", store=store) as session:
+        said = await session.add_message(Message.user(secret), key="call-1")
+        await session.replace(said.position, said.position, Message.user("edited"))
+        await session.snapshot()  # drops the original, kept aside for its key
+        stored = await store.read("s")
+        assert [event.seq for event in stored.kept] == [said.seq]
+        assert said.seq not in {event.seq for event in session.log.events()}
+        result = await session.erase([said.seq], reason="r")
+        assert result.erased == (said.seq,)
+        # A retry with the key still gets its (erased) event, at its seq.
+        again = await session.add_message(Message.user(secret), key="call-1")
+        assert again.seq == said.seq
+        assert again.data["content"] == ERASED_CONTENT
+    stored = await store.read("s")
+    assert secret not in _text(stored.kept)
+    assert sum(backend.hits(secret).values()) == 0
 
 
 async def test_a_bad_seq_or_reason_raises_and_changes_nothing(store: Any) -> None:
