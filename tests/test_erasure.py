@@ -467,6 +467,47 @@ def _file_bytes(path: Path) -> bytes:
     return b"".join(file.read_bytes() for file in files if file.exists())
 
 
+async def test_sqlite_without_vacuum_a_copy_an_earlier_delete_left_survives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why the SQLite store rebuilds the file: with ``secure_delete`` off (SQLite's own
+    default, though some builds turn it on), a row deleted before the erasure (here by a
+    snapshot, after giving a fork its own copy) leaves its bytes in free space, which only
+    a rebuild removes."""
+    import nous_session.stores.sqlite as sqlite_module
+
+    opened = sqlite_module._wal
+
+    def without_secure_delete(connection: sqlite3.Connection, busy_timeout: float) -> None:
+        opened(connection, busy_timeout)
+        connection.execute("PRAGMA secure_delete = OFF")
+
+    monkeypatch.setattr(sqlite_module, "_wal", without_secure_delete)
+    path = tmp_path / "s.sqlite3"
+    secret = _secret()
+    async with SQLiteStore(path) as store:
+        async with SessionActor.open(session_id="root", store=store) as session:
+            for index in range(20):
+                await session.add_message(Message.user(f"filler {index}" * 10))
+            said = await session.add_message(Message.user(secret + " tail" * 30))
+            for index in range(20):
+                await session.add_message(Message.user(f"after {index}" * 10))
+        await store.fork("root", "child", at=30)
+        async with SessionActor.open(session_id="root", store=store) as session:
+            await session.remove(said.position, said.position)
+            await session.snapshot()  # the fork gets its own copy; the root's row is deleted
+        plain = await store.erase("child", [said.seq], reason="r", rewrite=False)
+        assert plain.erased == (said.seq,)
+        assert not plain.proven
+        assert secret.encode() in _file_bytes(path)  # the deleted row's bytes, in free space
+        rebuilt = await store.erase("child", [said.seq], reason="r")
+        assert rebuilt.proven, rebuilt.detail
+        # The secure_delete setting the connection had is back.
+        assert store._writer is not None
+        assert await store._run(lambda c: c.execute("PRAGMA secure_delete").fetchone()[0]) == 0
+    assert secret.encode() not in _file_bytes(path)
+
+
 def test_cli_erase_is_a_dry_run_without_yes(tmp_path: Path, capsys: Any) -> None:
     path = tmp_path / "cli.sqlite3"
     secret = _secret()

@@ -412,7 +412,7 @@ class ErasingStore(Store, Protocol):
         dry_run: bool = False,
     ) -> Erasure:
         """Replace the events at ``seqs`` of the session by their erased form
-        (:func:`erase_event`), wherever they are stored: in the session, in the session it
+        (:func:`~nous_session.erasure.erase_event`), wherever they are stored: in the session, in the session it
         was forked from when it shares them, and in every fork that holds them (the result
         names those sessions). The count, the horizon, the keys and every other event stay;
         a concurrent commit to the session is not disturbed. Then scrub the space the old
