@@ -412,11 +412,19 @@ class ErasingStore(Store, Protocol):
         dry_run: bool = False,
     ) -> Erasure:
         """Replace the events at ``seqs`` of the session by their erased form
-        (:func:`~nous_session.erasure.erase_event`), wherever they are stored: in the session, in the session it
-        was forked from when it shares them, and in every fork that holds them (the result
-        names those sessions). The count, the horizon, the keys and every other event stay;
-        a concurrent commit to the session is not disturbed. Then scrub the space the old
-        records took, and say in the result whether that is proven.
+        (:func:`~nous_session.erasure.erase_event`) wherever they are stored: in the session,
+        in the session it was forked from when it shares them, and in every fork that holds
+        them (the result names those sessions), including the copies kept aside for
+        idempotency keys. The count, the horizon, the keys and every other event stay; a
+        concurrent commit to the session is not disturbed. Then scrub the space the old
+        records took, and say in the result whether no copy can remain (``proven``).
+
+        Args:
+            session_id: the session.
+            seqs: the events to erase (any order; repeats are ignored).
+            reason: why, recorded in every erased event (not personal text).
+            at: when, recorded (default: now).
+            dry_run: change nothing; the result says what would be erased.
 
         Raises:
             ValueError: a seq is not an int in ``0 .. count - 1``, the session does not
