@@ -542,6 +542,11 @@ def test_cli_erase_is_a_dry_run_without_yes(tmp_path: Path, capsys: Any) -> None
     assert main(["--store", url, "erase", "s", "9", "--reason", "r", "--yes"], out=out) == 1
     assert "seq 9" in capsys.readouterr().err
     assert main(["--store", url, "erase", "s", "--reason", "r"], out=out) == 1
+    assert "name the events to erase" in capsys.readouterr().err
+    out = io.StringIO()
+    assert main(["--store", url, "erase", "s", "--all", "--reason", "r"], out=out) == 0
+    assert "would erase 2 events of 's': 1, 2" in out.getvalue()
+    assert "erased before: 0" in out.getvalue()
 
 
 def test_erasure_to_json_names_everything() -> None:
