@@ -16,9 +16,9 @@ the erasure, ``data["erased"] = {"at": ISO time, "reason": text}``:
 
 :func:`erase_event` makes that event (pure; an erased event stays as it is);
 :func:`select_events` finds the seqs to erase (a person's messages, by role, name or any
-predicate); a store that can erase (:class:`ErasingStore`) rewrites the stored rows and
-scrubs the space the old ones took, and says in an :class:`Erasure` what it did and whether
-that is proven.
+predicate); a store that can erase (:class:`~nous_session.stores.base.ErasingStore`)
+rewrites the stored rows and scrubs the space the old ones took, and says in an
+:class:`Erasure` what it did and whether that is proven.
 """
 
 from __future__ import annotations
@@ -193,15 +193,26 @@ def erase_event(event: Event, *, reason: str, at: datetime) -> Event:
     """``event`` with its content replaced by the record of its erasure (see the module doc);
     an event that is erased already is returned as it is (its first record stands).
 
+    An event counts as erased only when its data is exactly what erasing it gave, so an
+    event that merely carries an ``"erased"`` key of its own is still erased.
+
     Raises:
         ValueError: the reason is malformed, or ``at`` is not a timezone-aware datetime.
     """
     reason = check_reason(reason)
     if not isinstance(at, datetime) or at.tzinfo is None:
         raise ValueError(f"an erasure time is a timezone-aware datetime, got {at!r}")
-    if erased_record(event) is not None:
-        return event
+    found = erased_record(event)
+    if found is not None:
+        earlier: dict[str, JSON] = {"at": found[0], "reason": found[1]}
+        if _erased_data(event, earlier) == dict(event.data):
+            return event
     record: dict[str, JSON] = {"at": at.astimezone(UTC).isoformat(), "reason": reason}
+    return make_event(event.seq, event.type, _erased_data(event, record), event.time)
+
+
+def _erased_data(event: Event, record: dict[str, JSON]) -> dict[str, JSON]:
+    """The data ``event`` has once erased with ``record``."""
     data: dict[str, JSON]
     old = event.data
     if event.type in _SURFACE:
@@ -221,7 +232,7 @@ def erase_event(event: Event, *, reason: str, at: datetime) -> Event:
     if old.get(OP_KEY) is not None:
         data[OP_KEY] = old[OP_KEY]
     data[ERASED_KEY] = record
-    return make_event(event.seq, event.type, data, event.time)
+    return data
 
 
 def select_events(

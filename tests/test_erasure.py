@@ -446,6 +446,12 @@ def test_erase_event_keeps_place_type_time_and_op_and_is_idempotent() -> None:
     )
     assert erased_record(erased) == (at.isoformat(), "why")
     assert erase_event(erased, reason="other", at=datetime.now(UTC)) is erased
+    # An event that only carries an "erased" key of its own is still erased.
+    posing = Log().append(
+        EventType.USER_MESSAGE,
+        {"content": "secret", "erased": {"at": at.isoformat(), "reason": "not really"}},
+    )
+    assert erase_event(posing.events()[0], reason="why", at=at).data["content"] == ERASED_CONTENT
     with pytest.raises(ValueError, match="timezone"):
         erase_event(event, reason="why", at=datetime(2026, 1, 2))
 
