@@ -339,6 +339,18 @@ async def test_a_dry_run_says_what_it_would_erase_and_changes_nothing(store: Any
     assert list(await store.load("s")) == before
 
 
+async def test_an_event_a_snapshot_dropped_is_reported_absent(store: Any) -> None:
+    async with SessionActor.open(session_id="s", store=store) as session:
+        gone = await session.add_message(Message.user("dropped"))
+        await session.add_message(Message.user("kept"))
+        await session.remove(gone.position, gone.position)
+        await session.snapshot()
+        assert gone.seq not in {event.seq for event in session.log.events()}
+        result = await session.erase([gone.seq, 1], reason="r")
+    assert result.absent == (gone.seq,)
+    assert result.erased == (1,)
+
+
 async def test_erase_session_erases_what_the_session_wrote(store: Any) -> None:
     async with SessionActor.open(session_id="parent", store=store) as session:
         await session.add_message(Message.system("shared prompt"))
