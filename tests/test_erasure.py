@@ -646,3 +646,40 @@ async def test_postgres_an_older_snapshot_makes_it_unproven(postgres: Backend) -
         assert "older than the erasure" in result.detail
         again = await store.erase("s", [said.seq], reason="r")
         assert again.proven, again.detail
+
+
+async def test_postgres_a_role_that_cannot_vacuum_the_tables_is_not_proven(
+    postgres: Backend,
+) -> None:
+    """A VACUUM the server skips (the role does not own the tables) is only a warning."""
+    import psycopg
+
+    from nous_session.stores.postgres import PostgresStore
+
+    assert POSTGRES_URL is not None
+    role = f"nous_erase_{uuid.uuid4().hex[:8]}"
+    owner: Any = postgres.make()
+    async with owner:
+        async with SessionActor.open(session_id="s", store=owner) as session:
+            said = await session.add_message(Message.user("text"))
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+        connection.execute(f"CREATE ROLE {role} LOGIN")
+        # (CREATE on the database and schema: opening a store creates them if missing.)
+        (database,) = connection.execute("SELECT current_database()").fetchone()  # type: ignore[misc]
+        connection.execute(f'GRANT CREATE ON DATABASE "{database}" TO {role}')
+        connection.execute(f"GRANT USAGE, CREATE ON SCHEMA {postgres.schema} TO {role}")
+        connection.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {postgres.schema}"
+            f" TO {role}"
+        )
+    try:
+        url = POSTGRES_URL.replace("postgres@", f"{role}@", 1)
+        async with PostgresStore(url, schema=postgres.schema or "") as store:
+            result = await store.erase("s", [said.seq], reason="r")
+        assert result.erased == (said.seq,)
+        assert not result.proven
+        assert "did not run" in result.detail
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(f"DROP OWNED BY {role}")
+            connection.execute(f"DROP ROLE {role}")
