@@ -1073,14 +1073,14 @@ def _erase_rows(
                     return None
                 return found.parent, found.fork_point
 
+            forks: dict[str, list[tuple[str, int]]] = {}  # read once per session, not per seq
+
             def children_of(name: str, seq: int) -> list[str]:
-                return [
-                    child
-                    for (child,) in connection.execute(
-                        "SELECT name FROM nous_sessions WHERE parent = ? AND fork_point >= ?",
-                        (name, seq),
-                    )
-                ]
+                if name not in forks:
+                    forks[name] = connection.execute(
+                        "SELECT name, fork_point FROM nous_sessions WHERE parent = ?", (name,)
+                    ).fetchall()
+                return [child for child, point in forks[name] if point is not None and point >= seq]
 
             def copies_of(members: Sequence[str], seq: int) -> list[tuple[tuple[str, int], Event]]:
                 copies: list[tuple[tuple[str, int], Event]] = []
