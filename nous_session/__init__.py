@@ -20,6 +20,7 @@ Log, Transcript, Event and Message are pure and synchronous: no I/O, no event lo
 from nous_session import formats, messages, retention, telemetry, transcript
 from nous_session.actor import SessionActor, SessionStatistics, Subscription
 from nous_session.compaction import CompactionPolicy, Summarizer
+from nous_session.erasure import Erasure, select_events
 from nous_session.errors import (
     ConflictError,
     CorruptRecordError,
@@ -61,6 +62,7 @@ from nous_session.stores import (
     Stored,
     open_store,
 )
+from nous_session.stores.base import ErasingStore
 from nous_session.transcript import Compacted, Unchanged
 
 __all__ = [
@@ -70,6 +72,8 @@ __all__ = [
     "ContentPart",
     "Conversion",
     "CorruptRecordError",
+    "ErasingStore",
+    "Erasure",
     "Event",
     "EventType",
     "ForkingStore",
@@ -123,6 +127,7 @@ __all__ = [
     "messages",
     "open_store",
     "retention",
+    "select_events",
     "telemetry",
     "transcript",
 ]

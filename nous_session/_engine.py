@@ -11,7 +11,9 @@ Concretely, the loop below does this with every batch it takes:
 2. **Cut** it into segments, each committed in one store call, in order:
 
    * a *barrier* (:class:`~nous_session._requests.Reload`: catching up with other writers)
-     is not applied: the segment before it is committed, then the follower reads the store;
+     is not applied: the segment before it is committed, then the follower reads the store
+     (an erasure, :class:`~nous_session._erasing.Erase`, is a barrier too: it erases in the
+     store, then reads the session again);
    * a request that *starts a commit* (:class:`~nous_session._requests.Snapshot`) applies
      only to a stored log: the segment before it is committed first and it opens the next
      one. A snapshot deletes events from the store, and a store can delete only what it
@@ -226,8 +228,10 @@ class Engine:
                         if request.barrier:
                             await commit(segment)
                             segment = []
-                            assert isinstance(request, Reload)
-                            await self.follower.reload(request)
+                            if isinstance(request, Reload):
+                                await self.follower.reload(request)
+                            else:
+                                await request.run_barrier(state)  # an erasure
                         elif request.starts_commit and segment:
                             await commit(segment)
                             segment = [request]

@@ -8,12 +8,14 @@ copies its arguments in the caller, queues one request and awaits its answer).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from nous_session._erasing import Erase
 from nous_session._requests import Append, Edit, Recover, Request, Snapshot
 from nous_session._state import SessionState
+from nous_session.erasure import Erasure, check_reason, check_seqs, now
 from nous_session.errors import InvalidEventError
 from nous_session.event import Event, EventType, message_event, prepare, replace_data
 from nous_session.log import Log
@@ -205,6 +207,32 @@ class HistoryOperations:
                 :meth:`~nous_session.actor.SessionActor.append`.
         """
         return await self._call(Snapshot())  # type: ignore[no-any-return]
+
+    async def erase(self, seqs: Iterable[int], *, reason: str) -> Erasure:
+        """Erase the content of the events at ``seqs`` for good: in the store (and in every
+        session there that holds the same events: forks, and the session this one was forked
+        from when it shares them), and in this session's Log.
+
+        Each event keeps its seq, type, time and surface operation, and records when and why
+        it was erased; an erased message stays on the surface as the placeholder
+        ``"[erased]"`` (tool calls keep their ids, so every call still has its result). See
+        :mod:`nous_session.erasure`, and :func:`~nous_session.erasure.select_events` to find
+        a person's messages. It runs between two commits of this actor (the requests queued
+        before it are committed first) and is answered once the store has scrubbed the old
+        bytes, which may take a while (the result's ``proven`` and ``detail`` say how it went).
+        Log values taken before it still hold the old content: drop them.
+
+        Returns:
+            What the store erased (:class:`~nous_session.erasure.Erasure`).
+
+        Raises:
+            ValueError: a seq is not an int in ``0 .. count - 1``, or the reason is empty;
+                nothing was changed.
+            TypeError: the store cannot erase.
+            StoreError, SessionClosedError: as :meth:`append`.
+        """
+        request = Erase(check_seqs(seqs), check_reason(reason), now())
+        return await self._call(request)  # type: ignore[no-any-return]
 
 
 def _range(kind: type[Replace] | type[Remove], start: object, stop: object) -> Replace | Remove:

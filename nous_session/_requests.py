@@ -161,6 +161,11 @@ class Request:
         """
         raise NotImplementedError
 
+    async def run_barrier(self, state: Any) -> None:
+        """Run a barrier other than a catch-up (an erasure) in the actor task, between two
+        commits; it answers its caller itself."""
+        raise NotImplementedError
+
     def resolve(self, result: Any) -> None:
         """Answer the caller with ``result``."""
         self.result = result

@@ -26,6 +26,8 @@ Changing (each records what it does as events; nothing is overwritten)::
     nous-session [--store URL] retain ... --yes                 (acts, and counts what it did)
     nous-session [--store URL] snapshot SESSION [--yes] [--vacuum]
     nous-session [--store URL] delete SESSION [--yes]
+    nous-session [--store URL] erase SESSION [SEQ ...] [--role ROLE] [--name NAME] [--all]
+                 [--inherited] --reason TEXT [--yes] [--json]   (overwrites; dry run without --yes)
     nous-session [--store URL] demo [--turns N] [--session ID]
 
 Without ``--store`` the store is ``$NOUS_SESSION_STORE``, else the default SQLite file (for
@@ -54,6 +56,7 @@ import structlog
 
 from nous_session._json import dumps, loads
 from nous_session.codec import from_json, to_json
+from nous_session.erasure import Erasure, select_events
 from nous_session.errors import NousSessionError
 from nous_session.event import Event, EventType
 from nous_session.log import Log
@@ -62,7 +65,7 @@ from nous_session.metadata import SessionEntry, SessionMetadata, metadata_of
 from nous_session.ops import Remove, Replace, Rewind, Uncompact
 from nous_session.retention import RetentionReport
 from nous_session.stores import Store, Stored, open_store
-from nous_session.stores.base import ListingStore, VacuumingStore, supports
+from nous_session.stores.base import ErasingStore, ListingStore, VacuumingStore, supports
 from nous_session.transcript import estimate_messages_tokens
 
 __all__ = ["main"]
@@ -217,6 +220,29 @@ def _parser() -> argparse.ArgumentParser:
     delete = commands.add_parser("delete", help="delete a session and its events")
     delete.add_argument("session")
     delete.add_argument("--yes", action="store_true", help="really delete it")
+
+    erase = commands.add_parser(
+        "erase",
+        help="erase events' content for good (a person's messages, or a whole session)",
+        description="Replace the content of chosen events by a record of their erasure, in"
+        " the session and in every fork holding them, and scrub the store's files or tables."
+        " Without --yes, only says what it would erase.",
+    )
+    erase.add_argument("session")
+    erase.add_argument("seqs", nargs="*", type=_seq, metavar="SEQ", help="the events to erase")
+    erase.add_argument("--role", help="erase the messages of this role (user, assistant, ...)")
+    erase.add_argument("--name", help="erase the messages with this name (an author)")
+    erase.add_argument(
+        "--all", action="store_true", help="erase every event the session wrote itself"
+    )
+    erase.add_argument(
+        "--inherited",
+        action="store_true",
+        help="with --all: also what a fork took from its parent (erased there too)",
+    )
+    erase.add_argument("--reason", required=True, help="why: recorded in every erased event")
+    erase.add_argument("--yes", action="store_true", help="really erase")
+    erase.add_argument("--json", action="store_true", help="as one JSON object")
 
     stats = commands.add_parser("stats", help="figures about one session")
     stats.add_argument("session")
@@ -843,6 +869,55 @@ async def _delete(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     out.write(f"deleted {args.session!r}\n")
 
 
+async def _erase(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    if not supports(store, ErasingStore):
+        raise CommandError(f"{_where(store)} cannot erase events")
+    chosen = bool(args.seqs) + (args.role is not None or args.name is not None) + args.all
+    if chosen != 1:
+        raise CommandError("name the events to erase: SEQs, or --role/--name, or --all")
+    if args.inherited and not args.all:
+        raise CommandError("--inherited goes with --all")
+    eraser: Any = store
+    dry_run = not args.yes
+    if args.all:
+        result = await eraser.erase_session(
+            args.session, reason=args.reason, inherited=args.inherited, dry_run=dry_run
+        )
+    else:
+        seqs = args.seqs
+        if not seqs:
+            stored = await _stored(store, args.session)
+            seqs = select_events(stored.events, role=args.role, name=args.name)
+        result = await eraser.erase(args.session, seqs, reason=args.reason, dry_run=dry_run)
+    if args.json:
+        _emit(out, result.to_json())
+    else:
+        _erasure_lines(out, result, args.session)
+    if not dry_run and not result.proven:
+        raise CommandError(f"erased, but it is not proven that no copy remains: {result.detail}")
+
+
+def _erasure_lines(out: TextIO, result: Erasure, session_id: str) -> None:
+    dry_run = result.dry_run
+    verb = "would erase" if dry_run else "erased"
+    out.write(f"{verb} {len(result.erased)} events of {session_id!r}: {_seqs(result.erased)}\n")
+    if result.already:
+        out.write(f"erased before: {_seqs(result.already)}\n")
+    if result.absent:
+        out.write(f"held nowhere any more (a snapshot dropped them): {_seqs(result.absent)}\n")
+    if result.sessions:
+        out.write(f"also in: {', '.join(repr(name) for name in result.sessions)}\n")
+    if dry_run:
+        out.write("dry run: nothing was changed; pass --yes to erase\n")
+        return
+    if result.proven:
+        out.write(f"proven: {result.detail}\n")
+
+
+def _seqs(seqs: Sequence[int]) -> str:
+    return ", ".join(str(seq) for seq in seqs) if seqs else "none"
+
+
 async def _demo(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     from nous_session.demo import run_demo
 
@@ -880,6 +955,7 @@ _WRITING: dict[str, _Command] = {
     "import": _import,
     "snapshot": _snapshot,
     "delete": _delete,
+    "erase": _erase,
     "demo": _demo,
 }
 

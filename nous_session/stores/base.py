@@ -12,7 +12,8 @@ found on a store's class with :func:`supports`: :class:`RebasingStore` (append a
 the session holds), :class:`ForkingStore` (fork without copying), :class:`OutcomeStore` (find
 out whether a commit with an unknown outcome landed), :class:`ChangeFeedStore` and
 :class:`FollowingStore` (other processes' commits, live), :class:`VacuumingStore`,
-:class:`ListingStore` (sessions by metadata and time, a page at a time).
+:class:`ListingStore` (sessions by metadata and time, a page at a time), :class:`ErasingStore`
+(erase events' content provably).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequenc
 from datetime import datetime
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Final, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -30,10 +31,14 @@ from nous_session.errors import CorruptRecordError
 from nous_session.event import Event
 from nous_session.metadata import SessionPage
 
+if TYPE_CHECKING:
+    from nous_session.erasure import Erasure
+
 __all__ = [
     "MAX_KEY_BYTES",
     "MAX_SESSION_ID_BYTES",
     "ChangeFeedStore",
+    "ErasingStore",
     "FollowingStore",
     "ForkingStore",
     "ListingStore",
@@ -459,6 +464,60 @@ class VacuumingStore(Store, Protocol):
 
         Raises:
             StoreError: the store could not do it.
+        """
+        ...
+
+
+@runtime_checkable
+class ErasingStore(Store, Protocol):
+    """A store that can erase the content of stored events so that none of it remains."""
+
+    async def erase(
+        self,
+        session_id: str,
+        seqs: Iterable[int],
+        *,
+        reason: str,
+        at: datetime | None = None,
+        dry_run: bool = False,
+    ) -> Erasure:
+        """Replace the events at ``seqs`` of the session by their erased form
+        (:func:`~nous_session.erasure.erase_event`) wherever they are stored: in the session,
+        in the session it was forked from when it shares them, and in every fork that holds
+        them (the result names those sessions), including the copies kept aside for
+        idempotency keys. The count, the horizon, the keys and every other event stay; a
+        concurrent commit to the session is not disturbed. Then scrub the space the old
+        records took, and say in the result whether no copy can remain (``proven``).
+
+        Args:
+            session_id: the session.
+            seqs: the events to erase (any order; repeats are ignored).
+            reason: why, recorded in every erased event (not personal text).
+            at: when, recorded (default: now).
+            dry_run: change nothing; the result says what would be erased.
+
+        Raises:
+            ValueError: a seq is not an int in ``0 .. count - 1``, the session does not
+                exist, or the reason is malformed; nothing was changed.
+            StoreError: the store failed; nothing was changed.
+        """
+        ...
+
+    async def erase_session(
+        self,
+        session_id: str,
+        *,
+        reason: str,
+        inherited: bool = False,
+        dry_run: bool = False,
+    ) -> Erasure:
+        """Erase every event the session holds that it wrote itself (for a fork: the events
+        after its fork point); with ``inherited=True`` also those it took from the session
+        it was forked from (which erases them there, and in that session's other forks).
+
+        Raises:
+            ValueError: the session does not exist, or the reason is malformed.
+            StoreError: the store failed; nothing was changed.
         """
         ...
 

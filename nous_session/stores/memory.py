@@ -17,6 +17,14 @@ from typing import Any
 
 import attrs
 
+from nous_session.erasure import (
+    Erasure,
+    check_reason,
+    check_seqs,
+    erase_copies,
+    erasure_time,
+    family,
+)
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, EventType
 from nous_session.metadata import (
@@ -431,6 +439,121 @@ class MemoryStore:
         for child in self._children(session_id):
             self._own_copy(child)
         return self._sessions.pop(session_id, None) is not None
+
+    async def erase(
+        self,
+        session_id: str,
+        seqs: Iterable[int],
+        *,
+        reason: str,
+        at: datetime | None = None,
+        dry_run: bool = False,
+    ) -> Erasure:
+        """Replace the events at ``seqs`` by their erased form, in the session and in every
+        session that holds the same events (see
+        :class:`~nous_session.stores.base.ErasingStore`).
+
+        In process memory nothing can be proven: the old values are released, not
+        overwritten, and any Log value still referencing them keeps them alive.
+
+        Raises:
+            ValueError: a bad seq or reason, or no such session; nothing was changed.
+        """
+        self._check_open()
+        reason = check_reason(reason)
+        when = erasure_time(at)
+        session = self._sessions.get(session_id)
+        if session is None or session.count == 0:
+            raise ValueError(f"no session {session_id!r} to erase")
+        wanted = check_seqs(seqs, session.count, session_id=session_id)
+        return self._erase(session_id, wanted, reason, when, dry_run)
+
+    async def erase_session(
+        self,
+        session_id: str,
+        *,
+        reason: str,
+        inherited: bool = False,
+        dry_run: bool = False,
+    ) -> Erasure:
+        """Erase every event the session wrote itself (and, with ``inherited``, what it took
+        from the session it was forked from); see
+        :class:`~nous_session.stores.base.ErasingStore`.
+
+        Raises:
+            ValueError: a bad reason, or no such session; nothing was changed.
+        """
+        self._check_open()
+        reason = check_reason(reason)
+        session = self._sessions.get(session_id)
+        if session is None or session.count == 0:
+            raise ValueError(f"no session {session_id!r} to erase")
+        low = 0 if inherited or session.fork_point is None else session.fork_point + 1
+        wanted = sorted(
+            {event.seq for event in self._view(session, low)}
+            | {seq for seq in self._inherited(session)[1] if seq >= low}
+            | {seq for seq in session.kept if seq >= low}
+        )
+        return self._erase(session_id, wanted, reason, erasure_time(None), dry_run)
+
+    def _erase(
+        self, session_id: str, wanted: Sequence[int], reason: str, at: datetime, dry_run: bool
+    ) -> Erasure:
+        def parent_of(name: str) -> tuple[str, int] | None:
+            found = self._sessions.get(name)
+            if found is None or found.parent is None or found.fork_point is None:
+                return None
+            return (found.parent, found.fork_point) if found.parent in self._sessions else None
+
+        def children_of(name: str, seq: int) -> list[str]:
+            return [
+                child
+                for child, found in self._sessions.items()
+                if found.parent == name and found.fork_point is not None and found.fork_point >= seq
+            ]
+
+        def copies_of(members: Sequence[str], seq: int) -> list[tuple[tuple[str, bool], Event]]:
+            copies: list[tuple[tuple[str, bool], Event]] = []
+            for member in members:
+                found = self._sessions[member]
+                index = bisect_left(found.events, seq, key=_SEQ)
+                if index < len(found.events) and found.events[index].seq == seq:
+                    copies.append(((member, False), found.events[index]))
+                if seq in found.kept:
+                    copies.append(((member, True), found.kept[seq]))
+            return copies
+
+        def write(where: tuple[str, bool], event: Event) -> None:
+            member, kept = where
+            found = self._sessions[member]
+            if kept:
+                found.kept[event.seq] = event
+            else:
+                found.events[bisect_left(found.events, event.seq, key=_SEQ)] = event
+
+        erased, already, absent, others = erase_copies(
+            session_id,
+            wanted,
+            reason=reason,
+            at=at,
+            members_of=lambda seq: family(session_id, seq, parent_of, children_of),
+            copies_of=copies_of,
+            write=None if dry_run else write,
+        )
+        return Erasure(
+            session_id,
+            reason,
+            at,
+            tuple(erased),
+            tuple(already),
+            tuple(absent),
+            tuple(sorted(others)),
+            proven=False,
+            detail="dry run: nothing was changed"
+            if dry_run
+            else "in process memory: the old values were released, not overwritten",
+            dry_run=dry_run,
+        )
 
     @property
     def url(self) -> str:

@@ -53,6 +53,7 @@ import functools
 import json
 import re
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -64,11 +65,20 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
+import attrs
 import orjson
 
 from nous_session._json import dumps
 from nous_session._logging import get_logger
-from nous_session.codec import decode_rows, encode
+from nous_session.codec import decode, decode_rows, encode
+from nous_session.erasure import (
+    Erasure,
+    check_reason,
+    check_seqs,
+    erase_copies,
+    erasure_time,
+    family,
+)
 from nous_session.errors import (
     ConflictError,
     CorruptRecordError,
@@ -122,6 +132,8 @@ _LISTENER_APPLICATION = "nous_session listener"
 _MIGRATION_LOCK: Final = 0x6E6F7573  # "nous"
 _SEQ_MAX: Final = 2**63 - 1
 _ROW_SEQ: Final[Callable[[Any], int]] = itemgetter(0)
+# What VACUUM FULL VERBOSE says of the dead row versions it copied (a snapshot may see them).
+_DEAD_KEPT: Final = re.compile(r"(\d+) dead row versions cannot be removed yet")
 
 _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     0: (
@@ -1687,6 +1699,279 @@ class PostgresStore:
                 return True
 
         return await self._run(delete)
+
+    # Erasure ----------------------------------------------------------------------------------
+
+    async def erase(
+        self,
+        session_id: str,
+        seqs: Iterable[int],
+        *,
+        reason: str,
+        at: datetime | None = None,
+        dry_run: bool = False,
+        rewrite: bool = True,
+        lock_timeout: float = 60.0,
+    ) -> Erasure:
+        """Replace the events at ``seqs`` by their erased form wherever the tables hold them
+        (see :class:`~nous_session.stores.base.ErasingStore`), then scrub the tables.
+
+        The rows are updated in one transaction (the sessions involved are locked against
+        a concurrent snapshot or delete copying them meanwhile; commits to them wait for it).
+        An UPDATE leaves the old row version in its page, and a plain ``VACUUM`` only marks
+        it free: its bytes stay in the page's free space until something is written over
+        them. So, with ``rewrite`` (the default), ``VACUUM FULL`` then rewrites the events
+        and kept tables (and their TOAST tables) into new files: it takes an ACCESS
+        EXCLUSIVE lock on each, so every read and commit of every session in this schema
+        waits for it, and it costs time and disk in proportion to the table. It waits at
+        most ``lock_timeout`` seconds for its lock. It copies a dead row version that some
+        transaction's snapshot may still see: the result is proven only when no snapshot
+        older than the erasure was open (checked for up to ``lock_timeout`` seconds, in
+        ``pg_stat_activity``, prepared transactions and replication slots) and the
+        ``VACUUM FULL`` ran. Without ``rewrite``, a plain ``VACUUM`` runs and the result is
+        not proven.
+
+        Raises:
+            ValueError: a bad seq or reason, or no such session; nothing was changed.
+            StoreError: the database failed; nothing was changed (or, if only the scrub
+                failed, the rows were erased and the result says so).
+        """
+        reason = check_reason(reason)
+        when = erasure_time(at)
+        wanted = check_seqs(seqs)
+        return await self._erase(
+            session_id, wanted, None, reason, when, dry_run, rewrite, lock_timeout
+        )
+
+    async def erase_session(
+        self,
+        session_id: str,
+        *,
+        reason: str,
+        inherited: bool = False,
+        dry_run: bool = False,
+        rewrite: bool = True,
+        lock_timeout: float = 60.0,
+    ) -> Erasure:
+        """Erase every event the session wrote itself (with ``inherited``, also what it took
+        from the session it was forked from), then scrub as :meth:`erase` does.
+
+        Raises:
+            ValueError: a bad reason, or no such session; nothing was changed.
+            StoreError: the database failed; nothing was changed.
+        """
+        reason = check_reason(reason)
+        return await self._erase(
+            session_id, None, inherited, reason, erasure_time(None), dry_run, rewrite, lock_timeout
+        )
+
+    async def _erase(
+        self,
+        session_id: str,
+        wanted: Sequence[int] | None,
+        inherited: bool | None,
+        reason: str,
+        at: datetime,
+        dry_run: bool,
+        rewrite: bool,
+        lock_timeout: float,
+    ) -> Erasure:
+        if not dry_run:
+            self._check_writable()
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
+            raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
+        tables = {"events": self._events, "kept": self._kept}  # (an Identifier cannot hash)
+        select = {
+            name: sql.SQL("SELECT record FROM {} WHERE session = %s AND seq = %s").format(table)
+            for name, table in tables.items()
+        }
+        update = {
+            name: sql.SQL("UPDATE {} SET record = %s WHERE session = %s AND seq = %s").format(table)
+            for name, table in tables.items()
+        }
+        children = sql.SQL(
+            "SELECT name, fork_point FROM {} WHERE parent = %s AND fork_point IS NOT NULL"
+            " ORDER BY name FOR SHARE"
+        ).format(self._sessions)
+        own_kept = sql.SQL("SELECT seq FROM {} WHERE session = %s AND seq >= %s").format(self._kept)
+
+        def erase() -> tuple[Erasure, str]:
+            with (
+                _errors(f"cannot erase from session {session_id!r}"),
+                self._pool.connection() as connection,
+                connection.transaction(force_rollback=dry_run),
+            ):
+                row = self._row(connection, session_id, lock="FOR SHARE")
+                if row is None or row[0] == 0:
+                    raise ValueError(f"no session {session_id!r} to erase")
+                if wanted is None:
+                    low = 0 if inherited or row[3] is None else row[3] + 1
+                    keys = {seq for seq, _ in self._view(connection, session_id, row, low)}
+                    kept = self._inherited(connection, session_id, row, low)[1]
+                    keys.update(seq for seq, _ in kept if seq >= low)
+                    keys.update(seq for (seq,) in connection.execute(own_kept, (session_id, low)))
+                    seqs: Sequence[int] = sorted(keys)
+                else:
+                    seqs = check_seqs(wanted, row[0], session_id=session_id)
+
+                def parent_of(name: str) -> tuple[str, int] | None:
+                    found = self._row(connection, name, lock="FOR SHARE")
+                    if found is None or found[2] is None or found[3] is None:
+                        return None
+                    if self._row(connection, found[2], lock="FOR SHARE") is None:
+                        return None
+                    return found[2], found[3]
+
+                forks: dict[str, list[Any]] = {}  # read (and locked) once per session
+
+                def children_of(name: str, seq: int) -> list[str]:
+                    if name not in forks:
+                        forks[name] = connection.execute(children, (name,)).fetchall()
+                    return [child for child, point in forks[name] if point >= seq]
+
+                def copies_of(
+                    members: Sequence[str], seq: int
+                ) -> list[tuple[tuple[str, str], Event]]:
+                    copies: list[tuple[tuple[str, str], Event]] = []
+                    for member in members:
+                        for table, query in select.items():
+                            found = connection.execute(query, (member, seq)).fetchone()
+                            if found is not None:
+                                where = place(member, f"schema {self.schema}")(seq)
+                                copies.append(((table, member), decode(found[0], where=where)))
+                    return copies
+
+                def write(where: tuple[str, str], event: Event) -> None:
+                    table, member = where
+                    connection.execute(update[table], (encode(event), member, event.seq))
+
+                erased, already, absent, others = erase_copies(
+                    session_id,
+                    seqs,
+                    reason=reason,
+                    at=at,
+                    members_of=lambda seq: family(session_id, seq, parent_of, children_of),
+                    copies_of=copies_of,
+                    write=None if dry_run else write,
+                )
+                xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
+            done = Erasure(
+                session_id,
+                reason,
+                at,
+                tuple(erased),
+                tuple(already),
+                tuple(absent),
+                tuple(sorted(others)),
+                dry_run=dry_run,
+            )
+            return done, str(int(xid[0]) % 2**32) if xid else "0"
+
+        done, xid = await self._run(erase)
+        if dry_run:
+            return attrs.evolve(done, detail="dry run: nothing was changed")
+        proven, detail = await self._run(lambda: self._scrub(xid, rewrite, lock_timeout))
+        return attrs.evolve(done, proven=proven, detail=detail)
+
+    def _scrub(self, xid: str, rewrite: bool, lock_timeout: float) -> tuple[bool, str]:
+        """After an erasing commit (transaction ``xid``): wait for older transactions to end,
+        then rewrite the tables (``VACUUM FULL``) or vacuum them. Returns whether no old row
+        version can remain, and what was done.
+
+        A transaction still running that began before the erasure committed, in any database
+        of the server, keeps every snapshot's horizon (VACUUM's own included) at or before
+        it, so VACUUM FULL would copy the erased rows' old versions as "recently dead". So
+        the server's own report decides: VACUUM FULL VERBOSE says how many dead row versions
+        it could not remove yet, and any makes the result unproven.
+        """
+        older = sql.SQL(
+            "SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            " AND ((backend_xid IS NOT NULL AND age(backend_xid) >= age(%(xid)s::xid))"
+            " OR (datname = current_database() AND backend_xmin IS NOT NULL"
+            " AND age(backend_xmin) >= age(%(xid)s::xid))))"
+            " + (SELECT count(*) FROM pg_prepared_xacts"
+            " WHERE age(transaction) >= age(%(xid)s::xid))"
+            " + (SELECT count(*) FROM pg_replication_slots WHERE (xmin IS NOT NULL"
+            " AND age(xmin) >= age(%(xid)s::xid)) OR (catalog_xmin IS NOT NULL"
+            " AND age(catalog_xmin) >= age(%(xid)s::xid)))"
+        )
+        done: list[str] = []
+        with (
+            _errors("the events were erased, but scrubbing the tables failed"),
+            psycopg.connect(
+                self.url,
+                autocommit=True,
+                application_name=_APPLICATION,
+                connect_timeout=max(1, int(self._connect_timeout)),
+            ) as connection,
+        ):
+            deadline = time.monotonic() + lock_timeout
+            pause = 0.01
+            while True:
+                (blocking,) = connection.execute(older, {"xid": xid}).fetchone()  # type: ignore[misc]
+                if not blocking or time.monotonic() >= deadline:
+                    break
+                time.sleep(pause)  # in a worker thread, never the event loop
+                pause = min(pause * 2, 0.5)
+            if blocking:
+                done.append(
+                    f"{blocking} transaction(s) or slot(s) older than the erasure were still"
+                    " open: the old row versions may survive the vacuum"
+                )
+            connection.execute(
+                sql.SQL("SET lock_timeout = {}").format(
+                    sql.Literal(f"{int(lock_timeout * 1000)}ms")
+                )
+            )
+            verb = "VACUUM FULL" if rewrite else "VACUUM"
+            # The server reports through notices: a VACUUM it will not run (a role that does
+            # not own the tables) is only a WARNING, and VERBOSE's INFO says what it kept.
+            notices: list[tuple[str, str]] = []
+            connection.add_notice_handler(
+                lambda notice: notices.append(
+                    (notice.message_primary or "", notice.message_detail or "")
+                )
+            )
+            try:
+                connection.execute(
+                    sql.SQL(verb + " VERBOSE {}, {}").format(self._events, self._kept)
+                )
+            except psycopg.errors.LockNotAvailable:
+                done.append(
+                    f"{verb} did not get its lock within {lock_timeout} s: the old row versions"
+                    " remain in the tables' pages (erase again when the tables are quieter)"
+                )
+                return False, "; ".join(done)
+        skipped = [primary for primary, _ in notices if primary.startswith("skipping")]
+        if skipped:
+            done.append(f"{verb} did not run: {'; '.join(skipped)}")
+            return False, "; ".join(done)
+        if not rewrite:
+            done.append(
+                "VACUUM freed the old row versions, but their bytes stay in the pages'"
+                " free space until overwritten (not proven)"
+            )
+            return False, "; ".join(done)
+        reports = [_DEAD_KEPT.search(detail) for _, detail in notices]
+        kept = sum(int(found.group(1)) for found in reports if found is not None)
+        if sum(found is not None for found in reports) < 2:
+            done.append(
+                "VACUUM FULL rewrote the tables, but its report could not be read (is"
+                " lc_messages English?): not proven"
+            )
+            return False, "; ".join(done)
+        if kept:
+            done.append(
+                f"VACUUM FULL rewrote the tables but had to keep {kept} dead row version(s)"
+                " that a transaction older than the erasure might still see: not proven"
+                " (erase again once long transactions, in any database of the server, end)"
+            )
+            return False, "; ".join(done)
+        done.append(
+            "VACUUM FULL rewrote the events and kept tables (and their TOAST tables),"
+            " keeping no dead row version"
+        )
+        return not blocking, "; ".join(done)
 
     # The change feed --------------------------------------------------------------------------
 

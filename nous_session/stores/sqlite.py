@@ -61,7 +61,15 @@ import anyio.to_thread
 import attrs
 
 from nous_session._json import dumps, loads
-from nous_session.codec import decode_rows, encode
+from nous_session.codec import decode, decode_rows, encode
+from nous_session.erasure import (
+    Erasure,
+    check_reason,
+    check_seqs,
+    erase_copies,
+    erasure_time,
+    family,
+)
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, EventType
 from nous_session.metadata import (
@@ -953,6 +961,91 @@ class SQLiteStore:
 
         await self._run(vacuum)
 
+    async def erase(
+        self,
+        session_id: str,
+        seqs: Iterable[int],
+        *,
+        reason: str,
+        at: datetime | None = None,
+        dry_run: bool = False,
+        rewrite: bool = True,
+    ) -> Erasure:
+        """Replace the events at ``seqs`` by their erased form wherever the file holds them
+        (see :class:`~nous_session.stores.base.ErasingStore`), then scrub the file.
+
+        The rows are rewritten in one transaction with ``PRAGMA secure_delete`` on, so
+        SQLite zeroes the space the old records took. Then, with ``rewrite`` (the default),
+        ``VACUUM`` rebuilds the whole file (temporary data in memory), so no free page and no
+        stale copy an earlier page split or snapshot left behind survives; and a ``TRUNCATE``
+        checkpoint copies the WAL into the file and empties it. The result is proven only
+        when both happened: a reader in another connection holding an old snapshot makes the
+        checkpoint give up after ``busy_timeout`` (the WAL may then still hold old pages;
+        erase again, with the same seqs, once it is done). Without ``rewrite`` the result is
+        not proven. ``VACUUM`` costs time in proportion to the file and holds the write lock
+        meanwhile: every other commit to this file waits for it.
+
+        Raises:
+            ValueError: a bad seq or reason, or no such session; nothing was changed.
+            StoreError: SQLite failed; nothing was changed (or, if only the scrub failed,
+                the rows were erased and the error says so).
+        """
+        reason = check_reason(reason)
+        when = erasure_time(at)
+        wanted = check_seqs(seqs)
+        return await self._erase(session_id, wanted, None, reason, when, dry_run, rewrite)
+
+    async def erase_session(
+        self,
+        session_id: str,
+        *,
+        reason: str,
+        inherited: bool = False,
+        dry_run: bool = False,
+        rewrite: bool = True,
+    ) -> Erasure:
+        """Erase every event the session wrote itself (with ``inherited``, also what it took
+        from the session it was forked from), then scrub the file as :meth:`erase` does.
+
+        Raises:
+            ValueError: a bad reason, or no such session; nothing was changed.
+            StoreError: SQLite failed; nothing was changed.
+        """
+        reason = check_reason(reason)
+        return await self._erase(
+            session_id, None, inherited, reason, erasure_time(None), dry_run, rewrite
+        )
+
+    async def _erase(
+        self,
+        session_id: str,
+        wanted: Sequence[int] | None,
+        inherited: bool | None,
+        reason: str,
+        at: datetime,
+        dry_run: bool,
+        rewrite: bool,
+    ) -> Erasure:
+        if self.read_only and not dry_run:
+            raise StoreError(f"the store {self.url} is open read-only")
+        what = f"cannot erase from session {session_id!r} in {self.path}"
+
+        def erase(connection: sqlite3.Connection) -> Erasure:
+            if not dry_run:
+                self._check_file()
+            with _errors(what):
+                done = _erase_rows(
+                    connection, session_id, wanted, inherited, reason, at, dry_run, self.path
+                )
+            if dry_run:
+                return attrs.evolve(done, detail="dry run: nothing was changed")
+            proven, detail = _scrub(connection, rewrite, self.path)
+            return attrs.evolve(done, proven=proven, detail=detail)
+
+        # On the writer's thread outside its transactions (VACUUM cannot run in one): it runs
+        # between two of its commits, so it is serialised with every write to this file.
+        return await self._run(erase)
+
     async def aclose(self) -> None:
         """Close the connection (after the writes already sent are committed). Idempotent."""
         if self._closed:
@@ -1147,6 +1240,137 @@ def _json_match(wanted: object) -> str:
     if isinstance(wanted, str):
         return "type = 'text' AND value = ?"
     return "type IN ('integer', 'real') AND value = ?"
+
+
+def _erase_rows(
+    connection: sqlite3.Connection,
+    session_id: str,
+    wanted: Sequence[int] | None,
+    inherited: bool | None,
+    reason: str,
+    at: datetime,
+    dry_run: bool,
+    path: str,
+) -> Erasure:
+    """Rewrite every stored copy of the events to erase, in one transaction with
+    ``secure_delete`` on (the old records' space is zeroed); ``wanted`` None: the session's
+    own events (and, with ``inherited``, those it took from its parent)."""
+    secure = connection.execute("PRAGMA secure_delete").fetchone()[0]
+    connection.execute("PRAGMA secure_delete = ON")
+    try:
+        connection.execute("BEGIN" if dry_run else "BEGIN IMMEDIATE")
+        try:
+            row = _row(connection, session_id)
+            if row is None or row.count == 0:
+                raise ValueError(f"no session {session_id!r} to erase")
+            if wanted is None:
+                low = 0 if inherited or row.fork_point is None else row.fork_point + 1
+                keys = {seq for seq, _ in _rows(connection, row, low)}
+                keys.update(seq for seq, _ in _inherited(connection, row, low)[1] if seq >= low)
+                keys.update(
+                    seq
+                    for (seq,) in connection.execute(
+                        "SELECT seq FROM nous_kept WHERE sid = ? AND seq >= ?", (row.id, low)
+                    )
+                )
+                seqs: Sequence[int] = sorted(keys)
+            else:
+                seqs = check_seqs(wanted, row.count, session_id=session_id)
+
+            def parent_of(name: str) -> tuple[str, int] | None:
+                found = _row(connection, name)
+                if found is None or found.parent is None or found.fork_point is None:
+                    return None
+                if _row(connection, found.parent) is None:
+                    return None
+                return found.parent, found.fork_point
+
+            forks: dict[str, list[tuple[str, int]]] = {}  # read once per session, not per seq
+
+            def children_of(name: str, seq: int) -> list[str]:
+                if name not in forks:
+                    forks[name] = connection.execute(
+                        "SELECT name, fork_point FROM nous_sessions WHERE parent = ?", (name,)
+                    ).fetchall()
+                return [child for child, point in forks[name] if point is not None and point >= seq]
+
+            def copies_of(members: Sequence[str], seq: int) -> list[tuple[tuple[str, int], Event]]:
+                copies: list[tuple[tuple[str, int], Event]] = []
+                for member in members:
+                    found = _row(connection, member)
+                    assert found is not None
+                    for table in ("nous_events", "nous_kept"):
+                        record = connection.execute(
+                            f"SELECT record FROM {table} WHERE sid = ? AND seq = ?",
+                            (found.id, seq),
+                        ).fetchone()
+                        if record is not None:
+                            event = decode(record[0], where=place(member, path)(seq))
+                            copies.append(((table, found.id), event))
+                return copies
+
+            def write(where: tuple[str, int], event: Event) -> None:
+                table, sid = where
+                connection.execute(
+                    f"UPDATE {table} SET record = ? WHERE sid = ? AND seq = ?",
+                    (encode(event), sid, event.seq),
+                )
+
+            erased, already, absent, others = erase_copies(
+                session_id,
+                seqs,
+                reason=reason,
+                at=at,
+                members_of=lambda seq: family(session_id, seq, parent_of, children_of),
+                copies_of=copies_of,
+                write=None if dry_run else write,
+            )
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        connection.execute("ROLLBACK" if dry_run else "COMMIT")
+    finally:
+        connection.execute(f"PRAGMA secure_delete = {int(secure)}")
+    return Erasure(
+        session_id,
+        reason,
+        at,
+        tuple(erased),
+        tuple(already),
+        tuple(absent),
+        tuple(sorted(others)),
+        dry_run=dry_run,
+    )
+
+
+def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bool, str]:
+    """After an erasing commit: rebuild the file (``rewrite``) and checkpoint the WAL into
+    it, truncating it. Returns whether no old page can remain, and what was done."""
+    done = ["secure_delete zeroed the old records"]
+    if rewrite:
+        temp_store = connection.execute("PRAGMA temp_store").fetchone()[0]
+        connection.execute("PRAGMA temp_store = MEMORY")  # no temporary copy on disk
+        try:
+            with _errors(f"erased, but VACUUM of {path} failed"):
+                connection.execute("VACUUM")
+        finally:
+            connection.execute(f"PRAGMA temp_store = {int(temp_store)}")
+        done.append("VACUUM rebuilt the file")
+    with _errors(f"erased, but the WAL checkpoint of {path} failed"):
+        busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    if busy:
+        done.append(
+            "the WAL could not be checkpointed and truncated: another connection holds an old"
+            " snapshot (the WAL may still hold old pages; erase again once it is done)"
+        )
+        return False, "; ".join(done)
+    done.append("the WAL was checkpointed and truncated")
+    if not rewrite:
+        done.append(
+            "no VACUUM: free pages and stale copies from earlier writes may remain (not proven)"
+        )
+    return rewrite, "; ".join(done)
 
 
 def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
