@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from operator import itemgetter
@@ -81,6 +82,7 @@ from nous_session.metadata import (
     latest_metadata,
     to_micros,
 )
+from nous_session.stores._sqlite_feed import DEFAULT_POLL, ChangeMonitor
 from nous_session.stores._writer import SQLiteWriter
 from nous_session.stores.base import (
     Rebased,
@@ -443,6 +445,9 @@ class SQLiteStore:
     _limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
     _writer: SQLiteWriter | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    # The change feed's thread and its watches (see :meth:`watch`), made by the first watch.
+    _monitor: ChangeMonitor | None = attrs.field(default=None, init=False)
+    _monitor_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._file = _File(self.path)
@@ -1045,6 +1050,65 @@ class SQLiteStore:
         # On the writer's thread outside its transactions (VACUUM cannot run in one): it runs
         # between two of its commits, so it is serialised with every write to this file.
         return await self._run(erase)
+
+    # The change feed --------------------------------------------------------------------------
+
+    async def watch(
+        self, session_id: str, *, poll: float = DEFAULT_POLL
+    ) -> AsyncGenerator[int, None]:
+        """Yield the session's head as the feed first sees it, then its new head whenever a
+        commit lands, whichever process or connection made it (and ``-1`` when the feed had to
+        reopen its connection, or another writer took a snapshot: read everything then).
+
+        Every watch of one store shares one thread and one read-only connection, which asks
+        SQLite for ``PRAGMA data_version`` every ``poll`` seconds (the first watch's) and reads
+        the watched sessions' heads only when it changed. A commit reaches its watches within
+        about one poll. Close the generator (``aclosing``) to leave; the thread ends with the
+        last watch. A ``":memory:"`` database is private to this store's connection: nothing
+        else can write it, and its watch yields nothing.
+
+        Raises:
+            StoreError: the file cannot be opened.
+        """
+        check_session_id(session_id)
+        if isinstance(poll, bool) or not isinstance(poll, int | float) or not poll > 0:
+            raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
+        if self.path == ":memory:":
+            await anyio.sleep_forever()
+        # Open the file first: a writable store makes its WAL, a read-only one checks it.
+        await self._run(lambda connection: None)
+        with self._monitor_lock:
+            if self._monitor is None:
+                self._monitor = ChangeMonitor(self.path, poll)
+            monitor = self._monitor
+        heads = monitor.watch(session_id)
+        try:
+            async for head in heads:
+                yield head
+        finally:
+            with anyio.CancelScope(shield=True):
+                await heads.aclose()
+
+    async def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
+        """Yield the session's events from ``since`` on, then each one committed later by any
+        process, in seq order and at most once (through :meth:`watch`)."""
+        _check_since(since)
+        cursor = since
+        watcher = self.watch(session_id)
+        try:
+            for event in await self.load(session_id, since=cursor):
+                cursor = event.seq + 1
+                yield event
+            async for head in watcher:
+                if head != -1 and head <= cursor:
+                    continue
+                for event in await self.load(session_id, since=cursor):
+                    cursor = event.seq + 1
+                    yield event
+        finally:
+            await watcher.aclose()
+
+    # Lifecycle --------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Close the connection (after the writes already sent are committed). Idempotent."""

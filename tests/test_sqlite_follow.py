@@ -1,0 +1,158 @@
+"""SQLite's change feed: followers see commits made by other actors and other processes."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import aclosing
+from pathlib import Path
+
+import anyio
+import pytest
+from processes import Lines, spawn_worker
+
+from nous_session import ConflictError, Message, SessionActor
+from nous_session.stores import follow
+from nous_session.stores.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.anyio
+
+
+def _feed_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "nous_session-sqlite-feed"]
+
+
+async def _until(actor: SessionActor, count: int) -> None:
+    """Wait (at most 10 s: a follower that misses a commit fails, never hangs) until the
+    actor's log holds ``count`` events."""
+    with anyio.fail_after(10):
+        async with actor.subscribe(0) as events:
+            async for event in events:
+                if event.seq + 1 >= count:
+                    return
+
+
+async def test_two_actors_of_one_session_in_one_process_see_each_other(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with (
+            SessionActor.open(session_id="s", store=store) as a,
+            SessionActor.open(session_id="s", store=store) as b,
+        ):
+            await a.add_message(Message.user("from a"))
+            try:
+                await b.add_message(Message.user("from b"))
+            except ConflictError:  # b had not heard of a's commit yet: it has now
+                await b.add_message(Message.user("from b, retried"))
+            await _until(a, 2)
+            assert [m.text for m in a.messages()] == [m.text for m in b.messages()]
+            assert a.log.count == b.log.count == 2
+
+
+async def test_follow_false_starts_no_feed(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with SessionActor.open(session_id="s", store=store, follow=False) as actor:
+            for n in range(5):
+                await actor.add_message(Message.user(str(n)))
+            assert store._monitor is None
+            assert not _feed_threads()
+
+
+async def test_the_feed_thread_ends_with_its_last_watch(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with SessionActor.open(session_id="s", store=store) as actor:
+            await actor.add_message(Message.user("hello"))
+            with anyio.fail_after(10):  # the watch registers once its task has run
+                while store._monitor is None or not store._monitor.watching:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert store._monitor.watching == 1
+        assert store._monitor.watching == 0
+        thread = store._monitor._thread
+        if thread is not None:
+            await anyio.to_thread.run_sync(thread.join, 5)
+        assert store._monitor._thread is None
+        assert not _feed_threads()
+
+
+async def test_a_memory_database_can_be_opened_with_the_default_follow() -> None:
+    async with SQLiteStore(":memory:") as store:
+        async with SessionActor.open(session_id="s", store=store) as actor:
+            await actor.add_message(Message.user("hello"))
+            assert actor.log.count == 1
+
+
+async def test_a_snapshot_by_another_writer_reaches_the_follower(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with (
+            SessionActor.open(session_id="s", store=store) as writer,
+            SessionActor.open(session_id="s", store=store) as follower,
+        ):
+            for n in range(6):
+                await writer.add_message(Message.user(str(n)))
+            await _until(follower, 6)
+            await writer.replace(0, 3, Message.system("summary"))
+            await writer.snapshot()
+            with anyio.fail_after(10):
+                while follower.log.horizon != writer.log.horizon:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)  # a condition checked until the deadline
+            assert [m.text for m in follower.messages()] == [m.text for m in writer.messages()]
+
+
+async def test_a_read_only_store_follows_a_writer_that_starts_later(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:  # the file exists, with no writer left on it
+        async with SessionActor.open(session_id="s", store=store, follow=False) as actor:
+            await actor.add_message(Message.user("before"))
+    assert not Path(f"{path}-wal").exists()  # noqa: ASYNC240 - a test's check
+    seen: list[str] = []
+    async with SQLiteStore(path, read_only=True) as viewer:
+
+        async def watch(task_status: anyio.abc.TaskStatus[None]) -> None:
+            async with aclosing(follow(viewer, "s")) as events:
+                task_status.started()
+                async for event in events:
+                    seen.append(event.data["content"])
+                    if len(seen) == 3:
+                        return
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                await tg.start(watch)
+                async with SQLiteStore(path) as store:
+                    async with SessionActor.open(session_id="s", store=store) as actor:
+                        await actor.add_message(Message.user("after 1"))
+                        await actor.add_message(Message.user("after 2"))
+    assert seen == ["before", "after 1", "after 2"]
+
+
+@pytest.fixture
+def writer_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'shared.db'}"
+
+
+def test_a_subscriber_in_another_process_sees_every_commit(writer_url: str) -> None:
+    total = 2 * 3 * 20
+    subscriber = spawn_worker("subscribe", writer_url, "live", str(total))
+    lines = Lines(subscriber)
+    assert lines.next().strip() == "ready"
+    writers = [spawn_worker("write", writer_url, "live", f"w{i}", "3", "20") for i in range(2)]
+    seen: list[tuple[int, str]] = []
+    finished = False
+    try:
+        while line := lines.next(timeout=60):
+            if line.startswith("event "):
+                _, seq, content = line.rstrip("\n").split(" ", 2)
+                seen.append((int(seq), content))
+            elif line.startswith("done"):
+                break
+        finished = True
+    finally:
+        if not finished:
+            subscriber.kill()
+        subscriber.wait(timeout=60)
+        for writer in writers:
+            writer.wait(timeout=60)
+        for process in (subscriber, *writers):
+            if process.stdout is not None:
+                process.stdout.close()
+    assert subscriber.returncode == 0
+    assert [seq for seq, _ in seen] == list(range(total)), "in seq order, each exactly once"
+    assert all(w.returncode == 0 for w in writers)
