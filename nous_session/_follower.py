@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -149,7 +149,18 @@ class Follower:
         with anyio.CancelScope() as scope:
             self._watch_scope = scope
             task_status.started()
-            heads = state.store.watch(state.session_id)  # type: ignore[attr-defined]
+            store: Any = state.store
+            if getattr(store, "watch_takes_known", False):
+                # Read from the feed's thread: the published log is replaced whole on each
+                # commit, so its count and horizon are read as one.
+                def known() -> tuple[int, int, bool]:
+                    committing = state.committing  # first: a commit that ends meanwhile
+                    log = state.published.log  # is published by now, or the head is pushed
+                    return log.count, log.horizon, committing
+
+                heads = store.watch(state.session_id, known=known)
+            else:
+                heads = store.watch(state.session_id)
             try:
                 async for head in heads:
                     if head != -1 and head <= state.published.log.count:

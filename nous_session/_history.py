@@ -229,7 +229,8 @@ class HistoryOperations:
             ValueError: a seq is not an int in ``0 .. count - 1``, or the reason is empty;
                 nothing was changed.
             TypeError: the store cannot erase.
-            StoreError, SessionClosedError: as :meth:`append`.
+            StoreError, SessionClosedError: as
+                :meth:`~nous_session.actor.SessionActor.append`.
         """
         request = Erase(check_seqs(seqs), check_reason(reason), now())
         return await self._call(request)  # type: ignore[no-any-return]

@@ -47,6 +47,30 @@ async def test_two_actors_of_one_session_in_one_process_see_each_other(tmp_path:
             assert a.log.count == b.log.count == 2
 
 
+async def test_an_actors_own_commits_do_not_wake_it(tmp_path: Path) -> None:
+    # Every commit changes the file for the feed's connection; the feed asks the follower what
+    # it holds and wakes it only for what it does not (another writer's commit).
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        async with SessionActor.open(session_id="s", store=store) as actor:
+            for n in range(20):
+                await actor.add_message(Message.user(str(n)))
+            monitor = store._monitor
+            assert monitor is not None
+            with anyio.fail_after(10):  # until the feed has seen the last commit
+                while monitor._heads.get("s") != (20, 0):  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            assert monitor.pushes == 0
+            async with (
+                SQLiteStore(path) as other,
+                SessionActor.open(session_id="s", store=other, follow=False) as writer,
+            ):
+                await writer.add_message(Message.user("from another writer"))
+            await _until(actor, 21)
+            assert monitor.pushes >= 1
+            assert actor.messages()[-1].text == "from another writer"
+
+
 async def test_follow_false_starts_no_feed(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "s.db") as store:
         async with SessionActor.open(session_id="s", store=store, follow=False) as actor:

@@ -278,6 +278,30 @@ async def test_an_id_containing_a_slash_is_shown_read_streamed_and_appended_to(
         assert [web.event_json(e) for e in session.log.events()] == events
 
 
+async def test_the_view_follows_turns_another_process_appends(tmp_path: Path) -> None:
+    # The server holds the session open; a separate process appends to the same file; the
+    # stream and the surface show what it wrote, through SQLite's change feed.
+    async with serving(tmp_path) as (app, client):
+        assert (await client.get("/sessions/s/surface")).json()["count"] == 0
+        await anyio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "examples.web.app",
+                "--store",
+                f"sqlite:///{tmp_path / 'web.sqlite3'}",
+                "append",
+                "s",
+                "3",
+            ],
+            cwd=ROOT,
+        )
+        events = await stream_events(app, "/sessions/s/events", 6)
+        assert [e["seq"] for e in events] == list(range(6))
+        # The stream reads the server's own log: it holds what the other process wrote.
+        assert (await client.get("/sessions/s/surface")).json()["count"] >= 6  # + compactions
+
+
 async def test_the_page_comes_with_the_surface_and_a_summary_whole(tmp_path: Path) -> None:
     async with serving(tmp_path) as (_app, client):
         page = (await client.get("/sessions/s")).text

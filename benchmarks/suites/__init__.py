@@ -18,6 +18,7 @@ SUITES: tuple[str, ...] = (
     "registry",
     "postgres",
     "listing",
+    "followers",
     "scaling",
     "peers",
 )

@@ -35,7 +35,8 @@ Run it from the repository root (needs the ``web`` extra: ``pip install -e '.[we
     # open http://127.0.0.1:8000/sessions/demo, then, from another shell:
     curl -X POST 'http://127.0.0.1:8000/sessions/demo/turns?count=5'
 
-and, with the server stopped (two processes must not write one SQLite session at once)::
+or append from another process, with the server running or not: the view follows the file
+(SQLite's change feed), so an open page shows another process's turns as they land::
 
     python -m examples.web.app --store sqlite:///web.sqlite3 append demo 5
 """
@@ -404,9 +405,16 @@ def create_app(
 
 
 async def append_offline(store_url: str, session_id: str, count: int) -> int:
-    """Append ``count`` turns straight to the store (with the server stopped); the count."""
+    """Append ``count`` turns straight to the store, from this process; the count.
+
+    A server running on the same file sees them (it follows the file). Its compactions may
+    land between two of these appends: ``on_conflict="rebase"`` puts each append after them
+    instead of failing it."""
     async with SessionActor.open(
-        session_id=session_id, store=store_url, compaction=default_policy()
+        session_id=session_id,
+        store=store_url,
+        compaction=default_policy(),
+        on_conflict="rebase",
     ) as session:
         await append_turns(session, count)
         return session.log.count
@@ -439,7 +447,9 @@ def main(argv: list[str] | None = None) -> None:
         metavar="ORIGIN",
         help="an origin (https://proxy.example) whose pages may POST, besides the server's own",
     )
-    append = commands.add_parser("append", help="append turns with the server stopped")
+    append = commands.add_parser(
+        "append", help="append turns from this process (a running server follows them)"
+    )
     append.add_argument("session")
     append.add_argument("turns", type=int)
     args = parser.parse_args(argv)

@@ -54,7 +54,7 @@ from datetime import datetime
 from operator import itemgetter
 from pathlib import Path
 from types import MappingProxyType, TracebackType
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, ClassVar, Final, Literal, TypeVar
 from urllib.parse import quote
 
 import anyio
@@ -1053,8 +1053,16 @@ class SQLiteStore:
 
     # The change feed --------------------------------------------------------------------------
 
+    # The follower passes ``known`` (see nous_session._follower): a head it holds, such as
+    # its own commit's, does not wake it.
+    watch_takes_known: ClassVar[bool] = True
+
     async def watch(
-        self, session_id: str, *, poll: float = DEFAULT_POLL
+        self,
+        session_id: str,
+        *,
+        poll: float = DEFAULT_POLL,
+        known: Callable[[], tuple[int, int, bool]] | None = None,
     ) -> AsyncGenerator[int, None]:
         """Yield the session's head as the feed first sees it, then its new head whenever a
         commit lands, whichever process or connection made it (and ``-1`` when the feed had to
@@ -1063,9 +1071,14 @@ class SQLiteStore:
         Every watch of one store shares one thread and one read-only connection, which asks
         SQLite for ``PRAGMA data_version`` every ``poll`` seconds (the first watch's) and reads
         the watched sessions' heads only when it changed. A commit reaches its watches within
-        about one poll. Close the generator (``aclosing``) to leave; the thread ends with the
-        last watch. A ``":memory:"`` database is private to this store's connection: nothing
-        else can write it, and its watch yields nothing.
+        about one poll. With ``known``, a callable that returns what the watcher already holds
+        as (count, horizon) and whether a commit of its own is in flight, a head it holds is
+        not yielded: the watcher's own commits do not wake it (a head that comes while its
+        commit is in flight is asked about again each poll until that commit has answered).
+        ``known`` is called from the feed's thread, so it must only read. Close the
+        generator (``aclosing``) to leave; the thread ends with the last watch. A
+        ``":memory:"`` database is private to this store's connection: nothing else can write
+        it, and its watch yields nothing.
 
         Raises:
             StoreError: the file cannot be opened.
@@ -1075,13 +1088,16 @@ class SQLiteStore:
             raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
         if self.path == ":memory:":
             await anyio.sleep_forever()
-        # Open the file first: a writable store makes its WAL, a read-only one checks it.
-        await self._run(lambda connection: None)
+        if self._monitor is None:
+            # Open the file first (once): a writable store makes its WAL, a read-only one
+            # checks it. A round trip through the writer: not one per watch, as a registry
+            # opening 200 sessions would queue 200 of them among their commits.
+            await self._run(lambda connection: None)
         with self._monitor_lock:
             if self._monitor is None:
                 self._monitor = ChangeMonitor(self.path, poll)
             monitor = self._monitor
-        heads = monitor.watch(session_id)
+        heads = monitor.watch(session_id, known)
         try:
             async for head in heads:
                 yield head
@@ -1115,6 +1131,10 @@ class SQLiteStore:
         if self._closed:
             return
         self._closed = True
+        monitor = self._monitor
+        if monitor is not None:
+            # First: the writer's connection must be the file's last (see ChangeMonitor.stop).
+            await anyio.to_thread.run_sync(monitor.stop)
         writer, self._writer = self._writer, None
         if writer is not None:
             await writer.aclose()
