@@ -175,7 +175,7 @@ class SessionActor(HistoryOperations):
             queue_size: how many requests may wait for the actor before callers wait too.
             follow: whether to follow commits that other processes make to this session, so
                 the log and its subscribers see them; None (the default) follows when the
-                store has a change feed (PostgreSQL), False never does.
+                store has a change feed (SQLite, PostgreSQL), False never does.
             on_conflict: what a commit that loses to another writer does. ``"raise"`` (the
                 default): its callers get :class:`ConflictError` (the actor has caught up, so a
                 retry lands). ``"rebase"``: for many writers on one session, where conflicts are

@@ -29,7 +29,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from nous_session._json import JSON
+from nous_session._json import JSON, dumps
 from nous_session.event import (
     SURFACE_TYPES,
     Event,
@@ -52,6 +52,7 @@ __all__ = [
     "erasure_time",
     "erased_record",
     "family",
+    "forget_metadata",
     "now",
     "select_events",
 ]
@@ -227,6 +228,8 @@ def _erased_data(event: Event, record: dict[str, JSON]) -> dict[str, JSON]:
                 message["created_at"] = item["created_at"]
             messages.append(message)
         data = {"messages": messages}
+    elif event.type is EventType.METADATA:
+        data = {"metadata": {}}  # an empty record: still a valid metadata event
     else:
         data = {}
     if old.get(OP_KEY) is not None:
@@ -390,3 +393,11 @@ def erasure_time(at: object) -> datetime:
     if not isinstance(at, datetime) or at.tzinfo is None:
         raise ValueError(f"an erasure time is a timezone-aware datetime, got {at!r}")
     return at.astimezone(UTC)
+
+
+def forget_metadata(event: Event, forgotten: dict[int, bytes]) -> None:
+    """For a store's erase: note an erased metadata event (``event``, as written), so the
+    store also replaces the copy of that record it keeps with each session (for listing) in
+    every session whose current record it was. An erased metadata event's record is empty."""
+    if event.type is EventType.METADATA:
+        forgotten[event.seq] = dumps(event.data.get("metadata", {}))

@@ -370,7 +370,8 @@ def _check_metadata(data: dict[str, JSON]) -> None:
     """A metadata event holds one valid record under ``metadata`` (stores index it)."""
     from nous_session.metadata import SessionMetadata  # it builds on this module
 
-    if set(data) != {"metadata"}:
+    # An erased one also holds the record of its erasure ("erased", see nous_session.erasure).
+    if set(data) not in ({"metadata"}, {"metadata", "erased"}):
         raise _Refusal('a session_metadata event holds exactly {"metadata": {...}}')
     try:
         SessionMetadata.from_json(data["metadata"])

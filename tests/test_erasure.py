@@ -27,6 +27,7 @@ from nous_session import (
 )
 from nous_session.cli import main
 from nous_session.erasure import ERASED_CONTENT, erase_event, erased_record
+from nous_session.metadata import SessionMetadata
 from nous_session.stores import MemoryStore
 from nous_session.stores.base import Store, supports
 from nous_session.stores.sqlite import SQLiteStore
@@ -373,6 +374,27 @@ async def test_erase_session_erases_what_the_session_wrote(store: Any) -> None:
     assert inherited.already == (2, 3)
     assert inherited.sessions == ("parent",)
     assert all(event.data["content"] == ERASED_CONTENT for event in await store.load("parent"))
+
+
+async def test_erasing_a_metadata_event_erases_the_stores_copy_of_it(
+    backend: Backend, store: Any
+) -> None:
+    # The store keeps each session's current metadata record beside it, for listing; erasing
+    # the event that set it must not leave the record there (nor in a fork that inherited it).
+    await _toast_uncompressed(backend, store)
+    secret = _secret()
+    metadata = SessionMetadata(owner="ann", title=f"about {secret}")
+    async with SessionActor.open(session_id="s", store=store, metadata=metadata) as session:
+        await session.add_message(Message.user("hello"))
+    await store.fork("s", "f", at=1)
+    listed = await store.list_sessions(where={"owner": "ann"})
+    assert sorted(entry.session_id for entry in listed.sessions) == ["f", "s"]
+    result = await store.erase_session("s", reason="account closed")
+    assert result.sessions == ("f",)
+    assert (await store.list_sessions(where={"owner": "ann"})).sessions == ()
+    for entry in (await store.list_sessions()).sessions:
+        assert entry.metadata == SessionMetadata(), entry
+    assert sum(backend.hits(secret).values()) == 0
 
 
 async def test_erasure_keeps_appends_another_actor_makes_meanwhile(

@@ -891,6 +891,11 @@ class _LoopSessions:
         self._started = loop.create_future()  # done once open (or failed to)
         self._stop = asyncio.Event()
         self._task = loop.create_task(self._serve(), name="nous_session-openai-agents-registry")
+        # The loop holds its tasks weakly: once the last session has let go of this object, a
+        # registry still closing (its actors, its store's threads) must not be collected
+        # half-way, leaving its store unclosed. Held here until the task is done.
+        _closing_tasks.add(self._task)
+        self._task.add_done_callback(_closing_tasks.discard)
 
     @classmethod
     def acquire(
@@ -962,6 +967,10 @@ class _LoopSessions:
                 if self._error is None:
                     self._error = SessionClosedError("the event loop's registry was closed")
                 self._started.set_result(None)
+
+
+_closing_tasks: Final[set[asyncio.Task[None]]] = set()
+"""The registries' tasks, held until done (see _LoopSessions.__init__)."""
 
 
 def _run_by_asyncio_runner(loop: asyncio.AbstractEventLoop) -> bool:

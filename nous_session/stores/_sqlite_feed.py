@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from typing import Final
@@ -100,6 +99,7 @@ class ChangeMonitor:
         self._unsure: dict[_KnownWatch, tuple[int, tuple[int, int]]] = {}
         self._thread: threading.Thread | None = None  # None once it has decided to end
         self._stopped = False  # the store is closing: the thread ends, none starts
+        self._wake = threading.Event()  # set by stop(): the thread's sleep ends at once
         self._membership = False  # a session was first watched or left: relist them
         self.checks = 0  # change checks made (for tests)
         self.reads = 0  # head reads made after a change (for tests)
@@ -149,15 +149,18 @@ class ChangeMonitor:
                     self._membership = True
 
     def stop(self) -> None:
-        """End the thread and wait until it has closed its connection (blocks for up to a
-        poll: call it from a worker thread). The store calls it before closing its writer, so
-        that the writer's connection is the file's last and checkpoints and removes the WAL,
-        leaving the file as a store that nobody followed leaves it."""
+        """End the thread and wait (at most :data:`_STOP_WAIT` seconds, usually far less: it
+        is woken from its sleep) until it has closed its connection. The store calls it
+        before closing its writer, so that the writer's connection is the file's last and
+        checkpoints and removes the WAL, leaving the file as a store that nobody followed
+        leaves it. Called on the event loop's thread: no hop to a worker thread, so a close
+        in a cancelled scope or at a loop's end still finishes."""
         with self._lock:
             self._stopped = True
             thread = self._thread
-        if thread is not None:
-            thread.join()
+        self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_STOP_WAIT)
 
     # The thread's side ---------------------------------------------------------------------
 
@@ -184,7 +187,7 @@ class ChangeMonitor:
                         if connection is None:
                             # No writer yet (read-only, no -wal): nothing can have changed
                             # since the new watches' owners read the file.
-                            time.sleep(self._poll)
+                            self._wake.wait(self._poll)
                             continue
                         version, listed = None, set()
                         shm, header = _open_shm(self._path), b""
@@ -194,7 +197,7 @@ class ChangeMonitor:
                         peeked = os.pread(shm, _HEADER, 0)
                         if peeked == header and not fresh and quiet < _CHECK_EVERY:
                             quiet += 1
-                            time.sleep(self._poll)
+                            self._wake.wait(self._poll)
                             continue
                         header, quiet = peeked, 0
                     current = connection.execute("PRAGMA data_version").fetchone()[0]
@@ -215,7 +218,7 @@ class ChangeMonitor:
                         self._fresh |= fresh  # they still need their heads
                 if self._unsure:
                     self._ask_again()
-                time.sleep(self._poll)  # this thread's own; no event loop waits on it
+                self._wake.wait(self._poll)  # this thread's own; no event loop waits on it
         finally:
             _close_shm(shm)
             if connection is not None:
@@ -232,6 +235,7 @@ class ChangeMonitor:
             uri=True,
             isolation_level=None,
             check_same_thread=False,
+            timeout=_BUSY_TIMEOUT,
         )
         try:
             connection.execute("SELECT 1 FROM nous_sessions LIMIT 1").fetchall()
@@ -300,6 +304,11 @@ class ChangeMonitor:
 # "the wal-index header"): every commit changes it (its frame count, its change counter, or on
 # a WAL restart its salts), so while it reads the same no other connection has committed.
 _HEADER: Final = 48
+# How long closing the store waits for the thread to end (it ends within a query's time).
+_STOP_WAIT: Final = 1.0
+# The feed connection's busy timeout: a read that meets a lock (a writer's WAL recovery, say)
+# gives up soon and is tried again at the next poll, so the thread never stalls for long.
+_BUSY_TIMEOUT: Final = 0.1
 # Polls between two data_version checks while the header reads the same: a safety net (the
 # header peek is this module's reading of SQLite's format, data_version is SQLite's API).
 _CHECK_EVERY: Final = 100

@@ -24,6 +24,7 @@ from nous_session.erasure import (
     erase_copies,
     erasure_time,
     family,
+    forget_metadata,
 )
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, EventType
@@ -523,6 +524,8 @@ class MemoryStore:
                     copies.append(((member, True), found.kept[seq]))
             return copies
 
+        forgotten: dict[int, bytes] = {}  # erased metadata events: seq -> their record
+
         def write(where: tuple[str, bool], event: Event) -> None:
             member, kept = where
             found = self._sessions[member]
@@ -530,6 +533,7 @@ class MemoryStore:
                 found.kept[event.seq] = event
             else:
                 found.events[bisect_left(found.events, event.seq, key=_SEQ)] = event
+            forget_metadata(event, forgotten)
 
         erased, already, absent, others = erase_copies(
             session_id,
@@ -540,6 +544,11 @@ class MemoryStore:
             copies_of=copies_of,
             write=None if dry_run else write,
         )
+        for seq in forgotten:  # the sessions' copies of an erased metadata record go too
+            for member in family(session_id, seq, parent_of, children_of):
+                held = self._sessions[member]
+                if held.meta_seq == seq:
+                    held.metadata = SessionMetadata()
         return Erasure(
             session_id,
             reason,

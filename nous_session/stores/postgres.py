@@ -78,6 +78,7 @@ from nous_session.erasure import (
     erase_copies,
     erasure_time,
     family,
+    forget_metadata,
 )
 from nous_session.errors import (
     ConflictError,
@@ -1794,6 +1795,9 @@ class PostgresStore:
             " ORDER BY name FOR SHARE"
         ).format(self._sessions)
         own_kept = sql.SQL("SELECT seq FROM {} WHERE session = %s AND seq >= %s").format(self._kept)
+        forget_meta = sql.SQL(
+            "UPDATE {} SET meta = %s::jsonb WHERE name = %s AND meta_seq = %s"
+        ).format(self._sessions)
 
         def erase() -> tuple[Erasure, str]:
             with (
@@ -1841,9 +1845,12 @@ class PostgresStore:
                                 copies.append(((table, member), decode(found[0], where=where)))
                     return copies
 
+                forgotten: dict[int, bytes] = {}  # erased metadata events: seq -> record
+
                 def write(where: tuple[str, str], event: Event) -> None:
                     table, member = where
                     connection.execute(update[table], (encode(event), member, event.seq))
+                    forget_metadata(event, forgotten)
 
                 erased, already, absent, others = erase_copies(
                     session_id,
@@ -1854,6 +1861,10 @@ class PostgresStore:
                     copies_of=copies_of,
                     write=None if dry_run else write,
                 )
+                # The sessions' copies of an erased metadata record go too.
+                for seq, record in forgotten.items():
+                    for member in family(session_id, seq, parent_of, children_of):
+                        connection.execute(forget_meta, (record.decode(), member, seq))
                 xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
             done = Erasure(
                 session_id,

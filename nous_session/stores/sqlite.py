@@ -70,6 +70,7 @@ from nous_session.erasure import (
     erase_copies,
     erasure_time,
     family,
+    forget_metadata,
 )
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, EventType
@@ -1134,7 +1135,9 @@ class SQLiteStore:
         monitor = self._monitor
         if monitor is not None:
             # First: the writer's connection must be the file's last (see ChangeMonitor.stop).
-            await anyio.to_thread.run_sync(monitor.stop)
+            # On this thread, no await: a close in a cancelled scope, or at the end of its
+            # loop's run, still closes the file (the thread, woken, ends within a query).
+            monitor.stop()
         writer, self._writer = self._writer, None
         if writer is not None:
             await writer.aclose()
@@ -1393,12 +1396,15 @@ def _erase_rows(
                             copies.append(((table, found.id), event))
                 return copies
 
+            forgotten: dict[int, bytes] = {}  # erased metadata events: seq -> their record
+
             def write(where: tuple[str, int], event: Event) -> None:
                 table, sid = where
                 connection.execute(
                     f"UPDATE {table} SET record = ? WHERE sid = ? AND seq = ?",
                     (encode(event), sid, event.seq),
                 )
+                forget_metadata(event, forgotten)
 
             erased, already, absent, others = erase_copies(
                 session_id,
@@ -1409,6 +1415,15 @@ def _erase_rows(
                 copies_of=copies_of,
                 write=None if dry_run else write,
             )
+            # The sessions' copies of an erased metadata record go too (see forget_metadata).
+            for seq, record in forgotten.items():
+                connection.executemany(
+                    "UPDATE nous_sessions SET meta = ? WHERE name = ? AND meta_seq = ?",
+                    [
+                        (record.decode(), member, seq)
+                        for member in family(session_id, seq, parent_of, children_of)
+                    ],
+                )
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
