@@ -388,7 +388,7 @@ def test_cli_tail_follows_a_postgres_session(schema: str) -> None:
         deadline = time.monotonic() + 10
         while tail.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert tail.returncode == 0
+        assert tail.returncode == 130  # interrupted, as a shell reports it
 
 
 @pytest.mark.anyio
