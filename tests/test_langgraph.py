@@ -357,6 +357,46 @@ async def test_idle_threads_beyond_the_limit_are_closed_and_reopened_from_the_st
 
 
 @pytest.mark.anyio
+async def test_listing_every_thread_goes_through_the_stores_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A thread's first checkpoint marks its session as this saver's, so alist(None) finds
+    # the threads from the index and never reads every session id of the store.
+    store = open_store(f"sqlite:///{tmp_path / 'listed.sqlite3'}")
+    try:
+        for number in range(30):  # other applications' sessions, with the saver's prefix too
+            async with SessionActor.open(session_id=f"langgraph:x{number}", store=store) as s:
+                await s.append("user_message", {"content": "not a thread"})
+        async with NousSessionSaver.open(store) as saver:
+            for number in range(3):
+                config: Any = {"configurable": {"thread_id": f"t{number}", "checkpoint_ns": ""}}
+                checkpoint: Any = {
+                    "v": 4,
+                    "id": f"1f{number}",
+                    "ts": "2026-01-01T00:00:00+00:00",
+                    "channel_values": {"n": number},
+                    "channel_versions": {"n": "1"},
+                    "versions_seen": {},
+                    "updated_channels": None,
+                }
+                await saver.aput(config, checkpoint, {"step": number}, {"n": "1"})
+                await saver.aput(config, {**checkpoint, "id": f"2f{number}"}, {}, {})
+
+            async def refused(self: Any) -> list[Any]:
+                raise AssertionError("alist(None) read every session id")
+
+            with monkeypatch.context() as patched:
+                patched.setattr(type(store), "sessions", refused)
+                listed = [t.config["configurable"]["thread_id"] async for t in saver.alist(None)]
+            assert sorted(listed) == ["t0", "t0", "t1", "t1", "t2", "t2"]
+        page = await store.list_sessions(where={"app": "langgraph"})
+        assert sorted(e.session_id for e in page.sessions) == [f"langgraph:t{n}" for n in range(3)]
+        assert all(e.count == 3 for e in page.sessions)  # one metadata event, not one a put
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.anyio
 async def test_a_thread_id_too_long_for_a_session_is_refused_and_the_saver_goes_on() -> None:
     async with NousSessionSaver.open() as saver:
         with pytest.raises(ValueError, match="session_id"):

@@ -107,18 +107,23 @@ from nous_session._json import JSON
 from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
 from nous_session.errors import InvalidEventError, StoreError
-from nous_session.event import Event, message_event
+from nous_session.event import Event, EventType, message_event
 from nous_session.message import Message, ToolCall
+from nous_session.metadata import SessionMetadata
 from nous_session.stores import open_store
-from nous_session.stores.base import Store
+from nous_session.stores.base import ListingStore, Store, supports
 
 __all__ = [
     "CHECKPOINT_EVENT",
     "DELETED_EVENT",
+    "LISTED_APP",
     "WRITES_EVENT",
     "NousSessionSaver",
 ]
 
+LISTED_APP: Final = "langgraph"
+"""The ``app`` of a thread's session metadata, and the ``extra`` key holding the saver's
+session prefix: how the saver lists its threads through the store's index."""
 CHECKPOINT_EVENT: Final = "x.langgraph.checkpoint"
 """The custom event type of a checkpoint (``aput``)."""
 WRITES_EVENT: Final = "x.langgraph.writes"
@@ -256,6 +261,9 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         self._store = store
         self._task_group = task_group
         self._prefix = session_prefix
+        # Each thread's session says it is one of this saver's (for listing every thread
+        # through the store's index instead of reading every session id).
+        self._record = SessionMetadata(app=LISTED_APP, extra={LISTED_APP: session_prefix})
         self._messages_channel = messages_channel
         self._max_open = max_open_threads
         self._catch_up = catch_up
@@ -472,11 +480,28 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         return index
 
     async def _session_ids(self) -> list[str]:
-        return [
-            info.session_id
-            for info in await self._store.sessions()
-            if info.session_id.startswith(self._prefix)
-        ]
+        """The sessions of this saver's threads: from the store's index (those with this
+        saver's metadata, set by their first checkpoint) when the store has one, else every
+        session id with the prefix. Oldest first."""
+        store = self._store
+        if not supports(store, ListingStore):
+            return [
+                info.session_id
+                for info in await store.sessions()
+                if info.session_id.startswith(self._prefix)
+            ]
+        listing: ListingStore = store  # type: ignore[assignment]
+        where = {"app": LISTED_APP, LISTED_APP: self._prefix}
+        found: list[str] = []
+        cursor = None
+        while True:
+            page = await listing.list_sessions(
+                where=where, order="created", descending=False, limit=1000, cursor=cursor
+            )
+            found += [e.session_id for e in page.sessions if e.session_id.startswith(self._prefix)]
+            cursor = page.cursor
+            if cursor is None:
+                return found
 
     # Values -----------------------------------------------------------------------------------
 
@@ -630,6 +655,8 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
             actor = thread.actor
             assert actor is not None
             items: list[tuple[Any, ...]] = [(CHECKPOINT_EVENT, data)]
+            if actor.metadata != self._record:  # its first checkpoint (in this version)
+                items.append((EventType.METADATA, {"metadata": self._record.to_json()}))
             replacement = None
             projected = self._projection(actor, ns, values)
             if projected is not None:
