@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings
 
 # CI runs more examples than a developer's quick loop; both are real runs of the same properties.
 settings.register_profile(
-    "ci", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "ci", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
