@@ -35,7 +35,9 @@ async def test_a_session_that_lost_to_another_writer_fails_only_its_own_batch(
     path = tmp_path / "group.sqlite3"
     async with SQLiteStore(path) as store, SQLiteStore(path) as other, AsyncExitStack() as stack:
         sessions = [
-            await stack.enter_async_context(SessionActor.open(session_id=f"s{i}", store=store))
+            await stack.enter_async_context(
+                SessionActor.open(session_id=f"s{i}", store=store, follow=False)
+            )
             for i in range(SESSIONS)
         ]
         for session in sessions:  # every session exists in the file before the rounds
@@ -77,7 +79,9 @@ async def test_a_seq_clash_rolls_back_only_its_session_even_after_its_head_moved
     path = tmp_path / "clash.sqlite3"
     async with SQLiteStore(path) as store, AsyncExitStack() as stack:
         sessions = [
-            await stack.enter_async_context(SessionActor.open(session_id=f"s{i}", store=store))
+            await stack.enter_async_context(
+                SessionActor.open(session_id=f"s{i}", store=store, follow=False)
+            )
             for i in range(SESSIONS)
         ]
         for session in sessions:
