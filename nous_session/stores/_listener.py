@@ -92,6 +92,17 @@ class _Watch:
         self.heads: list[int] = []  # what the thread dispatched, not yet taken; -1 = read all
         self.event: anyio.Event | None = None  # set by the thread when it adds heads
 
+    async def take(self, lock: threading.Lock) -> list[int]:
+        """The heads the thread has pushed since the last take, waiting while there are none
+        (``lock``: the one the thread pushes under)."""
+        while True:
+            with lock:
+                heads, self.heads = self.heads, []
+                if heads:
+                    return heads
+                event = self.event = anyio.Event()
+            await event.wait()
+
     def push(self, head: int) -> None:
         """Add ``head`` and wake the watching task (called with the listener's lock held)."""
         self.heads.append(head)
@@ -134,15 +145,7 @@ class Listener:
                 self._thread.start()
         try:
             while True:
-                event = None
-                with self._lock:
-                    heads, watch.heads = watch.heads, []
-                    if not heads:
-                        event = watch.event = anyio.Event()
-                if event is not None:
-                    await event.wait()
-                    continue
-                for head in heads:
+                for head in await watch.take(self._lock):
                     yield head
         finally:
             with self._lock:

@@ -36,8 +36,6 @@ from contextlib import suppress
 from typing import Final
 from urllib.parse import quote
 
-import anyio
-
 from nous_session._logging import get_logger
 from nous_session.stores._listener import _Watch
 
@@ -127,15 +125,7 @@ class ChangeMonitor:
                 self._thread.start()
         try:
             while True:
-                event = None
-                with self._lock:
-                    heads, watch.heads = watch.heads, []
-                    if not heads:
-                        event = watch.event = anyio.Event()
-                if event is not None:
-                    await event.wait()
-                    continue
-                for head in heads:
+                for head in await watch.take(self._lock):
                     yield head
         finally:
             with self._lock:
