@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from nous_session.actor import SessionActor
@@ -800,6 +801,38 @@ class StoreConformance:
                 stored = list(await store.load("shared"))
                 assert [e.seq for e in stored] == [0, 1]
                 assert [e.data["content"] for e in stored] == ["first wins", "second after reload"]
+        finally:
+            if other is not store:
+                await other.aclose()
+
+    @pytest.mark.anyio
+    async def test_a_load_racing_commits_reads_one_whole_state(
+        self, store: Store, reopen: Callable[[], Store]
+    ) -> None:
+        # A load reads the count and the rows: from one snapshot, or a commit landing
+        # between the two makes a whole session look corrupt ("rows past its count").
+        other = reopen()
+        commits = 150
+        try:
+
+            async def write() -> None:
+                for seq in range(commits):
+                    await store.commit("s", expected_count=seq, events=[_user(seq, f"m{seq}")])
+
+            async def read() -> None:
+                count = 0
+                while count < commits:
+                    since = count // 2  # a tail, and now and then from the start
+                    loaded = await other.load("s", since=since)
+                    seqs = [event.seq for event in loaded]
+                    assert seqs == list(range(since, since + len(seqs)))
+                    assert since + len(seqs) >= count  # a reader never sees it shrink
+                    count = since + len(seqs)
+                    await anyio.lowlevel.checkpoint()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(write)
+                group.start_soon(read)
         finally:
             if other is not store:
                 await other.aclose()

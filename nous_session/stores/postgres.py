@@ -929,16 +929,15 @@ class PostgresStore:
             with (
                 _errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
+                # One snapshot for both statements: read committed would let a commit land
+                # between them, and the rows would not fit the count.
+                _pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             ):
-                with _pipelined(connection):
-                    found = connection.execute(self._row_query, (session_id,))
-                    own = connection.execute(query, (session_id, since))
+                found = connection.execute(self._row_query, (session_id,))
+                own = connection.execute(query, (session_id, since))
                 row = found.fetchone()
                 if row is not None and row[4]:  # a sharing fork: read through its parent
-                    with connection.transaction():
-                        connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                        row = self._row(connection, session_id)
-                        rows = [] if row is None else self._view(connection, session_id, row, since)
+                    rows = self._view(connection, session_id, row, since)
                 else:
                     rows = own.fetchall()
             if row is not None:

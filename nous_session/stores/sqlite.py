@@ -589,8 +589,12 @@ class SQLiteStore:
 
         def load(connection: sqlite3.Connection) -> list[Event]:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
-                row = _row(connection, session_id)
-                rows = [] if row is None else _rows(connection, row, since)
+                connection.execute("BEGIN")  # one snapshot: the count and the rows agree
+                try:
+                    row = _row(connection, session_id)
+                    rows = [] if row is None else _rows(connection, row, since)
+                finally:
+                    connection.execute("COMMIT")
             if row is not None:
                 check_held(
                     session_id,
