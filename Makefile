@@ -35,10 +35,13 @@ demo: $(RUNTIME_STAMP)
 test: test-suite
 	$(MAKE) test-frameworks
 
-# Our suite alone; .ci/run runs it on other Pythons too, in virtualenvs of their own:
+# Our suite alone, on every core; .ci/run runs it on other Pythons too, in virtualenvs of their own:
 # `make PYTHON=python3.13 VENV=.venv-3.13 test-suite`.
+# TEST_WORKERS: pytest-xdist's workers (one per core by default; 0 runs in this process, for
+# a debugger). worksteal: the long property tests do not leave a worker idle at the end.
+TEST_WORKERS ?= auto
 test-suite: $(TEST_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 test-frameworks:
 	PYTHON=$(PYTHON) bash .ci/openai_agents

@@ -47,6 +47,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from tallies import Tallies
 
 from nous_session import (
     ConflictError,
@@ -764,37 +765,11 @@ async def perform(
 # The tests --------------------------------------------------------------------------------
 
 
-class StepSummary:
-    """A pytest plugin that adds one line to the terminal summary: how much the machines ran
-    (CI prints it; a test itself prints nothing)."""
-
-    name = "nous-session-engine-model"
-
-    def __init__(self) -> None:
-        self.tallies: dict[str, Tally] = {}
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.tallies:
-            return
-        tallies = self.tallies.values()
-        total = Tally(
-            *(sum(getattr(t, field) for t in tallies) for field in attrs.fields_dict(Tally))
-        )
-        terminalreporter.write_line(
-            f"engine model ({PROFILE} profile): {total.steps} steps, {total.batches} batches"
-            f" ({total.mixed} of several kinds), {total.requests} requests"
-            f" ({total.cancelled} callers cancelled) on {len(self.tallies)} store and loop"
-            " combinations"
-        )
-
-
-@pytest.fixture(scope="module")
-def step_summary(pytestconfig: pytest.Config) -> StepSummary:
-    plugin = pytestconfig.pluginmanager.get_plugin(StepSummary.name)
-    if plugin is None:
-        plugin = StepSummary()
-        pytestconfig.pluginmanager.register(plugin, StepSummary.name)
-    return plugin  # type: ignore[no-any-return]
+ENGINE_LINE = (
+    f"engine model ({PROFILE} profile): {{steps}} steps, {{batches}} batches ({{mixed}} of several"
+    " kinds), {requests} requests ({cancelled} callers cancelled) on {combinations} store and"
+    " loop combinations"
+)
 
 
 @pytest.fixture
@@ -822,8 +797,7 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
 def test_a_batch_commits_as_if_one_by_one(
     backend: str,
     store_factory: Callable[[], Any],
-    step_summary: StepSummary,
-    request: pytest.FixtureRequest,
+    tallies: Tallies,
 ) -> None:
     tally = Tally()
     machine = type(
@@ -840,7 +814,7 @@ def test_a_batch_commits_as_if_one_by_one(
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
-    step_summary.tallies[request.node.name] = tally
+    tallies.add(ENGINE_LINE, combinations=1, **attrs.asdict(tally))
     # The run made what it is here to make: batches of several kinds, cancelled callers.
     assert tally.mixed > 0
     assert tally.cancelled > 0

@@ -26,7 +26,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextlib import AbstractContextManager
@@ -46,6 +46,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from tallies import Tallies
 
 from nous_session import Message, SessionActor, SessionClosedError
 from nous_session.log import Log
@@ -473,25 +474,16 @@ async def _bounded(fn: Callable[..., Any], *args: Any) -> None:
 STEPS = {"registry": 0, "portal": 0}
 
 
-class _StepSummary:
-    """A pytest plugin adding one line to the terminal summary: how many steps ran (CI prints
-    it; a test itself prints nothing)."""
-
-    name = "nous-session-registry-model"
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if any(STEPS.values()):
-            profile = "ci" if CI else "dev"
-            terminalreporter.write_line(
-                f"registry model ({profile} profile): {STEPS['registry']} registry steps,"
-                f" {STEPS['portal']} portal steps"
-            )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _step_summary(pytestconfig: pytest.Config) -> None:
-    if pytestconfig.pluginmanager.get_plugin(_StepSummary.name) is None:
-        pytestconfig.pluginmanager.register(_StepSummary(), _StepSummary.name)
+@pytest.fixture(autouse=True)
+def _step_summary(tallies: Tallies) -> Iterator[None]:
+    """Each test's steps, for the terminal summary's line."""
+    before = dict(STEPS)
+    yield
+    tallies.add(
+        f"registry model ({'ci' if CI else 'dev'} profile): {{registry}} registry steps,"
+        " {portal} portal steps",
+        **{kind: STEPS[kind] - before[kind] for kind in STEPS},
+    )
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
