@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from contextlib import suppress
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -31,6 +33,32 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Tallies(config), Tallies.name)
+    _database_per_worker()
+
+
+def _database_per_worker() -> None:
+    """Under pytest-xdist, give each worker a PostgreSQL database of its own.
+
+    Tests that inject faults terminate every nous_session backend of their database; run side
+    by side in one database they would cut another worker's connections too. Runs in the
+    worker before it collects (the test modules read ``NOUS_SESSION_TEST_POSTGRES`` when they
+    are imported), and the processes tests spawn inherit the variable.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    url = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
+    if not worker or not url:
+        return
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(url)
+    name = f"{parts.path.lstrip('/') or 'postgres'}_{worker}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+        if found.fetchone() is None:
+            with suppress(psycopg.errors.DuplicateDatabase):
+                connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    os.environ["NOUS_SESSION_TEST_POSTGRES"] = urlunsplit(parts._replace(path=f"/{name}"))
 
 
 @pytest.fixture(scope="session")

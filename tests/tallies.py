@@ -40,4 +40,3 @@ class Tallies:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for template, counts in self.lines.items():
             terminalreporter.write_line(template.format_map(counts))
-

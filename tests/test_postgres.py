@@ -106,6 +106,7 @@ def test_a_subscriber_in_another_process_sees_everything_across_a_reconnect(sche
                     killed = sql(
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                         " WHERE application_name = 'nous_session listener'"
+                        " AND datname = current_database()"
                     )
                     assert killed, "a listener connection must exist"
                     terminated = True
@@ -159,6 +160,7 @@ async def test_a_lost_connection_fails_only_the_batch_in_flight(store: PostgresS
         sql(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name = 'nous_session' AND pid <> pg_backend_pid()"
+            " AND datname = current_database()"
         )
         outcomes = []
         for index in range(3):

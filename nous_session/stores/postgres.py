@@ -96,6 +96,7 @@ from nous_session.metadata import (
     latest_metadata,
 )
 from nous_session.stores._listener import KEEPALIVE, Listener
+from nous_session.stores._pg_sql import Statements
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -430,217 +431,7 @@ class PostgresStore:
         self._opened = False
         self._open_lock = threading.Lock()
         self._closed = False
-        self._events = sql.Identifier(schema, "nous_events")
-        self._sessions = sql.Identifier(schema, "nous_sessions")
-        self._keys = sql.Identifier(schema, "nous_keys")
-        self._commits = sql.Identifier(schema, "nous_commits")
-        self._kept = sql.Identifier(schema, "nous_kept")
-        tables = {
-            "sessions": self._sessions,
-            "events": self._events,
-            "keys": self._keys,
-            "commits": self._commits,
-            "kept": self._kept,
-        }
-        # A commit is one statement, atomic by itself (the pool's connections autocommit):
-        # move the session's count from the expected value (and check its horizon), and only
-        # if that matched, keep aside and delete the dropped rows, insert the new ones, record
-        # the keys and the commit id, and notify. A concurrent writer's UPDATE waits for the
-        # row and then finds the count moved, so it changes nothing: a conflict. The row lock
-        # is held for this one statement, never across round trips. A key or commit id that
-        # exists already fails the statement as a whole (a unique violation).
-        writes = """
-            , kept AS (
-                INSERT INTO {kept} (session, seq, record)
-                SELECT session, seq, record FROM {events}
-                WHERE session = %(name)s AND seq = ANY(%(kept)s) AND EXISTS (SELECT 1 FROM moved)
-                RETURNING 1
-            ), dropped AS (
-                DELETE FROM {events} WHERE session = %(name)s AND seq = ANY(%(dropped)s)
-                AND EXISTS (SELECT 1 FROM moved) RETURNING 1
-            ), inserted AS (
-                INSERT INTO {events} (session, seq, record)
-                SELECT %(name)s, seq, record
-                FROM unnest(%(seqs)s::bigint[], %(records)b::bytea[]) AS rows (seq, record)
-                WHERE EXISTS (SELECT 1 FROM moved) RETURNING 1
-            ), keyed AS (
-                INSERT INTO {keys} (session, key, seq, n)
-                SELECT %(name)s, k.key, k.seq, k.n
-                FROM unnest(%(key_names)s::text[], %(key_seqs)s::bigint[], %(key_sizes)s::int[])
-                    AS k (key, seq, n)
-                WHERE EXISTS (SELECT 1 FROM moved) RETURNING 1
-            ), named AS (
-                INSERT INTO {commits} (session, commit_id, seq, n)
-                SELECT %(name)s, %(commit_id)s::text, %(first)s, %(size)s
-                WHERE %(commit_id)s::text IS NOT NULL AND EXISTS (SELECT 1 FROM moved)
-                RETURNING 1
-            )
-            SELECT pg_notify(%(channel)s, %(payload)s) FROM moved
-        """
-        self._commit = sql.SQL(
-            """WITH moved AS (
-                UPDATE {sessions} SET count = %(count)s, horizon = coalesce(%(horizon)s, horizon),
-                    active = CASE WHEN %(size)s > 0 AND active <= now() - interval '1 second'
-                        THEN now() ELSE active END,
-                    meta = coalesce(%(meta)s::jsonb, meta),
-                    meta_seq = coalesce(%(meta_seq)s::bigint, meta_seq)
-                WHERE name = %(name)s AND count = %(expected)s
-                AND (%(expected_horizon)s::bigint IS NULL OR horizon = %(expected_horizon)s)
-                RETURNING name
-            )"""
-            + writes
-        ).format(**tables)
-        # The first commit of a session creates its row, unless another writer just did.
-        self._first_commit = sql.SQL(
-            """WITH moved AS (
-                INSERT INTO {sessions} AS s (name, count, horizon, meta, meta_seq)
-                VALUES (%(name)s, %(count)s, coalesce(%(horizon)s, 0), %(meta)s::jsonb,
-                        %(meta_seq)s::bigint)
-                ON CONFLICT (name) DO UPDATE SET count = excluded.count,
-                    active = greatest(s.active, now()), meta = coalesce(excluded.meta, s.meta),
-                    meta_seq = coalesce(excluded.meta_seq, s.meta_seq)
-                WHERE s.count = 0
-                AND (%(expected_horizon)s::bigint IS NULL OR s.horizon = %(expected_horizon)s)
-                RETURNING name
-            )"""
-            + writes
-        ).format(**tables)
-
-        # Many sessions' common commits (each to an existing session, dropping nothing) as one
-        # statement: the sessions' rows locked in name order (two groups cannot deadlock), each
-        # count moved from its expected value, and only for the sessions that matched, their
-        # rows, keys and commit ids inserted and a NOTIFY sent. The names of the sessions that
-        # moved come back; a session missing from them had a count or horizon conflict.
-        self._group_commit = sql.SQL(
-            """WITH v AS (
-                SELECT * FROM unnest(%(names)s::text[], %(expected)s::bigint[],
-                    %(counts)s::bigint[], %(expected_horizons)s::bigint[], %(payloads)s::text[])
-                    AS v (name, expected, count, expected_horizon, payload)
-            ), locked AS (
-                SELECT name FROM {sessions} WHERE name = ANY(%(names)s::text[])
-                ORDER BY name FOR UPDATE
-            ), moved AS (
-                UPDATE {sessions} AS s SET count = v.count, active = CASE
-                    WHEN v.count > v.expected AND s.active <= now() - interval '1 second'
-                    THEN now() ELSE s.active END
-                FROM v JOIN locked USING (name)
-                WHERE s.name = v.name AND s.count = v.expected
-                AND (v.expected_horizon IS NULL OR s.horizon = v.expected_horizon)
-                RETURNING s.name, v.payload
-            ), inserted AS (
-                INSERT INTO {events} (session, seq, record)
-                SELECT e.session, e.seq, e.record
-                FROM unnest(%(event_sessions)s::text[], %(seqs)s::bigint[],
-                    %(records)b::bytea[]) AS e (session, seq, record)
-                WHERE e.session IN (SELECT name FROM moved) RETURNING 1
-            ), keyed AS (
-                INSERT INTO {keys} (session, key, seq, n)
-                SELECT k.session, k.key, k.seq, k.n
-                FROM unnest(%(key_sessions)s::text[], %(key_names)s::text[],
-                    %(key_seqs)s::bigint[], %(key_sizes)s::int[]) AS k (session, key, seq, n)
-                WHERE k.session IN (SELECT name FROM moved) RETURNING 1
-            ), named AS (
-                INSERT INTO {commits} (session, commit_id, seq, n)
-                SELECT c.session, c.commit_id, c.seq, c.n
-                FROM unnest(%(commit_sessions)s::text[], %(commit_ids)s::text[],
-                    %(firsts)s::bigint[], %(sizes)s::int[]) AS c (session, commit_id, seq, n)
-                WHERE c.session IN (SELECT name FROM moved) RETURNING 1
-            )
-            SELECT name, pg_notify(%(channel)s, payload) FROM moved"""
-        ).format(**tables)
-
-        # A rebasing commit moves the count by the batch's length from wherever it is (taking
-        # the row lock), and inserts the batch after the old count; the record is rebuilt
-        # around its new seq (the client sends what follows the seq), and the keys and the
-        # commit id move with it. Its first commit of a session may create the row.
-        rebased = """
-            ), inserted AS (
-                INSERT INTO {events} (session, seq, record)
-                SELECT %(name)s, moved.base + rows.pos - 1,
-                       convert_to('[1,' || (moved.base + rows.pos - 1)::text, 'UTF8') || rows.tail
-                FROM moved, unnest(%(tails)b::bytea[]) WITH ORDINALITY AS rows (tail, pos)
-                RETURNING 1
-            ), keyed AS (
-                INSERT INTO {keys} (session, key, seq, n)
-                SELECT %(name)s, k.key, moved.base + k.seq - %(expected)s, k.n
-                FROM moved, unnest(%(key_names)s::text[], %(key_seqs)s::bigint[],
-                                   %(key_sizes)s::int[]) AS k (key, seq, n)
-                RETURNING 1
-            ), named AS (
-                INSERT INTO {commits} (session, commit_id, seq, n)
-                SELECT %(name)s, %(commit_id)s::text, moved.base, %(n)s FROM moved
-                WHERE %(commit_id)s::text IS NOT NULL
-                RETURNING 1
-            )
-            SELECT base, horizon, pg_notify(%(channel)s, json_build_object(
-                'session', %(name)s::text, 'head', base + %(n)s)::text) FROM moved
-        """
-        # It moves nothing when the session is missing a row between its horizon (or the
-        # caller's count, or a sharing fork's own first seq) and its count: a rebase never
-        # writes past a hole. That count of rows must see what the writers this one waited
-        # for committed, so the row lock is taken by an earlier statement (_lock_row): a
-        # statement's snapshot is taken when it starts, and a subquery in an UPDATE that
-        # waited for the lock would still count with the snapshot from before the wait.
-        self._rebased = sql.SQL(
-            """WITH moved AS (
-                UPDATE {sessions} AS s SET count = s.count + %(n)s,
-                    active = CASE WHEN s.active <= now() - interval '1 second' THEN now()
-                                  ELSE s.active END,
-                    meta = coalesce(%(meta)s::jsonb, s.meta),
-                    meta_seq = CASE WHEN %(meta)s::jsonb IS NULL THEN s.meta_seq
-                                    ELSE s.count + %(meta_offset)s::bigint END
-                WHERE s.name = %(name)s AND s.count >= %(expected)s
-                AND (SELECT count(*) FROM {events} e WHERE e.session = s.name
-                     AND e.seq >= greatest(%(expected)s, s.horizon,
-                                           CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END)
-                     AND e.seq < s.count)
-                    = greatest(0, s.count - greatest(%(expected)s, s.horizon,
-                                           CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END))
-                RETURNING s.count - %(n)s AS base, s.horizon"""
-            + rebased
-        ).format(**tables)
-        # A rebase's first commit of a session makes its row (count 0) if missing, so that
-        # _lock_row always has a row to lock: another writer's first commit is waited for.
-        self._ensure_row = sql.SQL(
-            "INSERT INTO {sessions} (name, count) VALUES (%(name)s, 0)"
-            " ON CONFLICT (name) DO NOTHING"
-        ).format(**tables)
-        self._lock_row = sql.SQL(
-            "SELECT count FROM {sessions} WHERE name = %(name)s FOR UPDATE"
-        ).format(**tables)
-        # Where the rows a refused rebase missed should be: the session's own rows from
-        # max(horizon, the caller's count, a sharing fork's first own seq) to its count.
-        self._held_seqs = sql.SQL(
-            """WITH s AS (
-                SELECT name, count, horizon, greatest(%(expected)s, horizon,
-                       CASE WHEN shares THEN fork_point + 1 ELSE 0 END) AS low
-                FROM {sessions} WHERE name = %(name)s
-            )
-            SELECT s.count, s.horizon, s.low, e.seq FROM s
-            LEFT JOIN {events} e ON e.session = s.name AND e.seq >= s.low
-            ORDER BY e.seq"""
-        ).format(**tables)
-        # Run in the same transaction, after the row lock is taken: a new statement sees what
-        # the writers it waited for committed, and (as the transaction's own) the new rows,
-        # which the bound excludes.
-        self._others = sql.SQL(
-            """SELECT seq, record FROM {events}
-               WHERE session = %(name)s AND seq >= %(expected)s
-               AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s
-               ORDER BY seq"""
-        ).format(**tables)
-        self._others_keys = sql.SQL(
-            """SELECT key, seq, n FROM {keys}
-               WHERE session = %(name)s AND seq >= %(expected)s
-               AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s"""
-        ).format(**tables)
-        self._row_query = sql.SQL(
-            "SELECT count, horizon, parent, fork_point, shares FROM {sessions} WHERE name = %s"
-        ).format(**tables)
-        self._range_query = sql.SQL(
-            "SELECT seq, record FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
-            " ORDER BY seq"
-        ).format(**tables)
+        self._sql = Statements(schema)
 
     def __repr__(self) -> str:
         return f"<PostgresStore {self._redacted()} schema={self.schema!r}>"
@@ -774,7 +565,7 @@ class PostgresStore:
     def _row(
         self, connection: psycopg.Connection[Any], session_id: str, *, lock: str = ""
     ) -> tuple[int, int, str | None, int | None, bool] | None:
-        query = self._row_query if not lock else self._row_query + sql.SQL(" " + lock)
+        query = self._sql.row_query if not lock else self._sql.row_query + sql.SQL(" " + lock)
         found = connection.execute(query, (session_id,)).fetchone()
         return None if found is None else tuple(found)
 
@@ -810,7 +601,9 @@ class PostgresStore:
         for name, low, high in self._ranges(connection, session_id, row):
             if high >= max(low, since):
                 rows.extend(
-                    connection.execute(self._range_query, (name, max(low, since), high)).fetchall()
+                    connection.execute(
+                        self._sql.range_query, (name, max(low, since), high)
+                    ).fetchall()
                 )
         return rows
 
@@ -834,14 +627,14 @@ class PostgresStore:
                 sql.SQL(
                     "SELECT key, seq, n FROM {} WHERE session = %s AND seq >= %s"
                     " AND seq + n - 1 <= %s"
-                ).format(self._keys),
+                ).format(self._sql.keys),
                 (name, max(low, since), high),
             ).fetchall()
             kept += connection.execute(
                 sql.SQL(
                     "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s AND seq <= %s"
                     " ORDER BY seq"
-                ).format(self._kept),
+                ).format(self._sql.kept),
                 (name, low, high),
             ).fetchall()
         return keys, kept
@@ -859,7 +652,7 @@ class PostgresStore:
                     "INSERT INTO {} (session, key, seq, n) SELECT %s, k.key, k.seq, k.n"
                     " FROM unnest(%s::text[], %s::bigint[], %s::int[]) AS k (key, seq, n)"
                     " ON CONFLICT DO NOTHING"
-                ).format(self._keys),
+                ).format(self._sql.keys),
                 (
                     session_id,
                     [key for key, _, _ in keys],
@@ -873,7 +666,7 @@ class PostgresStore:
                     "INSERT INTO {} (session, seq, record) SELECT %s, k.seq, k.record"
                     " FROM unnest(%s::bigint[], %s::bytea[]) AS k (seq, record)"
                     " ON CONFLICT DO NOTHING"
-                ).format(self._kept),
+                ).format(self._sql.kept),
                 (session_id, [seq for seq, _ in kept], [record for _, record in kept]),
             )
         for name, low, high in self._ranges(connection, session_id, row)[:-1]:
@@ -881,11 +674,11 @@ class PostgresStore:
                 sql.SQL(
                     "INSERT INTO {events} (session, seq, record) SELECT %s, seq, record"
                     " FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
-                ).format(events=self._events),
+                ).format(events=self._sql.events),
                 (session_id, name, low, high),
             )
         connection.execute(
-            sql.SQL("UPDATE {} SET shares = false WHERE name = %s").format(self._sessions),
+            sql.SQL("UPDATE {} SET shares = false WHERE name = %s").format(self._sql.sessions),
             (session_id,),
         )
 
@@ -902,7 +695,7 @@ class PostgresStore:
             sql.SQL(
                 "SELECT name FROM {} WHERE parent = %s AND shares AND fork_point >= %s"
                 " ORDER BY name FOR UPDATE"
-            ).format(self._sessions),
+            ).format(self._sql.sessions),
             (session_id, lowest),
         ).fetchall()
         for (child,) in children:
@@ -923,7 +716,7 @@ class PostgresStore:
         _check_since(since)
         query = sql.SQL(
             "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s ORDER BY seq"
-        ).format(self._events)
+        ).format(self._sql.events)
 
         def load() -> list[Event]:
             with (
@@ -933,7 +726,7 @@ class PostgresStore:
                 # between them, and the rows would not fit the count.
                 _pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             ):
-                found = connection.execute(self._row_query, (session_id,))
+                found = connection.execute(self._sql.row_query, (session_id,))
                 own = connection.execute(query, (session_id, since))
                 row = found.fetchone()
                 if row is not None and row[4]:  # a sharing fork: read through its parent
@@ -965,12 +758,12 @@ class PostgresStore:
         _check_since(since)
         events_query = sql.SQL(
             "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s ORDER BY seq"
-        ).format(self._events)
+        ).format(self._sql.events)
         keys_query = sql.SQL("SELECT key, seq, n FROM {} WHERE session = %s AND seq >= %s").format(
-            self._keys
+            self._sql.keys
         )
         kept_query = sql.SQL("SELECT seq, record FROM {} WHERE session = %s ORDER BY seq").format(
-            self._kept
+            self._sql.kept
         )
 
         def read() -> Stored:
@@ -979,7 +772,7 @@ class PostgresStore:
                 self._pool.connection() as connection,
                 _pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             ):
-                found = connection.execute(self._row_query, (session_id,))
+                found = connection.execute(self._sql.row_query, (session_id,))
                 own = connection.execute(events_query, (session_id, since))
                 keyed = connection.execute(keys_query, (session_id, since))
                 aside = connection.execute(kept_query, (session_id,)) if since == 0 else None
@@ -1077,7 +870,7 @@ class PostgresStore:
             "meta": None if metadata is None else metadata[1].decode(),
             "meta_seq": None if metadata is None else metadata[0],
         }
-        statement = self._first_commit if expected_count == 0 else self._commit
+        statement = self._sql.first_commit if expected_count == 0 else self._sql.commit
         # A snapshot, or a horizon to check against the stored one, is committed under the
         # session's row lock (check_commit_state needs the stored horizon).
         locked = bool(dropped) or (horizon is not None and expected_horizon is None)
@@ -1207,7 +1000,7 @@ class PostgresStore:
         common = [
             item
             for item in ordered
-            if item.statement is self._commit
+            if item.statement is self._sql.commit
             and item.parameters["horizon"] is None
             and item.parameters["meta"] is None
         ]
@@ -1222,7 +1015,7 @@ class PostgresStore:
                     with _pipelined(connection, begin="BEGIN"):
                         if common:
                             moving = connection.execute(
-                                self._group_commit, self._group_parameters(common)
+                                self._sql.group_commit, self._group_parameters(common)
                             )
                         cursors = [
                             connection.execute(item.statement, item.parameters) for item in alone
@@ -1369,11 +1162,11 @@ class PostgresStore:
             with _commit_errors(session_id), self._pool.connection() as connection:
                 with _pipelined(connection, begin="BEGIN"):
                     if expected_count == 0:
-                        connection.execute(self._ensure_row, parameters)
-                    connection.execute(self._lock_row, parameters)
-                    counted = connection.execute(self._rebased, parameters)
-                    others = connection.execute(self._others, parameters)
-                    keyed = connection.execute(self._others_keys, parameters)
+                        connection.execute(self._sql.ensure_row, parameters)
+                    connection.execute(self._sql.lock_row, parameters)
+                    counted = connection.execute(self._sql.rebased, parameters)
+                    others = connection.execute(self._sql.others, parameters)
+                    keyed = connection.execute(self._sql.others_keys, parameters)
                 return counted.fetchone(), others.fetchall(), keyed.fetchall()
 
         def refused() -> BaseException:
@@ -1382,7 +1175,7 @@ class PostgresStore:
                 _errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
             ):
-                found = connection.execute(self._held_seqs, parameters).fetchall()
+                found = connection.execute(self._sql.held_seqs, parameters).fetchall()
             if found and found[0][0] >= expected_count:
                 count, horizon, low = found[0][0], found[0][1], found[0][2]
                 check_held(
@@ -1433,7 +1226,7 @@ class PostgresStore:
             StoreError: the database cannot be read.
         """
         query = sql.SQL("SELECT seq, n FROM {} WHERE session = %s AND commit_id = %s").format(
-            self._commits
+            self._sql.commits
         )
 
         def committed() -> tuple[int, int] | None:
@@ -1458,7 +1251,7 @@ class PostgresStore:
             " parent = excluded.parent, fork_point = excluded.fork_point, shares = true,"
             " meta = excluded.meta, meta_seq = excluded.meta_seq, created = now(), active = now()"
             " WHERE {}.count = 0 RETURNING 1"
-        ).format(self._sessions, self._sessions)
+        ).format(self._sql.sessions, self._sql.sessions)
 
         def fork() -> None:
             with (
@@ -1488,10 +1281,10 @@ class PostgresStore:
             "SELECT s.name, s.count, s.horizon, s.parent, s.fork_point, s.shares,"
             " (SELECT count(*) FROM {events} e WHERE e.session = s.name)"
             ' FROM {sessions} s WHERE s.count > 0 ORDER BY s.name COLLATE "C"'
-        ).format(sessions=self._sessions, events=self._events)
+        ).format(sessions=self._sql.sessions, events=self._sql.events)
         count_range = sql.SQL(
             "SELECT count(*) FROM {} WHERE session = %s AND seq >= %s AND seq <= %s"
-        ).format(self._events)
+        ).format(self._sql.events)
 
         def sessions() -> list[SessionInfo]:
             infos = []
@@ -1521,7 +1314,7 @@ class PostgresStore:
         current one unless it changed after ``at``; then the newest metadata event up to
         ``at``, read back from ``at`` (metadata events are rare: the rare, slow case)."""
         found = connection.execute(
-            sql.SQL("SELECT meta, meta_seq FROM {} WHERE name = %s").format(self._sessions),
+            sql.SQL("SELECT meta, meta_seq FROM {} WHERE name = %s").format(self._sql.sessions),
             (session_id,),
         ).fetchone()
         assert found is not None
@@ -1637,7 +1430,7 @@ class PostgresStore:
         statement = sql.SQL(
             "SELECT name, count, parent, meta, created, active FROM {} WHERE {}"
             " ORDER BY {} {}, name {} LIMIT %s"
-        ).format(self._sessions, sql.SQL(" AND ").join(clauses), column, direction, direction)
+        ).format(self._sql.sessions, sql.SQL(" AND ").join(clauses), column, direction, direction)
         return statement, parameters
 
     async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
@@ -1646,7 +1439,7 @@ class PostgresStore:
         :class:`~nous_session.stores.base.ListingStore`)."""
         self._check_writable()
         check = sql.SQL("SELECT count, active FROM {} WHERE name = %s FOR UPDATE").format(
-            self._sessions
+            self._sql.sessions
         )
 
         def delete() -> bool:
@@ -1661,12 +1454,12 @@ class PostgresStore:
                 row = self._row(connection, session_id)
                 assert row is not None
                 self._release_shared(connection, session_id, row, 0)
-                for table in (self._events, self._keys, self._commits, self._kept):
+                for table in (self._sql.events, self._sql.keys, self._sql.commits, self._sql.kept):
                     connection.execute(
                         sql.SQL("DELETE FROM {} WHERE session = %s").format(table), (session_id,)
                     )
                 connection.execute(
-                    sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sessions),
+                    sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sql.sessions),
                     (session_id,),
                 )
                 return True
@@ -1688,12 +1481,12 @@ class PostgresStore:
                 if row is None:
                     return False
                 self._release_shared(connection, session_id, row, 0)
-                for table in (self._events, self._keys, self._commits, self._kept):
+                for table in (self._sql.events, self._sql.keys, self._sql.commits, self._sql.kept):
                     connection.execute(
                         sql.SQL("DELETE FROM {} WHERE session = %s").format(table), (session_id,)
                     )
                 connection.execute(
-                    sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sessions),
+                    sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sql.sessions),
                     (session_id,),
                 )
                 return True
@@ -1780,7 +1573,7 @@ class PostgresStore:
             self._check_writable()
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
             raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
-        tables = {"events": self._events, "kept": self._kept}  # (an Identifier cannot hash)
+        tables = {"events": self._sql.events, "kept": self._sql.kept}  # (an Identifier cannot hash)
         select = {
             name: sql.SQL("SELECT record FROM {} WHERE session = %s AND seq = %s").format(table)
             for name, table in tables.items()
@@ -1792,11 +1585,13 @@ class PostgresStore:
         children = sql.SQL(
             "SELECT name, fork_point FROM {} WHERE parent = %s AND fork_point IS NOT NULL"
             " ORDER BY name FOR SHARE"
-        ).format(self._sessions)
-        own_kept = sql.SQL("SELECT seq FROM {} WHERE session = %s AND seq >= %s").format(self._kept)
+        ).format(self._sql.sessions)
+        own_kept = sql.SQL("SELECT seq FROM {} WHERE session = %s AND seq >= %s").format(
+            self._sql.kept
+        )
         forget_meta = sql.SQL(
             "UPDATE {} SET meta = %s::jsonb WHERE name = %s AND meta_seq = %s"
-        ).format(self._sessions)
+        ).format(self._sql.sessions)
 
         def erase() -> tuple[Erasure, str]:
             with (
@@ -1944,7 +1739,7 @@ class PostgresStore:
             )
             try:
                 connection.execute(
-                    sql.SQL(verb + " VERBOSE {}, {}").format(self._events, self._kept)
+                    sql.SQL(verb + " VERBOSE {}, {}").format(self._sql.events, self._sql.kept)
                 )
             except psycopg.errors.LockNotAvailable:
                 done.append(

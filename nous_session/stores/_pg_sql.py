@@ -1,0 +1,229 @@
+"""The SQL a :class:`~nous_session.stores.postgres.PostgresStore` sends, built once per
+schema: the tables' identifiers and the statements of its commits and reads."""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+__all__ = ["Statements"]
+
+
+class Statements:
+    """The tables of one schema and the statements a store runs against them.
+
+    Args:
+        schema: the schema the tables are in (a plain identifier, checked by the store).
+    """
+
+    def __init__(self, schema: str) -> None:
+        self.events = sql.Identifier(schema, "nous_events")
+        self.sessions = sql.Identifier(schema, "nous_sessions")
+        self.keys = sql.Identifier(schema, "nous_keys")
+        self.commits = sql.Identifier(schema, "nous_commits")
+        self.kept = sql.Identifier(schema, "nous_kept")
+        tables = {
+            "sessions": self.sessions,
+            "events": self.events,
+            "keys": self.keys,
+            "commits": self.commits,
+            "kept": self.kept,
+        }
+        # A commit is one statement, atomic by itself (the pool's connections autocommit):
+        # move the session's count from the expected value (and check its horizon), and only
+        # if that matched, keep aside and delete the dropped rows, insert the new ones, record
+        # the keys and the commit id, and notify. A concurrent writer's UPDATE waits for the
+        # row and then finds the count moved, so it changes nothing: a conflict. The row lock
+        # is held for this one statement, never across round trips. A key or commit id that
+        # exists already fails the statement as a whole (a unique violation).
+        writes = """
+            , kept AS (
+                INSERT INTO {kept} (session, seq, record)
+                SELECT session, seq, record FROM {events}
+                WHERE session = %(name)s AND seq = ANY(%(kept)s) AND EXISTS (SELECT 1 FROM moved)
+                RETURNING 1
+            ), dropped AS (
+                DELETE FROM {events} WHERE session = %(name)s AND seq = ANY(%(dropped)s)
+                AND EXISTS (SELECT 1 FROM moved) RETURNING 1
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record)
+                SELECT %(name)s, seq, record
+                FROM unnest(%(seqs)s::bigint[], %(records)b::bytea[]) AS rows (seq, record)
+                WHERE EXISTS (SELECT 1 FROM moved) RETURNING 1
+            ), keyed AS (
+                INSERT INTO {keys} (session, key, seq, n)
+                SELECT %(name)s, k.key, k.seq, k.n
+                FROM unnest(%(key_names)s::text[], %(key_seqs)s::bigint[], %(key_sizes)s::int[])
+                    AS k (key, seq, n)
+                WHERE EXISTS (SELECT 1 FROM moved) RETURNING 1
+            ), named AS (
+                INSERT INTO {commits} (session, commit_id, seq, n)
+                SELECT %(name)s, %(commit_id)s::text, %(first)s, %(size)s
+                WHERE %(commit_id)s::text IS NOT NULL AND EXISTS (SELECT 1 FROM moved)
+                RETURNING 1
+            )
+            SELECT pg_notify(%(channel)s, %(payload)s) FROM moved
+        """
+        self.commit = sql.SQL(
+            """WITH moved AS (
+                UPDATE {sessions} SET count = %(count)s, horizon = coalesce(%(horizon)s, horizon),
+                    active = CASE WHEN %(size)s > 0 AND active <= now() - interval '1 second'
+                        THEN now() ELSE active END,
+                    meta = coalesce(%(meta)s::jsonb, meta),
+                    meta_seq = coalesce(%(meta_seq)s::bigint, meta_seq)
+                WHERE name = %(name)s AND count = %(expected)s
+                AND (%(expected_horizon)s::bigint IS NULL OR horizon = %(expected_horizon)s)
+                RETURNING name
+            )"""
+            + writes
+        ).format(**tables)
+        # The first commit of a session creates its row, unless another writer just did.
+        self.first_commit = sql.SQL(
+            """WITH moved AS (
+                INSERT INTO {sessions} AS s (name, count, horizon, meta, meta_seq)
+                VALUES (%(name)s, %(count)s, coalesce(%(horizon)s, 0), %(meta)s::jsonb,
+                        %(meta_seq)s::bigint)
+                ON CONFLICT (name) DO UPDATE SET count = excluded.count,
+                    active = greatest(s.active, now()), meta = coalesce(excluded.meta, s.meta),
+                    meta_seq = coalesce(excluded.meta_seq, s.meta_seq)
+                WHERE s.count = 0
+                AND (%(expected_horizon)s::bigint IS NULL OR s.horizon = %(expected_horizon)s)
+                RETURNING name
+            )"""
+            + writes
+        ).format(**tables)
+
+        # Many sessions' common commits (each to an existing session, dropping nothing) as one
+        # statement: the sessions' rows locked in name order (two groups cannot deadlock), each
+        # count moved from its expected value, and only for the sessions that matched, their
+        # rows, keys and commit ids inserted and a NOTIFY sent. The names of the sessions that
+        # moved come back; a session missing from them had a count or horizon conflict.
+        self.group_commit = sql.SQL(
+            """WITH v AS (
+                SELECT * FROM unnest(%(names)s::text[], %(expected)s::bigint[],
+                    %(counts)s::bigint[], %(expected_horizons)s::bigint[], %(payloads)s::text[])
+                    AS v (name, expected, count, expected_horizon, payload)
+            ), locked AS (
+                SELECT name FROM {sessions} WHERE name = ANY(%(names)s::text[])
+                ORDER BY name FOR UPDATE
+            ), moved AS (
+                UPDATE {sessions} AS s SET count = v.count, active = CASE
+                    WHEN v.count > v.expected AND s.active <= now() - interval '1 second'
+                    THEN now() ELSE s.active END
+                FROM v JOIN locked USING (name)
+                WHERE s.name = v.name AND s.count = v.expected
+                AND (v.expected_horizon IS NULL OR s.horizon = v.expected_horizon)
+                RETURNING s.name, v.payload
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record)
+                SELECT e.session, e.seq, e.record
+                FROM unnest(%(event_sessions)s::text[], %(seqs)s::bigint[],
+                    %(records)b::bytea[]) AS e (session, seq, record)
+                WHERE e.session IN (SELECT name FROM moved) RETURNING 1
+            ), keyed AS (
+                INSERT INTO {keys} (session, key, seq, n)
+                SELECT k.session, k.key, k.seq, k.n
+                FROM unnest(%(key_sessions)s::text[], %(key_names)s::text[],
+                    %(key_seqs)s::bigint[], %(key_sizes)s::int[]) AS k (session, key, seq, n)
+                WHERE k.session IN (SELECT name FROM moved) RETURNING 1
+            ), named AS (
+                INSERT INTO {commits} (session, commit_id, seq, n)
+                SELECT c.session, c.commit_id, c.seq, c.n
+                FROM unnest(%(commit_sessions)s::text[], %(commit_ids)s::text[],
+                    %(firsts)s::bigint[], %(sizes)s::int[]) AS c (session, commit_id, seq, n)
+                WHERE c.session IN (SELECT name FROM moved) RETURNING 1
+            )
+            SELECT name, pg_notify(%(channel)s, payload) FROM moved"""
+        ).format(**tables)
+
+        # A rebasing commit moves the count by the batch's length from wherever it is (taking
+        # the row lock), and inserts the batch after the old count; the record is rebuilt
+        # around its new seq (the client sends what follows the seq), and the keys and the
+        # commit id move with it. Its first commit of a session may create the row.
+        rebased = """
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record)
+                SELECT %(name)s, moved.base + rows.pos - 1,
+                       convert_to('[1,' || (moved.base + rows.pos - 1)::text, 'UTF8') || rows.tail
+                FROM moved, unnest(%(tails)b::bytea[]) WITH ORDINALITY AS rows (tail, pos)
+                RETURNING 1
+            ), keyed AS (
+                INSERT INTO {keys} (session, key, seq, n)
+                SELECT %(name)s, k.key, moved.base + k.seq - %(expected)s, k.n
+                FROM moved, unnest(%(key_names)s::text[], %(key_seqs)s::bigint[],
+                                   %(key_sizes)s::int[]) AS k (key, seq, n)
+                RETURNING 1
+            ), named AS (
+                INSERT INTO {commits} (session, commit_id, seq, n)
+                SELECT %(name)s, %(commit_id)s::text, moved.base, %(n)s FROM moved
+                WHERE %(commit_id)s::text IS NOT NULL
+                RETURNING 1
+            )
+            SELECT base, horizon, pg_notify(%(channel)s, json_build_object(
+                'session', %(name)s::text, 'head', base + %(n)s)::text) FROM moved
+        """
+        # It moves nothing when the session is missing a row between its horizon (or the
+        # caller's count, or a sharing fork's own first seq) and its count: a rebase never
+        # writes past a hole. That count of rows must see what the writers this one waited
+        # for committed, so the row lock is taken by an earlier statement (_lock_row): a
+        # statement's snapshot is taken when it starts, and a subquery in an UPDATE that
+        # waited for the lock would still count with the snapshot from before the wait.
+        self.rebased = sql.SQL(
+            """WITH moved AS (
+                UPDATE {sessions} AS s SET count = s.count + %(n)s,
+                    active = CASE WHEN s.active <= now() - interval '1 second' THEN now()
+                                  ELSE s.active END,
+                    meta = coalesce(%(meta)s::jsonb, s.meta),
+                    meta_seq = CASE WHEN %(meta)s::jsonb IS NULL THEN s.meta_seq
+                                    ELSE s.count + %(meta_offset)s::bigint END
+                WHERE s.name = %(name)s AND s.count >= %(expected)s
+                AND (SELECT count(*) FROM {events} e WHERE e.session = s.name
+                     AND e.seq >= greatest(%(expected)s, s.horizon,
+                                           CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END)
+                     AND e.seq < s.count)
+                    = greatest(0, s.count - greatest(%(expected)s, s.horizon,
+                                           CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END))
+                RETURNING s.count - %(n)s AS base, s.horizon"""
+            + rebased
+        ).format(**tables)
+        # A rebase's first commit of a session makes its row (count 0) if missing, so that
+        # _lock_row always has a row to lock: another writer's first commit is waited for.
+        self.ensure_row = sql.SQL(
+            "INSERT INTO {sessions} (name, count) VALUES (%(name)s, 0)"
+            " ON CONFLICT (name) DO NOTHING"
+        ).format(**tables)
+        self.lock_row = sql.SQL(
+            "SELECT count FROM {sessions} WHERE name = %(name)s FOR UPDATE"
+        ).format(**tables)
+        # Where the rows a refused rebase missed should be: the session's own rows from
+        # max(horizon, the caller's count, a sharing fork's first own seq) to its count.
+        self.held_seqs = sql.SQL(
+            """WITH s AS (
+                SELECT name, count, horizon, greatest(%(expected)s, horizon,
+                       CASE WHEN shares THEN fork_point + 1 ELSE 0 END) AS low
+                FROM {sessions} WHERE name = %(name)s
+            )
+            SELECT s.count, s.horizon, s.low, e.seq FROM s
+            LEFT JOIN {events} e ON e.session = s.name AND e.seq >= s.low
+            ORDER BY e.seq"""
+        ).format(**tables)
+        # Run in the same transaction, after the row lock is taken: a new statement sees what
+        # the writers it waited for committed, and (as the transaction's own) the new rows,
+        # which the bound excludes.
+        self.others = sql.SQL(
+            """SELECT seq, record FROM {events}
+               WHERE session = %(name)s AND seq >= %(expected)s
+               AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s
+               ORDER BY seq"""
+        ).format(**tables)
+        self.others_keys = sql.SQL(
+            """SELECT key, seq, n FROM {keys}
+               WHERE session = %(name)s AND seq >= %(expected)s
+               AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s"""
+        ).format(**tables)
+        self.row_query = sql.SQL(
+            "SELECT count, horizon, parent, fork_point, shares FROM {sessions} WHERE name = %s"
+        ).format(**tables)
+        self.range_query = sql.SQL(
+            "SELECT seq, record FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
+            " ORDER BY seq"
+        ).format(**tables)
