@@ -119,6 +119,8 @@ PEERS = (
     # Ours again, through the openai-agents adapter (issue 12): never counted as a peer.
     System("ours-openai-agents", "ours_agents_peer", ("nous_session", "openai-agents")),
     System("ours-openai-agents-loop", "ours_agents_loop_peer", ("nous_session", "openai-agents")),
+    # Ours through a Sessions registry (`await sessions.get(id)` before every append).
+    System("ours-sessions", "ours_sessions_peer", ("nous_session",)),
 )
 
 _broken: dict[str, str] = {}

@@ -69,6 +69,7 @@ from nous_session import Message
 
 ISSUE_6 = "issue 6"
 ISSUE_11 = "issue 11"
+ISSUE_20 = "issue 20"
 MAX_ROUNDS = 3
 US = 1e6
 MS = 1e3
@@ -277,6 +278,7 @@ def _sequential_measurements(
                 note=f"ours / the best peer ({peer}), msg/s, per round." + _missing_note(),
             )
         )
+    out.extend(_our_ways(prefix, {k: v["rate"] for k, v in rows.items()}))
     if "bytes" in rows["ours"] and rows["ours"]["bytes"]:
         out.append(measure(f"{prefix}.ours_bytes_per_message", "B/msg", rows["ours"]["bytes"]))
 
@@ -345,6 +347,45 @@ def _sequential_measurements(
                 "(store.load(since=count - 10))",
             )
         )
+    return out
+
+
+def _our_ways(
+    prefix: str, rates: dict[str, list[float]], *, best_target: float | None = None
+) -> list[Measurement]:
+    """Ours the other ways (through ``Sessions``, through the openai-agents adapter) against
+    the best peer of the same rounds, and the adapter against the SDK session it replaces."""
+    out: list[Measurement] = []
+    best = _best(rates, higher_is_better=True)
+    for name, samples in rates.items():
+        if not name.startswith("ours-") or not samples:
+            continue
+        if best is not None:
+            peer, peer_samples = best
+            out.append(
+                ratio(
+                    f"{prefix}.{name}_vs_best",
+                    samples,
+                    peer_samples,
+                    target=None
+                    if best_target is None or name != "ours-sessions"
+                    else Target(">=", best_target, ISSUE_20),
+                    informational=best_target is None or name != "ours-sessions",
+                    note=f"{name} / the best peer ({peer}), msg/s, per round",
+                )
+            )
+        sdk = rates.get("openai-agents")
+        if name.startswith("ours-openai-agents") and sdk:
+            out.append(
+                ratio(
+                    f"{prefix}.{name}_vs_openai_agents",
+                    samples,
+                    sdk,
+                    target=Target(">=", 1.5, ISSUE_20) if name == "ours-openai-agents" else None,
+                    informational=name != "ours-openai-agents",
+                    note=f"{name} (NousSession) / the SDK's SQLiteSession, msg/s, per round",
+                )
+            )
     return out
 
 
@@ -878,6 +919,11 @@ def sessions_at_once(ctx: Context) -> list[Measurement]:
                 note=f"ours / the best peer's ({peer}) acknowledged rate" + _missing_note(),
             )
         )
+    out.extend(
+        _our_ways(
+            "peers.sessions_at_once", {k: v["rate"] for k, v in rows.items()}, best_target=5
+        )
+    )
     return out
 
 
