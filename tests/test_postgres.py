@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, aclosing
+from typing import Any
 
 import anyio
 import pytest
@@ -151,6 +152,28 @@ def test_sigkill_mid_batch_leaves_no_partial_batch_and_loses_nothing(schema: str
         assert acknowledged <= set(seqs), "nothing acknowledged is lost"
         count = sql(f"SELECT count FROM {schema}.nous_sessions WHERE name = 'crashy'")[0][0]
         assert count == len(seqs), "the stored count matches the rows: no partial batch"
+
+
+@pytest.mark.anyio
+async def test_a_read_whose_store_failed_to_open_opens_it_again(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Opening lost its connection while it set up the schema (as when a fault test or the
+    # server cut it): the read tries again, and the pool that never opened is not checked
+    # (that raised AttributeError from psycopg_pool, not a StoreError).
+    migrate = PostgresStore._migrate
+    failures = []
+
+    def flaky(self: PostgresStore, connection: Any) -> None:
+        if not failures:
+            failures.append(True)
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        migrate(self, connection)
+
+    monkeypatch.setattr(PostgresStore, "_migrate", flaky)
+    async with PostgresStore(URL, schema=schema) as store:
+        assert list(await store.load("s")) == []
+        assert failures == [True]
 
 
 @pytest.mark.anyio

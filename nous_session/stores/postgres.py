@@ -456,7 +456,8 @@ class PostgresStore:
         except StoreError as error:
             if not isinstance(error.__cause__, psycopg.OperationalError):
                 raise
-            await anyio.to_thread.run_sync(self._pool.check)
+            if self._opened:  # else the pool never opened (opening failed): nothing to check
+                await anyio.to_thread.run_sync(self._pool.check)
             return await self._run(function)
 
     def _open(self) -> None:
