@@ -71,6 +71,7 @@ ISSUE_6 = "issue 6"
 ISSUE_11 = "issue 11"
 ISSUE_20 = "issue 20"
 MAX_ROUNDS = 3
+SEQUENTIAL_ROUNDS = 5  # the one-session figures: medians of >= 5 interleaved rounds
 US = 1e6
 MS = 1e3
 
@@ -164,7 +165,7 @@ async def _sequential(ctx: Context, kind: str) -> dict[str, dict[str, list[float
     }
     out["ours"]["bytes"] = []
     with _Scratch() as scratch:
-        for round_index in range(_rounds(ctx)):
+        for round_index in range(_rounds(ctx, SEQUENTIAL_ROUNDS)):
             for system, opener in _order(systems, round_index):
                 backend: Backend = await _open(opener, kind, scratch, system.name)
                 ours = system is OURS
