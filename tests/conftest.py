@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from contextlib import suppress
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -52,13 +52,26 @@ def _database_per_worker() -> None:
     from psycopg import sql
 
     parts = urlsplit(url)
-    name = f"{parts.path.lstrip('/') or 'postgres'}_{worker}"
-    with psycopg.connect(url, autocommit=True) as connection:
-        found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-        if found.fetchone() is None:
-            with suppress(psycopg.errors.DuplicateDatabase):
-                connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    os.environ["NOUS_SESSION_TEST_POSTGRES"] = urlunsplit(parts._replace(path=f"/{name}"))
+    if parts.scheme not in ("postgresql", "postgres") or "dbname=" in parts.query:
+        raise pytest.UsageError(
+            "NOUS_SESSION_TEST_POSTGRES: under pytest-xdist the tests need a postgresql:// URL"
+            " that names its database in the path (each worker uses a copy of its own);"
+            " or run in one process (TEST_WORKERS=0, or pytest without -n)"
+        )
+    name = f"{unquote(parts.path.lstrip('/')) or 'postgres'}_{worker}"
+    try:
+        with psycopg.connect(url, autocommit=True) as connection:
+            found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if found.fetchone() is None:
+                with suppress(psycopg.errors.DuplicateDatabase):
+                    connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as error:
+        raise pytest.UsageError(
+            f"NOUS_SESSION_TEST_POSTGRES: cannot create the database {name!r} for xdist"
+            f" worker {worker} ({error}); grant the role CREATEDB, or run in one process"
+            " (TEST_WORKERS=0, or pytest without -n)"
+        ) from None
+    os.environ["NOUS_SESSION_TEST_POSTGRES"] = urlunsplit(parts._replace(path=f"/{quote(name)}"))
 
 
 @pytest.fixture(scope="session")

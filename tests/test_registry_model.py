@@ -480,7 +480,8 @@ def _step_summary(tallies: Tallies) -> Iterator[None]:
     before = dict(STEPS)
     yield
     tallies.add(
-        f"registry model ({'ci' if CI else 'dev'} profile): {{registry}} registry steps,"
+        f"registry model ({os.environ.get('HYPOTHESIS_PROFILE', 'dev')} profile):"
+        " {registry} registry steps,"
         " {portal} portal steps",
         **{kind: STEPS[kind] - before[kind] for kind in STEPS},
     )

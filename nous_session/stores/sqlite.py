@@ -49,7 +49,7 @@ import threading
 import time
 import warnings
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from operator import itemgetter
 from pathlib import Path
@@ -222,6 +222,14 @@ _ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares"
 def _make_row(found: Sequence[Any]) -> _Row:
     sid, count, held, horizon, parent, fork_point, shares = found
     return _Row(sid, count, held, horizon, parent, fork_point, bool(shares))
+
+
+def _end_read(connection: sqlite3.Connection) -> None:
+    """End a read transaction a failed query left open, keeping the query's error (a ROLLBACK
+    that fails too is not what the caller needs to hear)."""
+    if connection.in_transaction:
+        with suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
 
 
 def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
@@ -593,8 +601,10 @@ class SQLiteStore:
                 try:
                     row = _row(connection, session_id)
                     rows = [] if row is None else _rows(connection, row, since)
-                finally:
-                    connection.execute("COMMIT")
+                except BaseException:
+                    _end_read(connection)
+                    raise
+                connection.execute("COMMIT")
             if row is not None:
                 check_held(
                     session_id,
@@ -625,6 +635,7 @@ class SQLiteStore:
                 try:
                     row = _row(connection, session_id)
                     if row is None:
+                        connection.execute("COMMIT")
                         return Stored((), 0)
                     rows = _rows(connection, row, since)
                     keys = connection.execute(
@@ -644,8 +655,10 @@ class SQLiteStore:
                         keys = inherited + keys  # the fork's own keys come after
                         if since == 0:
                             kept = sorted(inherited_kept + kept)
-                finally:
-                    connection.execute("COMMIT")
+                except BaseException:
+                    _end_read(connection)
+                    raise
+                connection.execute("COMMIT")
             check_held(
                 session_id,
                 rows,
