@@ -95,8 +95,6 @@ from nous_session.metadata import (
     latest_metadata,
 )
 from nous_session.stores._listener import KEEPALIVE, Listener
-from nous_session.stores._pg_erasure import scrub_tables
-from nous_session.stores._pg_sql import Statements
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -120,6 +118,10 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
         "the PostgreSQL store needs psycopg 3 and psycopg-pool: "
         "pip install 'nous_session[postgres]'"
     ) from error
+
+# After the check above: these import psycopg too.
+from nous_session.stores._pg_erasure import scrub_tables
+from nous_session.stores._pg_sql import Statements
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
