@@ -61,7 +61,7 @@ async def test_a_session_that_lost_to_another_writer_fails_only_its_own_batch(
         ]
         for session in sessions:  # every session exists before the rounds
             await session.append("user_message", {"content": "hello"})
-        transactions, commits = store._group_transactions, store._group_commits_sent
+        transactions, commits = store._groups.transactions, store._groups.commits_sent
         for round_index in range(ROUNDS):
             victim = sessions[(round_index * 5) % SESSIONS]
             stored = await other.load(victim.session_id)
@@ -76,8 +76,8 @@ async def test_a_session_that_lost_to_another_writer_fails_only_its_own_batch(
                 assert outcomes[session_id] == seq, (session_id, outcomes[session_id])
             assert victim.log.count == len(stored) + 1  # caught up: a retry lands
             await victim.append("user_message", {"content": f"retry {round_index}"})
-        grouped = store._group_commits_sent - commits
-        assert store._group_transactions - transactions < grouped  # rounds shared transactions
+        grouped = store._groups.commits_sent - commits
+        assert store._groups.transactions - transactions < grouped  # rounds shared transactions
         assert grouped >= ROUNDS * (SESSIONS - 1)
         for session in sessions:  # memory equals the database, event for event, byte for byte
             stored_events = await other.load(session.session_id)
@@ -119,7 +119,7 @@ async def test_a_unique_violation_fails_only_its_session_of_the_group(schema: st
 async def test_one_round_of_commits_is_one_transaction(schema: str) -> None:
     """Commits sent by tasks the loop runs together go out as one group, and land."""
     async with PostgresStore(URL, schema=schema) as store:
-        transactions, commits = store._group_transactions, store._group_commits_sent
+        transactions, commits = store._groups.transactions, store._groups.commits_sent
 
         async def commit(index: int) -> None:
             event = make_event(0, "user_message", {"content": f"first of {index}"})
@@ -128,8 +128,8 @@ async def test_one_round_of_commits_is_one_transaction(schema: str) -> None:
         async with anyio.create_task_group() as task_group:
             for index in range(SESSIONS):
                 task_group.start_soon(commit, index)
-        assert store._group_transactions - transactions == 1
-        assert store._group_commits_sent - commits == SESSIONS
+        assert store._groups.transactions - transactions == 1
+        assert store._groups.commits_sent - commits == SESSIONS
         assert sorted((i.session_id, i.count) for i in await store.sessions()) == [
             (f"s{index:02d}", 1) for index in range(SESSIONS)
         ]
@@ -150,7 +150,7 @@ async def test_keys_and_commit_ids_of_a_shared_transaction_are_each_sessions_own
         ]
         for session in sessions:
             await session.append("user_message", {"content": "hello"})
-        transactions = store._group_transactions
+        transactions = store._groups.transactions
         first: dict[str, int] = {}
 
         async def keyed(session: SessionActor) -> None:
@@ -160,7 +160,7 @@ async def test_keys_and_commit_ids_of_a_shared_transaction_are_each_sessions_own
         async with anyio.create_task_group() as task_group:
             for session in sessions:
                 task_group.start_soon(keyed, session)
-        assert store._group_transactions > transactions
+        assert store._groups.transactions > transactions
         assert first == {s.session_id: 1 for s in sessions}
     with psycopg.connect(URL, autocommit=True) as connection:
         keys = connection.execute(
@@ -215,7 +215,7 @@ def test_two_stores_grouping_commits_to_the_same_sessions_lose_and_duplicate_not
                 for actor in actors:
                     task_group.start_soon(produce, actor)
             acked[name] = got
-            grouped[name] = store._group_transactions
+            grouped[name] = store._groups.transactions
 
     def run(name: str) -> None:
         try:

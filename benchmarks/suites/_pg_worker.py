@@ -251,7 +251,7 @@ async def many(url: str, schema: str, name: str, sessions: int, writes: int, poo
             go.set()
         cpu = time.process_time() - cpu
         finished = last[0]
-        transactions, sent = store._group_transactions, store._group_commits_sent
+        transactions, sent = store._groups.transactions, store._groups.commits_sent
     say(
         "result "
         + json.dumps(

@@ -49,12 +49,10 @@ does exactly that. The pool replaces broken connections.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from operator import itemgetter
 from types import MappingProxyType, TracebackType
@@ -82,7 +80,6 @@ from nous_session.erasure import (
 from nous_session.errors import (
     ConflictError,
     CorruptRecordError,
-    OutcomeUnknownError,
     StoreError,
 )
 from nous_session.event import Event, EventType
@@ -121,6 +118,13 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 # After the check above: these import psycopg too.
 from nous_session.stores._pg_erasure import scrub_tables
+from nous_session.stores._pg_errors import (
+    commit_errors,
+    errors,
+    one_line,
+    pipelined,
+)
+from nous_session.stores._pg_group import GroupCommits, Grouped
 from nous_session.stores._pg_sql import Statements
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
@@ -215,104 +219,6 @@ def _tail(event: Event) -> bytes:
     return record[len(head) :]
 
 
-@contextmanager
-def _errors(what: str) -> Iterator[None]:
-    """Translate psycopg's errors, in the one place this store does it.
-
-    A clash on a primary key (another writer holds one of these seqs) is a ConflictError; any
-    other database error a StoreError that says what failed (``what``) and why.
-    """
-    try:
-        yield
-    except psycopg.errors.UniqueViolation as error:
-        raise ConflictError(
-            f"{what}: another writer holds one of these seqs ({_describe(error)})"
-        ) from error
-    except psycopg.Error as error:
-        raise StoreError(f"{what}: {_describe(error)}") from error
-
-
-@contextmanager
-def _pipelined(
-    connection: psycopg.Connection[Any], *, begin: str | None = None
-) -> Iterator[psycopg.Pipeline]:
-    """``connection.pipeline()``, raising a failed statement's error once, and quietly; with
-    ``begin`` (``"BEGIN"``, or one with an isolation level), the block's statements are one
-    transaction, committed in the same round trip.
-
-    In pipeline mode psycopg raises a failed statement's error at whichever call next reads
-    results (an execute, a fetch, a ``transaction()``'s exit), and the server aborts every
-    statement queued after it. A block left with those still unread syncs them on its way
-    out, fails again ("pipeline aborted"), and psycopg logs ``error ignored terminating
-    <psycopg.Pipeline ...>`` on its logger: on stderr, for an application that configured no
-    logging, at every taken key or deadlock. ``connection.transaction()`` inside a pipeline
-    opens pipelines of its own around the block, which log the same way when the error
-    surfaces inside it or at its COMMIT. So the transaction is plain BEGIN and COMMIT
-    statements in this one pipeline; an error in the block first reads what the aborted
-    statements left, and a failed transaction is rolled back after the pipeline, once.
-    """
-    try:
-        with connection.pipeline() as pipeline:
-            try:
-                if begin is not None:
-                    connection.execute(begin)
-                yield pipeline
-                if begin is not None:
-                    connection.execute("COMMIT")
-            except psycopg.Error:
-                if not connection.broken:
-                    with suppress(psycopg.Error):  # the aborted statements' "pipeline aborted"
-                        pipeline.sync()
-                raise
-    except BaseException:
-        if (
-            begin is not None
-            and not connection.broken
-            and connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
-        ):
-            connection.rollback()
-        raise
-
-
-@contextmanager
-def _commit_errors(session_id: str) -> Iterator[None]:
-    """As :func:`_errors`, except that losing the connection makes the outcome unknown: the
-    server may have committed before the reply was lost."""
-    what = f"commit to session {session_id!r} failed"
-    try:
-        with _errors(what):
-            yield
-    except StoreError as error:
-        cause = error.__cause__
-        if isinstance(cause, psycopg.OperationalError) and not isinstance(
-            cause, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable
-        ):
-            raise OutcomeUnknownError(
-                f"commit to session {session_id!r}: the connection was lost"
-                f" ({_describe(cause)}); it may or may not have landed"
-            ) from cause
-        raise
-
-
-def _commit_failure(session_id: str, error: psycopg.Error) -> BaseException:
-    """What :func:`_commit_errors` makes of ``error`` for a commit to ``session_id``."""
-    try:
-        with _commit_errors(session_id):
-            raise error
-    except (StoreError, OutcomeUnknownError) as failure:
-        return failure
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {str(error).strip()}"
-
-
-def _one_line(error: BaseException) -> str:
-    """An error as one line: libpq's messages span several."""
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"
-
-
 def _check_since(since: object) -> None:
     if not isinstance(since, int) or isinstance(since, bool) or since < 0:
         raise ValueError(f"since must be an int >= 0, got {since!r}")
@@ -320,30 +226,6 @@ def _check_since(since: object) -> None:
 
 class _Unmatched(Exception):
     """Internal: the commit statement matched no session row (a count or horizon conflict)."""
-
-
-class _Grouped:
-    """One commit waiting in a round of grouped commits (see :meth:`PostgresStore._grouped`).
-
-    The round's first caller runs the group and sets ``done``; ``error`` is what its caller
-    raises (None: the commit landed).
-    """
-
-    __slots__ = ("done", "error", "parameters", "rows", "session_id", "statement")
-
-    def __init__(
-        self,
-        session_id: str,
-        statement: sql.Composed,
-        parameters: dict[str, Any],
-        rows: list[Event],
-    ) -> None:
-        self.session_id = session_id
-        self.statement = statement
-        self.parameters = parameters
-        self.rows = rows
-        self.done = anyio.Event()
-        self.error: BaseException | None = None
 
 
 class PostgresStore:
@@ -414,23 +296,16 @@ class PostgresStore:
             name=f"nous_session[{schema}]",
         )
         self._limiter: anyio.CapacityLimiter | None = None
-        # The slots of group transactions in flight (see _groups_in_flight).
-        self._group_slots: anyio.CapacityLimiter | None = None
         self._max_size = max_size
         # The LISTEN connection and thread that every watch of this store shares.
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
-        # Commits sent in one round (one pass of an event loop's ready tasks), by the thread
-        # that runs the loop; the round's first caller commits them in one transaction.
-        self._rounds: dict[int, list[_Grouped]] = {}
-        # Groups of more than one commit sent in one transaction, and the commits they held
-        # (for tests and benchmarks).
-        self._group_transactions = 0
-        self._group_commits_sent = 0
         self._opened = False
         self._open_lock = threading.Lock()
         self._closed = False
         self._sql = Statements(schema)
+        # The commits an event loop sends in one round, in one transaction.
+        self._groups = GroupCommits(self._pool, self._sql, self._channel, self._run, max_size)
 
     def __repr__(self) -> str:
         return f"<PostgresStore {self._redacted()} schema={self.schema!r}>"
@@ -478,24 +353,24 @@ class PostgresStore:
                 connect_timeout=max(1, int(self._connect_timeout)),
             )
         except psycopg.Error as error:
-            raise StoreError(f"cannot connect to {self._redacted()}: {_one_line(error)}") from None
+            raise StoreError(f"cannot connect to {self._redacted()}: {one_line(error)}") from None
         try:
             if self.read_only:
                 self._check_schema(probe)
             else:
-                with _errors(f"cannot set up the schema in {self._redacted()}"):
+                with errors(f"cannot set up the schema in {self._redacted()}"):
                     self._migrate(probe)
         finally:
             probe.close()
         try:
             self._pool.open(wait=True, timeout=self._connect_timeout)
         except Exception as error:  # psycopg's or the pool's own timeout error
-            raise StoreError(f"cannot connect to {self._redacted()}: {_one_line(error)}") from None
+            raise StoreError(f"cannot connect to {self._redacted()}: {one_line(error)}") from None
         self._opened = True
 
     def _check_schema(self, connection: psycopg.Connection[Any]) -> None:
         """For a read-only store: the schema must hold a current nous_session store."""
-        with _errors(f"cannot read {self._redacted()}"):
+        with errors(f"cannot read {self._redacted()}"):
             found = connection.execute(
                 "SELECT 1 FROM information_schema.tables"
                 " WHERE table_schema = %s AND table_name = 'nous_schema'",
@@ -720,11 +595,11 @@ class PostgresStore:
 
         def load() -> list[Event]:
             with (
-                _errors(f"cannot read session {session_id!r}"),
+                errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
                 # One snapshot for both statements: read committed would let a commit land
                 # between them, and the rows would not fit the count.
-                _pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+                pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             ):
                 found = connection.execute(self._sql.row_query, (session_id,))
                 own = connection.execute(query, (session_id, since))
@@ -768,9 +643,9 @@ class PostgresStore:
 
         def read() -> Stored:
             with (
-                _errors(f"cannot read session {session_id!r}"),
+                errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
-                _pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+                pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             ):
                 found = connection.execute(self._sql.row_query, (session_id,))
                 own = connection.execute(events_query, (session_id, since))
@@ -810,6 +685,9 @@ class PostgresStore:
             )
 
         return await self._read(read)
+
+    _group_commits: ClassVar[bool] = True
+    """Whether a commit that drops nothing joins a round's group (a switch for benchmarks)."""
 
     async def commit(
         self,
@@ -875,13 +753,13 @@ class PostgresStore:
         # session's row lock (check_commit_state needs the stored horizon).
         locked = bool(dropped) or (horizon is not None and expected_horizon is None)
         if not locked and self._group_commits:
-            await self._grouped(_Grouped(session_id, statement, parameters, rows))
+            await self._groups.commit(Grouped(session_id, statement, parameters, rows))
             return
 
         def commit() -> None:
             parameters["seqs"] = [event.seq for event in rows]
             parameters["records"] = [encode(event) for event in rows]
-            with _commit_errors(session_id), self._pool.connection() as connection:
+            with commit_errors(session_id), self._pool.connection() as connection:
                 if locked:
                     # A snapshot first gives the forks sharing what it drops their copies,
                     # under the session's row lock, in the same transaction.
@@ -915,204 +793,6 @@ class PostgresStore:
                 + ("" if expected_horizon is None else f" and horizon {expected_horizon}")
                 + ": another writer committed first"
             ) from None
-
-    # Commits of many sessions in one transaction --------------------------------------------
-
-    _group_commits: ClassVar[bool] = True
-    """Whether a commit that drops nothing joins a round's group (a switch for benchmarks)."""
-
-    _groups_in_flight: ClassVar[int] = 2
-    """The most group transactions of one store running at once (at most the pool's size):
-    one can be on the wire while another's commit is flushed; the rest of the pool serves
-    reads and lone commits."""
-
-    async def _grouped(self, item: _Grouped) -> None:
-        """Commit ``item`` in one transaction with every commit sent in the same round.
-
-        Each commit is one autocommitted statement on its own connection otherwise: one
-        transaction, one WAL flush and one NOTIFY each, and PostgreSQL serialises the commits
-        of notifying transactions. The first caller of a round yields once (not cancellable),
-        so that the loop's other ready tasks (typically every session one group just woke)
-        add theirs; then it runs them all, pipelined, in one transaction on one pooled
-        connection: one round trip, one WAL flush. A statement that fails there (a key or
-        commit id taken, a deadlock) rolls the whole group back, and each of its commits is
-        sent again alone, so that one session's failure never fails another's; a connection
-        lost makes every commit of the group's outcome unknown, as for one commit. A count or
-        horizon conflict is no error: the statement writes nothing and that commit alone
-        gets its ConflictError.
-
-        Cancellation does not take a commit back: a caller cancelled while its round runs
-        has its commit committed (or failed) all the same.
-        """
-        loop = threading.get_ident()  # one event loop per thread: its rounds are its own
-        pending = self._rounds.get(loop)
-        if pending is not None:
-            pending.append(item)
-            await item.done.wait()
-        else:
-            group = self._rounds[loop] = [item]
-            slots = self._group_slots
-            if slots is None:
-                slots = self._group_slots = anyio.CapacityLimiter(
-                    min(self._max_size, self._groups_in_flight)
-                )
-            try:
-                await anyio.lowlevel.cancel_shielded_checkpoint()
-                # While this store's group transactions in flight are at their cap, the round
-                # stays open: the commits sent meanwhile join this group instead of each
-                # forming a small one of its own (the commits of notifying transactions are
-                # serialised by the server anyway: more of them at once do not flush faster).
-                with anyio.CancelScope(shield=True):
-                    await slots.acquire()
-            finally:
-                del self._rounds[loop]
-            try:
-                with anyio.CancelScope(shield=True):
-                    await self._run(functools.partial(self._commit_group, group))
-            except BaseException as error:  # closed, cannot connect, or a bug: all hear it
-                message = str(error) if isinstance(error, StoreError) else _describe(error)
-                for other in group[1:]:
-                    other.error = StoreError(f"commit to session {other.session_id!r}: {message}")
-                    other.error.__cause__ = error
-                raise
-            finally:
-                slots.release()
-                for other in group:
-                    other.done.set()
-        if item.error is not None:
-            failure, item.error = item.error, None
-            raise failure
-
-    def _commit_group(self, group: list[_Grouped]) -> None:
-        """On a worker thread: commit ``group`` in one transaction (see :meth:`_grouped`)."""
-        for item in group:
-            item.parameters["seqs"] = [event.seq for event in item.rows]
-            item.parameters["records"] = [encode(event) for event in item.rows]
-        if len(group) == 1:
-            self._commit_alone(group[0])
-            return
-        # Every transaction takes its sessions' row locks in one order: two groups (of two
-        # processes) cannot deadlock on each other. The sort is stable: two commits to one
-        # session keep their order.
-        ordered = sorted(group, key=lambda item: item.session_id)
-        # The common commits go as one statement (when their sessions are distinct); the rest
-        # (a session's first commit, one that sets a horizon) one statement each, pipelined.
-        common = [
-            item
-            for item in ordered
-            if item.statement is self._sql.commit
-            and item.parameters["horizon"] is None
-            and item.parameters["meta"] is None
-        ]
-        if len(common) < 2 or len({item.session_id for item in common}) < len(common):
-            common = []
-        chosen = {id(item) for item in common}
-        alone = [item for item in ordered if id(item) not in chosen]
-        broken = False
-        try:
-            with self._pool.connection() as connection:
-                try:
-                    with _pipelined(connection, begin="BEGIN"):
-                        if common:
-                            moving = connection.execute(
-                                self._sql.group_commit, self._group_parameters(common)
-                            )
-                        cursors = [
-                            connection.execute(item.statement, item.parameters) for item in alone
-                        ]
-                    moved = {row[0] for row in moving.fetchall()} if common else set()
-                    found = [cursor.fetchone() for cursor in cursors]
-                except psycopg.Error:
-                    broken = connection.broken
-                    raise
-            self._group_transactions += 1
-            self._group_commits_sent += len(ordered)
-        except psycopg.Error as error:
-            if broken or isinstance(error, psycopg.errors.ConnectionTimeout):
-                for item in ordered:
-                    item.error = _commit_failure(item.session_id, error)
-                return
-            # The transaction was rolled back: nothing of the group landed. Each commit alone.
-            for item in ordered:
-                self._commit_alone(item)
-            return
-        for item in common:
-            if item.session_id not in moved:
-                item.error = self._conflict(item)
-        for item, row in zip(alone, found, strict=True):
-            if row is None:
-                item.error = self._conflict(item)
-
-    def _group_parameters(self, common: list[_Grouped]) -> dict[str, Any]:
-        """The arrays of :attr:`_group_commit` for ``common``: one entry per commit, event,
-        key and commit id."""
-        names, expected, counts, expected_horizons, payloads = [], [], [], [], []
-        event_sessions: list[str] = []
-        seqs: list[int] = []
-        records: list[bytes] = []
-        key_sessions: list[str] = []
-        key_names: list[str] = []
-        key_seqs: list[int] = []
-        key_sizes: list[int] = []
-        commit_sessions, commit_ids, firsts, sizes = [], [], [], []
-        for item in common:
-            name, parameters = item.session_id, item.parameters
-            names.append(name)
-            expected.append(parameters["expected"])
-            counts.append(parameters["count"])
-            expected_horizons.append(parameters["expected_horizon"])
-            payloads.append(parameters["payload"])
-            event_sessions += [name] * len(parameters["seqs"])
-            seqs += parameters["seqs"]
-            records += parameters["records"]
-            key_sessions += [name] * len(parameters["key_names"])
-            key_names += parameters["key_names"]
-            key_seqs += parameters["key_seqs"]
-            key_sizes += parameters["key_sizes"]
-            if parameters["commit_id"] is not None:
-                commit_sessions.append(name)
-                commit_ids.append(parameters["commit_id"])
-                firsts.append(parameters["first"])
-                sizes.append(parameters["size"])
-        return {
-            "names": names,
-            "expected": expected,
-            "counts": counts,
-            "expected_horizons": expected_horizons,
-            "payloads": payloads,
-            "event_sessions": event_sessions,
-            "seqs": seqs,
-            "records": records,
-            "key_sessions": key_sessions,
-            "key_names": key_names,
-            "key_seqs": key_seqs,
-            "key_sizes": key_sizes,
-            "commit_sessions": commit_sessions,
-            "commit_ids": commit_ids,
-            "firsts": firsts,
-            "sizes": sizes,
-            "channel": self._channel,
-        }
-
-    def _commit_alone(self, item: _Grouped) -> None:
-        """One commit as one autocommitted statement; its outcome into ``item.error``."""
-        try:
-            with _commit_errors(item.session_id), self._pool.connection() as connection:
-                row = connection.execute(item.statement, item.parameters).fetchone()
-        except (StoreError, OutcomeUnknownError) as error:
-            item.error = error
-            return
-        if row is None:
-            item.error = self._conflict(item)
-
-    @staticmethod
-    def _conflict(item: _Grouped) -> ConflictError:
-        expected, horizon = item.parameters["expected"], item.parameters["expected_horizon"]
-        return ConflictError(
-            f"session {item.session_id!r} does not have count {expected}"
-            + ("" if horizon is None else f" and horizon {horizon}")
-            + ": another writer committed first"
-        )
 
     async def commit_rebased(
         self,
@@ -1159,8 +839,8 @@ class PostgresStore:
 
         def commit() -> tuple[Any, list[Any], list[Any]]:
             parameters["tails"] = [_tail(event) for event in rows]
-            with _commit_errors(session_id), self._pool.connection() as connection:
-                with _pipelined(connection, begin="BEGIN"):
+            with commit_errors(session_id), self._pool.connection() as connection:
+                with pipelined(connection, begin="BEGIN"):
                     if expected_count == 0:
                         connection.execute(self._sql.ensure_row, parameters)
                     connection.execute(self._sql.lock_row, parameters)
@@ -1172,7 +852,7 @@ class PostgresStore:
         def refused() -> BaseException:
             """Why nothing moved: a count below the caller's, or rows missing."""
             with (
-                _errors(f"cannot read session {session_id!r}"),
+                errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
             ):
                 found = connection.execute(self._sql.held_seqs, parameters).fetchall()
@@ -1231,7 +911,7 @@ class PostgresStore:
 
         def committed() -> tuple[int, int] | None:
             with (
-                _errors(f"cannot read session {session_id!r}"),
+                errors(f"cannot read session {session_id!r}"),
                 self._pool.connection() as connection,
             ):
                 found = connection.execute(query, (session_id, commit_id)).fetchone()
@@ -1255,7 +935,7 @@ class PostgresStore:
 
         def fork() -> None:
             with (
-                _errors(f"cannot fork session {session_id!r}"),
+                errors(f"cannot fork session {session_id!r}"),
                 self._pool.connection() as connection,
                 connection.transaction(),
             ):
@@ -1288,7 +968,7 @@ class PostgresStore:
 
         def sessions() -> list[SessionInfo]:
             infos = []
-            with _errors("cannot list sessions"), self._pool.connection() as connection:
+            with errors("cannot list sessions"), self._pool.connection() as connection:
                 for name, count, horizon, parent, fork_point, shares, held in connection.execute(
                     query
                 ).fetchall():
@@ -1366,7 +1046,7 @@ class PostgresStore:
         statement, parameters = self._listing(query)
 
         def listing() -> list[Any]:
-            with _errors("cannot list sessions"), self._pool.connection() as connection:
+            with errors("cannot list sessions"), self._pool.connection() as connection:
                 return connection.execute(statement, parameters).fetchall()
 
         found = await self._read(listing)
@@ -1444,7 +1124,7 @@ class PostgresStore:
 
         def delete() -> bool:
             with (
-                _errors(f"cannot delete session {session_id!r}"),
+                errors(f"cannot delete session {session_id!r}"),
                 self._pool.connection() as connection,
                 connection.transaction(),
             ):
@@ -1473,7 +1153,7 @@ class PostgresStore:
 
         def delete() -> bool:
             with (
-                _errors(f"cannot delete session {session_id!r}"),
+                errors(f"cannot delete session {session_id!r}"),
                 self._pool.connection() as connection,
                 connection.transaction(),
             ):
@@ -1595,7 +1275,7 @@ class PostgresStore:
 
         def erase() -> tuple[Erasure, str]:
             with (
-                _errors(f"cannot erase from session {session_id!r}"),
+                errors(f"cannot erase from session {session_id!r}"),
                 self._pool.connection() as connection,
                 connection.transaction(force_rollback=dry_run),
             ):
@@ -1681,7 +1361,7 @@ class PostgresStore:
     def _scrub(self, xid: str, rewrite: bool, lock_timeout: float) -> tuple[bool, str]:
         """After an erasing commit (transaction ``xid``), the tables scrubbed (see
         :func:`~nous_session.stores._pg_erasure.scrub_tables`)."""
-        with _errors("the events were erased, but scrubbing the tables failed"):
+        with errors("the events were erased, but scrubbing the tables failed"):
             return scrub_tables(
                 self.url,
                 (self._sql.events, self._sql.kept),
