@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from tallies import Tallies
 
-# The same properties, run deeper or shallower: `ci` on CI's main Python, `dev` by default,
-# `quick` on CI's other Pythons (what a version can break shows without the depth).
+# The same properties, run deeper or shallower: `ci` on CI's main Python (the model tests run
+# longer there), `dev` by default, `quick` on CI's other Pythons (what a version can break
+# shows without the depth).
 settings.register_profile(
-    "ci", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", max_examples=300, deadline=None)
 settings.register_profile("quick", max_examples=50, deadline=None)
