@@ -416,3 +416,38 @@ async def test_a_rebase_never_writes_past_a_hole(tmp_path: Path) -> None:
             await store.read("s")
     assert _raw(path, f"SELECT seq FROM nous_events WHERE sid = {_SID_OF_S}") == [(0,), (1,), (2,)]
     assert _raw(path, "SELECT count FROM nous_sessions WHERE name = 's'") == [(10,)]
+
+
+@pytest.mark.anyio
+async def test_a_failed_read_leaves_no_transaction_open_on_either_read_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read opens a transaction (one snapshot for the count and the rows); a query failing
+    # inside it must not leave the connection holding it: the writer thread rolls back what a
+    # read left open, and so does a read-only store's own path.
+    path = tmp_path / "s.sqlite3"
+    events = [make_event(seq, "user_message", {"content": f"m{seq}"}) for seq in range(3)]
+    writer = SQLiteStore(path)
+    reader = SQLiteStore(path, read_only=True)
+    try:
+        await writer.commit("s", expected_count=0, events=events)
+        rows = sqlite_store._rows
+        failing = {"on": True}
+
+        def flaky(*args: Any, **kwargs: Any) -> Any:
+            if failing["on"]:
+                raise sqlite3.OperationalError("disk I/O error")
+            return rows(*args, **kwargs)
+
+        monkeypatch.setattr(sqlite_store, "_rows", flaky)
+        for store in (writer, reader):
+            with pytest.raises(StoreError, match="disk I/O error"):
+                await store.load("s")
+        failing["on"] = False
+        for store in (writer, reader):
+            assert [event.seq for event in await store.load("s")] == [0, 1, 2]
+        assert reader._connection is None or not reader._connection.in_transaction
+        await writer.commit("s", expected_count=3, events=[make_event(3, "user_message", {})])
+    finally:
+        await reader.aclose()
+        await writer.aclose()

@@ -224,14 +224,6 @@ def _make_row(found: Sequence[Any]) -> _Row:
     return _Row(sid, count, held, horizon, parent, fork_point, bool(shares))
 
 
-def _end_read(connection: sqlite3.Connection) -> None:
-    """End a read transaction a failed query left open, keeping the query's error (a ROLLBACK
-    that fails too is not what the caller needs to hear)."""
-    if connection.in_transaction:
-        with suppress(sqlite3.Error):
-            connection.execute("ROLLBACK")
-
-
 def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
     found = connection.execute(
         f"SELECT {_ROW_COLUMNS} FROM nous_sessions WHERE name = ?", (session_id,)
@@ -526,6 +518,11 @@ class SQLiteStore:
             self._connection = self._connect()
         try:
             return function(self._connection)
+        except BaseException:
+            if self._connection.in_transaction:  # as the writer thread does for its reads
+                with suppress(sqlite3.Error):
+                    self._connection.execute("ROLLBACK")
+            raise
         finally:
             if self._immutable:
                 # Opened while no writer was active: the next call looks again, so that it
@@ -597,13 +594,12 @@ class SQLiteStore:
 
         def load(connection: sqlite3.Connection) -> list[Event]:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
-                connection.execute("BEGIN")  # one snapshot: the count and the rows agree
-                try:
-                    row = _row(connection, session_id)
-                    rows = [] if row is None else _rows(connection, row, since)
-                except BaseException:
-                    _end_read(connection)
-                    raise
+                # One snapshot: the count and the rows agree. A query that fails leaves the
+                # transaction to whoever runs reads (the writer thread, or _call): they roll
+                # back what a read left open.
+                connection.execute("BEGIN")
+                row = _row(connection, session_id)
+                rows = [] if row is None else _rows(connection, row, since)
                 connection.execute("COMMIT")
             if row is not None:
                 check_held(
@@ -632,32 +628,28 @@ class SQLiteStore:
         def read(connection: sqlite3.Connection) -> Stored:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
                 connection.execute("BEGIN")  # one snapshot of the file for every query
-                try:
-                    row = _row(connection, session_id)
-                    if row is None:
-                        connection.execute("COMMIT")
-                        return Stored((), 0)
-                    rows = _rows(connection, row, since)
-                    keys = connection.execute(
-                        "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
-                        (row.id, since),
+                row = _row(connection, session_id)
+                if row is None:
+                    connection.execute("COMMIT")
+                    return Stored((), 0)
+                rows = _rows(connection, row, since)
+                keys = connection.execute(
+                    "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
+                    (row.id, since),
+                ).fetchall()
+                kept = (
+                    connection.execute(
+                        "SELECT seq, record FROM nous_kept WHERE sid = ? ORDER BY seq",
+                        (row.id,),
                     ).fetchall()
-                    kept = (
-                        connection.execute(
-                            "SELECT seq, record FROM nous_kept WHERE sid = ? ORDER BY seq",
-                            (row.id,),
-                        ).fetchall()
-                        if since == 0
-                        else []
-                    )
-                    if row.shares:
-                        inherited, inherited_kept = _inherited(connection, row, since)
-                        keys = inherited + keys  # the fork's own keys come after
-                        if since == 0:
-                            kept = sorted(inherited_kept + kept)
-                except BaseException:
-                    _end_read(connection)
-                    raise
+                    if since == 0
+                    else []
+                )
+                if row.shares:
+                    inherited, inherited_kept = _inherited(connection, row, since)
+                    keys = inherited + keys  # the fork's own keys come after
+                    if since == 0:
+                        kept = sorted(inherited_kept + kept)
                 connection.execute("COMMIT")
             check_held(
                 session_id,
