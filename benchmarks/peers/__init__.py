@@ -121,7 +121,12 @@ PEERS = (
     System("ours-openai-agents-loop", "ours_agents_loop_peer", ("nous_session", "openai-agents")),
     # Ours through a Sessions registry (`await sessions.get(id)` before every append).
     System("ours-sessions", "ours_sessions_peer", ("nous_session",)),
+    # No library at all: raw sqlite3 in one thread, awaited (a reference, never a peer; only
+    # the sequential workloads run it).
+    System("floor", "floor_peer", ()),
 )
+REFERENCES = frozenset({"floor"})
+"""Systems measured beside the peers as a bound, never counted as one."""
 
 _broken: dict[str, str] = {}
 

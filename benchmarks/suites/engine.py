@@ -10,7 +10,9 @@ writes at once; asyncio, structlog filtering at info.
   scopes inside those of every session opened before it; the producers' task group is
   entered first, see ``_round_trip``) and flat (each in its own task, as a server's handlers
   would), rounds alternating. Targets: <= 20 us at 200; 10,000 within 1.5x
-  of 200; nested within 1.2x of flat.
+  of 200; nested within 1.2x of flat. Beside them the floor: as many bare relays (a server
+  task per session with a deque and futures, no log, no store), each caller awaiting its own
+  20 round trips: what the two task switches of any actor's round trip cost here.
 * ``sessions_sqlite``: 200 sessions x 20 awaited appends on one SQLite file (WAL,
   ``synchronous=FULL``), through ``SessionActor.open`` (nested, as ``many``) and through a
   ``Sessions`` registry (``await sessions.get(id)`` before every append, as a bot handling a
@@ -19,19 +21,27 @@ writes at once; asyncio, structlog filtering at info.
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import queue
+import sqlite3
 import tempfile
+import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
+import orjson
 
 from benchmarks.harness import Context, Measurement, Target, expect, measure, ratio
 from benchmarks.workloads import content
-from nous_session import EventType, SessionActor
+from nous_session import EventType, Log, SessionActor
+from nous_session.event import prepare
 from nous_session.registry import Sessions
 from nous_session.stores import MemoryStore
 from nous_session.stores.base import Store
@@ -134,15 +144,126 @@ async def _round_trip(count: int, flat: bool) -> tuple[float, float]:
     return cpu / n * 1e6, spent / n * 1e6
 
 
+class _Relay:
+    """The floor for an actor's round trip: a server task per session that takes what is
+    queued in a deque (parked on a future when there is nothing), appends each item to a list
+    and answers its caller's future. No validation, no log, no store, no events: the two task
+    switches every awaited call needs, and a queue."""
+
+    __slots__ = ("log", "parked", "queue")
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[object, asyncio.Future[int]]] = deque()
+        self.parked: asyncio.Future[None] | None = None
+        self.log: list[object] = []
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        queue, log = self.queue, self.log
+        while True:
+            if not queue:
+                parked = self.parked = loop.create_future()
+                await parked
+                self.parked = None
+            batch = list(queue)
+            queue.clear()
+            for item, answer in batch:
+                log.append(item)
+                answer.set_result(len(log))
+
+    async def call(self, item: object) -> int:
+        answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.queue.append((item, answer))
+        parked = self.parked
+        if parked is not None:
+            self.parked = None
+            parked.set_result(None)
+        return await answer
+
+
+async def _relay_round_trip(count: int) -> tuple[float, float]:
+    """The floor of :func:`_round_trip`: ``count`` relays, each caller awaiting its own
+    ``EACH`` round trips, all at once; the loop thread's CPU per round trip and the GC's
+    part, in microseconds."""
+    payload = {"content": content(1)}
+    relays = [_Relay() for _ in range(count)]
+    left = [count]
+    done = anyio.Event()
+
+    async def produce(relay: _Relay) -> None:
+        for _ in range(EACH):
+            await relay.call(payload)
+        left[0] -= 1
+        if not left[0]:
+            done.set()
+
+    gc.collect()
+    async with anyio.create_task_group() as servers:
+        for relay in relays:
+            servers.start_soon(relay.serve)
+        await anyio.lowlevel.checkpoint()  # every server parked before the clock starts
+        with _GCTimer() as collector:
+            async with anyio.create_task_group() as producers:
+                cpu = time.thread_time()
+                for relay in relays:
+                    producers.start_soon(produce, relay)
+                await done.wait()
+                cpu = time.thread_time() - cpu
+            spent = collector.spent
+        servers.cancel_scope.cancel()
+    expect(all(len(relay.log) == EACH for relay in relays), "relay: a round trip is lost")
+    n = count * EACH
+    return cpu / n * 1e6, spent / n * 1e6
+
+
+def _work_alone(count: int) -> float:
+    """What an append must do whatever carries it, with no round trip: validate and copy the
+    caller's data, make the event, fold it into a Log, and commit it to a MemoryStore (its
+    ``commit`` never suspends, so it is driven without an event loop): ``count`` sessions x
+    ``EACH`` appends, round-robin as the actors' batches come; CPU per append, in us."""
+    payload = {"content": content(1)}
+    store = MemoryStore()
+    logs = [Log() for _ in range(count)]
+    names = [f"s{index}" for index in range(count)]
+    gc.collect()
+    cpu = time.thread_time()
+    for _ in range(EACH):
+        for index, name in enumerate(names):
+            base = logs[index]
+            log = base.append_prepared(prepare(USER, payload))
+            commit = store.commit(
+                name, expected_count=base.count, events=tuple(log.since(base.count))
+            )
+            try:
+                commit.send(None)
+            except StopIteration:
+                pass
+            else:
+                raise AssertionError("MemoryStore.commit suspended")
+            logs[index] = log
+    cpu = time.thread_time() - cpu
+    expect(all(log.count == EACH for log in logs), "work alone: an append is lost")
+    return cpu / (count * EACH) * 1e6
+
+
 def round_trip_memory(ctx: Context) -> list[Measurement]:
     """Loop CPU per awaited append at 200 and 10,000 sessions, nested and flat."""
     sizes = (FEW, ctx.size(MANY, 2_000))
     cpu: dict[tuple[int, bool], list[float]] = {(n, f): [] for n in sizes for f in (False, True)}
     collected: dict[tuple[int, bool], list[float]] = {key: [] for key in cpu}
     rounds = max(ctx.rounds, 5) if not ctx.quick else ctx.rounds
+    floor: dict[int, list[float]] = {n: [] for n in sizes}
+    floor_gc: dict[int, list[float]] = {n: [] for n in sizes}
+    work: list[float] = []
     for index in range(rounds):
+        work.append(_work_alone(FEW))
         for count in sizes:
-            for flat in (False, True) if index % 2 == 0 else (True, False):
+            for flat in (False, True, None) if index % 2 == 0 else (None, True, False):
+                if flat is None:
+                    per_trip, in_gc = anyio.run(_relay_round_trip, count, backend="asyncio")
+                    floor[count].append(per_trip)
+                    floor_gc[count].append(in_gc)
+                    continue
                 per_append, in_gc = anyio.run(_round_trip, count, flat, backend="asyncio")
                 cpu[(count, flat)].append(per_append)
                 collected[(count, flat)].append(in_gc)
@@ -183,6 +304,54 @@ def round_trip_memory(ctx: Context) -> list[Measurement]:
             note=f"CPU per append with {many:,} sessions / with {few} (nested), round by round",
         ),
     ]
+    for count in sizes:
+        out.append(
+            measure(
+                f"engine.round_trip_memory.floor_{count}",
+                "us/call",
+                floor[count],
+                note=f"the floor: {count:,} bare relays (a server task per session, a deque, "
+                "a parked future, an answer future; no log, no store), each caller awaiting "
+                f"its own {EACH} round trips, all at once: loop CPU per round trip, GC included",
+            )
+        )
+        out.append(
+            measure(
+                f"engine.round_trip_memory.floor_gc_{count}",
+                "us/call",
+                floor_gc[count],
+                note="of which the cyclic garbage collector",
+            )
+        )
+        out.append(
+            ratio(
+                f"engine.round_trip_memory.floor_vs_ours_{count}",
+                floor[count],
+                cpu[(count, False)],
+                informational=True,
+                note=f"{count:,} sessions: the floor's CPU per round trip / ours per append "
+                "(nested), round by round: the share of our cost that any actor pays",
+            )
+        )
+    out.append(
+        measure(
+            "engine.round_trip_memory.work_alone",
+            "us/append",
+            work,
+            note=f"what an append must do with no round trip ({FEW} sessions round-robin): "
+            "validate and copy the data, make the event, fold it into the log, commit it to "
+            "a MemoryStore; with the floor, the least an append through any actor can cost",
+        )
+    )
+    out.append(
+        ratio(
+            f"engine.round_trip_memory.floor_scale_{many}_vs_{few}",
+            floor[many],
+            floor[few],
+            informational=True,
+            note=f"the floor's CPU per round trip with {many:,} relays / with {few}",
+        )
+    )
     for count in sizes:
         out.append(
             measure(
@@ -240,6 +409,101 @@ async def _through_registry(store: Store, count: int, payload: dict[str, Any]) -
     return count * EACH / elapsed
 
 
+class _GroupThread:
+    """The floor of group commit: one thread owns a raw sqlite3 connection (WAL, FULL); it
+    takes every row queued (``queue.SimpleQueue``), inserts them in one transaction with one
+    ``executemany`` and wakes all their futures with one ``loop.call_soon_threadsafe``."""
+
+    def __init__(self, path: Path) -> None:
+        self._rows: queue.SimpleQueue[tuple[tuple[int, int, bytes], asyncio.Future[None]] | None]
+        self._rows = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, args=(path,), daemon=True)
+        self._thread.start()
+
+    def _serve(self, path: Path) -> None:
+        connection = sqlite3.connect(path, isolation_level=None)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute(
+            "CREATE TABLE rows (sid INTEGER NOT NULL, seq INTEGER NOT NULL, record BLOB NOT NULL,"
+            " PRIMARY KEY (sid, seq)) WITHOUT ROWID"
+        )
+        while (first := self._rows.get()) is not None:
+            taken = [first]
+            stop = False
+            while not self._rows.empty():
+                item = self._rows.get_nowait()
+                if item is None:
+                    stop = True
+                    break
+                taken.append(item)
+            connection.execute("BEGIN IMMEDIATE")
+            connection.executemany("INSERT INTO rows VALUES (?, ?, ?)", [row for row, _ in taken])
+            connection.execute("COMMIT")
+            futures = [future for _, future in taken]
+            futures[0].get_loop().call_soon_threadsafe(_answer_all, futures)
+            if stop:
+                break
+        connection.close()
+
+    async def insert(self, row: tuple[int, int, bytes]) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._rows.put((row, future))
+        await future
+
+    def close(self) -> None:
+        self._rows.put(None)
+        self._thread.join()
+
+
+def _answer_all(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        future.set_result(None)
+
+
+async def _through_floor(path: Path, count: int, payload: dict[str, Any]) -> float:
+    """The floor of the 200-session workload: a bare relay per session (see :class:`_Relay`)
+    whose server awaits each row's insert through one :class:`_GroupThread`."""
+    record = orjson.dumps(payload)
+    writer = _GroupThread(path)
+    relays = [_Relay() for _ in range(count)]
+
+    async def serve(index: int, relay: _Relay) -> None:
+        loop = asyncio.get_running_loop()
+        queue, log = relay.queue, relay.log
+        while True:
+            if not queue:
+                parked = relay.parked = loop.create_future()
+                await parked
+                relay.parked = None
+            batch = list(queue)
+            queue.clear()
+            for item, answer in batch:
+                await writer.insert((index, len(log), record))
+                log.append(item)
+                answer.set_result(len(log))
+
+    async def produce(relay: _Relay) -> None:
+        for _ in range(EACH):
+            await relay.call(payload)
+
+    try:
+        async with anyio.create_task_group() as servers:
+            for index, relay in enumerate(relays):
+                servers.start_soon(serve, index, relay)
+            await anyio.lowlevel.checkpoint()
+            start = time.perf_counter()
+            async with anyio.create_task_group() as producers:
+                for relay in relays:
+                    producers.start_soon(produce, relay)
+            elapsed = time.perf_counter() - start
+            servers.cancel_scope.cancel()
+    finally:
+        writer.close()
+    expect(all(len(relay.log) == EACH for relay in relays), "floor: an append is lost")
+    return count * EACH / elapsed
+
+
 def sessions_sqlite(ctx: Context) -> list[Measurement]:
     """200 sessions x 20 awaited appends on one SQLite file, through SessionActor.open and
     through Sessions."""
@@ -249,12 +513,14 @@ def sessions_sqlite(ctx: Context) -> list[Measurement]:
         "actors": _through_actors,
         "registry": _through_registry,
     }
-    rates: dict[str, list[float]] = {name: [] for name in ways}
+    rates: dict[str, list[float]] = {name: [] for name in (*ways, "floor")}
     rounds = max(ctx.rounds, 5) if not ctx.quick else ctx.rounds
     for index in range(rounds):
-        for name in list(ways) if index % 2 == 0 else list(ways)[::-1]:
+        for name in list(rates) if index % 2 == 0 else list(rates)[::-1]:
 
             async def one(path: Path, name: str = name) -> float:
+                if name == "floor":
+                    return await _through_floor(path, count, payload)
                 async with SQLiteStore(path) as store:
                     return await ways[name](store, count, payload)
 
@@ -279,6 +545,21 @@ def sessions_sqlite(ctx: Context) -> list[Measurement]:
             rates["registry"],
             target=Target(">=", 20_000, ISSUE),
             note=note + "; a Sessions registry, `await sessions.get(id)` before every append",
+        ),
+        measure(
+            "engine.sessions_sqlite.floor",
+            "appends/s",
+            rates["floor"],
+            note=note + "; the floor: a bare relay per session, one raw sqlite3 thread that "
+            "inserts every row queued in one transaction (no log, no validation, no session "
+            "row, no count check)",
+        ),
+        ratio(
+            "engine.sessions_sqlite.actors_vs_floor",
+            rates["actors"],
+            rates["floor"],
+            informational=True,
+            note="SessionActor.open / the floor, round by round",
         ),
     ]
 

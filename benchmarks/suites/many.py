@@ -8,7 +8,10 @@ commit fsyncs), on asyncio.
   10,000 (the curve).
 * ``one_session_sqlite``: one session awaiting each append vs a raw ``sqlite3`` loop of one-row
   transactions on the same kind of file (WAL, FULL), side by side in slices: the floor is the
-  fsync, and the ratio says how close to it the library gets.
+  fsync, and the ratio says how close to it the library gets. Beside them, the steps between:
+  the raw loop in a thread (the floor for anything that keeps the disk off the event loop), the
+  same relayed through a server task (an actor's shape), and ``SQLiteStore.commit`` awaited
+  directly (the store without the actor).
 * ``sessions_postgres``: 200 sessions spread over 4 processes (50 each), each awaiting its own 20
   appends; appends/s over all of them (needs ``NOUS_SESSION_TEST_POSTGRES``).
 * ``idle_memory``: 10,000 open, idle sessions in one process: bytes per session (traced by
@@ -29,6 +32,7 @@ import threading
 import time
 import tracemalloc
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -167,6 +171,40 @@ class _RawThread:
         self._thread.join()
 
 
+class _Relay:
+    """The floor with an actor's shape: the caller queues its row in a deque and waits on a
+    future; one server task (woken through a future when it sleeps) takes what is queued,
+    awaits each row's insert through a :class:`_RawThread` and answers the caller. The two
+    task switches an actor adds to every call, and nothing else: no log, no validation, no
+    store logic."""
+
+    def __init__(self, thread: _RawThread) -> None:
+        self._thread = thread
+        self._queue: deque[tuple[tuple[int, int, bytes], asyncio.Future[None]]] = deque()
+        self._parked: asyncio.Future[None] | None = None
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                self._parked = loop.create_future()
+                await self._parked
+                self._parked = None
+            batch = list(self._queue)
+            self._queue.clear()
+            for row, answer in batch:
+                await self._thread.insert(row)
+                answer.set_result(None)
+
+    async def insert(self, row: tuple[int, int, bytes]) -> None:
+        answer = asyncio.get_running_loop().create_future()
+        self._queue.append((row, answer))
+        parked = self._parked
+        if parked is not None and not parked.done():
+            parked.set_result(None)
+        await answer
+
+
 async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
     slices, per_slice = ctx.size(10, 4), ctx.size(100, 25)
     payload = {"content": content(2)}
@@ -174,10 +212,16 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
     raw_seq = [0]
     threaded = _RawThread(directory / "threaded.sqlite3")
     threaded_seq = [0]
+    relayed = _Relay(_RawThread(directory / "relayed.sqlite3"))
+    relayed_seq = [0]
     async with (
         SQLiteStore(directory / "one.sqlite3") as store,
+        SQLiteStore(directory / "direct.sqlite3") as direct_store,
         SessionActor.open(session_id="one", store=store) as session,
+        anyio.create_task_group() as servers,
     ):
+        servers.start_soon(relayed.serve)
+        direct_count = [0]
 
         async def ours() -> AsyncIterator[float | None]:
             before = session.log.count
@@ -217,16 +261,44 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
                     await threaded.insert(row)
                 yield time.perf_counter() - start
 
+        async def floor_relayed() -> AsyncIterator[float | None]:
+            yield None
+            for _ in range(slices):
+                rows = []
+                for _ in range(per_slice):
+                    event = make_event(relayed_seq[0], USER, payload)
+                    rows.append((1, relayed_seq[0], encode(event)))
+                    relayed_seq[0] += 1
+                start = time.perf_counter()
+                for row in rows:
+                    await relayed.insert(row)
+                yield time.perf_counter() - start
+
+        async def store_commit() -> AsyncIterator[float | None]:
+            yield None
+            for _ in range(slices):
+                start = time.perf_counter()
+                for _ in range(per_slice):
+                    count = direct_count[0]
+                    event = make_event(count, USER, payload)
+                    await direct_store.commit("one", expected_count=count, events=(event,))
+                    direct_count[0] = count + 1
+                yield time.perf_counter() - start
+
         samples = await ainterleave_slices(
             ctx.rounds,
             {
                 "ours": AsyncSide(ours, slices),
                 "raw": AsyncSide(floor, slices),
                 "thread": AsyncSide(floor_in_thread, slices),
+                "relay": AsyncSide(floor_relayed, slices),
+                "store": AsyncSide(store_commit, slices),
             },
         )
+        servers.cancel_scope.cancel()
     raw.close()
     threaded.close()
+    relayed._thread.close()
     n = slices * per_slice
     return {key: [n / s for s in values] for key, values in samples.items()}
 
@@ -274,6 +346,21 @@ def one_session_sqlite(ctx: Context) -> list[Measurement]:
             rows["ours"],
             rows["thread"],
             note="ours / raw in a thread: what the actor, the store and the writer add",
+        ),
+        ratio(
+            "many.one_session_sqlite.relay_vs_thread",
+            rows["relay"],
+            rows["thread"],
+            note="the same raw transactions relayed through a server task (a deque, a parked "
+            "future, an answer future: an actor's two task switches and nothing else) / raw "
+            "in a thread: what an actor's shape alone costs",
+        ),
+        ratio(
+            "many.one_session_sqlite.store_vs_thread",
+            rows["store"],
+            rows["thread"],
+            note="`SQLiteStore.commit` of one event awaited directly (no actor: the count "
+            "check, the session row, the writer's group machinery) / raw in a thread",
         ),
     ]
 

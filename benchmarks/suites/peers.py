@@ -11,7 +11,10 @@ Workloads (the same ~200-byte chat messages for everyone, from :mod:`benchmarks.
 every 10th assistant message calls a tool and is followed by its result):
 
 1. ``sequential_memory`` / ``sequential_sqlite``: 10,000 appends to one session, one at a time;
-   then (workload 5) the last 10 messages of that session, read repeatedly.
+   then (workload 5) the last 10 messages of that session, read repeatedly. On SQLite the
+   ``floor`` runs beside them (:mod:`benchmarks.peers.floor_peer`: raw ``sqlite3`` in one
+   thread, each append awaited, no library): the best any system that keeps the disk off the
+   event loop can do, reported as a bound, never as a peer.
 2. ``agent_loop``: append one message, read the model-visible history, 2,000 times (in memory);
    per-iteration time of the first 200 and of the last 200.
 3. ``concurrent``: 50 producers x 200 messages on one SQLite-backed session; the acknowledged
@@ -56,6 +59,7 @@ from benchmarks.harness import Context, Measurement, Target, expect, measure, ra
 from benchmarks.peers import (
     MEMORY,
     OURS,
+    REFERENCES,
     SQLITE,
     Backend,
     Deadline,
@@ -85,10 +89,13 @@ def _peer_seconds(ctx: Context) -> float:
     return 1.5 if ctx.quick else 6.0
 
 
-def _systems(kind: str) -> list[tuple[System, Callable[..., Any]]]:
-    """Ours first, then every installed peer that has a ``kind`` backend."""
+def _systems(kind: str, *, references: bool = False) -> list[tuple[System, Callable[..., Any]]]:
+    """Ours first, then every installed peer that has a ``kind`` backend (and, with
+    ``references``, the bounds such as the floor)."""
     out = []
     for system in (OURS, *available()):
+        if system.name in REFERENCES and not references:
+            continue
         opener = system.opener(kind)
         if opener is not None:
             out.append((system, opener))
@@ -136,9 +143,12 @@ async def _open(opener: Callable[..., Any], kind: str, scratch: _Scratch, name: 
 def _best(
     samples: dict[str, list[float]], *, higher_is_better: bool
 ) -> tuple[str, list[float]] | None:
-    """The peer with the best median (``ours``, and ours through an adapter, excluded)."""
+    """The peer with the best median (``ours``, ours through an adapter and the references
+    excluded)."""
     peers = {
-        name: values for name, values in samples.items() if not name.startswith("ours") and values
+        name: values
+        for name, values in samples.items()
+        if not name.startswith("ours") and name not in REFERENCES and values
     }
     if not peers:
         return None
@@ -158,7 +168,7 @@ async def _sequential(ctx: Context, kind: str) -> dict[str, dict[str, list[float
     n = ctx.size(10_000, 1_000)
     messages = chat_messages(n)
     tail_k = 10
-    systems = _systems(kind)
+    systems = _systems(kind, references=True)
     out: dict[str, dict[str, list[float]]] = {
         system.name: {key: [] for key in ("rate", "count", "tail", "first_tail", "store_tail")}
         for system, _ in systems
@@ -280,6 +290,30 @@ def _sequential_measurements(
             )
         )
     out.extend(_our_ways(prefix, {k: v["rate"] for k, v in rows.items()}))
+    floor = rows.get("floor", {}).get("rate")
+    if floor:
+        if best is not None:
+            out.append(
+                ratio(
+                    f"{prefix}.floor_vs_best",
+                    floor,
+                    best[1],
+                    informational=True,
+                    note=f"the floor (raw sqlite3 in a thread, awaited; no library) / the best "
+                    f"peer ({best[0]}), msg/s, per round: what keeping the disk off the event "
+                    "loop allows at most",
+                )
+            )
+        out.append(
+            ratio(
+                f"{prefix}.ratio_vs_floor",
+                rows["ours"]["rate"],
+                floor,
+                informational=True,
+                note="ours / the floor, msg/s, per round: what the actor, the log and the "
+                "store add",
+            )
+        )
     if "bytes" in rows["ours"] and rows["ours"]["bytes"]:
         out.append(measure(f"{prefix}.ours_bytes_per_message", "B/msg", rows["ours"]["bytes"]))
 
@@ -294,6 +328,7 @@ def _sequential_measurements(
             "langgraph": 'aget_state(config).values["messages"][-10:]',
             "google-adk": "get_session(config=GetSessionConfig(num_recent_events=10)).events",
             "eventsourcing": "repository.get(id).messages[-10:] (cached aggregate)",
+            "floor": "one SELECT of the last 10 and their decoding, in the floor's thread",
         }.get(name, "")
         out.append(
             measure(
@@ -338,6 +373,29 @@ def _sequential_measurements(
                 "(session.messages()[-10:] on the open session)",
             )
         )
+        floor_tail = rows.get("floor", {}).get("tail")
+        if floor_tail:
+            out.append(
+                ratio(
+                    f"{prefix5}.floor_vs_best",
+                    samples,
+                    floor_tail,
+                    informational=True,
+                    note=f"the best peer's ({peer}) time / the floor's cold read (a thread hop, "
+                    "one SELECT, ten rows decoded): what a read from the disk, off the event "
+                    "loop, allows at most",
+                )
+            )
+            out.append(
+                ratio(
+                    f"{prefix5}.store_vs_floor",
+                    floor_tail,
+                    rows["ours"]["store_tail"],
+                    informational=True,
+                    note="the floor's cold read / ours through the store "
+                    "(store.load(since=count - 10))",
+                )
+            )
         out.append(
             ratio(
                 f"{prefix5}.store_ratio_vs_best",
@@ -921,9 +979,7 @@ def sessions_at_once(ctx: Context) -> list[Measurement]:
             )
         )
     out.extend(
-        _our_ways(
-            "peers.sessions_at_once", {k: v["rate"] for k, v in rows.items()}, best_target=5
-        )
+        _our_ways("peers.sessions_at_once", {k: v["rate"] for k, v in rows.items()}, best_target=5)
     )
     return out
 
