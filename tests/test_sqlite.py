@@ -451,3 +451,60 @@ async def test_a_failed_read_leaves_no_transaction_open_on_either_read_path(
     finally:
         await reader.aclose()
         await writer.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer-thread", "read-only"])
+async def test_a_commit_between_the_count_and_the_rows_is_not_seen_by_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_only: bool
+) -> None:
+    # The deterministic form of the conformance suite's racing-load test: another process
+    # commits exactly between a read's query of the session row (its count) and its query of
+    # the rows. Read in one snapshot, the read sees the session as it was before that commit;
+    # read in two, it would see a row past the count and call the whole session corrupt.
+    path = tmp_path / "s.sqlite3"
+    events = [make_event(seq, "user_message", {"content": f"m{seq}"}) for seq in range(2)]
+    late = make_event(2, "user_message", {"content": "late"})
+    writer = SQLiteStore(path)
+    reader = SQLiteStore(path, read_only=True) if read_only else writer
+    try:
+        await writer.commit("s", expected_count=0, events=events)
+        rows = sqlite_store._rows
+        between = {"on": True}
+
+        def another_process_commits_first(
+            connection: sqlite3.Connection, row: Any, *args: Any
+        ) -> Any:
+            if between["on"]:
+                between["on"] = False
+                other = sqlite3.connect(path, isolation_level=None)
+                try:
+                    other.execute("BEGIN IMMEDIATE")
+                    other.execute(
+                        "INSERT INTO nous_events (sid, seq, record) VALUES (?, 2, ?)",
+                        (row.id, encode(late)),
+                    )
+                    other.execute(
+                        "UPDATE nous_sessions SET count = 3, held = held + 1 WHERE id = ?",
+                        (row.id,),
+                    )
+                    other.execute("COMMIT")
+                finally:
+                    other.close()
+            return rows(connection, row, *args)
+
+        monkeypatch.setattr(sqlite_store, "_rows", another_process_commits_first)
+        assert [event.seq for event in await reader.load("s")] == [0, 1]
+        assert not between["on"]  # the commit did land between the two queries
+        # The next read sees it, whole.
+        assert [event.seq for event in await reader.load("s")] == [0, 1, 2]
+        between["on"] = True
+        _raw(path, f"DELETE FROM nous_events WHERE seq = 2 AND sid = {_SID_OF_S}")
+        _raw(path, "UPDATE nous_sessions SET count = 2, held = held - 1 WHERE name = 's'")
+        stored = await reader.read("s")
+        assert ([event.seq for event in stored.events], stored.count) == ([0, 1], 2)
+        assert not between["on"]
+    finally:
+        if reader is not writer:
+            await reader.aclose()
+        await writer.aclose()
