@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from collections.abc import Callable
 
-__all__ = ["current_library"]
+__all__ = ["current_clock", "current_library"]
 
 
 def current_library() -> str:
@@ -16,3 +18,14 @@ def current_library() -> str:
 
         return sniffio.current_async_library()
     return "asyncio"
+
+
+def current_clock() -> Callable[[], float]:
+    """The running event loop's clock (what ``anyio.current_time`` reads), as a function to
+    keep: ``loop.time`` on asyncio, ``trio.current_time`` on trio. Looking the backend up on
+    every reading, as ``anyio.current_time()`` does, costs twenty times the reading itself."""
+    if current_library() == "trio":
+        import trio
+
+        return trio.current_time
+    return asyncio.get_running_loop().time

@@ -51,6 +51,7 @@ import anyio.from_thread
 import attrs
 
 from nous_session._logging import get_logger
+from nous_session._loops import current_clock
 from nous_session.actor import SessionActor
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import SessionClosedError
@@ -105,6 +106,58 @@ class _Entry:
     leases: int = 0
     used_at: float = 0.0
     requests: int = 0  # the actor's request counter when last looked at: a change is use
+
+
+class _Use:
+    """What :meth:`Sessions.use` returns: the session's actor, leased for an ``async with``
+    block. A plain async context manager rather than a generator-based one: it is on the path
+    of every call an adapter makes, and a generator's enter and exit cost four times as much.
+    """
+
+    __slots__ = ("_entry", "_metadata", "_registry", "_session_id")
+
+    def __init__(
+        self,
+        registry: Sessions,
+        session_id: str,
+        metadata: SessionMetadata | Mapping[str, Any] | None,
+    ) -> None:
+        self._registry = registry
+        self._session_id = session_id
+        self._metadata = metadata
+        self._entry: _Entry | None = None
+
+    async def __aenter__(self) -> SessionActor:
+        if self._entry is not None:
+            raise RuntimeError("a Sessions.use() block can be entered once")
+        registry = self._registry
+        metadata = self._metadata
+        record = None if metadata is None else SessionMetadata.coerce(metadata)
+        entry = registry._entries.get(self._session_id)
+        if entry is not None and registry._usable(entry):
+            registry._lease(entry)
+        else:
+            entry = await registry._acquire(self._session_id)
+        actor = entry.actor
+        assert actor is not None
+        if record is not None and actor.metadata != record:
+            try:
+                await actor.set_metadata(record)
+            except BaseException:
+                registry._release(entry)
+                raise
+        self._entry = entry
+        return actor
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        entry, self._entry = self._entry, None
+        if entry is not None:
+            self._registry._release(entry)
 
 
 class Sessions:
@@ -208,6 +261,8 @@ class Sessions:
         self._leased = 0  # of those, the ones with a lease
         self._task_group: anyio.abc.TaskGroup | None = None
         self._wake_reaper: anyio.Event  # made on entering: an Event belongs to an event loop
+        # The event loop's clock, bound on entering: read at every get() and use().
+        self._now: Callable[[], float] = anyio.current_time
         self._state: Literal["new", "open", "closed"] = "new"
         self._opened = 0
         self._closed_idle = 0
@@ -220,6 +275,7 @@ class Sessions:
             raise RuntimeError("a Sessions registry can be entered once")
         self._state = "open"
         self._wake_reaper = anyio.Event()
+        self._now = current_clock()
         self._exit_stack = self._run()
         try:
             await self._exit_stack.__aenter__()
@@ -307,35 +363,24 @@ class Sessions:
         self._release(entry, keep=True)
         return entry.actor  # type: ignore[return-value]
 
-    @asynccontextmanager
-    async def use(
+    def use(
         self,
         session_id: str,
         *,
         metadata: SessionMetadata | Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[SessionActor]:
+    ) -> contextlib.AbstractAsyncContextManager[SessionActor]:
         """Hold the session's actor open for the block: neither idleness nor ``max_open``
-        closes it before the block ends (closing the registry does).
+        closes it before the block ends (closing the registry does)::
+
+            async with sessions.use("user-42") as session:
+                await session.add_message(message)
 
         ``metadata``: as for :meth:`get`, set before the block starts.
 
         Raises:
-            ValueError, StoreError, SessionClosedError: as :meth:`get`.
+            ValueError, StoreError, SessionClosedError: as :meth:`get`, on entering.
         """
-        record = None if metadata is None else SessionMetadata.coerce(metadata)
-        entry = self._entries.get(session_id)
-        if entry is not None and self._usable(entry):
-            self._lease(entry)
-        else:
-            entry = await self._acquire(session_id)
-        try:
-            actor = entry.actor
-            assert actor is not None
-            if record is not None and actor.metadata != record:
-                await actor.set_metadata(record)
-            yield actor
-        finally:
-            self._release(entry)
+        return _Use(self, session_id, metadata)
 
     def _usable(self, entry: _Entry) -> bool:
         """Whether ``entry``'s actor runs and nothing is closing it; an actor that stopped by
@@ -349,7 +394,7 @@ class Sessions:
         return True
 
     def _touch(self, entry: _Entry) -> None:
-        entry.used_at = anyio.current_time()
+        entry.used_at = self._now()
         if not entry.leases:
             self._idle.move_to_end(entry.session_id)
 
@@ -409,7 +454,7 @@ class Sessions:
         and the registry comes back down towards ``max_open`` (not closing ``entry`` if
         ``keep``)."""
         entry.leases -= 1
-        entry.used_at = anyio.current_time()
+        entry.used_at = self._now()
         if not entry.leases and entry.actor is not None and not entry.close.is_set():
             self._leased -= 1
             self._idle[entry.session_id] = entry
@@ -449,7 +494,7 @@ class Sessions:
                 follow=self._follow,
             ) as actor:
                 entry.actor = actor
-                entry.used_at = anyio.current_time()
+                entry.used_at = self._now()
                 self._opened += 1
                 if not entry.close.is_set():
                     self._open += 1
@@ -513,7 +558,7 @@ class Sessions:
         once per half ``idle_timeout``, never per open.
         """
         while self._state == "open":
-            now = anyio.current_time()
+            now = self._now()
             for entry in list(self._idle.values()):
                 if not entry.close.is_set() and not self._busy(entry, now):
                     self._close(entry)

@@ -374,3 +374,32 @@ async def test_opening_does_the_same_work_with_many_sessions_open_as_with_few() 
         assert many <= few + 20, (few, many)
         stats = sessions.statistics()
         assert (stats.open, stats.opened) == (1_020, 1_020)
+
+
+@pytest.mark.anyio
+async def test_a_use_block_leases_once_and_releases_whatever_happens() -> None:
+    async with Sessions(MemoryStore()) as sessions:
+        block = sessions.use("s")
+        async with block as actor:
+            assert sessions.statistics().leased == 1
+            with pytest.raises(RuntimeError, match="entered once"):
+                await block.__aenter__()
+            assert sessions.statistics().leased == 1
+        assert sessions.statistics().leased == 0
+        # Bad metadata is refused on entering, with nothing leased.
+        with pytest.raises(ValueError):
+            async with sessions.use("s", metadata={"tags": "not a list"}):
+                raise AssertionError("entered with bad metadata")
+        assert sessions.statistics().leased == 0
+        # Metadata that cannot be set (the actor is closing) releases the lease it took.
+        actor = await sessions.get("s")
+        actor._engine.begin_close()
+        with pytest.raises(SessionClosedError):
+            async with sessions.use("s", metadata={"title": "t"}):
+                raise AssertionError("entered although the metadata was not set")
+        assert sessions.statistics().leased == 0
+        # A block that raises releases too, and the error is the block's.
+        with pytest.raises(KeyError):
+            async with sessions.use("t"):
+                raise KeyError("mine")
+        assert sessions.statistics().leased == 0
