@@ -15,6 +15,9 @@ machine.
   every open also closes the least recently used actor (and waits for it to close): the
   registry stays at exactly 100 or 10,000 open.
 * ``open_sqlite``: ``open_memory`` on one SQLite file (each open reads the session from it).
+* ``per_call_memory``: what the registry adds to every call on an open actor: CPU per awaited
+  append called directly, after ``await sessions.get(id)``, and inside ``async with
+  sessions.use(id)`` (how the framework adapters call), slices interleaved.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from benchmarks.harness import (
     measure,
     ratio,
 )
+from nous_session import SessionActor
 from nous_session.registry import Sessions
 from nous_session.stores import MemoryStore
 from nous_session.stores.base import Store
@@ -181,4 +185,77 @@ def open_full_memory(ctx: Context) -> list[Measurement]:
     return _report("open_full_memory", samples, opens, "MemoryStore, each open closes the LRU")
 
 
-BENCHMARKS: list[Any] = [open_memory, open_full_memory, open_sqlite]
+async def _per_call(ctx: Context) -> dict[str, list[float]]:
+    slices, per_slice = ctx.size(20, 4), ctx.size(200, 50)
+    data = ("user_message", {"content": "x" * 200})
+    store = MemoryStore()
+    async with (
+        Sessions(store) as sessions,
+        SessionActor.open(session_id="alone", store=store) as alone,
+    ):
+        await sessions.get("got")
+        await sessions.get("used")
+
+        def side(call: Callable[[], Any]) -> Callable[[], AsyncIterator[float | None]]:
+            async def run() -> AsyncIterator[float | None]:
+                yield None
+                for _ in range(slices):
+                    start = time.process_time()
+                    for _ in range(per_slice):
+                        await call()
+                    yield time.process_time() - start
+
+            return run
+
+        async def direct() -> None:
+            await alone.append_many([data])
+
+        async def got() -> None:
+            await (await sessions.get("got")).append_many([data])
+
+        async def used() -> None:
+            async with sessions.use("used") as actor:
+                await actor.append_many([data])
+
+        samples = await ainterleave_slices(
+            ctx.rounds,
+            {
+                "direct": AsyncSide(side(direct), slices),
+                "get": AsyncSide(side(got), slices),
+                "use": AsyncSide(side(used), slices),
+            },
+        )
+    n = slices * per_slice
+    return {name: [value / n * 1e6 for value in values] for name, values in samples.items()}
+
+
+def per_call_memory(ctx: Context) -> list[Measurement]:
+    """What the registry adds to each call: CPU per awaited append on an open actor, called
+    directly, after ``await sessions.get(id)``, and inside ``async with sessions.use(id)``."""
+    rows = anyio.run(_per_call, ctx, backend="asyncio")
+    note = "process CPU per awaited append_many of one event on a MemoryStore, the actor open"
+    return [
+        measure("registry.per_call_memory.direct", "us/call", rows["direct"], note=note),
+        measure(
+            "registry.per_call_memory.get",
+            "us/call",
+            rows["get"],
+            note=note + "; `await sessions.get(id)` first",
+        ),
+        measure(
+            "registry.per_call_memory.use",
+            "us/call",
+            rows["use"],
+            note=note + "; inside `async with sessions.use(id)` (the adapters' way)",
+        ),
+        ratio(
+            "registry.per_call_memory.use_vs_direct",
+            rows["use"],
+            rows["direct"],
+            informational=True,
+            note="inside a use() block / the actor called directly, slice by slice",
+        ),
+    ]
+
+
+BENCHMARKS: list[Any] = [open_memory, open_full_memory, open_sqlite, per_call_memory]
