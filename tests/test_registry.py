@@ -387,7 +387,7 @@ async def test_a_use_block_leases_once_and_releases_whatever_happens() -> None:
             assert sessions.statistics().leased == 1
         assert sessions.statistics().leased == 0
         # Bad metadata is refused on entering, with nothing leased.
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="tags must be a collection"):
             async with sessions.use("s", metadata={"tags": "not a list"}):
                 raise AssertionError("entered with bad metadata")
         assert sessions.statistics().leased == 0
