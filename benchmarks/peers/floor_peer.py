@@ -1,9 +1,10 @@
 """The floor: no session library at all, only what any store that keeps the disk off the event
 loop must do. A reference measured beside the peers, never counted as one.
 
-On a SQLite file (WAL, ``synchronous=FULL``, as ours): one long-lived thread owns the
-connection; an append is one row in one ``BEGIN IMMEDIATE`` / ``INSERT`` / ``COMMIT``,
-handed over through a ``queue.SimpleQueue`` and awaited through an asyncio future woken with
+On a SQLite file (WAL, ``synchronous=FULL``, as ours), through
+:class:`benchmarks.floors.RawThread`: one long-lived thread owns the connection; an append is
+one row in one ``BEGIN IMMEDIATE`` / ``INSERT`` / ``COMMIT``, handed over through a
+``queue.SimpleQueue`` and awaited through an asyncio future woken with
 ``loop.call_soon_threadsafe``. No actor, no log, no validation, no conflict check, no session
 row: one page written per commit where a real store writes two or more. A read of the last k
 is the same hop and one ``SELECT ... ORDER BY seq DESC LIMIT k`` with the rows decoded.
@@ -16,108 +17,46 @@ their JSON bytes before the clock starts, as every peer's are.
 
 from __future__ import annotations
 
-import asyncio
-import queue
 import sqlite3
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from benchmarks.floors import RawThread
 from benchmarks.peers import SQLITE
 from nous_session import Message
 
-_Job = Callable[[sqlite3.Connection], Any]
+
+def _history(connection: sqlite3.Connection, sid: str) -> list[Any]:
+    rows = connection.execute("SELECT record FROM nous_events WHERE sid = ? ORDER BY seq", (sid,))
+    return [orjson.loads(record) for (record,) in rows]
 
 
-class _Thread:
-    """One thread, one connection, jobs in through a SimpleQueue, answers out through futures."""
-
-    def __init__(self, path: Path) -> None:
-        self._jobs: queue.SimpleQueue[tuple[_Job, asyncio.Future[Any]] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, args=(path,), daemon=True)
-        self._thread.start()
-
-    def _serve(self, path: Path) -> None:
-        connection = sqlite3.connect(path, isolation_level=None)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=FULL")
-        connection.execute(
-            "CREATE TABLE IF NOT EXISTS floor_events (sid TEXT NOT NULL, seq INTEGER NOT NULL,"
-            " record BLOB NOT NULL, PRIMARY KEY (sid, seq)) WITHOUT ROWID"
-        )
-        while (item := self._jobs.get()) is not None:
-            job, future = item
-            try:
-                result = job(connection)
-            except BaseException as error:  # handed to the awaiting task
-                future.get_loop().call_soon_threadsafe(_fail, future, error)
-            else:
-                future.get_loop().call_soon_threadsafe(_answer, future, result)
-        connection.close()
-
-    async def run(self, job: _Job) -> Any:
-        future = asyncio.get_running_loop().create_future()
-        self._jobs.put((job, future))
-        return await future
-
-    def close(self) -> None:
-        self._jobs.put(None)
-        self._thread.join()
-
-
-def _answer(future: asyncio.Future[Any], result: Any) -> None:
-    if not future.done():
-        future.set_result(result)
-
-
-def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
+def _tail(connection: sqlite3.Connection, where: tuple[str, int]) -> list[Any]:
+    rows = connection.execute(
+        "SELECT record FROM nous_events WHERE sid = ? ORDER BY seq DESC LIMIT ?", where
+    ).fetchall()
+    return [orjson.loads(record) for (record,) in reversed(rows)]
 
 
 class FloorSession:
-    def __init__(self, thread: _Thread, session_id: str) -> None:
+    def __init__(self, thread: RawThread, session_id: str) -> None:
         self.thread = thread
         self.session_id = session_id
         self.seq = 0
 
     async def append(self, unit: bytes) -> None:
-        row = (self.session_id, self.seq, unit)
-
-        def insert(connection: sqlite3.Connection) -> None:
-            connection.execute("BEGIN IMMEDIATE")
-            connection.execute("INSERT INTO floor_events VALUES (?, ?, ?)", row)
-            connection.execute("COMMIT")
-
-        await self.thread.run(insert)
+        await self.thread.insert((self.session_id, self.seq, unit))
         self.seq += 1
 
     async def history(self) -> Sequence[Any]:
-        sid = self.session_id
-
-        def read(connection: sqlite3.Connection) -> list[Any]:
-            rows = connection.execute(
-                "SELECT record FROM floor_events WHERE sid = ? ORDER BY seq", (sid,)
-            )
-            return [orjson.loads(record) for (record,) in rows]
-
-        result: list[Any] = await self.thread.run(read)
+        result: list[Any] = await self.thread.run(_history, self.session_id)
         return result
 
     async def tail(self, k: int) -> Sequence[Any]:
-        sid = self.session_id
-
-        def read(connection: sqlite3.Connection) -> list[Any]:
-            rows = connection.execute(
-                "SELECT record FROM floor_events WHERE sid = ? ORDER BY seq DESC LIMIT ?",
-                (sid, k),
-            ).fetchall()
-            return [orjson.loads(record) for (record,) in reversed(rows)]
-
-        result: list[Any] = await self.thread.run(read)
+        result: list[Any] = await self.thread.run(_tail, (self.session_id, k))
         return result
 
     async def fill(self, units: Sequence[bytes]) -> None:
@@ -131,7 +70,7 @@ class FloorBackend:
 
     def __init__(self, path: Path) -> None:
         self.kind = SQLITE
-        self.thread = _Thread(path)
+        self.thread = RawThread(path)
         self.sessions: dict[str, FloorSession] = {}
 
     def convert(self, message: Message) -> bytes:

@@ -21,14 +21,9 @@ writes at once; asyncio, structlog filtering at info.
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import queue
-import sqlite3
 import tempfile
-import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -38,6 +33,7 @@ import anyio
 import anyio.lowlevel
 import orjson
 
+from benchmarks.floors import GroupThread, Relay
 from benchmarks.harness import Context, Measurement, Target, expect, measure, ratio
 from benchmarks.workloads import content
 from nous_session import EventType, Log, SessionActor
@@ -144,53 +140,16 @@ async def _round_trip(count: int, flat: bool) -> tuple[float, float]:
     return cpu / n * 1e6, spent / n * 1e6
 
 
-class _Relay:
-    """The floor for an actor's round trip: a server task per session that takes what is
-    queued in a deque (parked on a future when there is nothing), appends each item to a list
-    and answers its caller's future. No validation, no log, no store, no events: the two task
-    switches every awaited call needs, and a queue."""
-
-    __slots__ = ("log", "parked", "queue")
-
-    def __init__(self) -> None:
-        self.queue: deque[tuple[object, asyncio.Future[int]]] = deque()
-        self.parked: asyncio.Future[None] | None = None
-        self.log: list[object] = []
-
-    async def serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        queue, log = self.queue, self.log
-        while True:
-            if not queue:
-                parked = self.parked = loop.create_future()
-                await parked
-                self.parked = None
-            batch = list(queue)
-            queue.clear()
-            for item, answer in batch:
-                log.append(item)
-                answer.set_result(len(log))
-
-    async def call(self, item: object) -> int:
-        answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.queue.append((item, answer))
-        parked = self.parked
-        if parked is not None:
-            self.parked = None
-            parked.set_result(None)
-        return await answer
-
-
 async def _relay_round_trip(count: int) -> tuple[float, float]:
     """The floor of :func:`_round_trip`: ``count`` relays, each caller awaiting its own
     ``EACH`` round trips, all at once; the loop thread's CPU per round trip and the GC's
     part, in microseconds."""
     payload = {"content": content(1)}
-    relays = [_Relay() for _ in range(count)]
+    relays = [Relay() for _ in range(count)]
     left = [count]
     done = anyio.Event()
 
-    async def produce(relay: _Relay) -> None:
+    async def produce(relay: Relay) -> None:
         for _ in range(EACH):
             await relay.call(payload)
         left[0] -= 1
@@ -409,88 +368,27 @@ async def _through_registry(store: Store, count: int, payload: dict[str, Any]) -
     return count * EACH / elapsed
 
 
-class _GroupThread:
-    """The floor of group commit: one thread owns a raw sqlite3 connection (WAL, FULL); it
-    takes every row queued (``queue.SimpleQueue``), inserts them in one transaction with one
-    ``executemany`` and wakes all their futures with one ``loop.call_soon_threadsafe``."""
-
-    def __init__(self, path: Path) -> None:
-        self._rows: queue.SimpleQueue[tuple[tuple[int, int, bytes], asyncio.Future[None]] | None]
-        self._rows = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, args=(path,), daemon=True)
-        self._thread.start()
-
-    def _serve(self, path: Path) -> None:
-        connection = sqlite3.connect(path, isolation_level=None)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=FULL")
-        connection.execute(
-            "CREATE TABLE rows (sid INTEGER NOT NULL, seq INTEGER NOT NULL, record BLOB NOT NULL,"
-            " PRIMARY KEY (sid, seq)) WITHOUT ROWID"
-        )
-        while (first := self._rows.get()) is not None:
-            taken = [first]
-            stop = False
-            while not self._rows.empty():
-                item = self._rows.get_nowait()
-                if item is None:
-                    stop = True
-                    break
-                taken.append(item)
-            connection.execute("BEGIN IMMEDIATE")
-            connection.executemany("INSERT INTO rows VALUES (?, ?, ?)", [row for row, _ in taken])
-            connection.execute("COMMIT")
-            futures = [future for _, future in taken]
-            futures[0].get_loop().call_soon_threadsafe(_answer_all, futures)
-            if stop:
-                break
-        connection.close()
-
-    async def insert(self, row: tuple[int, int, bytes]) -> None:
-        future = asyncio.get_running_loop().create_future()
-        self._rows.put((row, future))
-        await future
-
-    def close(self) -> None:
-        self._rows.put(None)
-        self._thread.join()
-
-
-def _answer_all(futures: list[asyncio.Future[None]]) -> None:
-    for future in futures:
-        future.set_result(None)
-
-
 async def _through_floor(path: Path, count: int, payload: dict[str, Any]) -> float:
-    """The floor of the 200-session workload: a bare relay per session (see :class:`_Relay`)
-    whose server awaits each row's insert through one :class:`_GroupThread`."""
+    """The floor of the 200-session workload: a bare relay per session whose server awaits
+    each row's insert through one group-committing thread (:mod:`benchmarks.floors`)."""
     record = orjson.dumps(payload)
-    writer = _GroupThread(path)
-    relays = [_Relay() for _ in range(count)]
+    writer = GroupThread(path)
+    relays: list[Relay] = []
+    for index in range(count):
 
-    async def serve(index: int, relay: _Relay) -> None:
-        loop = asyncio.get_running_loop()
-        queue, log = relay.queue, relay.log
-        while True:
-            if not queue:
-                parked = relay.parked = loop.create_future()
-                await parked
-                relay.parked = None
-            batch = list(queue)
-            queue.clear()
-            for item, answer in batch:
-                await writer.insert((index, len(log), record))
-                log.append(item)
-                answer.set_result(len(log))
+        async def write(item: object, index: int = index) -> None:
+            await writer.insert((index, len(relays[index].log), record))
 
-    async def produce(relay: _Relay) -> None:
+        relays.append(Relay(write))
+
+    async def produce(relay: Relay) -> None:
         for _ in range(EACH):
             await relay.call(payload)
 
     try:
         async with anyio.create_task_group() as servers:
-            for index, relay in enumerate(relays):
-                servers.start_soon(serve, index, relay)
+            for relay in relays:
+                servers.start_soon(relay.serve)
             await anyio.lowlevel.checkpoint()
             start = time.perf_counter()
             async with anyio.create_task_group() as producers:

@@ -20,19 +20,14 @@ commit fsyncs), on asyncio.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
-import queue
-import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tracemalloc
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -40,6 +35,7 @@ from typing import Any
 
 import anyio
 
+from benchmarks.floors import RawThread, Relay, raw_connection
 from benchmarks.harness import (
     AsyncSide,
     Context,
@@ -130,89 +126,15 @@ def sessions_sqlite(ctx: Context) -> list[Measurement]:
     return out
 
 
-def _raw_connection(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, isolation_level=None)
-    expect(connection.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal", "raw: no WAL")
-    connection.execute("PRAGMA synchronous=FULL")
-    connection.execute(
-        "CREATE TABLE IF NOT EXISTS nous_events (sid INTEGER NOT NULL, seq INTEGER NOT NULL,"
-        " record BLOB NOT NULL, PRIMARY KEY (sid, seq)) WITHOUT ROWID"
-    )
-    return connection
-
-
-class _RawThread:
-    """The floor for a store that keeps the disk off the event loop: the same raw one-row
-    transactions, each run by one long-lived thread and awaited through an asyncio future
-    (``queue.SimpleQueue`` in, ``loop.call_soon_threadsafe`` back), nothing else."""
-
-    def __init__(self, path: Path) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Any, Any] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, args=(path,), daemon=True)
-        self._thread.start()
-
-    def _serve(self, path: Path) -> None:
-        connection = _raw_connection(path)
-        while (job := self._jobs.get()) is not None:
-            row, future = job
-            connection.execute("BEGIN IMMEDIATE")
-            connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
-            connection.execute("COMMIT")
-            future.get_loop().call_soon_threadsafe(future.set_result, None)
-        connection.close()
-
-    async def insert(self, row: tuple[int, int, bytes]) -> None:
-        future = asyncio.get_running_loop().create_future()
-        self._jobs.put((row, future))
-        await future
-
-    def close(self) -> None:
-        self._jobs.put(None)
-        self._thread.join()
-
-
-class _Relay:
-    """The floor with an actor's shape: the caller queues its row in a deque and waits on a
-    future; one server task (woken through a future when it sleeps) takes what is queued,
-    awaits each row's insert through a :class:`_RawThread` and answers the caller. The two
-    task switches an actor adds to every call, and nothing else: no log, no validation, no
-    store logic."""
-
-    def __init__(self, thread: _RawThread) -> None:
-        self._thread = thread
-        self._queue: deque[tuple[tuple[int, int, bytes], asyncio.Future[None]]] = deque()
-        self._parked: asyncio.Future[None] | None = None
-
-    async def serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self._queue:
-                self._parked = loop.create_future()
-                await self._parked
-                self._parked = None
-            batch = list(self._queue)
-            self._queue.clear()
-            for row, answer in batch:
-                await self._thread.insert(row)
-                answer.set_result(None)
-
-    async def insert(self, row: tuple[int, int, bytes]) -> None:
-        answer = asyncio.get_running_loop().create_future()
-        self._queue.append((row, answer))
-        parked = self._parked
-        if parked is not None and not parked.done():
-            parked.set_result(None)
-        await answer
-
-
 async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
     slices, per_slice = ctx.size(10, 4), ctx.size(100, 25)
     payload = {"content": content(2)}
-    raw = _raw_connection(directory / "raw.sqlite3")
+    raw = raw_connection(directory / "raw.sqlite3")
     raw_seq = [0]
-    threaded = _RawThread(directory / "threaded.sqlite3")
+    threaded = RawThread(directory / "threaded.sqlite3")
     threaded_seq = [0]
-    relayed = _Relay(_RawThread(directory / "relayed.sqlite3"))
+    relay_thread = RawThread(directory / "relayed.sqlite3")
+    relayed = Relay(relay_thread.insert)
     relayed_seq = [0]
     async with (
         SQLiteStore(directory / "one.sqlite3") as store,
@@ -271,7 +193,7 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
                     relayed_seq[0] += 1
                 start = time.perf_counter()
                 for row in rows:
-                    await relayed.insert(row)
+                    await relayed.call(row)
                 yield time.perf_counter() - start
 
         async def store_commit() -> AsyncIterator[float | None]:
@@ -298,7 +220,7 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
         servers.cancel_scope.cancel()
     raw.close()
     threaded.close()
-    relayed._thread.close()
+    relay_thread.close()
     n = slices * per_slice
     return {key: [n / s for s in values] for key, values in samples.items()}
 
