@@ -39,9 +39,11 @@ test: test-suite
 # `make PYTHON=python3.13 VENV=.venv-3.13 test-suite`.
 # TEST_WORKERS: pytest-xdist's workers (one per core by default; 0 runs in this process, for
 # a debugger). worksteal: the long property tests do not leave a worker idle at the end.
+# TESTS: which test files or node ids (all of tests/ by default).
 TEST_WORKERS ?= auto
+TESTS ?=
 test-suite: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(TESTS)
 
 test-frameworks:
 	PYTHON=$(PYTHON) bash .ci/openai_agents
