@@ -8,7 +8,9 @@ reference system.
 * :class:`RawThread`: one long-lived thread owns such a connection and runs one job at a time,
   handed over through a ``queue.SimpleQueue`` and answered through an asyncio future woken with
   ``loop.call_soon_threadsafe``; :meth:`RawThread.insert` is a one-row transaction.
-* :class:`GroupThread`: the same thread committing every row queued in one transaction.
+* :class:`GroupThread`: the same thread committing every row queued in one transaction (on
+  SQLite; :func:`postgres_group` makes one for PostgreSQL: the count check, the rows, one
+  round trip).
 * :class:`Relay`: an actor's shape and nothing else: a server task per session, a deque, a
   parked future and an answer future; each item appended to a list, optionally after awaiting
   a write of it.
@@ -25,7 +27,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GroupThread", "RawThread", "Relay", "Row", "raw_connection"]
+__all__ = [
+    "GroupThread",
+    "RawThread",
+    "Relay",
+    "Row",
+    "postgres_floor_tables",
+    "postgres_group",
+    "raw_connection",
+]
 
 Row = tuple[Any, int, bytes]
 """(session, seq, record): one row of the floors' table."""
@@ -106,18 +116,34 @@ class RawThread:
 
 
 class GroupThread:
-    """The floor of group commit: one thread takes every row queued, inserts them in one
-    transaction (one ``executemany``) and wakes all their futures with one
-    ``loop.call_soon_threadsafe``."""
+    """The floor of group commit: one thread takes every row queued, writes them in one
+    transaction and wakes all their futures with one ``loop.call_soon_threadsafe``.
 
-    def __init__(self, path: Path) -> None:
+    Args:
+        path: a SQLite file (:func:`raw_connection`; one ``executemany`` per transaction), or
+            None with ``connect`` and ``write`` given.
+        connect: opens the thread's connection (called in the thread).
+        write: ``write(connection, rows)`` commits ``rows`` in one transaction.
+    """
+
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        connect: Callable[[], Any] | None = None,
+        write: Callable[[Any, list[Row]], None] | None = None,
+    ) -> None:
+        if path is not None:
+            connect, write = lambda: raw_connection(path), _insert_rows
+        if connect is None or write is None:
+            raise ValueError("GroupThread needs a path, or connect and write")
         self._rows: queue.SimpleQueue[tuple[Row, asyncio.Future[None]] | None]
         self._rows = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, args=(path,), daemon=True)
+        self._thread = threading.Thread(target=self._serve, args=(connect, write), daemon=True)
         self._thread.start()
 
-    def _serve(self, path: Path) -> None:
-        connection = raw_connection(path)
+    def _serve(self, connect: Callable[[], Any], write: Callable[[Any, list[Row]], None]) -> None:
+        connection = connect()
         while (first := self._rows.get()) is not None:
             taken = [first]
             stop = False
@@ -127,11 +153,7 @@ class GroupThread:
                     stop = True
                     break
                 taken.append(item)
-            connection.execute("BEGIN IMMEDIATE")
-            connection.executemany(
-                "INSERT INTO nous_events VALUES (?, ?, ?)", [row for row, _ in taken]
-            )
-            connection.execute("COMMIT")
+            write(connection, [row for row, _ in taken])
             futures = [future for _, future in taken]
             futures[0].get_loop().call_soon_threadsafe(_answer_all, futures)
             if stop:
@@ -146,6 +168,61 @@ class GroupThread:
     def close(self) -> None:
         self._rows.put(None)
         self._thread.join()
+
+
+def _insert_rows(connection: sqlite3.Connection, rows: list[Row]) -> None:
+    connection.execute("BEGIN IMMEDIATE")
+    connection.executemany("INSERT INTO nous_events VALUES (?, ?, ?)", rows)
+    connection.execute("COMMIT")
+
+
+def postgres_group(url: str, schema: str) -> GroupThread:
+    """The floor of a PostgreSQL group commit, in ``schema``: per transaction, one statement
+    that moves each row's session count (only from the count the row expects, as a store's
+    conflict check does) and one that inserts the rows (two ``unnest`` arrays), pipelined,
+    then COMMIT. No log, no store, no notification. Run :func:`postgres_floor_tables` first.
+    """
+    import psycopg
+
+    def connect() -> Any:
+        return psycopg.connect(url, autocommit=True)
+
+    def write(connection: Any, rows: list[Row]) -> None:
+        with connection.pipeline(), connection.transaction():
+            connection.execute(
+                f"UPDATE {schema}.floor_sessions AS s SET count = r.seq + 1"
+                " FROM unnest(%s::text[], %s::bigint[]) AS r (name, seq)"
+                " WHERE s.name = r.name AND s.count = r.seq",
+                ([row[0] for row in rows], [row[1] for row in rows]),
+            )
+            connection.execute(
+                f"INSERT INTO {schema}.floor_events"
+                " SELECT * FROM unnest(%s::text[], %s::bigint[], %b::bytea[])",
+                ([row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows]),
+            )
+
+    return GroupThread(connect=connect, write=write)
+
+
+def postgres_floor_tables(url: str, schema: str, sessions: list[str]) -> None:
+    """The floor's two tables in ``schema`` (made if missing), with a row per session."""
+    import psycopg
+
+    with psycopg.connect(url) as connection:  # one transaction, committed on leaving
+        # Processes making the tables at once would collide in the catalog: one at a time.
+        connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))
+        connection.execute(
+            f"CREATE TABLE IF NOT EXISTS {schema}.floor_sessions"
+            " (name text PRIMARY KEY, count bigint NOT NULL)"
+        )
+        connection.execute(
+            f"CREATE TABLE IF NOT EXISTS {schema}.floor_events (session text NOT NULL,"
+            " seq bigint NOT NULL, record bytea NOT NULL, PRIMARY KEY (session, seq))"
+        )
+        connection.execute(
+            f"INSERT INTO {schema}.floor_sessions SELECT unnest(%s::text[]), 0",
+            (sessions,),
+        )
 
 
 class Relay:

@@ -25,6 +25,12 @@ round's figures). Commands:
     sessions at once; the result holds the appends, the finish time, the process's CPU
     seconds over the run (every thread: the event loop and the pool's), and the store's group
     commit counters.
+``many_floor NAME SESSIONS WRITES``
+    the floor of ``many``, with no library: SESSIONS tasks (``NAME-0`` ...), each awaiting
+    WRITES appends of a made and encoded event, one after another, through one thread with a
+    plain psycopg connection that commits every row queued in one transaction (the count
+    check and the rows, pipelined: :func:`benchmarks.floors.postgres_group`); the result
+    as for ``many``.
 ``quit``
 
 Times are ``time.time()``: the system-wide clock, comparable across processes on one machine.
@@ -38,6 +44,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -51,7 +58,13 @@ structlog.configure(
     logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
 )
 
+# Run as a script: the repository's root is not on the path by itself.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.floors import postgres_floor_tables, postgres_group  # noqa: E402
 from nous_session import ConflictError, Event, EventType, SessionActor  # noqa: E402
+from nous_session.codec import encode  # noqa: E402
+from nous_session.event import make_event  # noqa: E402
 from nous_session.stores.postgres import PostgresStore  # noqa: E402
 
 USER = EventType.USER_MESSAGE
@@ -267,6 +280,48 @@ async def many(url: str, schema: str, name: str, sessions: int, writes: int, poo
     )
 
 
+async def many_floor(url: str, schema: str, name: str, sessions: int, writes: int) -> None:
+    names = [f"{name}-{index}" for index in range(sessions)]
+    await anyio.to_thread.run_sync(postgres_floor_tables, url, schema, names)
+    group = postgres_group(url, schema)
+    go = anyio.Event()
+    appended = [0]
+    last = [0.0]
+    try:
+
+        async def session(session_id: str) -> None:
+            await go.wait()
+            for seq in range(writes):
+                record = encode(make_event(seq, USER, {"content": text(seq)}))
+                await group.insert((session_id, seq, record))
+                appended[0] += 1
+            last[0] = max(last[0], time.time())
+
+        async with anyio.create_task_group() as task_group:
+            for session_id in names:
+                task_group.start_soon(session, session_id)
+            say("ready")
+            start = await wait_for_go()
+            cpu = time.process_time()
+            go.set()
+        cpu = time.process_time() - cpu
+    finally:
+        await anyio.to_thread.run_sync(group.close)
+    say(
+        "result "
+        + json.dumps(
+            {
+                "appends": appended[0],
+                "start": start,
+                "finished": last[0],
+                "cpu": cpu,
+                "group_transactions": 0,
+                "group_commits": 0,
+            }
+        )
+    )
+
+
 async def main(url: str, schema: str) -> None:
     async with StampingStore(url, schema=schema) as store:
         while True:
@@ -283,6 +338,9 @@ async def main(url: str, schema: str) -> None:
             elif command == "many":
                 name, sessions, writes, pool = args
                 await many(url, schema, name, int(sessions), int(writes), int(pool))
+            elif command == "many_floor":
+                name, sessions, writes = args
+                await many_floor(url, schema, name, int(sessions), int(writes))
             elif command == "follow":
                 session_id, expected, timeout = args
                 await follow(store, session_id, int(expected), float(timeout))

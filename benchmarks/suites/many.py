@@ -10,8 +10,9 @@ commit fsyncs), on asyncio.
   transactions on the same kind of file (WAL, FULL), side by side in slices: the floor is the
   fsync, and the ratio says how close to it the library gets. Beside them, the steps between:
   the raw loop in a thread (the floor for anything that keeps the disk off the event loop), the
-  same relayed through a server task (an actor's shape), and ``SQLiteStore.commit`` awaited
-  directly (the store without the actor).
+  same relayed through a server task (an actor's shape), ``SQLiteStore.commit`` awaited
+  directly (the store without the actor), and the session opened with ``follow=False`` (no
+  change feed polling the file).
 * ``sessions_postgres``: 200 sessions spread over 4 processes (50 each), each awaiting its own 20
   appends; appends/s over all of them (needs ``NOUS_SESSION_TEST_POSTGRES``).
 * ``idle_memory``: 10,000 open, idle sessions in one process: bytes per session (traced by
@@ -139,7 +140,9 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
     async with (
         SQLiteStore(directory / "one.sqlite3") as store,
         SQLiteStore(directory / "direct.sqlite3") as direct_store,
+        SQLiteStore(directory / "alone.sqlite3") as alone_store,
         SessionActor.open(session_id="one", store=store) as session,
+        SessionActor.open(session_id="one", store=alone_store, follow=False) as alone,
         anyio.create_task_group() as servers,
     ):
         servers.start_soon(relayed.serve)
@@ -154,6 +157,14 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
                     await session.append(USER, payload)
                 yield time.perf_counter() - start
             expect(session.log.count == before + slices * per_slice, "one: appends missing")
+
+        async def not_following() -> AsyncIterator[float | None]:
+            yield None
+            for _ in range(slices):
+                start = time.perf_counter()
+                for _ in range(per_slice):
+                    await alone.append(USER, payload)
+                yield time.perf_counter() - start
 
         async def floor() -> AsyncIterator[float | None]:
             yield None
@@ -211,6 +222,7 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
             ctx.rounds,
             {
                 "ours": AsyncSide(ours, slices),
+                "alone": AsyncSide(not_following, slices),
                 "raw": AsyncSide(floor, slices),
                 "thread": AsyncSide(floor_in_thread, slices),
                 "relay": AsyncSide(floor_relayed, slices),
@@ -276,6 +288,14 @@ def one_session_sqlite(ctx: Context) -> list[Measurement]:
             note="the same raw transactions relayed through a server task (a deque, a parked "
             "future, an answer future: an actor's two task switches and nothing else) / raw "
             "in a thread: what an actor's shape alone costs",
+        ),
+        ratio(
+            "many.one_session_sqlite.not_following_vs_ours",
+            rows["alone"],
+            rows["ours"],
+            note="the same session opened with follow=False (no change feed: the store's feed"
+            " thread polls the file every 5 ms by default, to see other processes' commits) /"
+            " ours: what following costs while this session is the only writer",
         ),
         ratio(
             "many.one_session_sqlite.store_vs_thread",

@@ -17,7 +17,9 @@ together by a start barrier: the parent sends every worker the same ``time.time(
 * ``many_sessions``: 4 processes x 50 sessions (200 in all), every session awaiting its own
   appends one after another, all at once: acknowledged appends/s in total, and each process's
   CPU (every thread: the event loop and the pool's) per append; once per pool size
-  (:data:`POOLS`, the most connections each process's PostgresStore may hold), alternating.
+  (:data:`POOLS`, the most connections each process's PostgresStore may hold), alternating,
+  beside its floor (the same sessions' appends through one plain psycopg thread per process
+  that group-commits whatever is queued: ``many_floor`` in the worker).
 * ``live_tail``: a writer process appending at 1,000/s on a schedule; a subscriber process
   following the session through ``SessionActor.open(store=PostgresStore)`` + ``subscribe()``:
   latency from the writer's commit to the subscriber's receipt; every event seen once, in order.
@@ -49,6 +51,7 @@ from benchmarks.harness import (
     expect,
     measure,
     percentile,
+    ratio,
 )
 
 ISSUE_5 = "issue 5"
@@ -357,6 +360,33 @@ def _many_round(
     }
 
 
+def _many_floor_round(
+    url: str, schema: str, workers: list[_Worker], round_index: int, writes: int
+) -> dict[str, float]:
+    names = [f"floor-{round_index}-w{w}" for w in range(len(workers))]
+    for worker, name in zip(workers, names, strict=True):
+        worker.send(f"many_floor {name} {MANY_SESSIONS} {writes}")
+    for worker in workers:
+        worker.expect("ready", 120)
+    start = _go(workers)
+    results = [json.loads(w.expect("result", 300)) for w in workers]
+    total = sum(result["appends"] for result in results)
+    expect(total == len(workers) * MANY_SESSIONS * writes, "many_sessions floor: rows missing")
+    import psycopg
+
+    with psycopg.connect(url) as connection:
+        rows, moved = connection.execute(
+            f"SELECT (SELECT count(*) FROM {schema}.floor_events WHERE session LIKE %s),"
+            f" (SELECT sum(count) FROM {schema}.floor_sessions WHERE name LIKE %s)",
+            (f"floor-{round_index}-%", f"floor-{round_index}-%"),
+        ).fetchone()
+    expect(rows == moved == total, "many_sessions floor: rows and counts disagree")
+    return {
+        "rate": total / (max(result["finished"] for result in results) - start),
+        "cpu_us": sum(result["cpu"] for result in results) / total * 1e6,
+    }
+
+
 def many_sessions(ctx: Context) -> list[Measurement]:
     """200 sessions over 4 OS processes, each session awaiting its own appends."""
     url = _url()
@@ -364,19 +394,52 @@ def many_sessions(ctx: Context) -> list[Measurement]:
         return []
     writes = 20 if ctx.quick else MANY_WRITES
     out: dict[int, dict[str, list[float]]] = {pool: defaultdict(list) for pool in POOLS}
+    floor: dict[str, list[float]] = defaultdict(list)
     with _schema(url, "many") as schema, _workers(url, schema, PROCESSES) as workers:
         for round_index in range(ctx.rounds):
             pools = POOLS if round_index % 2 == 0 else POOLS[::-1]
+            if round_index % 2:
+                for key, value in _many_floor_round(
+                    url, schema, workers, round_index, writes
+                ).items():
+                    floor[key].append(value)
             for pool in pools:
                 figures = _many_round(url, schema, workers, round_index, pool, writes)
                 for key, value in figures.items():
                     out[pool][key].append(value)
+            if round_index % 2 == 0:
+                for key, value in _many_floor_round(
+                    url, schema, workers, round_index, writes
+                ).items():
+                    floor[key].append(value)
     what = (
         f"{PROCESSES} OS processes x {MANY_SESSIONS} sessions, each session awaiting {writes} "
         "appends (200 B chat events) one after another through SessionActor.append, all "
         "sessions at once after a common start; acks / (last ack - start)"
     )
-    measurements = []
+    measurements = [
+        measure(
+            "postgres.many_sessions.floor.rate",
+            "appends/s",
+            floor["rate"],
+            note="the floor, same processes and sessions, no library: each session's task "
+            "makes and encodes its event and awaits one thread per process with a plain "
+            "psycopg connection, which commits every row queued in one transaction (the "
+            "sessions' count check and the rows, pipelined; benchmarks/floors.py)",
+        ),
+        measure(
+            "postgres.many_sessions.floor.client_cpu",
+            "us/append",
+            floor["cpu_us"],
+            note="the floor's 4 processes' CPU time over the run / appends",
+        ),
+        ratio(
+            "postgres.many_sessions.pool_8.vs_floor",
+            out[8]["rate"],
+            floor["rate"],
+            note="ours at the default pool / the floor, the rounds side by side",
+        ),
+    ]
     for pool in POOLS:
         figures = out[pool]
         measurements += [
