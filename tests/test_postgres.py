@@ -391,6 +391,89 @@ async def test_watch_yields_every_head_of_notifications_that_arrive_together(
         await heads.aclose()
 
 
+@pytest.mark.anyio
+async def test_watch_with_known_yields_only_the_heads_past_what_the_watcher_holds(
+    store: PostgresStore, schema: str
+) -> None:
+    # The follower's own commits: it holds their heads by the time their notifications are
+    # dispatched (mostly), and waking its event loop for each would only make it compare and
+    # sleep again. A head past what it holds (another writer's commit) still comes through.
+    channel = f"nous_session.{schema}"
+    held = [4]
+    asked: list[int] = []
+
+    def known() -> tuple[int, int, bool]:
+        asked.append(held[0])
+        return held[0], 0, False
+
+    heads = store.watch("w", known=known)
+    try:
+        with anyio.fail_after(10):
+            assert await anext(heads) == -1  # listening: always yielded
+            sql(
+                "SELECT pg_notify(%s, %s), pg_notify(%s, %s), pg_notify(%s, %s),"
+                " pg_notify(%s, %s), pg_notify(%s, %s)",
+                *(channel, '{"session": "w", "head": 3}'),
+                *(channel, '{"session": "w", "head": 4}'),
+                *(channel, '{"session": "w", "head": 5}'),
+                *(channel, "not a commit's notification"),
+                *(channel, '{"session": "w", "head": 9}'),
+            )
+            assert [await anext(heads), await anext(heads)] == [5, 9]
+            held[0] = 9
+            sql(
+                "SELECT pg_notify(%s, %s), pg_notify(%s, %s)",
+                *(channel, '{"session": "w", "head": 9}'),
+                *(channel, '{"session": "w", "head": 10}'),
+            )
+            assert await anext(heads) == 10
+        assert len(asked) == 6  # once per head of a watched session, none for the garbage
+    finally:
+        await heads.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_head_that_comes_while_the_watcher_commits_waits_for_that_commit(
+    store: PostgresStore, schema: str
+) -> None:
+    # A commit's own notification mostly arrives before the commit has answered its actor: it
+    # is asked about again until the commit has answered. Held by then, it wakes nobody; not
+    # held (another writer's), it comes through, the highest of those held back.
+    channel = f"nous_session.{schema}"
+    state = {"count": 4, "committing": True}
+
+    def known() -> tuple[int, int, bool]:
+        return state["count"], 0, bool(state["committing"])
+
+    heads = store.watch("w", known=known)
+    try:
+        with anyio.fail_after(10):
+            assert await anext(heads) == -1
+            listener = store._listener
+            assert listener is not None
+            sql("SELECT pg_notify(%s, %s)", channel, '{"session": "w", "head": 5}')
+            while not listener._unsure:  # noqa: ASYNC110 - the listener's thread takes it
+                await anyio.sleep(0.005)
+            state.update(count=5, committing=False)  # the commit answered: head 5 was its own
+            while listener._unsure:  # noqa: ASYNC110
+                await anyio.sleep(0.005)
+            assert listener.pushes == 0
+            state["committing"] = True  # the next commit, and two of another writer's meanwhile
+            sql(
+                "SELECT pg_notify(%s, %s), pg_notify(%s, %s)",
+                *(channel, '{"session": "w", "head": 7}'),
+                *(channel, '{"session": "w", "head": 8}'),
+            )
+            while listener._unsure.get(next(iter(listener._unsure), None), 0) != 8:  # noqa: ASYNC110
+                await anyio.sleep(0.005)
+            assert listener.pushes == 0
+            state.update(count=6, committing=False)  # it conflicted, say: 7 and 8 are not held
+            assert await anext(heads) == 8
+            assert listener.pushes == 1
+    finally:
+        await heads.aclose()
+
+
 def test_cli_tail_follows_a_postgres_session(schema: str) -> None:
     async def write(contents: list[str]) -> None:
         async with PostgresStore(URL, schema=schema) as store:

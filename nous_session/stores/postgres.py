@@ -1374,13 +1374,26 @@ class PostgresStore:
 
     # The change feed --------------------------------------------------------------------------
 
-    async def watch(self, session_id: str, *, poll: float = 0.25) -> AsyncGenerator[int, None]:
+    # The follower passes ``known`` (see nous_session._follower): a head it holds, such as
+    # its own commit's, does not wake it.
+    watch_takes_known: ClassVar[bool] = True
+
+    async def watch(
+        self,
+        session_id: str,
+        *,
+        poll: float = 0.25,
+        known: Callable[[], tuple[int, int, bool]] | None = None,
+    ) -> AsyncGenerator[int, None]:
         """Yield the session's new head whenever a commit (from any process) lands.
 
         The first value, ``-1``, is yielded as soon as the store is listening, and again
         after every reconnection: the caller should read what it has missed then
         (``load(since=...)``). Each notification's head follows; a lost listener reconnects
-        with a backoff.
+        with a backoff. With ``known``, a callable that returns what the watcher holds as
+        (count, horizon) and whether a commit of its own is in flight, a head at or below
+        that count is not yielded: the watcher's own commits do not wake it once it has
+        them. ``known`` is called from the listener's thread, so it must only read.
 
         Every watch of one store shares one LISTEN connection and one thread (``poll``, the
         seconds that thread waits for notifications before it checks whether any watch is
@@ -1392,7 +1405,7 @@ class PostgresStore:
             if self._listener is None:
                 self._listener = Listener(self._listen, poll)
             listener = self._listener
-        heads = listener.watch(session_id)
+        heads = listener.watch(session_id, known)
         try:
             async for head in heads:
                 yield head
