@@ -12,12 +12,13 @@ on asyncio, ``TrioToken.run_sync_soon`` on trio). A watch may say what its owner
 actor's follower does): a head it holds is not pushed, and one that comes while the owner's
 own commit is in flight (its own commit's notification, mostly: it reaches this connection
 before the commit has answered the actor) is asked about again every ``ASK_AGAIN`` seconds
-until that commit has answered. An actor's own commits then wake nothing. After it connects, and again after every
-reconnection, every watch gets ``-1``: read whatever you may have missed. A watch registered
-while the thread is connected gets ``-1`` at once (LISTEN is active, so nothing after it is
-missed). The thread ends once its last watch has left (within one poll; it decides under the
-lock a new watch takes, so a watch never joins a thread that is ending), and a later watch
-starts a new one.
+until that commit has answered. An actor's own commits then wake nothing.
+
+After it connects, and again after every reconnection, every watch gets ``-1``: read whatever
+you may have missed. A watch registered while the thread is connected gets ``-1`` at once
+(LISTEN is active, so nothing after it is missed). The thread ends once its last watch has
+left (within one poll; it decides under the lock a new watch takes, so a watch never joins a
+thread that is ending), and a later watch starts a new one.
 
 A connection can die silently: a NAT or firewall that forgets an idle flow sends neither FIN
 nor RST, and a LISTEN connection only ever waits, so it would wait until the operating

@@ -14,6 +14,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
+from nous_session._requests import Done
 from nous_session.codec import encode
 from nous_session.errors import ConflictError, OutcomeUnknownError, StoreError
 from nous_session.event import Event
@@ -43,7 +44,9 @@ class Grouped:
         self.statement = statement
         self.parameters = parameters
         self.rows = rows
-        self.done = anyio.Event()
+        # The event loop's own primitive, not an anyio.Event (which looks the backend up and
+        # builds an asyncio.Event per commit): set and awaited on the loop's thread.
+        self.done = Done()
         self.error: BaseException | None = None
 
 
