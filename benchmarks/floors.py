@@ -7,7 +7,8 @@ reference system.
   ``nous_events (sid, seq, record)`` table.
 * :class:`RawThread`: one long-lived thread owns such a connection and runs one job at a time,
   handed over through a ``queue.SimpleQueue`` and answered through an asyncio future woken with
-  ``loop.call_soon_threadsafe``; :meth:`RawThread.insert` is a one-row transaction.
+  ``loop.call_soon_threadsafe``; :meth:`RawThread.insert` is a one-row transaction
+  (:func:`insert_row_and_count` the same with a session count moved beside it).
 * :class:`GroupThread`: the same thread committing every row queued in one transaction (on
   SQLite; :func:`postgres_group` makes one for PostgreSQL: the count check, the rows, one
   round trip).
@@ -32,6 +33,8 @@ __all__ = [
     "RawThread",
     "Relay",
     "Row",
+    "insert_row",
+    "insert_row_and_count",
     "postgres_floor_tables",
     "postgres_group",
     "raw_connection",
@@ -44,7 +47,8 @@ _Job = Callable[[sqlite3.Connection, Any], Any]
 
 
 def raw_connection(path: Path) -> sqlite3.Connection:
-    """A plain connection to ``path`` in WAL mode at ``synchronous=FULL``, with the table."""
+    """A plain connection to ``path`` in WAL mode at ``synchronous=FULL``, with the tables
+    (``nous_events``, and ``nous_counts`` for :func:`insert_row_and_count`)."""
     connection = sqlite3.connect(path, isolation_level=None)
     if connection.execute("PRAGMA journal_mode=WAL").fetchone()[0] != "wal":
         raise RuntimeError(f"{path}: the floor's file is not in WAL mode")
@@ -53,6 +57,9 @@ def raw_connection(path: Path) -> sqlite3.Connection:
         "CREATE TABLE IF NOT EXISTS nous_events (sid NOT NULL, seq INTEGER NOT NULL,"
         " record BLOB NOT NULL, PRIMARY KEY (sid, seq)) WITHOUT ROWID"
     )
+    connection.execute(
+        "CREATE TABLE IF NOT EXISTS nous_counts (sid PRIMARY KEY, count INTEGER NOT NULL)"
+    )
     return connection
 
 
@@ -60,6 +67,20 @@ def insert_row(connection: sqlite3.Connection, row: Row) -> None:
     """One row in a transaction of its own."""
     connection.execute("BEGIN IMMEDIATE")
     connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
+    connection.execute("COMMIT")
+
+
+def insert_row_and_count(connection: sqlite3.Connection, row: Row) -> None:
+    """One row and its session's count, in a transaction of its own: what a store that keeps
+    a session row (its count, for the conflict check) writes per commit at least, a second
+    page."""
+    connection.execute("BEGIN IMMEDIATE")
+    connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
+    connection.execute(
+        "INSERT INTO nous_counts VALUES (?, ?)"
+        " ON CONFLICT (sid) DO UPDATE SET count = excluded.count WHERE count = ?",
+        (row[0], row[1] + 1, row[1]),
+    )
     connection.execute("COMMIT")
 
 

@@ -11,8 +11,9 @@ commit fsyncs), on asyncio.
   fsync, and the ratio says how close to it the library gets. Beside them, the steps between:
   the raw loop in a thread (the floor for anything that keeps the disk off the event loop), the
   same relayed through a server task (an actor's shape), ``SQLiteStore.commit`` awaited
-  directly (the store without the actor), and the session opened with ``follow=False`` (no
-  change feed polling the file).
+  directly (the store without the actor), the session opened with ``follow=False`` (no
+  change feed polling the file), and the raw thread also moving a session count per
+  transaction (the second page a store that checks counts writes).
 * ``sessions_postgres``: 200 sessions spread over 4 processes (50 each), each awaiting its own 20
   appends; appends/s over all of them (needs ``NOUS_SESSION_TEST_POSTGRES``).
 * ``idle_memory``: 10,000 open, idle sessions in one process: bytes per session (traced by
@@ -36,7 +37,7 @@ from typing import Any
 
 import anyio
 
-from benchmarks.floors import RawThread, Relay, raw_connection
+from benchmarks.floors import RawThread, Relay, insert_row_and_count, raw_connection
 from benchmarks.harness import (
     AsyncSide,
     Context,
@@ -133,6 +134,8 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
     raw = raw_connection(directory / "raw.sqlite3")
     raw_seq = [0]
     threaded = RawThread(directory / "threaded.sqlite3")
+    counted = RawThread(directory / "counted.sqlite3")
+    counted_seq = [0]
     threaded_seq = [0]
     relay_thread = RawThread(directory / "relayed.sqlite3")
     relayed = Relay(relay_thread.insert)
@@ -194,6 +197,19 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
                     await threaded.insert(row)
                 yield time.perf_counter() - start
 
+        async def floor_counted() -> AsyncIterator[float | None]:
+            yield None
+            for _ in range(slices):
+                rows = []
+                for _ in range(per_slice):
+                    event = make_event(counted_seq[0], USER, payload)
+                    rows.append((1, counted_seq[0], encode(event)))
+                    counted_seq[0] += 1
+                start = time.perf_counter()
+                for row in rows:
+                    await counted.run(insert_row_and_count, row)
+                yield time.perf_counter() - start
+
         async def floor_relayed() -> AsyncIterator[float | None]:
             yield None
             for _ in range(slices):
@@ -226,12 +242,14 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
                 "raw": AsyncSide(floor, slices),
                 "thread": AsyncSide(floor_in_thread, slices),
                 "relay": AsyncSide(floor_relayed, slices),
+                "counted": AsyncSide(floor_counted, slices),
                 "store": AsyncSide(store_commit, slices),
             },
         )
         servers.cancel_scope.cancel()
     raw.close()
     threaded.close()
+    counted.close()
     relay_thread.close()
     n = slices * per_slice
     return {key: [n / s for s in values] for key, values in samples.items()}
@@ -288,6 +306,14 @@ def one_session_sqlite(ctx: Context) -> list[Measurement]:
             note="the same raw transactions relayed through a server task (a deque, a parked "
             "future, an answer future: an actor's two task switches and nothing else) / raw "
             "in a thread: what an actor's shape alone costs",
+        ),
+        ratio(
+            "many.one_session_sqlite.session_row_vs_thread",
+            rows["counted"],
+            rows["thread"],
+            note="raw in a thread, each transaction also moving a session's count in a second "
+            "table (the least a store that checks counts writes: a second page) / raw in a "
+            "thread",
         ),
         ratio(
             "many.one_session_sqlite.not_following_vs_ours",
