@@ -54,10 +54,10 @@ _logger = get_logger("nous_session.postgres")
 
 _FIRST_BACKOFF: Final = 0.05
 _MAX_BACKOFF: Final = 2.0
-# The liveness check of an idle LISTEN connection (see the module docstring).
 # How soon a head that came while its watcher's own commit was in flight is looked at again
 # (the commit has usually answered by then: the head is its own, and wakes nobody).
 ASK_AGAIN: Final = 0.005
+# The liveness check of an idle LISTEN connection (see the module docstring).
 PING_AFTER: Final = 2.0
 PING_TIMEOUT: Final = 2.0
 # libpq's TCP keepalive settings for the LISTEN connection: the kernel probes an idle flow

@@ -1392,8 +1392,10 @@ class PostgresStore:
         (``load(since=...)``). Each notification's head follows; a lost listener reconnects
         with a backoff. With ``known``, a callable that returns what the watcher holds as
         (count, horizon) and whether a commit of its own is in flight, a head at or below
-        that count is not yielded: the watcher's own commits do not wake it once it has
-        them. ``known`` is called from the listener's thread, so it must only read.
+        that count is not yielded, and one that comes while that commit is in flight is
+        asked about again every few milliseconds until it has answered: the watcher's own
+        commits do not wake it. ``known`` is called from the listener's thread, so it must
+        only read.
 
         Every watch of one store shares one LISTEN connection and one thread (``poll``, the
         seconds that thread waits for notifications before it checks whether any watch is
