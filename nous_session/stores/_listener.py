@@ -12,7 +12,8 @@ on asyncio, ``TrioToken.run_sync_soon`` on trio). A watch may say what its owner
 actor's follower does): a head it holds is not pushed, and one that comes while the owner's
 own commit is in flight (its own commit's notification, mostly: it reaches this connection
 before the commit has answered the actor) is asked about again every ``ASK_AGAIN`` seconds
-until that commit has answered. An actor's own commits then wake nothing.
+until that commit has answered (``HOLD_AT_MOST`` at most). An actor's own commits then wake
+nothing.
 
 After it connects, and again after every reconnection, every watch gets ``-1``: read whatever
 you may have missed. A watch registered while the thread is connected gets ``-1`` at once
@@ -52,11 +53,16 @@ __all__ = ["KEEPALIVE", "Listener", "ListenerStalled"]
 
 _logger = get_logger("nous_session.postgres")
 
+_HAVE_POLL: Final = hasattr(select, "poll")
 _FIRST_BACKOFF: Final = 0.05
 _MAX_BACKOFF: Final = 2.0
 # How soon a head that came while its watcher's own commit was in flight is looked at again
 # (the commit has usually answered by then: the head is its own, and wakes nobody).
 ASK_AGAIN: Final = 0.005
+# The longest a head is held back for its owner's commits: an owner whose commits keep
+# failing without reading the store (a store error each time) would otherwise hold a head
+# another writer's commit made for as long as it keeps trying.
+HOLD_AT_MOST: Final = 0.25
 # The liveness check of an idle LISTEN connection (see the module docstring).
 PING_AFTER: Final = 2.0
 PING_TIMEOUT: Final = 2.0
@@ -140,8 +146,9 @@ class Listener:
         self.connections = 0  # connections made (for tests)
         self.pushes = 0  # heads pushed to a watch from notifications (for tests)
         # Watches whose owner was committing when a head it did not hold came: the head, to
-        # offer again (see _offer) within ASK_AGAIN seconds, until that commit has answered.
-        self._unsure: dict[_Watch, int] = {}
+        # offer again (see _offer) within ASK_AGAIN seconds, until that commit has answered,
+        # and when it was first held back (it is pushed after HOLD_AT_MOST in any case).
+        self._unsure: dict[_Watch, tuple[int, float]] = {}
 
     @property
     def watching(self) -> int:
@@ -203,6 +210,7 @@ class Listener:
             try:
                 with self._lock:
                     self._connected = True
+                    self._unsure.clear()  # -1 covers every head held back
                     for watches in self._watches.values():
                         for watch in watches:
                             watch.push(-1)  # (re)connected: read what happened meanwhile
@@ -219,6 +227,12 @@ class Listener:
                 _logger.warning("nous_session.listener_lost", error=_describe(error))
                 with self._lock:
                     self._connected = False
+                    # No one asks again while the connection is down (which may last):
+                    # a head held back goes to its watch now.
+                    for watch, (head, _) in self._unsure.items():
+                        watch.push(head)
+                        self.pushes += 1
+                    self._unsure.clear()
             finally:
                 with suppress(Exception):
                     connection.close()
@@ -248,15 +262,22 @@ class Listener:
 
     @staticmethod
     def _wait_socket(fd: int, deadline: float, *, write: bool) -> bool:
+        """Wait until ``fd`` is ready (or in error: the next read says which) or ``deadline``
+        passes; True when ready. With poll(2) where there is one: select(2) refuses a
+        descriptor numbered 1024 or more, which a busy process's LISTEN connection may get."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
-        ready = (
-            select.select([], [fd], [], remaining)
-            if write
-            else select.select([fd], [], [], remaining)
-        )
-        return bool(ready[1] if write else ready[0])
+        if not _HAVE_POLL:  # pragma: no cover - Windows
+            ready = (
+                select.select([], [fd], [], remaining)
+                if write
+                else select.select([fd], [], [], remaining)
+            )
+            return bool(ready[1] if write else ready[0])
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT if write else select.POLLIN)
+        return bool(poller.poll(remaining * 1000))
 
     def _deliver(self, pgconn: Any) -> None:
         """Dispatch notifications the liveness check read off the connection."""
@@ -282,17 +303,25 @@ class Listener:
         compare and sleep again: a wake-up of its event loop from this thread for every
         commit it makes. Its own commit's notification mostly comes before the commit has
         answered it, so a head it does not hold yet while it commits is asked about again
-        (:meth:`_ask_again`) rather than pushed.
+        (:meth:`_ask_again`) rather than pushed, for ``HOLD_AT_MOST`` seconds at most (an
+        owner whose commits keep failing without reading the store would hold it for as
+        long as it tries). A ``known`` that raises counts as none.
         """
         known = watch.known
-        held_back = self._unsure.pop(watch, head)
+        held_back = self._unsure.pop(watch, None)
         if known is not None and head >= 0:
-            head = max(head, held_back)
-            count, _, committing = known()
+            since = time.monotonic()
+            if held_back is not None:
+                head, since = max(head, held_back[0]), held_back[1]
+            try:
+                count, _, committing = known()
+            except Exception as error:  # the owner's bug: it is woken, as with no known
+                _logger.debug("nous_session.listener_known_failed", error=_describe(error))
+                count, committing = -1, False
             if head <= count:
                 return
-            if committing:
-                self._unsure[watch] = head
+            if committing and time.monotonic() - since < HOLD_AT_MOST:
+                self._unsure[watch] = (head, since)
                 return
         watch.push(head)  # -1 (read everything) covers a head held back
         self.pushes += 1
@@ -300,7 +329,7 @@ class Listener:
     def _ask_again(self) -> None:
         """Offer again the heads that came while their owners were committing."""
         with self._lock:
-            for watch, head in list(self._unsure.items()):
+            for watch, (head, _) in list(self._unsure.items()):
                 self._offer(watch, head)
 
     def _dispatch(self, connection: psycopg.Connection[Any]) -> bool:
