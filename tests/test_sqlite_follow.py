@@ -11,10 +11,13 @@ import pytest
 from processes import Lines, spawn_worker
 
 from nous_session import ConflictError, Message, SessionActor
+from nous_session.event import make_event
 from nous_session.stores import follow
 from nous_session.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
+
+USER = "user_message"
 
 
 def _feed_threads() -> list[threading.Thread]:
@@ -69,6 +72,42 @@ async def test_an_actors_own_commits_do_not_wake_it(tmp_path: Path) -> None:
             await _until(actor, 21)
             assert monitor.pushes >= 1
             assert actor.messages()[-1].text == "from another writer"
+
+
+async def test_a_head_is_held_back_for_a_quarter_second_at_most(tmp_path: Path) -> None:
+    # An owner whose commits keep failing without reading the store is "committing" at every
+    # look: another writer's head still reaches it, HOLD_AT_MOST after the feed saw it. A
+    # known() that raises (the owner's bug) counts as none: the head comes at once.
+    path = tmp_path / "s.db"
+
+    def always_committing() -> tuple[int, int, bool]:
+        return 0, 0, True
+
+    def broken() -> tuple[int, int, bool]:
+        raise RuntimeError("a bug in the owner")
+
+    async with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        await other.commit("held", expected_count=0, events=[make_event(0, USER, {"content": "a"})])
+        await other.commit(
+            "broken", expected_count=0, events=[make_event(0, USER, {"content": "a"})]
+        )
+        async with (
+            aclosing(store.watch("held", known=always_committing)) as held,
+            aclosing(store.watch("broken", known=broken)) as failing,
+        ):
+            with anyio.fail_after(10):
+                assert await anext(held) == 1  # a new watch is told the head it finds
+                assert await anext(failing) == 1
+                began = anyio.current_time()
+                await other.commit(
+                    "held", expected_count=1, events=[make_event(1, USER, {"content": "b"})]
+                )
+                await other.commit(
+                    "broken", expected_count=1, events=[make_event(1, USER, {"content": "b"})]
+                )
+                assert await anext(failing) == 2
+                assert await anext(held) == 2
+                assert anyio.current_time() - began >= 0.2  # held back meanwhile
 
 
 async def test_follow_false_starts_no_feed(tmp_path: Path) -> None:

@@ -31,13 +31,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from typing import Final
 from urllib.parse import quote
 
 from nous_session._logging import get_logger
-from nous_session.stores._listener import _Watch
+from nous_session.stores._listener import HOLD_AT_MOST, _Watch
 
 __all__ = ["DEFAULT_POLL", "ChangeMonitor"]
 
@@ -71,7 +72,11 @@ class _KnownWatch(_Watch):
         known = self.known
         if known is None:
             return _WAKE
-        count, horizon, committing = known()
+        try:
+            count, horizon, committing = known()
+        except Exception as error:  # the owner's bug: it is woken, as with no known
+            _logger.debug("nous_session.sqlite_feed_known_failed", error=repr(error))
+            return _WAKE
         if count >= head[0] and horizon == head[1]:
             return _HELD
         return _UNSURE if committing else _WAKE
@@ -94,7 +99,9 @@ class ChangeMonitor:
         self._heads: dict[str, tuple[int, int]] = {}  # (count, horizon) the thread last saw
         # Watches whose owner was committing when a head it did not hold came: what to push
         # (and the head it stands for), asked again every poll until the commit has answered.
-        self._unsure: dict[_KnownWatch, tuple[int, tuple[int, int]]] = {}
+        # With when it was first held back: it is pushed after HOLD_AT_MOST in any case (an
+        # owner whose commits keep failing without reading the store is always committing).
+        self._unsure: dict[_KnownWatch, tuple[int, tuple[int, int], float]] = {}
         self._thread: threading.Thread | None = None  # None once it has decided to end
         self._stopped = False  # the store is closing: the thread ends, none starts
         self._wake = threading.Event()  # set by stop(): the thread's sleep ends at once
@@ -273,20 +280,22 @@ class ChangeMonitor:
 
     def _offer(self, watch: _KnownWatch, pushed: int, head: tuple[int, int], always: bool) -> None:
         """Push ``pushed`` (standing for ``head``) to ``watch`` unless its owner holds it, or
-        keep it to ask again while the owner's own commit is in flight (lock held)."""
+        keep it to ask again while the owner's own commit is in flight (lock held), for
+        ``HOLD_AT_MOST`` seconds at most."""
+        held = self._unsure.pop(watch, None)
+        since = time.monotonic() if held is None else held[2]
         verdict = _WAKE if always else watch.verdict(head)
-        if verdict == _UNSURE:
-            self._unsure[watch] = (pushed, head)
+        if verdict == _UNSURE and time.monotonic() - since < HOLD_AT_MOST:
+            self._unsure[watch] = (pushed, head, since)
             return
-        self._unsure.pop(watch, None)
-        if verdict == _WAKE:
+        if verdict != _HELD:
             watch.push(pushed)
             self.pushes += 1
 
     def _ask_again(self) -> None:
         """Offer again the heads that came while their owners were committing."""
         with self._lock:
-            for watch, (pushed, head) in list(self._unsure.items()):
+            for watch, (pushed, head, _) in list(self._unsure.items()):
                 self._offer(watch, pushed, head, False)
 
 
