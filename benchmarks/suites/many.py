@@ -30,14 +30,21 @@ import tempfile
 import time
 import tracemalloc
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from benchmarks.floors import RawThread, Relay, insert_row_and_count, raw_connection
+from benchmarks.floors import (
+    RawThread,
+    Relay,
+    Row,
+    insert_row,
+    insert_row_and_count,
+    raw_connection,
+)
 from benchmarks.harness import (
     AsyncSide,
     Context,
@@ -132,14 +139,10 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
     slices, per_slice = ctx.size(10, 4), ctx.size(100, 25)
     payload = {"content": content(2)}
     raw = raw_connection(directory / "raw.sqlite3")
-    raw_seq = [0]
     threaded = RawThread(directory / "threaded.sqlite3")
     counted = RawThread(directory / "counted.sqlite3")
-    counted_seq = [0]
-    threaded_seq = [0]
     relay_thread = RawThread(directory / "relayed.sqlite3")
     relayed = Relay(relay_thread.insert)
-    relayed_seq = [0]
     async with (
         SQLiteStore(directory / "one.sqlite3") as store,
         SQLiteStore(directory / "direct.sqlite3") as direct_store,
@@ -151,77 +154,43 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
         servers.start_soon(relayed.serve)
         direct_count = [0]
 
-        async def ours() -> AsyncIterator[float | None]:
-            before = session.log.count
-            yield None
-            for _ in range(slices):
-                start = time.perf_counter()
-                for _ in range(per_slice):
-                    await session.append(USER, payload)
-                yield time.perf_counter() - start
-            expect(session.log.count == before + slices * per_slice, "one: appends missing")
+        def appending(actor: SessionActor) -> Callable[[], AsyncIterator[float | None]]:
+            """A side of awaited ``actor.append`` calls, checked to have all landed."""
 
-        async def not_following() -> AsyncIterator[float | None]:
-            yield None
-            for _ in range(slices):
-                start = time.perf_counter()
-                for _ in range(per_slice):
-                    await alone.append(USER, payload)
-                yield time.perf_counter() - start
+            async def side() -> AsyncIterator[float | None]:
+                before = actor.log.count
+                yield None
+                for _ in range(slices):
+                    start = time.perf_counter()
+                    for _ in range(per_slice):
+                        await actor.append(USER, payload)
+                    yield time.perf_counter() - start
+                expect(actor.log.count == before + slices * per_slice, "one: appends missing")
 
-        async def floor() -> AsyncIterator[float | None]:
-            yield None
-            for _ in range(slices):
-                rows = []
-                for _ in range(per_slice):
-                    event = make_event(raw_seq[0], USER, payload)
-                    rows.append((1, raw_seq[0], encode(event)))
-                    raw_seq[0] += 1
-                start = time.perf_counter()
-                for row in rows:
-                    raw.execute("BEGIN IMMEDIATE")
-                    raw.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
-                    raw.execute("COMMIT")
-                yield time.perf_counter() - start
+            return side
 
-        async def floor_in_thread() -> AsyncIterator[float | None]:
-            yield None
-            for _ in range(slices):
-                rows = []
-                for _ in range(per_slice):
-                    event = make_event(threaded_seq[0], USER, payload)
-                    rows.append((1, threaded_seq[0], encode(event)))
-                    threaded_seq[0] += 1
-                start = time.perf_counter()
-                for row in rows:
-                    await threaded.insert(row)
-                yield time.perf_counter() - start
+        def raw_rows(
+            write: Callable[[Row], Awaitable[object] | None],
+        ) -> Callable[[], AsyncIterator[float | None]]:
+            """A side that writes each slice's rows (made and encoded before its clock starts)
+            one by one through ``write``, awaiting what it returns."""
+            seq = [0]
 
-        async def floor_counted() -> AsyncIterator[float | None]:
-            yield None
-            for _ in range(slices):
-                rows = []
-                for _ in range(per_slice):
-                    event = make_event(counted_seq[0], USER, payload)
-                    rows.append((1, counted_seq[0], encode(event)))
-                    counted_seq[0] += 1
-                start = time.perf_counter()
-                for row in rows:
-                    await counted.run(insert_row_and_count, row)
-                yield time.perf_counter() - start
+            async def side() -> AsyncIterator[float | None]:
+                yield None
+                for _ in range(slices):
+                    rows = []
+                    for _ in range(per_slice):
+                        rows.append((1, seq[0], encode(make_event(seq[0], USER, payload))))
+                        seq[0] += 1
+                    start = time.perf_counter()
+                    for row in rows:
+                        written = write(row)
+                        if written is not None:
+                            await written
+                    yield time.perf_counter() - start
 
-        async def floor_relayed() -> AsyncIterator[float | None]:
-            yield None
-            for _ in range(slices):
-                rows = []
-                for _ in range(per_slice):
-                    event = make_event(relayed_seq[0], USER, payload)
-                    rows.append((1, relayed_seq[0], encode(event)))
-                    relayed_seq[0] += 1
-                start = time.perf_counter()
-                for row in rows:
-                    await relayed.call(row)
-                yield time.perf_counter() - start
+            return side
 
         async def store_commit() -> AsyncIterator[float | None]:
             yield None
@@ -237,12 +206,14 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
         samples = await ainterleave_slices(
             ctx.rounds,
             {
-                "ours": AsyncSide(ours, slices),
-                "alone": AsyncSide(not_following, slices),
-                "raw": AsyncSide(floor, slices),
-                "thread": AsyncSide(floor_in_thread, slices),
-                "relay": AsyncSide(floor_relayed, slices),
-                "counted": AsyncSide(floor_counted, slices),
+                "ours": AsyncSide(appending(session), slices),
+                "alone": AsyncSide(appending(alone), slices),
+                "raw": AsyncSide(raw_rows(lambda row: insert_row(raw, row)), slices),
+                "thread": AsyncSide(raw_rows(threaded.insert), slices),
+                "relay": AsyncSide(raw_rows(relayed.call), slices),
+                "counted": AsyncSide(
+                    raw_rows(lambda row: counted.run(insert_row_and_count, row)), slices
+                ),
                 "store": AsyncSide(store_commit, slices),
             },
         )

@@ -332,18 +332,33 @@ def producers(ctx: Context) -> list[Measurement]:
 # 200 sessions over four processes ------------------------------------------------------------
 
 
-def _many_round(
-    url: str, schema: str, workers: list[_Worker], round_index: int, pool: int, writes: int
-) -> dict[str, float]:
-    names = [f"many-{round_index}-p{pool}-w{w}" for w in range(len(workers))]
-    for worker, name in zip(workers, names, strict=True):
-        worker.send(f"many {name} {MANY_SESSIONS} {writes} {pool}")
+def _all_at_once(
+    workers: list[_Worker], commands: list[str], expected: int, what: str
+) -> tuple[float, list[dict[str, Any]], float]:
+    """Send each worker its command, start them together, and collect their results: the
+    results, the appends acknowledged in all, and the rate (appends over the time from the
+    common start to the last acknowledgement)."""
+    for worker, command in zip(workers, commands, strict=True):
+        worker.send(command)
     for worker in workers:
         worker.expect("ready", 120)
     start = _go(workers)
     results = [json.loads(w.expect("result", 300)) for w in workers]
     total = sum(result["appends"] for result in results)
-    expect(total == len(workers) * MANY_SESSIONS * writes, "many_sessions: appends missing")
+    expect(total == expected, f"{what}: {total} appends acknowledged, not {expected}")
+    return total, results, total / (max(result["finished"] for result in results) - start)
+
+
+def _many_round(
+    url: str, schema: str, workers: list[_Worker], round_index: int, pool: int, writes: int
+) -> dict[str, float]:
+    names = [f"many-{round_index}-p{pool}-w{w}" for w in range(len(workers))]
+    total, results, rate = _all_at_once(
+        workers,
+        [f"many {name} {MANY_SESSIONS} {writes} {pool}" for name in names],
+        len(workers) * MANY_SESSIONS * writes,
+        "many_sessions",
+    )
     for name in names:
         for index in (0, MANY_SESSIONS - 1):
             stored = _stored(url, schema, f"{name}-{index}")
@@ -353,7 +368,7 @@ def _many_round(
             )
     transactions = sum(result["group_transactions"] for result in results)
     return {
-        "rate": total / (max(result["finished"] for result in results) - start),
+        "rate": rate,
         "cpu_us": sum(result["cpu"] for result in results) / total * 1e6,
         "grouped": sum(result["group_commits"] for result in results) / total,
         "group": sum(result["group_commits"] for result in results) / max(1, transactions),
@@ -363,15 +378,15 @@ def _many_round(
 def _many_floor_round(
     url: str, schema: str, workers: list[_Worker], round_index: int, writes: int
 ) -> dict[str, float]:
-    names = [f"floor-{round_index}-w{w}" for w in range(len(workers))]
-    for worker, name in zip(workers, names, strict=True):
-        worker.send(f"many_floor {name} {MANY_SESSIONS} {writes}")
-    for worker in workers:
-        worker.expect("ready", 120)
-    start = _go(workers)
-    results = [json.loads(w.expect("result", 300)) for w in workers]
-    total = sum(result["appends"] for result in results)
-    expect(total == len(workers) * MANY_SESSIONS * writes, "many_sessions floor: rows missing")
+    total, results, rate = _all_at_once(
+        workers,
+        [
+            f"many_floor floor-{round_index}-w{w} {MANY_SESSIONS} {writes}"
+            for w in range(len(workers))
+        ],
+        len(workers) * MANY_SESSIONS * writes,
+        "many_sessions floor",
+    )
     import psycopg
 
     with psycopg.connect(url) as connection:
@@ -382,7 +397,7 @@ def _many_floor_round(
         ).fetchone()
     expect(rows == moved == total, "many_sessions floor: rows and counts disagree")
     return {
-        "rate": total / (max(result["finished"] for result in results) - start),
+        "rate": rate,
         "cpu_us": sum(result["cpu"] for result in results) / total * 1e6,
     }
 
