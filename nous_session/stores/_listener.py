@@ -279,14 +279,17 @@ class Listener:
         poller.register(fd, select.POLLOUT if write else select.POLLIN)
         return bool(poller.poll(remaining * 1000))
 
-    def _deliver(self, pgconn: Any) -> None:
-        """Dispatch notifications the liveness check read off the connection."""
+    def _deliver(self, pgconn: Any) -> bool:
+        """Dispatch every notification libpq has read off the connection; True if any."""
         heads: list[tuple[str, int]] = []
+        heard = False
         while (notification := pgconn.notifies()) is not None:
+            heard = True
             head = _head(notification.extra)
             if head is not None:
                 heads.append(head)
         self._push(heads)
+        return heard
 
     def _push(self, heads: list[tuple[str, int]]) -> None:
         if heads:
@@ -310,9 +313,8 @@ class Listener:
         known = watch.known
         held_back = self._unsure.pop(watch, None)
         if known is not None and head >= 0:
-            since = time.monotonic()
             if held_back is not None:
-                head, since = max(head, held_back[0]), held_back[1]
+                head = max(head, held_back[0])
             try:
                 count, _, committing = known()
             except Exception as error:  # the owner's bug: it is woken, as with no known
@@ -320,9 +322,12 @@ class Listener:
                 count, committing = -1, False
             if head <= count:
                 return
-            if committing and time.monotonic() - since < HOLD_AT_MOST:
-                self._unsure[watch] = (head, since)
-                return
+            if committing:
+                now = time.monotonic()
+                since = now if held_back is None else held_back[1]
+                if now - since < HOLD_AT_MOST:
+                    self._unsure[watch] = (head, since)
+                    return
         watch.push(head)  # -1 (read everything) covers a head held back
         self.pushes += 1
 
@@ -349,14 +354,7 @@ class Listener:
         wait = ASK_AGAIN if self._unsure else self._poll
         if self._wait_socket(pgconn.socket, time.monotonic() + wait, write=False):
             pgconn.consume_input()
-        heads: list[tuple[str, int]] = []
-        heard = False
-        while (notification := pgconn.notifies()) is not None:
-            heard = True
-            head = _head(notification.extra)
-            if head is not None:
-                heads.append(head)
-        self._push(heads)
+        heard = self._deliver(pgconn)
         if self._unsure:
             self._ask_again()
         return heard

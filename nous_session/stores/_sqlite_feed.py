@@ -283,11 +283,13 @@ class ChangeMonitor:
         keep it to ask again while the owner's own commit is in flight (lock held), for
         ``HOLD_AT_MOST`` seconds at most."""
         held = self._unsure.pop(watch, None)
-        since = time.monotonic() if held is None else held[2]
         verdict = _WAKE if always else watch.verdict(head)
-        if verdict == _UNSURE and time.monotonic() - since < HOLD_AT_MOST:
-            self._unsure[watch] = (pushed, head, since)
-            return
+        if verdict == _UNSURE:
+            now = time.monotonic()
+            since = now if held is None else held[2]
+            if now - since < HOLD_AT_MOST:
+                self._unsure[watch] = (pushed, head, since)
+                return
         if verdict != _HELD:
             watch.push(pushed)
             self.pushes += 1
