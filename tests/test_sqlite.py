@@ -19,6 +19,7 @@ import pytest
 from processes import check_shared_session, run_writers
 
 from nous_session import (
+    ConflictError,
     CorruptRecordError,
     Log,
     Message,
@@ -508,3 +509,70 @@ async def test_a_commit_between_the_count_and_the_rows_is_not_seen_by_the_read(
         if reader is not writer:
             await reader.aclose()
         await writer.aclose()
+
+
+def _said(seq: int, text: str) -> tuple[Any, ...]:
+    return (make_event(seq, "user_message", {"content": text}),)
+
+
+@pytest.mark.anyio
+async def test_a_commit_never_moves_the_session_that_took_a_deleted_sessions_id(
+    tmp_path: Path,
+) -> None:
+    # The store keeps the ids of the sessions it writes; a deleted session's id is given to
+    # the next new session (SQLite reuses the highest rowid), so the kept id alone would name
+    # that other session's row.
+    path = tmp_path / "ids.sqlite3"
+    async with SQLiteStore(path) as store:
+        for name in ("a", "b"):
+            await store.commit(name, expected_count=0, events=_said(0, f"{name} 0"))
+            await store.commit(name, expected_count=1, events=_said(1, f"{name} 1"))
+        [(b_id,)] = _raw(path, "SELECT id FROM nous_sessions WHERE name = 'b'")
+        assert await store.delete("b")
+        await store.commit("c", expected_count=0, events=_said(0, "c 0"))
+        await store.commit("c", expected_count=1, events=_said(1, "c 1"))
+        assert _raw(path, "SELECT id, count FROM nous_sessions WHERE name = 'c'") == [(b_id, 2)]
+        # "b" is gone: at c's count, a commit to it conflicts and leaves c as it was.
+        with pytest.raises(ConflictError, match="has count 0, expected 2"):
+            await store.commit("b", expected_count=2, events=_said(2, "b 2"))
+        assert [e.data["content"] for e in await store.load("c")] == ["c 0", "c 1"]
+        assert _raw(path, "SELECT count, held FROM nous_sessions WHERE name = 'c'") == [(2, 2)]
+        assert _raw(path, "SELECT count(*) FROM nous_sessions WHERE name = 'b'") == [(0,)]
+
+
+@pytest.mark.anyio
+async def test_a_session_made_again_by_another_store_is_written_where_it_now_is(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ids.sqlite3"
+    async with SQLiteStore(path) as mine, SQLiteStore(path) as other:
+        await mine.commit("s", expected_count=0, events=_said(0, "old 0"))
+        await mine.commit("s", expected_count=1, events=_said(1, "old 1"))
+        [(old_id,)] = _raw(path, f"SELECT {_SID_OF_S}")
+        assert await other.delete("s")
+        await other.commit("x", expected_count=0, events=_said(0, "x 0"))
+        await other.commit("s", expected_count=0, events=_said(0, "new 0"))
+        [(new_id,)] = _raw(path, f"SELECT {_SID_OF_S}")
+        assert new_id != old_id
+        await mine.commit("s", expected_count=1, events=_said(1, "new 1"))
+        await mine.commit("s", expected_count=2, events=_said(2, "new 2"))
+        assert [e.data["content"] for e in await mine.load("s")] == ["new 0", "new 1", "new 2"]
+        assert [e.data["content"] for e in await mine.load("x")] == ["x 0"]
+        assert _raw(path, "SELECT name, count, held FROM nous_sessions ORDER BY name") == [
+            ("s", 3, 3),
+            ("x", 1, 1),
+        ]
+
+
+@pytest.mark.anyio
+async def test_the_session_ids_a_store_keeps_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "_IDS_AT_MOST", 2)
+    async with SQLiteStore(tmp_path / "ids.sqlite3") as store:
+        for round_ in range(3):
+            for name in ("a", "b", "c"):
+                await store.commit(name, expected_count=round_, events=_said(round_, name))
+                assert len(store._ids) <= 2
+        for name in ("a", "b", "c"):
+            assert [e.data["content"] for e in await store.load(name)] == [name] * 3
