@@ -13,6 +13,7 @@ from processes import Lines, spawn_worker
 from nous_session import ConflictError, Message, SessionActor
 from nous_session.event import make_event
 from nous_session.stores import follow
+from nous_session.stores._sqlite_feed import DEFAULT_POLL
 from nous_session.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -71,6 +72,34 @@ async def test_an_actors_own_commits_do_not_wake_it(tmp_path: Path) -> None:
                 await writer.add_message(Message.user("from another writer"))
             await _until(actor, 21)
             assert monitor.pushes >= 1
+            assert actor.messages()[-1].text == "from another writer"
+
+
+async def test_the_feed_backs_off_while_every_change_is_its_watchers_own(tmp_path: Path) -> None:
+    # A process that writes a file alone: every change the feed reads is its actor's own
+    # commit, held already, so it checks less often (up to BACK_OFF_AT_MOST polls apart);
+    # another writer's commit still comes through.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        async with SessionActor.open(session_id="s", store=store) as actor:
+            await actor.add_message(Message.user("first"))
+            monitor = store._monitor
+            assert monitor is not None
+            checks = monitor.checks
+            began = anyio.current_time()
+            while anyio.current_time() - began < 0.5:
+                await actor.add_message(Message.user("more"))
+            polls = (anyio.current_time() - began) / DEFAULT_POLL
+            made = monitor.checks - checks
+            assert made < polls / 3, f"{made} checks in {polls:.0f} polls' time"
+            assert monitor.pushes == 0
+            count = actor.log.count
+            async with (
+                SQLiteStore(path) as other,
+                SessionActor.open(session_id="s", store=other, follow=False) as writer,
+            ):
+                await writer.add_message(Message.user("from another writer"))
+            await _until(actor, count + 1)
             assert actor.messages()[-1].text == "from another writer"
 
 

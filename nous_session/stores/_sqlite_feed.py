@@ -15,6 +15,14 @@ thread first sees it, so a commit that landed between the watcher's own read and
 not missed. If the connection fails, the thread opens a new one and every watch gets ``-1``
 (read whatever you may have missed).
 
+While every change the thread reads is one its watchers hold already (a process whose actors
+are the file's only writers: each read finds its own commits), it polls less often: each such
+read doubles the wait, up to :data:`BACK_OFF_AT_MOST` polls; a read that wakes a watcher, a
+quiet file, a new watch or a commit in flight brings it back to one poll. Following a file
+one writes alone then costs a few reads a second instead of one every poll: one session's
+awaited appends ran 0.81x-0.88x as fast following as not, and 0.96x-0.98x with the back-off
+(alternating in one process, two runs).
+
 The thread only reads, through its own connection: it never holds the write lock and never
 blocks the store's writer (WAL readers do not block writers). A store nobody watches starts no
 thread and pays nothing. The store's own writer is another connection, so its commits reach
@@ -40,10 +48,14 @@ from urllib.parse import quote
 from nous_session._logging import get_logger
 from nous_session.stores._listener import HOLD_AT_MOST, _Watch
 
-__all__ = ["DEFAULT_POLL", "ChangeMonitor"]
+__all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor"]
 
 DEFAULT_POLL: Final = 0.005
 """Seconds between two change checks (``PRAGMA data_version``) of a watched SQLite store."""
+
+BACK_OFF_AT_MOST: Final = 8
+"""The longest wait between two change checks, in polls, while every change read is one the
+watchers hold already: another writer's commit is then seen within this many polls."""
 
 _logger = get_logger("nous_session.sqlite")
 
@@ -104,7 +116,8 @@ class ChangeMonitor:
         self._unsure: dict[_KnownWatch, tuple[int, tuple[int, int], float]] = {}
         self._thread: threading.Thread | None = None  # None once it has decided to end
         self._stopped = False  # the store is closing: the thread ends, none starts
-        self._wake = threading.Event()  # set by stop(): the thread's sleep ends at once
+        # Set by stop() and by a new watch: the thread's sleep ends at once.
+        self._wake = threading.Event()
         self._membership = False  # a session was first watched or left: relist them
         self.checks = 0  # change checks made (for tests)
         self.reads = 0  # head reads made after a change (for tests)
@@ -130,6 +143,8 @@ class ChangeMonitor:
                     target=self._serve, name="nous_session-sqlite-feed", daemon=True
                 )
                 self._thread.start()
+            else:
+                self._wake.set()  # a thread that backed off gives the new watch its head now
         try:
             while True:
                 for head in await watch.take(self._lock):
@@ -169,6 +184,7 @@ class ChangeMonitor:
         shm: int | None = None  # the -shm file, to peek at its header
         header = b""  # the header as last peeked at
         quiet = 0  # polls since the last data_version check
+        wait = self._poll  # until the next check: longer while the reads wake nobody
         try:
             while True:
                 with self._lock:
@@ -184,7 +200,7 @@ class ChangeMonitor:
                         if connection is None:
                             # No writer yet (read-only, no -wal): nothing can have changed
                             # since the new watches' owners read the file.
-                            self._wake.wait(self._poll)
+                            self._sleep(self._poll)
                             continue
                         version, listed = None, set()
                         shm, header = _open_shm(self._path), b""
@@ -194,7 +210,8 @@ class ChangeMonitor:
                         peeked = os.pread(shm, _HEADER, 0)
                         if peeked == header and not fresh and quiet < _CHECK_EVERY:
                             quiet += 1
-                            self._wake.wait(self._poll)
+                            wait = self._poll  # a quiet file: a commit now is seen in a poll
+                            self._sleep(wait)
                             continue
                         header, quiet = peeked, 0
                     current = connection.execute("PRAGMA data_version").fetchone()[0]
@@ -202,7 +219,10 @@ class ChangeMonitor:
                     if current != version or fresh:
                         reopened = version is None and bool(self._heads)
                         version = current
-                        self._read_heads(connection, fresh, reopened)
+                        if self._read_heads(connection, fresh, reopened):
+                            wait = self._poll
+                        else:  # every change read was one the watchers hold: back off
+                            wait = min(wait * 2, self._poll * BACK_OFF_AT_MOST)
                 except sqlite3.Error as error:
                     _logger.debug("nous_session.sqlite_feed_lost", error=repr(error))
                     if connection is not None:
@@ -211,16 +231,25 @@ class ChangeMonitor:
                     connection = None
                     _close_shm(shm)
                     shm = None
+                    wait = self._poll
                     with self._lock:
                         self._fresh |= fresh  # they still need their heads
                 if self._unsure:
                     self._ask_again()
-                self._wake.wait(self._poll)  # this thread's own; no event loop waits on it
+                    wait = self._poll  # an owner's commit in flight answers within a poll
+                self._sleep(wait)
         finally:
             _close_shm(shm)
             if connection is not None:
                 with suppress(sqlite3.Error):
                     connection.close()
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or until stop() or a new watch wakes the thread (this thread's
+        own event; no event loop waits on it)."""
+        self._wake.wait(seconds)
+        if not self._stopped:  # stop()'s wake-up stays set: every later sleep ends at once
+            self._wake.clear()
 
     def _open(self) -> sqlite3.Connection | None:
         """A read-only connection to the file, or None while no writer has made its WAL."""
@@ -241,15 +270,17 @@ class ChangeMonitor:
             raise
         return connection
 
-    def _read_heads(self, connection: sqlite3.Connection, fresh: set[str], reopened: bool) -> None:
+    def _read_heads(self, connection: sqlite3.Connection, fresh: set[str], reopened: bool) -> bool:
         """Read the heads of the watched sessions that moved since the last read, and push
-        them (and, to fresh watches, their session's head in any case).
+        them (and, to fresh watches, their session's head in any case). True when a watch was
+        woken or a head held back: the poll keeps its pace.
 
         The connection's temporary table lists the watched sessions with the head last read;
         one join finds the rows that differ, inside SQLite, so a read costs Python work only
         for the sessions that moved: with 200 sessions watched, the whole list read into
         Python took 0.75 ms, every poll of a busy file.
         """
+        pushed_before = self.pushes
         moved = connection.execute(_MOVED).fetchall()
         if moved:
             noted = [(count, horizon, name) for name, count, horizon in moved]
@@ -277,6 +308,7 @@ class ChangeMonitor:
                     continue
                 for watch in watches:
                     self._offer(watch, current[0], current, False)
+            return self.pushes != pushed_before or bool(self._unsure)
 
     def _offer(self, watch: _KnownWatch, pushed: int, head: tuple[int, int], always: bool) -> None:
         """Push ``pushed`` (standing for ``head``) to ``watch`` unless its owner holds it, or

@@ -1085,7 +1085,10 @@ class SQLiteStore:
         Every watch of one store shares one thread and one read-only connection, which asks
         SQLite for ``PRAGMA data_version`` every ``poll`` seconds (the first watch's) and reads
         the watched sessions' heads only when it changed. A commit reaches its watches within
-        about one poll. With ``known``, a callable that returns what the watcher already holds
+        about one poll; while every change the thread reads is one its watchers hold already
+        (this process's own commits), it backs off, up to ``BACK_OFF_AT_MOST`` (8) polls
+        between two checks, and the first change that wakes a watcher brings it back to one
+        poll. With ``known``, a callable that returns what the watcher already holds
         as (count, horizon) and whether a commit of its own is in flight, a head it holds is
         not yielded: the watcher's own commits do not wake it (a head that comes while its
         commit is in flight is asked about again each poll until that commit has answered).
