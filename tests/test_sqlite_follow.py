@@ -83,8 +83,10 @@ async def test_the_feed_backs_off_while_every_change_is_its_watchers_own(tmp_pat
     async with SQLiteStore(path) as store:
         async with SessionActor.open(session_id="s", store=store) as actor:
             await actor.add_message(Message.user("first"))
+            with anyio.fail_after(10):  # the follower's watch starts in a task of its own
+                while store._monitor is None or not store._monitor.watching:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
             monitor = store._monitor
-            assert monitor is not None
             checks = monitor.checks
             began = anyio.current_time()
             while anyio.current_time() - began < 0.5:
