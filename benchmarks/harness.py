@@ -448,6 +448,14 @@ def markdown_report(
     return "\n".join(lines) + "\n"
 
 
+def write_markdown(path: Path, text: str) -> None:
+    """Write a standalone benchmark script's report to ``path`` (its folder made as needed)
+    and print it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print("\n" + text)
+
+
 def write_reports(
     directory: Path,
     measurements: Sequence[Measurement],

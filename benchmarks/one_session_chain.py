@@ -32,19 +32,19 @@ import asyncio
 import functools
 import os
 import platform
-import queue
 import shutil
 import sqlite3
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.floors import raw_connection
+from benchmarks import floors
+from benchmarks.floors import RawThread, raw_connection
+from benchmarks.harness import write_markdown
 from nous_session import SessionActor
 from nous_session._engine import Engine
 from nous_session.codec import encode
@@ -149,49 +149,22 @@ def instrument() -> None:
     sqlite_store._commit = _wrapped(statements, "statements", "written")
     set_futures = _writer._set_futures
     _writer._set_futures = _wrapped(set_futures, "woken", None)
+    # The floor's side: RawThread answers through floors._answer on the loop.
+    floors._answer = _wrapped(floors._answer, "woken", None)
 
 
-class FloorThread:
-    """:class:`benchmarks.floors.RawThread`'s append, with a clock read between its steps."""
-
-    def __init__(self, path: Path) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Any, asyncio.Future[None]] | None]
-        self._jobs = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, args=(path,), daemon=True)
-        self._thread.start()
-
-    def _serve(self, path: Path) -> None:
-        connection = raw_connection(path)
-        while (item := self._jobs.get()) is not None:
-            row, future = item
-            STAMPS.stamp("begun")
-            began = time.thread_time()
-            connection.execute("BEGIN IMMEDIATE")
-            STAMPS.stamp("statements")
-            connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
-            STAMPS.stamp("written")
-            connection.execute("COMMIT")
-            STAMPS.thread_cpu += time.thread_time() - began
-            STAMPS.stamp("durable")
-            future.get_loop().call_soon_threadsafe(_woken, future)
-        connection.close()
-
-    async def append(self, seq: int) -> None:
-        future = asyncio.get_running_loop().create_future()
-        record = encode(make_event(seq, EventType.USER_MESSAGE, DATA))
-        self._jobs.put((("one", seq, record), future))
-        STAMPS.stamp("handed")
-        await future
-
-    def close(self) -> None:
-        self._jobs.put(None)
-        self._thread.join()
-
-
-def _woken(future: asyncio.Future[None]) -> None:
-    STAMPS.stamp("woken")
-    if not future.done():
-        future.set_result(None)
+def _floor_append(connection: sqlite3.Connection, row: tuple[str, int, bytes]) -> None:
+    """:func:`benchmarks.floors.insert_row`, with a clock read between its steps (run by
+    :class:`benchmarks.floors.RawThread`)."""
+    STAMPS.stamp("begun")
+    began = time.thread_time()
+    connection.execute("BEGIN IMMEDIATE")
+    STAMPS.stamp("statements")
+    connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
+    STAMPS.stamp("written")
+    connection.execute("COMMIT")
+    STAMPS.thread_cpu += time.thread_time() - began
+    STAMPS.stamp("durable")
 
 
 class Round:
@@ -229,9 +202,15 @@ async def _run(side: str, path: Path, appends: int) -> Round:
         out.thread_cpu = STAMPS.thread_cpu / appends
 
     if side == "floor":
-        thread = FloorThread(path)
+        thread = RawThread(path)
+
+        async def floor_append(seq: int) -> None:
+            record = encode(make_event(seq, EventType.USER_MESSAGE, DATA))
+            STAMPS.stamp("handed")  # run() queues the job before its first await
+            await thread.run(_floor_append, ("one", seq, record))
+
         try:
-            await drive(thread.append)
+            await drive(floor_append)
         finally:
             thread.close()
         return out
@@ -403,10 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         alone = isolated(scratch, args.appends)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    text = report(results, alone, args, time.perf_counter() - started)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print("\n" + text)
+    write_markdown(args.output, report(results, alone, args, time.perf_counter() - started))
     return 0
 
 

@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import write_markdown  # noqa: E402
 from benchmarks.peers import (  # noqa: E402
     openai_agents_peer,
     ours_agents_loop_peer,
@@ -182,10 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines += ["", "Every round (msg/s):", ""]
     for (workload, name), values in rates.items():
         lines.append(f"* {workload}, {name}: " + ", ".join(f"{v:,.0f}" for v in values))
-    text = "\n".join(lines) + "\n"
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    print("\n" + text)
+    write_markdown(args.output, "\n".join(lines) + "\n")
     return 0
 
 
