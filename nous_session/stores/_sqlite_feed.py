@@ -273,7 +273,7 @@ class ChangeMonitor:
     def _read_heads(self, connection: sqlite3.Connection, fresh: set[str], reopened: bool) -> bool:
         """Read the heads of the watched sessions that moved since the last read, and push
         them (and, to fresh watches, their session's head in any case). True when a watch was
-        woken or a head held back: the poll keeps its pace.
+        woken: the poll keeps its pace (a head held back resets it too, in the loop).
 
         The connection's temporary table lists the watched sessions with the head last read;
         one join finds the rows that differ, inside SQLite, so a read costs Python work only
@@ -308,7 +308,7 @@ class ChangeMonitor:
                     continue
                 for watch in watches:
                     self._offer(watch, current[0], current, False)
-            return self.pushes != pushed_before or bool(self._unsure)
+            return self.pushes != pushed_before
 
     def _offer(self, watch: _KnownWatch, pushed: int, head: tuple[int, int], always: bool) -> None:
         """Push ``pushed`` (standing for ``head``) to ``watch`` unless its owner holds it, or

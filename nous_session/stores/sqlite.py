@@ -1615,19 +1615,19 @@ def _set_horizons(connection: sqlite3.Connection) -> None:
 # is written (a second statement) only when it is a second or more behind: writing it in every
 # commit would update two indexes per commit (SQLite maintains an index whenever the UPDATE
 # names one of its columns, whether the value changes or not), and the time is kept to the
-# second. The first commit of a session through a store reads its id and last-active time back
-# (RETURNING); later ones name the row by the id the store keeps (and its name, so that a row
-# deleted meanwhile, its id taken by another session, is never the one moved) and move the time
-# with a conditional UPDATE. RETURNING costs more than both: one commit's statements alone in
-# their transaction took 26-51 µs with it against 16-32 without, and 28-32 against 24-29 per
-# commit in a transaction of 200 (medians of rounds in three runs).
+# second, by a conditional UPDATE. The first commit of a session through a store reads its id
+# back (RETURNING); later ones name the row by the id the store keeps (and its name, so that a
+# row deleted meanwhile, its id taken by another session, is never the one moved). RETURNING
+# costs more than the second UPDATE: one commit's statements alone in their transaction took
+# 26-51 µs reading the id and the last-active time back at every commit, against 16-32 by the
+# kept id, and 28-32 against 24-29 per commit in a transaction of 200 (medians of rounds in
+# three runs).
 _ADVANCE: Final = (
-    "UPDATE nous_sessions SET count = ?, held = held + ? WHERE name = ? AND count = ?"
-    " RETURNING id, active"
+    "UPDATE nous_sessions SET count = ?, held = held + ? WHERE name = ? AND count = ? RETURNING id"
 )
 _ADVANCE_AT_HORIZON: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
-    " WHERE name = ? AND count = ? AND horizon = ? RETURNING id, active"
+    " WHERE name = ? AND count = ? AND horizon = ? RETURNING id"
 )
 _ADVANCE_KNOWN: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ? WHERE id = ? AND name = ? AND count = ?"
@@ -1704,9 +1704,6 @@ def _commit(
                 ).rowcount
                 == 1
             )
-            if moved:
-                now = _now()
-                connection.execute(_TOUCH, (now, sid, now - _ACTIVE_STEP))
         else:
             found = connection.execute(
                 _ADVANCE if expected_horizon is None else _ADVANCE_AT_HORIZON,
@@ -1716,14 +1713,11 @@ def _commit(
             ).fetchone()
             if found is not None:
                 moved = True
-                sid, active = found
+                (sid,) = found
                 _keep_id(ids, session_id, sid)
-                now = _now()
-                if now - active >= _ACTIVE_STEP:
-                    connection.execute(
-                        "UPDATE nous_sessions SET active = ? WHERE id = ?", (now, sid)
-                    )
         if moved:
+            now = _now()
+            connection.execute(_TOUCH, (now, sid, now - _ACTIVE_STEP))
             if len(records) == 1:
                 connection.execute(
                     "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
