@@ -33,6 +33,7 @@ __all__ = [
     "RawThread",
     "Relay",
     "Row",
+    "insert_only",
     "insert_row",
     "insert_row_and_count",
     "postgres_floor_tables",
@@ -68,6 +69,12 @@ def insert_row(connection: sqlite3.Connection, row: Row) -> None:
     connection.execute("BEGIN IMMEDIATE")
     connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
     connection.execute("COMMIT")
+
+
+def insert_only(connection: sqlite3.Connection, row: Row) -> None:
+    """One row in the caller's transaction: :func:`insert_row` for a thread that owns the
+    transaction itself (``nous_session``'s SQLite writer)."""
+    connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", row)
 
 
 def insert_row_and_count(connection: sqlite3.Connection, row: Row) -> None:

@@ -10,10 +10,12 @@ commit fsyncs), on asyncio.
   transactions on the same kind of file (WAL, FULL), side by side in slices: the floor is the
   fsync, and the ratio says how close to it the library gets. Beside them, the steps between:
   the raw loop in a thread (the floor for anything that keeps the disk off the event loop), the
-  same relayed through a server task (an actor's shape), ``SQLiteStore.commit`` awaited
-  directly (the store without the actor), the session opened with ``follow=False`` (no
-  change feed polling the file), and the raw thread also moving a session count per
-  transaction (the second page a store that checks counts writes).
+  same raw transaction run by the library's own SQLite writer thread (its hand-over, group
+  machinery and wake-up, and nothing of the store), the same relayed through a server task (an
+  actor's shape), ``SQLiteStore.commit`` awaited directly (the store without the actor), the
+  session opened with ``follow=False`` (no change feed polling the file), and the raw thread
+  also moving a session count per transaction (the second page a store that checks counts
+  writes).
 * ``sessions_postgres``: 200 sessions spread over 4 processes (50 each), each awaiting its own 20
   appends; appends/s over all of them (needs ``NOUS_SESSION_TEST_POSTGRES``).
 * ``idle_memory``: 10,000 open, idle sessions in one process: bytes per session (traced by
@@ -41,6 +43,7 @@ from benchmarks.floors import (
     RawThread,
     Relay,
     Row,
+    insert_only,
     insert_row,
     insert_row_and_count,
     raw_connection,
@@ -60,6 +63,7 @@ from nous_session import EventType, SessionActor
 from nous_session.codec import encode
 from nous_session.event import make_event
 from nous_session.stores import MemoryStore
+from nous_session.stores._writer import SQLiteWriter
 from nous_session.stores.sqlite import SQLiteStore
 
 ISSUE_11 = "issue 11"
@@ -143,7 +147,9 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
     counted = RawThread(directory / "counted.sqlite3")
     relay_thread = RawThread(directory / "relayed.sqlite3")
     relayed = Relay(relay_thread.insert)
+    writer_path = directory / "writer.sqlite3"
     async with (
+        SQLiteWriter(lambda: raw_connection(writer_path)) as writer,
         SQLiteStore(directory / "one.sqlite3") as store,
         SQLiteStore(directory / "direct.sqlite3") as direct_store,
         SQLiteStore(directory / "alone.sqlite3") as alone_store,
@@ -210,6 +216,9 @@ async def _one_session(ctx: Context, directory: Path) -> dict[str, list[float]]:
                 "alone": AsyncSide(appending(alone), slices),
                 "raw": AsyncSide(raw_rows(lambda row: insert_row(raw, row)), slices),
                 "thread": AsyncSide(raw_rows(threaded.insert), slices),
+                "writer": AsyncSide(
+                    raw_rows(lambda row: writer.write(lambda c: insert_only(c, row))), slices
+                ),
                 "relay": AsyncSide(raw_rows(relayed.call), slices),
                 "counted": AsyncSide(
                     raw_rows(lambda row: counted.run(insert_row_and_count, row)), slices
@@ -271,6 +280,14 @@ def one_session_sqlite(ctx: Context) -> list[Measurement]:
             note="ours / raw in a thread: what the actor, the store and the writer add",
         ),
         ratio(
+            "many.one_session_sqlite.writer_vs_thread",
+            rows["writer"],
+            rows["thread"],
+            note="the same raw transactions run by nous_session's SQLite writer thread (the "
+            "hand-over, the group machinery, the wake-up; none of the store's statements) / raw "
+            "in a thread: what the writer's machinery alone costs",
+        ),
+        ratio(
             "many.one_session_sqlite.relay_vs_thread",
             rows["relay"],
             rows["thread"],
@@ -300,6 +317,13 @@ def one_session_sqlite(ctx: Context) -> list[Measurement]:
             rows["thread"],
             note="`SQLiteStore.commit` of one event awaited directly (no actor: the count "
             "check, the session row, the writer's group machinery) / raw in a thread",
+        ),
+        ratio(
+            "many.one_session_sqlite.ours_vs_store",
+            rows["ours"],
+            rows["store"],
+            note="ours / `SQLiteStore.commit` awaited directly: what the actor (its request, "
+            "the fold, publishing and answering, two task switches) adds to the store's commit",
         ),
     ]
 
