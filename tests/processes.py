@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 WORKER = Path(__file__).parent / "store_worker.py"
@@ -34,6 +36,18 @@ class Lines:
     def next(self, timeout: float = 30) -> str:
         """The next line ("" at the end of output); raises queue.Empty after ``timeout``."""
         return self._queue.get(timeout=timeout)
+
+
+@contextmanager
+def ending(process: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """Kill ``process`` if it still runs when the block ends: a test that fails while a
+    child follows a store fails, where ``Popen``'s own exit would wait for the child forever
+    (``with Popen(...) as child, ending(child):``)."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
 
 
 def spawn_worker(*args: str) -> subprocess.Popen[str]:

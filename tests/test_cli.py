@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import orjson
 import pytest
-from processes import Lines
+from processes import Lines, ending
 
 from nous_session import Message, SessionActor, ToolCall
 from nous_session.codec import from_json
@@ -192,22 +192,25 @@ def test_tail_follows_appends_from_another_process(tmp_path: Path) -> None:
                 await s.append("user_message", {"content": content})
 
     anyio.run(write, ["one", "two"])
-    with subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nous_session",
-            "--store",
-            url,
-            "tail",
-            "live",
-            "--json",
-            "--interval",
-            "0.05",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as tail:
+    with (
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nous_session",
+                "--store",
+                url,
+                "tail",
+                "live",
+                "--json",
+                "--interval",
+                "0.05",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as tail,
+        ending(tail),
+    ):
         lines = Lines(tail)
         seen = [orjson.loads(lines.next())["data"]["content"] for _ in range(2)]
         assert seen == ["one", "two"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
-from processes import Lines, check_shared_session, run_writers, spawn_worker
+from processes import Lines, check_shared_session, ending, run_writers, spawn_worker
 
 from nous_session import ConflictError, CorruptRecordError, SessionActor, StoreError
 from nous_session.event import make_event
@@ -557,11 +557,14 @@ def test_cli_tail_follows_a_postgres_session(schema: str) -> None:
 
     anyio.run(write, ["a"])
     url = f"{URL}?schema={schema}"
-    with subprocess.Popen(
-        [sys.executable, "-m", "nous_session", "--store", url, "tail", "tailed", "--json"],
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as tail:
+    with (
+        subprocess.Popen(
+            [sys.executable, "-m", "nous_session", "--store", url, "tail", "tailed", "--json"],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as tail,
+        ending(tail),
+    ):
         lines = Lines(tail)
         assert '"a"' in lines.next()
         anyio.run(write, ["b"])

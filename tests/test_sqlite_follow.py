@@ -217,6 +217,46 @@ async def test_a_read_only_store_follows_a_writer_that_starts_later(tmp_path: Pa
     assert seen == ["before", "after 1", "after 2"]
 
 
+async def _stored_and_closed(path: Path, count: int) -> None:
+    """Append to session "s" until it holds ``count`` events, through a store that is closed
+    again: its WAL checkpointed into the file and removed, no writer left on it."""
+    async with SQLiteStore(path) as store:
+        stored = await store.load("s")
+        for seq in range(len(stored), count):
+            event = make_event(seq, USER, {"content": f"m{seq}"})
+            await store.commit("s", expected_count=seq, events=(event,))
+    assert not Path(f"{path}-wal").exists()  # noqa: ASYNC240 - a test's check
+
+
+async def test_a_writer_that_comes_and_goes_between_two_polls_is_seen(tmp_path: Path) -> None:
+    # With no -wal there is no writer. One that opens, commits and closes between two of the
+    # feed's polls leaves no -wal behind either: the feed must notice the file itself moved.
+    path = tmp_path / "s.db"
+    await _stored_and_closed(path, 1)
+    async with SQLiteStore(path, read_only=True) as viewer:
+        async with aclosing(viewer.watch("s", poll=1.0)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 1  # a new watch gets its head, writer or not
+                await _stored_and_closed(path, 3)  # well within the poll's second
+                assert await anext(heads) == 3
+
+
+async def test_a_feed_with_no_writer_pushes_only_what_moved(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await _stored_and_closed(path, 2)
+    async with SQLiteStore(path, read_only=True) as viewer:
+        async with aclosing(viewer.watch("s", poll=0.002)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 2
+            monitor = viewer._monitor
+            assert monitor is not None
+            reads = monitor.reads
+            with anyio.move_on_after(0.5):  # its safety net reads the file every 100 polls
+                await anext(heads)
+                pytest.fail("a head was pushed though nothing moved")
+            assert monitor.reads > reads  # it did read (the file's stat did not change)
+
+
 @pytest.fixture
 def writer_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'shared.db'}"

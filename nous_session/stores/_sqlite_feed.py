@@ -28,10 +28,14 @@ blocks the store's writer (WAL readers do not block writers). A store nobody wat
 thread and pays nothing. The store's own writer is another connection, so its commits reach
 the watches the same way, within a poll.
 
-A read-only store (another process's viewer) whose file has no ``-wal`` file yet has no writer
-either; the thread then only checks, every poll, whether a writer has appeared, and opens its
-connection once it has: a connection that opened the file as immutable would never see a
-change.
+A file with no ``-wal`` has no writer (the last connection to close removes it): a read-only
+store (another process's viewer), or one that has not written yet. The thread then checks,
+every poll, whether a writer has appeared, and opens its connection once it has (a connection
+that opened the file as immutable would never see a change). A writer may also come and go
+between two polls (open, commit, close, its WAL checkpointed into the file and removed): so
+while there is no writer the thread also reads the watched heads from the file itself,
+through a short-lived immutable connection, whenever the file's stat changes, a watch is new,
+and every ``_CHECK_EVERY`` polls in any case.
 """
 
 from __future__ import annotations
@@ -183,8 +187,10 @@ class ChangeMonitor:
         listed: set[str] = set()  # the names in the connection's table of watched sessions
         shm: int | None = None  # the -shm file, to peek at its header
         header = b""  # the header as last peeked at
-        quiet = 0  # polls since the last data_version check
+        quiet = 0  # polls since the last data_version check (or, with no writer, file read)
         wait = self._poll  # until the next check: longer while the reads wake nobody
+        stamp: tuple[int, ...] | None = None  # the file as last read while it had no writer
+        lost = False  # the connection failed: the next one's first read wakes every watch
         try:
             while True:
                 with self._lock:
@@ -198,8 +204,17 @@ class ChangeMonitor:
                     if connection is None:
                         connection = self._open()
                         if connection is None:
-                            # No writer yet (read-only, no -wal): nothing can have changed
-                            # since the new watches' owners read the file.
+                            # No writer now (no -wal). One may have come and gone since the
+                            # last poll (opened, committed, closed: its WAL checkpointed into
+                            # the file and removed), so the file itself is read when its stat
+                            # changed, when a watch is new, and every _CHECK_EVERY polls in
+                            # any case (a stat's times are coarse).
+                            now = _stamp(self._path)
+                            if fresh or now != stamp or quiet >= _CHECK_EVERY:
+                                stamp, quiet = now, 0
+                                self._read_file(fresh, names or set())
+                            else:
+                                quiet += 1
                             self._sleep(self._poll)
                             continue
                         version, listed = None, set()
@@ -217,7 +232,8 @@ class ChangeMonitor:
                     current = connection.execute("PRAGMA data_version").fetchone()[0]
                     self.checks += 1
                     if current != version or fresh:
-                        reopened = version is None and bool(self._heads)
+                        reopened = version is None and lost and bool(self._heads)
+                        lost = False
                         version = current
                         if self._read_heads(connection, fresh, reopened):
                             wait = self._poll
@@ -226,6 +242,7 @@ class ChangeMonitor:
                 except sqlite3.Error as error:
                     _logger.debug("nous_session.sqlite_feed_lost", error=repr(error))
                     if connection is not None:
+                        lost = True
                         with suppress(sqlite3.Error):
                             connection.close()
                     connection = None
@@ -269,6 +286,29 @@ class ChangeMonitor:
             connection.close()
             raise
         return connection
+
+    def _read_file(self, fresh: set[str], names: set[str]) -> None:
+        """Read the watched sessions' heads from the file while no writer has it open (no
+        -wal), through a connection of its own that opens it as immutable: such a connection
+        creates no -wal or -shm file (reading never writes), and it is closed at once, as it
+        would never see a later change. A writer that starts meanwhile makes its -wal first,
+        and the next poll follows it through the feed's own connection."""
+        connection = sqlite3.connect(
+            f"file:{quote(os.path.abspath(self._path))}?mode=ro&immutable=1",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            # Listed with the heads last read: only what moved since is pushed (a name never
+            # read has (-1, -1), so it is read in any case).
+            with self._lock:
+                last = [(name, *self._heads.get(name, (-1, -1))) for name in names]
+            connection.execute(_WATCHED)
+            connection.executemany("INSERT INTO temp.nous_watched VALUES (?, ?, ?)", last)
+            self._read_heads(connection, fresh, False)
+        finally:
+            connection.close()
 
     def _read_heads(self, connection: sqlite3.Connection, fresh: set[str], reopened: bool) -> bool:
         """Read the heads of the watched sessions that moved since the last read, and push
@@ -347,6 +387,16 @@ _BUSY_TIMEOUT: Final = 0.1
 _CHECK_EVERY: Final = 100
 
 
+def _stamp(path: str) -> tuple[int, ...] | None:
+    """What a writer that came and went changes in the file itself (its WAL checkpointed into
+    it): identity, size and times; None when it cannot be read."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
 def _open_shm(path: str) -> int | None:
     """A descriptor of the file's -shm (the WAL index), or None (peeking is then skipped and
     every poll asks SQLite). Opened after the feed's connection, which keeps it in use, so
@@ -371,16 +421,17 @@ _MOVED: Final = (
     " WHERE coalesce(s.count, 0) != w.count OR coalesce(s.horizon, 0) != w.horizon"
 )
 _NOTED: Final = "UPDATE temp.nous_watched SET count = ?, horizon = ? WHERE name = ?"
+_WATCHED: Final = (
+    "CREATE TEMP TABLE IF NOT EXISTS nous_watched"
+    " (name TEXT PRIMARY KEY, count INTEGER, horizon INTEGER) WITHOUT ROWID"
+)
 
 
 def _list(connection: sqlite3.Connection, listed: set[str], names: set[str]) -> None:
     """Make the connection's table of watched sessions list exactly ``names`` (``listed``:
     what it lists now, updated)."""
     if not listed:
-        connection.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS nous_watched"
-            " (name TEXT PRIMARY KEY, count INTEGER, horizon INTEGER) WITHOUT ROWID"
-        )
+        connection.execute(_WATCHED)
     gone = listed - names
     new = names - listed
     if gone:
