@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
-from processes import check_shared_session, run_writers
+from processes import check_shared_session, ending, run_writers
 
 from nous_session import (
     ConflictError,
@@ -61,11 +61,14 @@ def _crash_rounds(
         acknowledged.setdefault(session_id, {})[int(fields[-2])] = fields[-1]
 
     for _ in range(rounds):
-        with subprocess.Popen(
-            [sys.executable, str(HERE / "crash_writer.py"), str(path), *args],
-            stdout=subprocess.PIPE,
-            text=True,
-        ) as child:
+        with (
+            subprocess.Popen(
+                [sys.executable, str(HERE / "crash_writer.py"), str(path), *args],
+                stdout=subprocess.PIPE,
+                text=True,
+            ) as child,
+            ending(child),
+        ):
             assert child.stdout is not None
             ready = child.stdout.readline()
             assert ready.startswith("ready"), ready
