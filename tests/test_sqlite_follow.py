@@ -234,10 +234,26 @@ async def test_a_writer_that_comes_and_goes_between_two_polls_is_seen(tmp_path: 
     path = tmp_path / "s.db"
     await _stored_and_closed(path, 1)
     async with SQLiteStore(path, read_only=True) as viewer:
-        async with aclosing(viewer.watch("s", poll=1.0)) as heads:
+        async with aclosing(viewer.watch("s", poll=60)) as heads:
             with anyio.fail_after(10):
                 assert await anext(heads) == 1  # a new watch gets its head, writer or not
-                await _stored_and_closed(path, 3)  # well within the poll's second
+                await _stored_and_closed(path, 3)  # all of it while the feed sleeps
+                monitor = viewer._monitor
+                assert monitor is not None
+                monitor._wake.set()  # the next poll, now
+                assert await anext(heads) == 3
+
+
+async def test_a_head_held_for_an_owner_commit_comes_with_no_writer_too(tmp_path: Path) -> None:
+    # A head that comes while its watcher's own commit is in flight is held, and asked about
+    # again every poll (pushed after HOLD_AT_MOST in any case): with no writer on the file too.
+    path = tmp_path / "s.db"
+    await _stored_and_closed(path, 1)
+    async with SQLiteStore(path, read_only=True) as viewer:
+        watch = viewer.watch("s", poll=0.01, known=lambda: (1, 0, True))  # always committing
+        async with aclosing(watch) as heads:
+            await _stored_and_closed(path, 3)
+            with anyio.fail_after(10):
                 assert await anext(heads) == 3
 
 

@@ -34,8 +34,9 @@ every poll, whether a writer has appeared, and opens its connection once it has 
 that opened the file as immutable would never see a change). A writer may also come and go
 between two polls (open, commit, close, its WAL checkpointed into the file and removed): so
 while there is no writer the thread also reads the watched heads from the file itself,
-through a short-lived immutable connection, whenever the file's stat changes, a watch is new,
-and every ``_CHECK_EVERY`` polls in any case.
+through a short-lived immutable connection, whenever the file's stat changes, while that stat
+is too recent to prove nothing changed since (``_racy``), when a watch is new, and every
+``_CHECK_EVERY`` polls in any case.
 """
 
 from __future__ import annotations
@@ -189,7 +190,8 @@ class ChangeMonitor:
         header = b""  # the header as last peeked at
         quiet = 0  # polls since the last data_version check (or, with no writer, file read)
         wait = self._poll  # until the next check: longer while the reads wake nobody
-        stamp: tuple[int, ...] | None = None  # the file as last read while it had no writer
+        stamp: tuple[int, int, int, int] | None = None  # the file when last read with no writer
+        read_at = 0  # when that read began (time.time_ns(), the clock of a file's times)
         lost = False  # the connection failed: the next one's first read wakes every watch
         try:
             while True:
@@ -207,14 +209,23 @@ class ChangeMonitor:
                             # No writer now (no -wal). One may have come and gone since the
                             # last poll (opened, committed, closed: its WAL checkpointed into
                             # the file and removed), so the file itself is read when its stat
-                            # changed, when a watch is new, and every _CHECK_EVERY polls in
-                            # any case (a stat's times are coarse).
+                            # changed, while that stat is too recent to tell (a file's times
+                            # are coarse: a change in the same tick as the last read shows no
+                            # difference), when a watch is new, and every _CHECK_EVERY polls.
                             now = _stamp(self._path)
-                            if fresh or now != stamp or quiet >= _CHECK_EVERY:
-                                stamp, quiet = now, 0
+                            if (
+                                fresh
+                                or now != stamp
+                                or _racy(now, read_at)
+                                or quiet >= _CHECK_EVERY
+                            ):
+                                began = time.time_ns()
                                 self._read_file(fresh, names or set())
+                                stamp, read_at, quiet = now, began, 0  # once it has succeeded
                             else:
                                 quiet += 1
+                            if self._unsure:
+                                self._ask_again()
                             self._sleep(self._poll)
                             continue
                         version, listed = None, set()
@@ -387,7 +398,7 @@ _BUSY_TIMEOUT: Final = 0.1
 _CHECK_EVERY: Final = 100
 
 
-def _stamp(path: str) -> tuple[int, ...] | None:
+def _stamp(path: str) -> tuple[int, int, int, int] | None:
     """What a writer that came and went changes in the file itself (its WAL checkpointed into
     it): identity, size and times; None when it cannot be read."""
     try:
@@ -395,6 +406,21 @@ def _stamp(path: str) -> tuple[int, ...] | None:
     except OSError:
         return None
     return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def _racy(stamp: tuple[int, int, int, int] | None, read_at: int) -> bool:
+    """Whether the file's last change (``stamp``'s times) is too close to the last read (which
+    began at ``read_at``) for an unchanged stamp to prove nothing changed since: a file's times
+    have the granularity of its filesystem and of the kernel's clock tick, as git's index
+    treats a "racily clean" entry. Two seconds covers the coarsest in use. (A time far in the
+    future, a file copied from a machine with another clock, is not racy: any change moves
+    it back to now.)"""
+    if stamp is None:
+        return False
+    return abs(read_at - max(stamp[2], stamp[3])) < _RACY_NS
+
+
+_RACY_NS: Final = 2_000_000_000
 
 
 def _open_shm(path: str) -> int | None:
