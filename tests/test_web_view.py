@@ -220,7 +220,14 @@ def shows_through(driver: Any, count: int) -> Callable[[], dict[str, Any] | None
     def condition() -> dict[str, Any] | None:
         state = page_state(driver)
         events = state["events"]
-        done = events and events[-1] >= count - 1 and state["surfaceAt"] >= count - 1
+        # Until its first surface is drawn the page shows a dash there (None: not a number).
+        surface_at = state["surfaceAt"]
+        done = (
+            events
+            and events[-1] >= count - 1
+            and surface_at is not None
+            and surface_at >= count - 1
+        )
         return state if done else None
 
     return condition
