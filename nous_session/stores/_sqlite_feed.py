@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
-from typing import Final
+from typing import Final, TypeAlias
 from urllib.parse import quote
 
 from nous_session._logging import get_logger
@@ -188,10 +188,9 @@ class ChangeMonitor:
         listed: set[str] = set()  # the names in the connection's table of watched sessions
         shm: int | None = None  # the -shm file, to peek at its header
         header = b""  # the header as last peeked at
-        quiet = 0  # polls since the last data_version check (or, with no writer, file read)
+        quiet = 0  # polls since the last data_version check
         wait = self._poll  # until the next check: longer while the reads wake nobody
-        stamp: tuple[int, int, int, int] | None = None  # the file when last read with no writer
-        read_at = 0  # when that read began (time.time_ns(), the clock of a file's times)
+        unwritten = _Unwritten()  # the file as last read while it had no writer
         lost = False  # the connection failed: the next one's first read wakes every watch
         try:
             while True:
@@ -205,27 +204,8 @@ class ChangeMonitor:
                 try:
                     if connection is None:
                         connection = self._open()
-                        if connection is None:
-                            # No writer now (no -wal). One may have come and gone since the
-                            # last poll (opened, committed, closed: its WAL checkpointed into
-                            # the file and removed), so the file itself is read when its stat
-                            # changed, while that stat is too recent to tell (a file's times
-                            # are coarse: a change in the same tick as the last read shows no
-                            # difference), when a watch is new, and every _CHECK_EVERY polls.
-                            now = _stamp(self._path)
-                            if (
-                                fresh
-                                or now != stamp
-                                or _racy(now, read_at)
-                                or quiet >= _CHECK_EVERY
-                            ):
-                                began = time.time_ns()
-                                self._read_file(fresh, names or set())
-                                stamp, read_at, quiet = now, began, 0  # once it has succeeded
-                            else:
-                                quiet += 1
-                            if self._unsure:
-                                self._ask_again()
+                        if connection is None:  # no writer now (no -wal)
+                            self._poll_unwritten(unwritten, fresh, names or set())
                             self._sleep(self._poll)
                             continue
                         version, listed = None, set()
@@ -281,16 +261,9 @@ class ChangeMonitor:
 
     def _open(self) -> sqlite3.Connection | None:
         """A read-only connection to the file, or None while no writer has made its WAL."""
-        path = self._path
-        if not os.path.exists(f"{path}-wal"):
+        if not os.path.exists(f"{self._path}-wal"):
             return None
-        connection = sqlite3.connect(
-            f"file:{quote(os.path.abspath(path))}?mode=ro",
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=_BUSY_TIMEOUT,
-        )
+        connection = _connect(self._path, "mode=ro")
         try:
             connection.execute("SELECT 1 FROM nous_sessions LIMIT 1").fetchall()
         except BaseException:
@@ -298,18 +271,29 @@ class ChangeMonitor:
             raise
         return connection
 
+    def _poll_unwritten(self, unwritten: _Unwritten, fresh: set[str], names: set[str]) -> None:
+        """One poll while the file has no writer (no -wal). One may have come and gone since
+        the last poll (opened, committed, closed: its WAL checkpointed into the file and
+        removed), so the file itself is read when :meth:`_Unwritten.due` says so; and the
+        heads held back for an owner's commit in flight are asked about again, as every poll
+        does."""
+        now = _stamp(self._path)
+        if fresh or unwritten.due(now):
+            began = time.time_ns()
+            self._read_file(fresh, names)
+            unwritten.stamp, unwritten.read_at, unwritten.quiet = now, began, 0  # it succeeded
+        else:
+            unwritten.quiet += 1
+        if self._unsure:
+            self._ask_again()
+
     def _read_file(self, fresh: set[str], names: set[str]) -> None:
         """Read the watched sessions' heads from the file while no writer has it open (no
         -wal), through a connection of its own that opens it as immutable: such a connection
         creates no -wal or -shm file (reading never writes), and it is closed at once, as it
         would never see a later change. A writer that starts meanwhile makes its -wal first,
         and the next poll follows it through the feed's own connection."""
-        connection = sqlite3.connect(
-            f"file:{quote(os.path.abspath(self._path))}?mode=ro&immutable=1",
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
-        )
+        connection = _connect(self._path, "mode=ro&immutable=1")
         try:
             # Listed with the heads last read: only what moved since is pushed (a name never
             # read has (-1, -1), so it is read in any case).
@@ -398,7 +382,39 @@ _BUSY_TIMEOUT: Final = 0.1
 _CHECK_EVERY: Final = 100
 
 
-def _stamp(path: str) -> tuple[int, int, int, int] | None:
+def _connect(path: str, flags: str) -> sqlite3.Connection:
+    """The feed's kind of connection to ``path`` (its URI ``flags``: read-only, and maybe
+    immutable), for the feed's thread alone."""
+    return sqlite3.connect(
+        f"file:{quote(os.path.abspath(path))}?{flags}",
+        uri=True,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=_BUSY_TIMEOUT,
+    )
+
+
+_Stamp: TypeAlias = tuple[int, int, int, int]
+"""A file's inode, size, and modification and change times (ns)."""
+
+
+class _Unwritten:
+    """The file as last read while it had no writer, and when to read it again: when its stat
+    changed; while that stat is too recent to prove nothing changed since (:func:`_racy`);
+    and every :data:`_CHECK_EVERY` polls in any case."""
+
+    __slots__ = ("quiet", "read_at", "stamp")
+
+    def __init__(self) -> None:
+        self.stamp: _Stamp | None = None  # None: never read (or the file could not be stat'ed)
+        self.read_at = 0  # when that read began (time.time_ns(), the clock of a file's times)
+        self.quiet = 0  # polls since
+
+    def due(self, now: _Stamp | None) -> bool:
+        return now != self.stamp or _racy(now, self.read_at) or self.quiet >= _CHECK_EVERY
+
+
+def _stamp(path: str) -> _Stamp | None:
     """What a writer that came and went changes in the file itself (its WAL checkpointed into
     it): identity, size and times; None when it cannot be read."""
     try:
@@ -408,7 +424,7 @@ def _stamp(path: str) -> tuple[int, int, int, int] | None:
     return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
-def _racy(stamp: tuple[int, int, int, int] | None, read_at: int) -> bool:
+def _racy(stamp: _Stamp | None, read_at: int) -> bool:
     """Whether the file's last change (``stamp``'s times) is too close to the last read (which
     began at ``read_at``) for an unchanged stamp to prove nothing changed since: a file's times
     have the granularity of its filesystem and of the kernel's clock tick, as git's index
