@@ -23,9 +23,14 @@ from nous_session.codec import from_json
 from nous_session.stores.sqlite import SQLiteStore
 
 
+def argv(*args: str, store: str) -> list[str]:
+    """The command line of ``nous-session --store STORE ARGS...``."""
+    return [sys.executable, "-m", "nous_session", "--store", store, *args]
+
+
 def cli(*args: str, store: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "nous_session", "--store", store, *args],
+        argv(*args, store=store),
         capture_output=True,
         text=True,
         timeout=60,
@@ -194,18 +199,7 @@ def test_tail_follows_appends_from_another_process(tmp_path: Path) -> None:
     anyio.run(write, ["one", "two"])
     with (
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "nous_session",
-                "--store",
-                url,
-                "tail",
-                "live",
-                "--json",
-                "--interval",
-                "0.05",
-            ],
+            argv("tail", "live", "--json", "--interval", "0.05", store=url),
             stdout=subprocess.PIPE,
             text=True,
         ) as tail,
@@ -229,17 +223,7 @@ def interrupt_tail(url: str, delay: float) -> tuple[int | None, str]:
     varies from run to run), then press Ctrl-C again and again, as an impatient user does,
     until it exits. Its exit status and stderr."""
     with subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nous_session",
-            "--store",
-            url,
-            "tail",
-            "live",
-            "--interval",
-            "0.001",
-        ],
+        argv("tail", "live", "--interval", "0.001", store=url),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
