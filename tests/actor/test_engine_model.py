@@ -47,7 +47,6 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from tallies import Tallies
 
 from nous_session import (
     ConflictError,
@@ -67,6 +66,7 @@ from nous_session.event import message_event, replace_data
 from nous_session.ops import Remove, Rewind, Uncompact
 from nous_session.stores.memory import MemoryStore
 from nous_session.stores.sqlite import SQLiteStore
+from tests.support.tallies import Tallies
 
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
@@ -364,7 +364,7 @@ class RecoverCall(Call):
         return await session.recover_open_turn()
 
     def expect(self, model: Model) -> tuple[Any, ...]:
-        # Where the results go is recover's own rule (tests/test_actor.py checks it); here
+        # Where the results go is recover's own rule (tests/actor/test_actor.py checks it); here
         # the model is that rule applied alone to the log the requests before left.
         applied = Recover().apply(model.log, model.log.count)
         model.log = applied.log

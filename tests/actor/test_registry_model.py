@@ -46,12 +46,12 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from tallies import Tallies
 
 from nous_session import Message, SessionActor, SessionClosedError
 from nous_session.log import Log
 from nous_session.registry import Sessions, SessionsPortal
 from nous_session.stores.memory import MemoryStore
+from tests.support.tallies import Tallies
 
 SESSION_IDS = ("a", "b", "c", "d")
 MAX_OPEN = 2

@@ -48,7 +48,7 @@ from nous_session.stores.base import (
 )
 from nous_session.stores.sqlite import SQLiteStore
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
 USER = EventType.USER_MESSAGE
 

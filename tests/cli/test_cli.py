@@ -16,11 +16,11 @@ from pathlib import Path
 import anyio
 import orjson
 import pytest
-from processes import Lines, ending
 
 from nous_session import Message, SessionActor, ToolCall
 from nous_session.codec import from_json
 from nous_session.stores.sqlite import SQLiteStore
+from tests.support.processes import Lines, ending
 
 
 def argv(*args: str, store: str) -> list[str]:
@@ -274,7 +274,7 @@ def test_demo_writes_where_it_says_in_the_working_directory(tmp_path: Path) -> N
     env = {**os.environ, "NOUS_SESSION_HOME": str(home), "HOME": str(home)}
     env.pop("NOUS_SESSION_STORE", None)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]
+        [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]
     )
     result = subprocess.run(
         [sys.executable, "-m", "nous_session", "demo", "--turns", "40", "--session", "d"],

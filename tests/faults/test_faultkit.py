@@ -1,4 +1,4 @@
-"""The fault-injection kit (tests/faultkit.py) does what it says, proven with plain psycopg.
+"""The fault-injection kit (tests/support/faultkit.py) does what it says, proven with plain psycopg.
 
 The proxy and terminate_backends tests need a server (``NOUS_SESSION_TEST_POSTGRES``; `.ci/run`
 starts one); the PostgresServer tests need PostgreSQL's binaries (initdb, pg_ctl) and start a
@@ -16,7 +16,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from faultkit import (
+
+from nous_session import ConflictError, OutcomeUnknownError
+from nous_session.event import make_event
+from tests.support.faultkit import (
     PostgresServer,
     Reply,
     ReplyDroppingProxy,
@@ -24,9 +27,6 @@ from faultkit import (
     postgres_unavailable,
     terminate_backends,
 )
-
-from nous_session import ConflictError, OutcomeUnknownError
-from nous_session.event import make_event
 
 psycopg = pytest.importorskip("psycopg")
 psycopg_pool = pytest.importorskip("psycopg_pool")

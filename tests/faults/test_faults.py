@@ -31,7 +31,6 @@ from typing import Any
 
 import anyio
 import pytest
-from processes import Lines
 
 from nous_session import (
     CompactionPolicy,
@@ -46,10 +45,11 @@ from nous_session import (
 )
 from nous_session.stores import MemoryStore, open_store
 from nous_session.stores.sqlite import SQLiteStore
+from tests.support.processes import Lines
 
 pytestmark = [pytest.mark.faults]
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
-WORKER = Path(__file__).parent / "fault_worker.py"
+WORKER = Path(__file__).parent.parent / "support" / "fault_worker.py"
 needs_postgres = pytest.mark.skipif(not POSTGRES_URL, reason="no PostgreSQL server")
 
 
@@ -191,9 +191,8 @@ async def test_random_cancellations_of_callers_and_owners(stores: Callable[[], S
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["raise", "rebase"])
 async def test_lost_commit_replies_are_resolved_to_the_truth(mode: str) -> None:
-    from faultkit import ReplyDroppingProxy
-
     from nous_session.stores.postgres import PostgresStore
+    from tests.support.faultkit import ReplyDroppingProxy
 
     schema = f"f_{uuid.uuid4().hex[:12]}"
     acked: dict[str, int] = {}
@@ -238,7 +237,7 @@ async def test_terminated_backends_lose_and_duplicate_nothing(
 ) -> None:
     if "postgres" not in request.node.callspec.id:
         pytest.skip("a PostgreSQL fault")
-    from faultkit import terminate_backends
+    from tests.support.faultkit import terminate_backends
 
     store = stores()
     acked: dict[str, int] = {}
@@ -270,7 +269,7 @@ async def test_terminated_backends_lose_and_duplicate_nothing(
 
 @pytest.mark.anyio
 async def test_a_restarted_server_loses_and_duplicates_nothing() -> None:
-    from faultkit import PostgresServer, postgres_unavailable
+    from tests.support.faultkit import PostgresServer, postgres_unavailable
 
     reason = postgres_unavailable()
     if reason is not None:

@@ -126,9 +126,8 @@ async def test_a_lost_reply_past_the_window_on_postgres_is_unknown_and_a_keyed_r
     any answer while the actor tries to find out), the caller hears OutcomeUnknownError; once
     the network is back, the retry with its key returns the event that landed."""
     pytest.importorskip("psycopg")
-    from faultkit import ReplyDroppingProxy
-
     from nous_session.stores.postgres import PostgresStore
+    from tests.support.faultkit import ReplyDroppingProxy
 
     monkeypatch.setattr(commits_module, "RESOLVE_FOR", 1.0)
     schema = f"u_{uuid.uuid4().hex[:12]}"

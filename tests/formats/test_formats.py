@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from message_strategies import T0
 
 from nous_session import (
     Conversion,
@@ -29,6 +28,7 @@ from nous_session import (
     ToolCallPart,
 )
 from nous_session.formats import PROVIDERS, convert, from_provider, to_provider
+from tests.support.message_strategies import T0
 
 WEATHER = ToolCall("call_1", "get_weather", {"city": "Paris"})
 

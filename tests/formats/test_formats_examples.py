@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from message_strategies import T0
-from sdk_validation import validate
 
 from nous_session import (
     ImagePart,
@@ -30,8 +28,10 @@ from nous_session import (
 )
 from nous_session.formats import PROVIDERS, convert, from_provider, to_provider
 from nous_session.formats._common import same
+from tests.support.message_strategies import T0
+from tests.support.sdk_validation import validate
 
-DATA = Path(__file__).parent / "data" / "formats"
+DATA = Path(__file__).parent.parent / "data" / "formats"
 EXAMPLES = [
     pytest.param(provider, name, payload, id=f"{provider}-{name}")
     for provider in PROVIDERS

@@ -15,7 +15,6 @@ from typing import Any
 
 import attrs
 import pytest
-from message_strategies import T0
 
 from nous_session import (
     ImagePart,
@@ -31,6 +30,7 @@ from nous_session import (
     ToolCallPart,
 )
 from nous_session.formats import PROVIDERS, convert, from_provider, to_provider
+from tests.support.message_strategies import T0
 
 CALL = ToolCall("c1", "lookup", {"q": "x"})
 PNG = "iVBORw0KGgo="

@@ -19,8 +19,6 @@ from typing import Any
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from message_strategies import T0
-from sdk_validation import validate
 
 from nous_session import (
     ImagePart,
@@ -33,6 +31,8 @@ from nous_session import (
 )
 from nous_session.formats import PROVIDERS, convert, from_provider, to_provider
 from nous_session.formats._common import arrange, same
+from tests.support.message_strategies import T0
+from tests.support.sdk_validation import validate
 
 # Building blocks ------------------------------------------------------------------------------
 

@@ -14,12 +14,12 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-from group_commits import append_all
 
 from nous_session import ConflictError, CorruptRecordError, SessionActor
 from nous_session.codec import encode
 from nous_session.event import make_event
 from nous_session.stores.sqlite import SQLiteStore
+from tests.support.group_commits import append_all
 
 pytestmark = pytest.mark.anyio
 

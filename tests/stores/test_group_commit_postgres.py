@@ -1,7 +1,7 @@
 """Group commit across sessions on PostgreSQL (issue 11): the commits many actors send in one
 round share one transaction, and one session's failing commit fails only that session's batch.
 
-As tests/test_group_commit.py does for SQLite, through the whole stack (actors, the store's
+As tests/stores/test_group_commit.py does for SQLite, through the whole stack (actors, the store's
 commit, the group), with real conflicts made by a second store on the same schema and a real
 unique violation made by a stray row. Skipped without a server.
 """
@@ -16,11 +16,11 @@ from contextlib import AsyncExitStack
 
 import anyio
 import pytest
-from group_commits import append_all
 
 from nous_session import ConflictError, CorruptRecordError, SessionActor
 from nous_session.codec import encode
 from nous_session.event import make_event
+from tests.support.group_commits import append_all
 
 psycopg = pytest.importorskip("psycopg")
 from nous_session.stores.postgres import PostgresStore  # noqa: E402

@@ -19,11 +19,11 @@ from typing import Any
 
 import anyio
 import pytest
-from processes import Lines, check_shared_session, ending, run_writers, spawn_worker
 
 from nous_session import ConflictError, CorruptRecordError, SessionActor, StoreError
 from nous_session.event import make_event
 from nous_session.stores import open_store
+from tests.support.processes import Lines, check_shared_session, ending, run_writers, spawn_worker
 
 psycopg = pytest.importorskip("psycopg")
 from nous_session.stores.postgres import PostgresStore  # noqa: E402

@@ -16,7 +16,6 @@ from typing import Any
 
 import anyio
 import pytest
-from processes import check_shared_session, ending, run_writers
 
 from nous_session import (
     ConflictError,
@@ -33,8 +32,9 @@ from nous_session.stores import sqlite as sqlite_store
 from nous_session.stores.memory import MemoryStore
 from nous_session.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 from nous_session.testing import sample_log
+from tests.support.processes import check_shared_session, ending, run_writers
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).parent.parent / "support"
 CRASHES = int(os.environ.get("NOUS_CRASH_ROUNDS", "20"))
 
 
@@ -63,7 +63,7 @@ def _crash_rounds(
     for _ in range(rounds):
         with (
             subprocess.Popen(
-                [sys.executable, str(HERE / "crash_writer.py"), str(path), *args],
+                [sys.executable, str(SUPPORT / "crash_writer.py"), str(path), *args],
                 stdout=subprocess.PIPE,
                 text=True,
             ) as child,

@@ -25,7 +25,7 @@ from nous_session.errors import StoreError
 from nous_session.stores._writer import SQLiteWriter, WriterStatistics
 
 THREAD_PREFIX = "nous_session-sqlite-writer"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS rows (session TEXT NOT NULL, n INTEGER NOT NULL)",

@@ -1,4 +1,4 @@
-"""Child processes for the fault-injection suite (tests/test_faults.py).
+"""Child processes for the fault-injection suite (tests/faults/test_faults.py).
 
     python fault_worker.py mixed URL SESSION NAME SEED COUNT
         COUNT keyed appends by NAME (key "NAME-i", content "NAME i"), interleaved at random

@@ -1,4 +1,4 @@
-"""What the group-commit tests of every store share (tests/test_group_commit*.py)."""
+"""What the group-commit tests of every store share (tests/stores/test_group_commit*.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,6 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from message_strategies import T0, json_objects, json_values, messages, parts, texts
 
 from nous_session import (
     EventType,
@@ -36,6 +35,7 @@ from nous_session._json import loads as json_loads
 from nous_session.codec import decode, encode
 from nous_session.event import make_event, message_event, to_message
 from nous_session.parts import as_part, stored_part
+from tests.support.message_strategies import T0, json_objects, json_values, messages, parts, texts
 
 # Parts ----------------------------------------------------------------------------------------
 

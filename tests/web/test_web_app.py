@@ -27,7 +27,7 @@ from starlette.types import Scope
 from nous_session import SessionActor
 from nous_session.registry import Sessions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # examples/ is not a package installed with the library
 web = importlib.import_module("examples.web.app")

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SESSION = "web-test"
 # Bounds for the waits on a condition (never a bare sleep): generous for a loaded 2-core host.
 START_TIMEOUT = 60.0
