@@ -37,11 +37,11 @@ from nous_session.testing._commits import CommitConformance
 from nous_session.testing._forks import ForkConformance
 from nous_session.testing._listing import ListingConformance
 from nous_session.testing._rebasing import RebasingConformance
+from nous_session.testing._sessions import SessionConformance
 
 # ODD_SESSION_IDS: a public name of the module this package was, kept for its users.
-from nous_session.testing._samples import ODD_SESSION_IDS as ODD_SESSION_IDS
-from nous_session.testing._samples import sample_log
-from nous_session.testing._sessions import SessionConformance
+from nous_session.testing._shared import ODD_SESSION_IDS as ODD_SESSION_IDS
+from nous_session.testing._shared import sample_log
 from nous_session.testing._stored import StoredConformance
 
 __all__ = ["ListingConformance", "StoreConformance", "sample_log"]

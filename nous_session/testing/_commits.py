@@ -10,7 +10,7 @@ import pytest
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.stores.base import RebasingStore, Store, Stored
-from nous_session.testing._samples import T0, sample_log, user_event
+from nous_session.testing._shared import T0, sample_log, user_event
 
 
 class CommitConformance:

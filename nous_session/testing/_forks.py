@@ -9,7 +9,7 @@ import pytest
 
 from nous_session.actor import SessionActor
 from nous_session.stores.base import ForkingStore, SessionInfo, Store, supports
-from nous_session.testing._samples import sample_log, user_event
+from nous_session.testing._shared import reopened, sample_log, user_event
 
 
 class ForkConformance:
@@ -42,12 +42,8 @@ class ForkConformance:
         infos = {info.session_id: info for info in await store.sessions()}
         assert infos["child"] == SessionInfo("child", 7, 7, 0, "parent", 5)
         assert infos["parent"] == SessionInfo("parent", 11, 11)
-        again = reopen()
-        try:
+        async with reopened(store, reopen) as again:
             assert list(await again.load("child")) == list(child.events)
-        finally:
-            if again is not store:
-                await again.aclose()
 
     @pytest.mark.anyio
     async def test_a_fork_is_refused_outside_the_parents_history(self, store: Store) -> None:

@@ -10,7 +10,7 @@ import pytest
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.stores.base import RebasingStore, SessionInfo, Store
-from nous_session.testing._samples import sample_log, user_event
+from nous_session.testing._shared import sample_log, user_event
 
 
 class RebasingConformance:

@@ -12,7 +12,7 @@ from nous_session.actor import SessionActor
 from nous_session.errors import ConflictError, StoreError
 from nous_session.message import Message
 from nous_session.stores.base import RebasingStore, SessionInfo, Store
-from nous_session.testing._samples import ODD_SESSION_IDS, sample_log, user_event
+from nous_session.testing._shared import ODD_SESSION_IDS, reopened, sample_log, user_event
 
 
 class SessionConformance:
@@ -56,43 +56,37 @@ class SessionConformance:
             await session.snapshot()
             await session.append("assistant_message", {"content": "after the snapshot"})
             expected = session.log
-        again = reopen()
-        try:
-            async with SessionActor.open(session_id="chat", store=again) as session:
-                assert session.log.count == expected.count
-                assert list(session.log.events()) == list(expected.events())
-                assert list(session.log.surface()) == list(expected.surface())
-                assert list(session.messages()) == list(expected.derive_messages())
-                await session.append("user_message", {"content": "continues"})
-                assert session.log.last is not None
-                assert session.log.last.seq == expected.count
-        finally:
-            if again is not store:
-                await again.aclose()
+        async with (
+            reopened(store, reopen) as again,
+            SessionActor.open(session_id="chat", store=again) as session,
+        ):
+            assert session.log.count == expected.count
+            assert list(session.log.events()) == list(expected.events())
+            assert list(session.log.surface()) == list(expected.surface())
+            assert list(session.messages()) == list(expected.derive_messages())
+            await session.append("user_message", {"content": "continues"})
+            assert session.log.last is not None
+            assert session.log.last.seq == expected.count
 
     @pytest.mark.anyio
     async def test_two_actors_on_one_session_conflict_instead_of_corrupting(
         self, store: Store, reopen: Callable[[], Store]
     ) -> None:
-        other = reopen()
-        try:
-            # follow=False: with a change feed the second actor would catch up before it
-            # appends, and there would be no clash to observe.
-            async with (
-                SessionActor.open(session_id="shared", store=store, follow=False) as first,
-                SessionActor.open(session_id="shared", store=other, follow=False) as second,
-            ):
-                await first.append("user_message", {"content": "first wins"})
-                with pytest.raises(ConflictError):
-                    await second.append("user_message", {"content": "second clashes"})
-                await second.reload()
-                await second.append("user_message", {"content": "second after reload"})
-                stored = list(await store.load("shared"))
-                assert [e.seq for e in stored] == [0, 1]
-                assert [e.data["content"] for e in stored] == ["first wins", "second after reload"]
-        finally:
-            if other is not store:
-                await other.aclose()
+        # follow=False: with a change feed the second actor would catch up before it
+        # appends, and there would be no clash to observe.
+        async with (
+            reopened(store, reopen) as other,
+            SessionActor.open(session_id="shared", store=store, follow=False) as first,
+            SessionActor.open(session_id="shared", store=other, follow=False) as second,
+        ):
+            await first.append("user_message", {"content": "first wins"})
+            with pytest.raises(ConflictError):
+                await second.append("user_message", {"content": "second clashes"})
+            await second.reload()
+            await second.append("user_message", {"content": "second after reload"})
+            stored = list(await store.load("shared"))
+            assert [e.seq for e in stored] == [0, 1]
+            assert [e.data["content"] for e in stored] == ["first wins", "second after reload"]
 
     @pytest.mark.anyio
     async def test_a_load_racing_commits_reads_one_whole_state(
@@ -100,9 +94,8 @@ class SessionConformance:
     ) -> None:
         # A load reads the count and the rows: from one snapshot, or a commit landing
         # between the two makes a whole session look corrupt ("rows past its count").
-        other = reopen()
         commits = 150
-        try:
+        async with reopened(store, reopen) as other:
 
             async def write() -> None:
                 for seq in range(commits):
@@ -122,9 +115,6 @@ class SessionConformance:
             async with anyio.create_task_group() as group:
                 group.start_soon(write)
                 group.start_soon(read)
-        finally:
-            if other is not store:
-                await other.aclose()
 
     @pytest.mark.anyio
     async def test_a_closed_store_refuses_calls(self, reopen: Callable[[], Store]) -> None:

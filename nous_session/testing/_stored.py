@@ -9,7 +9,7 @@ import pytest
 
 from nous_session.errors import ConflictError
 from nous_session.stores.base import OutcomeStore, RebasingStore, Store, Stored, supports
-from nous_session.testing._samples import T0, sample_log, user_event
+from nous_session.testing._shared import T0, reopened, sample_log, user_event
 
 
 class StoredConformance:
@@ -50,16 +50,12 @@ class StoredConformance:
         await store.commit(
             "s", expected_count=6, events=[], dropped=[3, 4, 5], expected_horizon=0, horizon=6
         )
-        again = reopen()
-        try:
+        async with reopened(store, reopen) as again:
             stored = await again.read("s")
             assert [e.seq for e in stored.events] == [0, 1, 2]
             assert (stored.count, stored.horizon) == (6, 6)
             assert [e.seq for e in await again.load("s")] == [0, 1, 2]
             assert [info.count for info in await again.sessions()] == [6]
-        finally:
-            if again is not store:
-                await again.aclose()
 
     @pytest.mark.anyio
     async def test_a_stale_horizon_is_a_conflict(self, store: Store) -> None:
@@ -87,14 +83,10 @@ class StoredConformance:
             await store.commit("s", expected_count=2, events=log.events()[2:], keys=[("x", 9, 1)])
         with pytest.raises(ValueError, match="key"):
             await store.commit("s", expected_count=2, events=log.events()[2:], keys=[("", 2, 1)])
-        again = reopen()
-        try:
+        async with reopened(store, reopen) as again:
             stored = await again.read("s")
             assert stored.count == 2
             assert dict(stored.keys) == {"once": (0, 2)}
-        finally:
-            if again is not store:
-                await again.aclose()
         # Another session may use the same key.
         await store.commit("t", expected_count=0, events=log.events()[:1], keys=[("once", 0, 1)])
 

@@ -1,14 +1,18 @@
-"""What the conformance tests write: a sample log with every kind of event, odd session ids."""
+"""What every part of the conformance suite uses: sample events and logs, odd session ids, and a
+second store object over the same data."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 from nous_session.event import Event, make_event
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
+from nous_session.stores.base import Store
 
-__all__ = ["ODD_SESSION_IDS", "T0", "sample_log", "user_event"]
+__all__ = ["ODD_SESSION_IDS", "T0", "reopened", "sample_log", "user_event"]
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -66,3 +70,15 @@ def sample_log(size: int = 12, *, start: datetime = T0) -> Log:
 
 def user_event(seq: int, content: str) -> Event:
     return make_event(seq, "user_message", {"content": content}, T0 + timedelta(seconds=seq))
+
+
+@asynccontextmanager
+async def reopened(store: Store, reopen: Callable[[], Store]) -> AsyncIterator[Store]:
+    """A second store object over ``store``'s data (``reopen()``), closed when the block ends
+    unless it is ``store`` itself (an in-memory store's ``reopen`` gives the same object)."""
+    again = reopen()
+    try:
+        yield again
+    finally:
+        if again is not store:
+            await again.aclose()
