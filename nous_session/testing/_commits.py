@@ -178,7 +178,7 @@ class CommitConformance:
                 await store.commit("s", expected_count=3, events=events, **extra)
         for expected in (-1, "3", True):
             with pytest.raises(ValueError, match="expected_count"):
-                # Not an int (or a bool posing as one), on purpose: the store must refuse it.
+                # "3" is a string, on purpose: a store refuses it, as it refuses -1 and True.
                 await store.commit("s", expected_count=expected, events=[])  # type: ignore[arg-type]
         await self._unchanged(store, before)
         # The new count follows from the events: expected_count + len(events).
