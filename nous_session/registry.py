@@ -16,7 +16,7 @@ synchronously, ``asyncio.run`` in another thread) can use the same sessions::
     with SessionsPortal("sqlite:///bot.sqlite3") as portal:      # from plain threads
         portal.call("user-42", lambda s: s.add_message(Message.user("hi")))
 
-The registry's guarantees (``tests/test_registry_model.py`` checks them against a model):
+The registry's guarantees (``tests/actor/test_registry_model.py`` checks them against a model):
 
 * **No actor is closed under its caller.** A session's entry, with a lease for the caller,
   exists from the moment the session is asked for, before its actor has opened; ``get()``

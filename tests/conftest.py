@@ -8,7 +8,8 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pytest
 from hypothesis import HealthCheck, settings
-from tallies import Tallies
+
+from tests.support.tallies import Tallies
 
 # The same properties, run deeper or shallower: `ci` on CI's main Python (the model tests run
 # longer there), `dev` by default, `quick` on CI's other Pythons (what a version can break

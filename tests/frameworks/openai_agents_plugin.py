@@ -96,7 +96,7 @@ _CONNECTIONS = (
 )
 _RAW_TABLES = "reads or writes SQLiteSession's raw tables (agent_sessions, agent_messages)"
 # failed_add_items_releases_write_lock also checks the TypeError a non-JSON item raises;
-# tests/test_openai_agents.py checks that NousSession raises one too.
+# tests/integrations/test_openai_agents.py checks that NousSession raises one too.
 _CORRUPT_ROWS = "plants corrupt JSON rows through SQLiteSession's private _locked_connection"
 _FILE_LOCKS = "reads SQLiteSession's private class-level file locks (_file_lock_counts)"
 _INSERT_HOOK = (

@@ -1,0 +1,135 @@
+"""What a read returns at once: count, horizon, idempotency keys, kept events, commit ids."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from nous_session.errors import ConflictError
+from nous_session.stores.base import OutcomeStore, RebasingStore, Store, Stored, supports
+from nous_session.testing._shared import T0, reopened, sample_log, user_event
+
+
+class StoredConformance:
+    """``read`` and what a commit leaves: the count that outlives a snapshot, the horizon,
+    the keys and the events kept aside for them, and commit ids (on stores that keep them)."""
+
+    @pytest.mark.anyio
+    async def test_read_gives_events_count_horizon_and_keys_at_once(self, store: Store) -> None:
+        assert await store.read("nobody") == Stored((), 0)
+        log = sample_log(6)
+        await store.commit(
+            "s", expected_count=0, events=log.events()[:4], keys=[("k1", 0, 2), ("k2", 2, 1)]
+        )
+        await store.commit("s", expected_count=4, events=log.events()[4:], keys=[("k3", 5, 1)])
+        stored = await store.read("s")
+        assert list(stored.events) == list(log.events())
+        assert (stored.count, stored.horizon, stored.parent, stored.fork_point) == (
+            6,
+            0,
+            None,
+            None,
+        )
+        assert dict(stored.keys) == {"k1": (0, 2), "k2": (2, 1), "k3": (5, 1)}
+        assert list(stored.kept) == []
+        tail = await store.read("s", since=2)
+        assert list(tail.events) == list(log.since(2))
+        assert dict(tail.keys) == {"k2": (2, 1), "k3": (5, 1)}
+        with pytest.raises(ValueError, match="since"):
+            await store.read("s", since=-1)
+
+    @pytest.mark.anyio
+    async def test_a_snapshot_sets_the_horizon_and_the_count_outlives_its_events(
+        self, store: Store, reopen: Callable[[], Store]
+    ) -> None:
+        log = sample_log(6)
+        await store.commit("s", expected_count=0, events=log.events())
+        # Drop the newest events too: the count is the store's to keep, not the rows'.
+        await store.commit(
+            "s", expected_count=6, events=[], dropped=[3, 4, 5], expected_horizon=0, horizon=6
+        )
+        async with reopened(store, reopen) as again:
+            stored = await again.read("s")
+            assert [e.seq for e in stored.events] == [0, 1, 2]
+            assert (stored.count, stored.horizon) == (6, 6)
+            assert [e.seq for e in await again.load("s")] == [0, 1, 2]
+            assert [info.count for info in await again.sessions()] == [6]
+
+    @pytest.mark.anyio
+    async def test_a_stale_horizon_is_a_conflict(self, store: Store) -> None:
+        log = sample_log(6)
+        await store.commit("s", expected_count=0, events=log.events())
+        await store.commit("s", expected_count=6, events=[], dropped=[1], horizon=6)
+        late = log.append("user_message", {"content": "stale"}, time=T0)
+        with pytest.raises(ConflictError):
+            await store.commit("s", expected_count=6, events=late.since(6), expected_horizon=0)
+        assert (await store.read("s")).count == 6
+        await store.commit("s", expected_count=6, events=late.since(6), expected_horizon=6)
+        assert (await store.read("s")).count == 7
+
+    @pytest.mark.anyio
+    async def test_a_taken_key_is_a_conflict_and_writes_nothing(
+        self, store: Store, reopen: Callable[[], Store]
+    ) -> None:
+        log = sample_log(4)
+        await store.commit("s", expected_count=0, events=log.events()[:2], keys=[("once", 0, 2)])
+        with pytest.raises(ConflictError):
+            await store.commit(
+                "s", expected_count=2, events=log.events()[2:], keys=[("once", 2, 2)]
+            )
+        with pytest.raises(ValueError, match="key"):
+            await store.commit("s", expected_count=2, events=log.events()[2:], keys=[("x", 9, 1)])
+        with pytest.raises(ValueError, match="key"):
+            await store.commit("s", expected_count=2, events=log.events()[2:], keys=[("", 2, 1)])
+        async with reopened(store, reopen) as again:
+            stored = await again.read("s")
+            assert stored.count == 2
+            assert dict(stored.keys) == {"once": (0, 2)}
+        # Another session may use the same key.
+        await store.commit("t", expected_count=0, events=log.events()[:1], keys=[("once", 0, 1)])
+
+    @pytest.mark.anyio
+    async def test_dropped_events_of_a_key_are_kept_aside(self, store: Store) -> None:
+        log = sample_log(4)
+        await store.commit("s", expected_count=0, events=log.events(), keys=[("k", 1, 2)])
+        await store.commit(
+            "s", expected_count=4, events=[], dropped=[0, 1, 2], kept=[1, 2], horizon=4
+        )
+        stored = await store.read("s")
+        assert [e.seq for e in stored.events] == [3]
+        assert list(stored.kept) == list(log.events()[1:3])
+        assert dict(stored.keys) == {"k": (1, 2)}
+        assert list((await store.read("s", since=1)).kept) == []
+        with pytest.raises(ValueError, match="kept"):
+            await store.commit("s", expected_count=4, events=[], dropped=[3], kept=[2])
+
+    @pytest.mark.anyio
+    async def test_a_commit_id_says_where_a_commit_landed(self, store: Store) -> None:
+        if not supports(store, OutcomeStore):
+            pytest.skip(f"{type(store).__name__} cannot look up commit ids")
+        outcome: Any = store
+        log = sample_log(5)
+        await store.commit("s", expected_count=0, events=log.events()[:2], commit_id="c-1")
+        await store.commit("s", expected_count=2, events=[], commit_id="c-empty")
+        await store.commit("s", expected_count=2, events=log.events()[2:], commit_id="c-2")
+        assert await outcome.committed("s", "c-1") == (0, 2)
+        assert await outcome.committed("s", "c-empty") == (2, 0)
+        assert await outcome.committed("s", "c-2") == (2, 3)
+        assert await outcome.committed("s", "never") is None
+        assert await outcome.committed("other", "c-1") is None
+        # The same commit sent again (after a lost reply, say) can never land twice.
+        with pytest.raises(ConflictError):
+            await store.commit("s", expected_count=5, events=[user_event(5, "x")], commit_id="c-2")
+        assert (await store.read("s")).count == 5
+        if isinstance(store, RebasingStore):
+            done = await store.commit_rebased(
+                "s", expected_count=3, events=[user_event(3, "moved")], commit_id="r-1"
+            )
+            assert await outcome.committed("s", "r-1") == (done.events[0].seq, 1)
+            with pytest.raises(ConflictError):
+                await store.commit_rebased(
+                    "s", expected_count=3, events=[user_event(3, "again")], commit_id="r-1"
+                )
+            assert (await store.read("s")).count == 6

@@ -1,0 +1,1 @@
+"""The session actor, its batch engine, the registry, subscriptions, compaction, telemetry."""

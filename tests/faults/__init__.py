@@ -1,0 +1,1 @@
+"""Fault injection: lost replies, killed backends, dead connections, unknown outcomes."""

@@ -1,0 +1,1 @@
+"""The provider formats: conversions, recorded examples, fidelity and properties."""

@@ -1,0 +1,1 @@
+"""The framework adapters: Google ADK, LangGraph, openai-agents and pydantic-ai."""

@@ -1,0 +1,1 @@
+"""Regressions: each test failed on the code before its fix."""

@@ -1,0 +1,310 @@
+"""SQLite's change feed: followers see commits made by other actors and other processes."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import aclosing
+from pathlib import Path
+
+import anyio
+import pytest
+
+from nous_session import ConflictError, Message, SessionActor
+from nous_session.event import make_event
+from nous_session.stores import follow
+from nous_session.stores._sqlite_feed import DEFAULT_POLL
+from nous_session.stores.sqlite import SQLiteStore
+from tests.support.processes import Lines, spawn_worker
+
+pytestmark = pytest.mark.anyio
+
+USER = "user_message"
+
+
+def _feed_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "nous_session-sqlite-feed"]
+
+
+async def _until(actor: SessionActor, count: int) -> None:
+    """Wait (at most 10 s: a follower that misses a commit fails, never hangs) until the
+    actor's log holds ``count`` events."""
+    with anyio.fail_after(10):
+        async with actor.subscribe(0) as events:
+            async for event in events:
+                if event.seq + 1 >= count:
+                    return
+
+
+async def test_two_actors_of_one_session_in_one_process_see_each_other(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with (
+            SessionActor.open(session_id="s", store=store) as a,
+            SessionActor.open(session_id="s", store=store) as b,
+        ):
+            await a.add_message(Message.user("from a"))
+            try:
+                await b.add_message(Message.user("from b"))
+            except ConflictError:  # b had not heard of a's commit yet: it has now
+                await b.add_message(Message.user("from b, retried"))
+            await _until(a, 2)
+            assert [m.text for m in a.messages()] == [m.text for m in b.messages()]
+            assert a.log.count == b.log.count == 2
+
+
+async def test_an_actors_own_commits_do_not_wake_it(tmp_path: Path) -> None:
+    # Every commit changes the file for the feed's connection; the feed asks the follower what
+    # it holds and wakes it only for what it does not (another writer's commit).
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        async with SessionActor.open(session_id="s", store=store) as actor:
+            for n in range(20):
+                await actor.add_message(Message.user(str(n)))
+            monitor = store._monitor
+            assert monitor is not None
+            with anyio.fail_after(10):  # until the feed has seen the last commit
+                while monitor._heads.get("s") != (20, 0):  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            assert monitor.pushes == 0
+            async with (
+                SQLiteStore(path) as other,
+                SessionActor.open(session_id="s", store=other, follow=False) as writer,
+            ):
+                await writer.add_message(Message.user("from another writer"))
+            await _until(actor, 21)
+            assert monitor.pushes >= 1
+            assert actor.messages()[-1].text == "from another writer"
+
+
+async def test_the_feed_backs_off_while_every_change_is_its_watchers_own(tmp_path: Path) -> None:
+    # A process that writes a file alone: every change the feed reads is its actor's own
+    # commit, held already, so it checks less often (up to BACK_OFF_AT_MOST polls apart);
+    # another writer's commit still comes through.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        async with SessionActor.open(session_id="s", store=store) as actor:
+            await actor.add_message(Message.user("first"))
+            with anyio.fail_after(10):  # the follower's watch starts in a task of its own
+                while store._monitor is None or not store._monitor.watching:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            monitor = store._monitor
+            checks = monitor.checks
+            began = anyio.current_time()
+            while anyio.current_time() - began < 0.5:
+                await actor.add_message(Message.user("more"))
+            polls = (anyio.current_time() - began) / DEFAULT_POLL
+            made = monitor.checks - checks
+            assert made < polls / 3, f"{made} checks in {polls:.0f} polls' time"
+            assert monitor.pushes == 0
+            count = actor.log.count
+            async with (
+                SQLiteStore(path) as other,
+                SessionActor.open(session_id="s", store=other, follow=False) as writer,
+            ):
+                await writer.add_message(Message.user("from another writer"))
+            await _until(actor, count + 1)
+            assert actor.messages()[-1].text == "from another writer"
+
+
+async def test_a_head_is_held_back_for_a_quarter_second_at_most(tmp_path: Path) -> None:
+    # An owner whose commits keep failing without reading the store is "committing" at every
+    # look: another writer's head still reaches it, HOLD_AT_MOST after the feed saw it. A
+    # known() that raises (the owner's bug) counts as none: the head comes at once.
+    path = tmp_path / "s.db"
+
+    def always_committing() -> tuple[int, int, bool]:
+        return 0, 0, True
+
+    def broken() -> tuple[int, int, bool]:
+        raise RuntimeError("a bug in the owner")
+
+    async with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        await other.commit("held", expected_count=0, events=[make_event(0, USER, {"content": "a"})])
+        await other.commit(
+            "broken", expected_count=0, events=[make_event(0, USER, {"content": "a"})]
+        )
+        async with (
+            aclosing(store.watch("held", known=always_committing)) as held,
+            aclosing(store.watch("broken", known=broken)) as failing,
+        ):
+            with anyio.fail_after(10):
+                assert await anext(held) == 1  # a new watch is told the head it finds
+                assert await anext(failing) == 1
+                began = anyio.current_time()
+                await other.commit(
+                    "held", expected_count=1, events=[make_event(1, USER, {"content": "b"})]
+                )
+                await other.commit(
+                    "broken", expected_count=1, events=[make_event(1, USER, {"content": "b"})]
+                )
+                assert await anext(failing) == 2
+                assert await anext(held) == 2
+                assert anyio.current_time() - began >= 0.2  # held back meanwhile
+
+
+async def test_follow_false_starts_no_feed(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with SessionActor.open(session_id="s", store=store, follow=False) as actor:
+            for n in range(5):
+                await actor.add_message(Message.user(str(n)))
+            assert store._monitor is None
+            assert not _feed_threads()
+
+
+async def test_the_feed_thread_ends_with_its_last_watch(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with SessionActor.open(session_id="s", store=store) as actor:
+            await actor.add_message(Message.user("hello"))
+            with anyio.fail_after(10):  # the watch registers once its task has run
+                while store._monitor is None or not store._monitor.watching:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert store._monitor.watching == 1
+        assert store._monitor.watching == 0
+        thread = store._monitor._thread
+        if thread is not None:
+            await anyio.to_thread.run_sync(thread.join, 5)
+        assert store._monitor._thread is None
+        assert not _feed_threads()
+
+
+async def test_a_memory_database_can_be_opened_with_the_default_follow() -> None:
+    async with SQLiteStore(":memory:") as store:
+        async with SessionActor.open(session_id="s", store=store) as actor:
+            await actor.add_message(Message.user("hello"))
+            assert actor.log.count == 1
+
+
+async def test_a_snapshot_by_another_writer_reaches_the_follower(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with (
+            SessionActor.open(session_id="s", store=store) as writer,
+            SessionActor.open(session_id="s", store=store) as follower,
+        ):
+            for n in range(6):
+                await writer.add_message(Message.user(str(n)))
+            await _until(follower, 6)
+            await writer.replace(0, 3, Message.system("summary"))
+            await writer.snapshot()
+            with anyio.fail_after(10):
+                while follower.log.horizon != writer.log.horizon:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)  # a condition checked until the deadline
+            assert [m.text for m in follower.messages()] == [m.text for m in writer.messages()]
+
+
+async def test_a_read_only_store_follows_a_writer_that_starts_later(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:  # the file exists, with no writer left on it
+        async with SessionActor.open(session_id="s", store=store, follow=False) as actor:
+            await actor.add_message(Message.user("before"))
+    assert not Path(f"{path}-wal").exists()  # noqa: ASYNC240 - a test's check
+    seen: list[str] = []
+    async with SQLiteStore(path, read_only=True) as viewer:
+
+        async def watch(task_status: anyio.abc.TaskStatus[None]) -> None:
+            async with aclosing(follow(viewer, "s")) as events:
+                task_status.started()
+                async for event in events:
+                    seen.append(event.data["content"])
+                    if len(seen) == 3:
+                        return
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                await tg.start(watch)
+                async with SQLiteStore(path) as store:
+                    async with SessionActor.open(session_id="s", store=store) as actor:
+                        await actor.add_message(Message.user("after 1"))
+                        await actor.add_message(Message.user("after 2"))
+    assert seen == ["before", "after 1", "after 2"]
+
+
+async def _stored_and_closed(path: Path, count: int) -> None:
+    """Append to session "s" until it holds ``count`` events, through a store that is closed
+    again: its WAL checkpointed into the file and removed, no writer left on it."""
+    async with SQLiteStore(path) as store:
+        stored = await store.load("s")
+        for seq in range(len(stored), count):
+            event = make_event(seq, USER, {"content": f"m{seq}"})
+            await store.commit("s", expected_count=seq, events=(event,))
+    assert not Path(f"{path}-wal").exists()  # noqa: ASYNC240 - a test's check
+
+
+async def test_a_writer_that_comes_and_goes_between_two_polls_is_seen(tmp_path: Path) -> None:
+    # With no -wal there is no writer. One that opens, commits and closes between two of the
+    # feed's polls leaves no -wal behind either: the feed must notice the file itself moved.
+    path = tmp_path / "s.db"
+    await _stored_and_closed(path, 1)
+    async with SQLiteStore(path, read_only=True) as viewer:
+        async with aclosing(viewer.watch("s", poll=60)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 1  # a new watch gets its head, writer or not
+                await _stored_and_closed(path, 3)  # all of it while the feed sleeps
+                monitor = viewer._monitor
+                assert monitor is not None
+                monitor._wake.set()  # the next poll, now
+                assert await anext(heads) == 3
+
+
+async def test_a_head_held_for_an_owner_commit_comes_with_no_writer_too(tmp_path: Path) -> None:
+    # A head that comes while its watcher's own commit is in flight is held, and asked about
+    # again every poll (pushed after HOLD_AT_MOST in any case): with no writer on the file too.
+    path = tmp_path / "s.db"
+    await _stored_and_closed(path, 1)
+    async with SQLiteStore(path, read_only=True) as viewer:
+        watch = viewer.watch("s", poll=0.01, known=lambda: (1, 0, True))  # always committing
+        async with aclosing(watch) as heads:
+            await _stored_and_closed(path, 3)
+            with anyio.fail_after(10):
+                assert await anext(heads) == 3
+
+
+async def test_a_feed_with_no_writer_pushes_only_what_moved(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await _stored_and_closed(path, 2)
+    async with SQLiteStore(path, read_only=True) as viewer:
+        async with aclosing(viewer.watch("s", poll=0.002)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 2
+            monitor = viewer._monitor
+            assert monitor is not None
+            reads = monitor.reads
+            # It keeps reading the file (every poll for 2 s after its last change, as a stat
+            # that recent proves nothing; then every 100 polls), and pushes nothing.
+            with anyio.move_on_after(0.5):
+                await anext(heads)
+                pytest.fail("a head was pushed though nothing moved")
+            assert monitor.reads > reads
+
+
+@pytest.fixture
+def writer_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'shared.db'}"
+
+
+def test_a_subscriber_in_another_process_sees_every_commit(writer_url: str) -> None:
+    total = 2 * 3 * 20
+    subscriber = spawn_worker("subscribe", writer_url, "live", str(total))
+    lines = Lines(subscriber)
+    assert lines.next().strip() == "ready"
+    writers = [spawn_worker("write", writer_url, "live", f"w{i}", "3", "20") for i in range(2)]
+    seen: list[tuple[int, str]] = []
+    finished = False
+    try:
+        while line := lines.next(timeout=60):
+            if line.startswith("event "):
+                _, seq, content = line.rstrip("\n").split(" ", 2)
+                seen.append((int(seq), content))
+            elif line.startswith("done"):
+                break
+        finished = True
+    finally:
+        if not finished:
+            subscriber.kill()
+        subscriber.wait(timeout=60)
+        for writer in writers:
+            writer.wait(timeout=60)
+        for process in (subscriber, *writers):
+            if process.stdout is not None:
+                process.stdout.close()
+    assert subscriber.returncode == 0
+    assert [seq for seq, _ in seen] == list(range(total)), "in seq order, each exactly once"
+    assert all(w.returncode == 0 for w in writers)

@@ -1,0 +1,1 @@
+"""Helpers the tests share, and the scripts they run as child processes."""

@@ -1,0 +1,1 @@
+"""The values: events, messages, parts, the codec, the log and transcripts."""

@@ -1,0 +1,1 @@
+"""The web view example: its parts, and the page in a real browser."""
