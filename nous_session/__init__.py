@@ -31,6 +31,7 @@ from nous_session.errors import (
     OutcomeUnknownError,
     SessionClosedError,
     StoreError,
+    WrongEventLoopError,
 )
 from nous_session.event import SURFACE_TYPES, Event, EventType
 from nous_session.formats import Conversion
@@ -122,6 +123,7 @@ __all__ = [
     "ToolCall",
     "ToolCallPart",
     "Unchanged",
+    "WrongEventLoopError",
     "Uncompact",
     "formats",
     "messages",

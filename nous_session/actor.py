@@ -176,9 +176,13 @@ class SessionActor(HistoryOperations):
             follow: whether to follow commits that other processes make to this session, so
                 the log and its subscribers see them; None (the default) follows when the
                 store has a change feed (SQLite, PostgreSQL), False never does.
-            on_conflict: what a commit that loses to another writer does. ``"raise"`` (the
-                default): its callers get :class:`ConflictError` (the actor has caught up, so a
-                retry lands). ``"rebase"``: for many writers on one session, where conflicts are
+            on_conflict: what a commit that loses to another writer does. A batch of plain
+                appends (no precondition, no surface op) never fails for that, whatever this
+                says: it is committed again after what the other writer stored (through the
+                store's rebasing commit when it has one). ``"raise"`` (the default): the
+                callers of any other batch (``expect=``, ``expect_count=``, a replace, a
+                snapshot) get :class:`ConflictError` (the actor has caught up, so a retry
+                lands). ``"rebase"``: for many writers on one session, where conflicts are
                 common. A batch of plain appends (no surface op) goes to a store that can
                 rebase it (:class:`~nous_session.stores.base.RebasingStore`: all the built-in
                 ones) with a rebasing commit: the store puts it after whatever the session
@@ -249,6 +253,10 @@ class SessionActor(HistoryOperations):
                     rebase=on_conflict == "rebase",
                     telemetry=telemetry,
                 )
+                # The actor holds the log now; this frame lives as long as the block, and a
+                # Log shares its storage with the logs built on it, so keeping it here would
+                # keep every event the session ever held reachable, snapshots or not.
+                del log, stored
                 engine = actor._engine
                 try:
                     # Not `start`: a start cancelled after the actor has begun waits for the
