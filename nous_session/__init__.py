@@ -53,6 +53,7 @@ from nous_session.registry import Sessions, SessionsPortal, SessionsStatistics
 from nous_session.retention import RetentionReport
 from nous_session.stores import (
     ForkingStore,
+    LeasingStore,
     ListingStore,
     MemoryStore,
     OutcomeStore,
@@ -81,6 +82,7 @@ __all__ = [
     "FormatError",
     "ImagePart",
     "InvalidEventError",
+    "LeasingStore",
     "ListQuery",
     "ListingStore",
     "Log",
@@ -123,8 +125,8 @@ __all__ = [
     "ToolCall",
     "ToolCallPart",
     "Unchanged",
-    "WrongEventLoopError",
     "Uncompact",
+    "WrongEventLoopError",
     "formats",
     "messages",
     "open_store",

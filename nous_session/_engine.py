@@ -302,6 +302,12 @@ class Engine:
             if not requests:
                 return
             plain = all(isinstance(request, Append) and request.plain for request in requests)
+            # A segment of plain appends and self-checking requests (compactions) may go
+            # again after another writer's commit: nothing its callers planned is assumed.
+            replannable = plain or all(
+                request.checks_itself or (isinstance(request, Append) and request.plain)
+                for request in requests
+            )
             # Plain appends have no precondition, so another writer being first is never their
             # caller's error: whatever `on_conflict` says, a segment of them that lost goes
             # again after what the other writer stored (to the store's rebasing commit when it
@@ -311,7 +317,7 @@ class Engine:
                 if await commit_rebased(state, self.follower, requests, final=final):  # type: ignore[arg-type]
                     continue  # a key another writer took: caught up, so now it is known
                 return
-            may_retry = (state.rebase or plain) and attempt < REBASE_ATTEMPTS
+            may_retry = (state.rebase or replannable) and attempt < REBASE_ATTEMPTS
             retry = await commit_plain(
                 state, self.follower, self._apply(requests), may_retry=may_retry
             )

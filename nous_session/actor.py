@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import anyio
 import anyio.abc
@@ -43,7 +43,7 @@ from nous_session._follower import restored
 from nous_session._history import HistoryOperations
 from nous_session._requests import Append, Reload
 from nous_session._state import SessionState
-from nous_session.compaction import CompactionPolicy, CompactionRunner
+from nous_session.compaction import CompactionPolicy, CompactionRunner, CompactionTurn
 from nous_session.errors import InvalidEventError, StoreError
 from nous_session.event import Event, EventType, message_event, prepare
 from nous_session.log import Log
@@ -52,6 +52,7 @@ from nous_session.metadata import SessionMetadata, metadata_of
 from nous_session.stores import open_store
 from nous_session.stores.base import (
     ChangeFeedStore,
+    LeasingStore,
     Store,
     Stored,
     check_key,
@@ -145,6 +146,14 @@ class SessionActor(HistoryOperations):
                 task_group=task_group,
                 logger=state.logger,
                 telemetry=telemetry,
+                turn=(
+                    # cast: supports() checked the capability (it is not a type guard here).
+                    CompactionTurn(
+                        cast("LeasingStore", store), session_id, compaction.turn_ttl, state.logger
+                    )
+                    if supports(store, LeasingStore)
+                    else None
+                ),
             )
         if telemetry is not None:  # telemetry hook: the gauges read the queue and readers
             telemetry.opened(engine.queue_depth, state.published)
