@@ -31,6 +31,7 @@ from nous_session.errors import (
     OutcomeUnknownError,
     SessionClosedError,
     StoreError,
+    WrongEventLoopError,
 )
 from nous_session.event import SURFACE_TYPES, Event, EventType
 from nous_session.formats import Conversion
@@ -52,6 +53,7 @@ from nous_session.registry import Sessions, SessionsPortal, SessionsStatistics
 from nous_session.retention import RetentionReport
 from nous_session.stores import (
     ForkingStore,
+    LeasingStore,
     ListingStore,
     MemoryStore,
     OutcomeStore,
@@ -80,6 +82,7 @@ __all__ = [
     "FormatError",
     "ImagePart",
     "InvalidEventError",
+    "LeasingStore",
     "ListQuery",
     "ListingStore",
     "Log",
@@ -123,6 +126,7 @@ __all__ = [
     "ToolCallPart",
     "Unchanged",
     "Uncompact",
+    "WrongEventLoopError",
     "formats",
     "messages",
     "open_store",

@@ -115,7 +115,7 @@ async def commit_plain(
         events = tuple(batch.log.since(batch.base.count))
         arguments = _arguments(state, batch, events)
         error: BaseException | None = None
-        state.committing = True
+        await state.begin_commit()
         try:
             await state.store.commit(state.session_id, **arguments)
         except OutcomeUnknownError as unknown:
@@ -298,7 +298,7 @@ async def commit_rebased(
             arguments["commit_id"] = state.commit_ids()
     waiting: list[tuple[Request, Any]] = [(request, None) for request, _, _ in made_for]
     waiting.extend((request, None) for request, _ in repeats)
-    state.committing = True
+    await state.begin_commit()
     try:
         rebased = await _send_rebased(state, arguments)
     except Exception as error:

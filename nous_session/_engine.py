@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
@@ -72,8 +73,12 @@ import anyio.abc
 from nous_session._commits import Batch, commit_plain, commit_rebased
 from nous_session._follower import Follower
 from nous_session._requests import Append, Applied, Reload, Request, Waiter, new_waiter, wake
-from nous_session._state import SessionState, closed_error
-from nous_session.errors import ConflictError, InvalidEventError, SessionClosedError
+from nous_session._state import SessionState, closed_error, wrong_loop_error
+from nous_session.errors import (
+    ConflictError,
+    InvalidEventError,
+    SessionClosedError,
+)
 from nous_session.event import Event
 
 if TYPE_CHECKING:
@@ -103,6 +108,7 @@ class Engine:
         "_space",
         "_space_waiters",
         "_state",
+        "_thread",
         "follower",
     )
 
@@ -124,6 +130,10 @@ class Engine:
         self._space: anyio.Event | None = None  # set when queue space may have freed, if waited
         self._space_waiters = 0  # callers waiting for queue space
         self._aborted = False  # the block ended by an exception: stop, refuse the rest
+        # The thread of the event loop that opened the session. Its queue, waiters and answers
+        # belong to that loop; another running loop is always on another thread, so one
+        # comparison of thread ids tells a caller from elsewhere before it queues anything.
+        self._thread = threading.get_ident()
         self.follower = Follower(state, self.enqueue)
 
     # Calls ------------------------------------------------------------------------------------
@@ -137,7 +147,11 @@ class Engine:
 
         Raises:
             SessionClosedError: the session is closed.
+            WrongEventLoopError: the caller runs on another event loop or thread (nothing is
+                queued).
         """
+        if threading.get_ident() != self._thread:
+            raise wrong_loop_error()
         if self._state.closing:
             raise closed_error()
         queue = self._queue
@@ -287,14 +301,23 @@ class Engine:
         for attempt in range(REBASE_ATTEMPTS + 1):
             if not requests:
                 return
-            if state.rebasing and all(
-                isinstance(request, Append) and request.plain for request in requests
-            ):
+            plain = all(isinstance(request, Append) and request.plain for request in requests)
+            # A segment of plain appends and self-checking requests (compactions) may go
+            # again after another writer's commit: nothing its callers planned is assumed.
+            replannable = plain or all(
+                request.checks_itself or (isinstance(request, Append) and request.plain)
+                for request in requests
+            )
+            # Plain appends have no precondition, so another writer being first is never their
+            # caller's error: whatever `on_conflict` says, a segment of them that lost goes
+            # again after what the other writer stored (to the store's rebasing commit when it
+            # has one, which never conflicts). The first attempt costs what it always did.
+            if plain and (state.rebasing or (attempt and state.can_rebase)):
                 final = attempt == REBASE_ATTEMPTS
                 if await commit_rebased(state, self.follower, requests, final=final):  # type: ignore[arg-type]
                     continue  # a key another writer took: caught up, so now it is known
                 return
-            may_retry = state.rebase and attempt < REBASE_ATTEMPTS
+            may_retry = (state.rebase or replannable) and attempt < REBASE_ATTEMPTS
             retry = await commit_plain(
                 state, self.follower, self._apply(requests), may_retry=may_retry
             )

@@ -147,6 +147,11 @@ class Request:
     """True for requests that must apply to a stored log: what came before them in the batch
     is committed first, and they start the next store commit."""
 
+    checks_itself: ClassVar[bool] = False
+    """True for requests whose ``apply`` checks, on whatever log it is given, that they still
+    make sense there (a compaction's replacements): one that lost to another writer is applied
+    again after catching up, whatever ``on_conflict`` says."""
+
     def __init__(self) -> None:
         self.done = Done()
         self.result: Any = None

@@ -17,10 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from nous_session._logging import get_logger, wants_debug
 from nous_session._requests import Request
-from nous_session.errors import CorruptRecordError, SessionClosedError, StoreError
+from nous_session.errors import (
+    CorruptRecordError,
+    SessionClosedError,
+    StoreError,
+    WrongEventLoopError,
+)
 from nous_session.event import Event
 from nous_session.log import Log
 from nous_session.stores.base import OutcomeStore, RebasingStore, Store, Stored, supports
@@ -54,6 +60,15 @@ def closed_error() -> SessionClosedError:
     return SessionClosedError("the session is closed")
 
 
+def wrong_loop_error() -> WrongEventLoopError:
+    """The error a call from another event loop or thread gets, before it queues anything."""
+    return WrongEventLoopError(
+        "this session belongs to the event loop (and thread) that opened it; nothing was "
+        "queued. From another event loop or a plain thread, use SessionsPortal, or "
+        "anyio.from_thread.run from a worker thread the session's event loop started"
+    )
+
+
 def store_error(error: BaseException) -> StoreError:
     """A fresh StoreError (of the same class) for one caller, chained to the store's error."""
     copy: StoreError | None = None
@@ -79,6 +94,7 @@ class SessionState:
         name_commits: commits carry an id (the store can lose a reply and be asked later).
         rebase: ``on_conflict="rebase"``.
         rebasing: plain appends go to the store's rebasing commit (they never conflict).
+        can_rebase: the store has a rebasing commit (plain appends that lost go there).
         keys: the session's idempotency keys: key -> (first seq, number of events).
         kept: events a snapshot dropped that a key still answers with, by seq.
         landed_at: where a commit whose outcome was unknown was found to have landed.
@@ -98,6 +114,7 @@ class SessionState:
     __slots__ = (
         "abort_requested",
         "batches",
+        "can_rebase",
         "closing",
         "commit_ids",
         "committing",
@@ -136,7 +153,8 @@ class SessionState:
         self.rebase = rebase
         # A store that can append after whatever the session holds serialises the writers
         # itself: plain appends then never conflict and nothing is redone.
-        self.rebasing = rebase and supports(store, RebasingStore)
+        self.can_rebase = supports(store, RebasingStore)
+        self.rebasing = rebase and self.can_rebase
         self.full_store = stored is not None
         self.keys: dict[str, tuple[int, int]] = {} if stored is None else dict(stored.keys)
         self.kept: dict[int, Event] = {} if stored is None else {e.seq: e for e in stored.kept}
@@ -171,6 +189,19 @@ class SessionState:
     async def _run_waker(self) -> None:
         with self.waker_scope:
             await self.published.run_waker()
+
+    async def begin_commit(self) -> None:
+        """A commit's store call is about to start.
+
+        An abort that came since the actor's last await (while the previous commit was in
+        flight, say) has cancelled the actor's work scope, but a cancellation reaches a task
+        only at an await, and the next one may be inside the store call, after the store has
+        been sent the commit: its callers would then hear SessionClosedError for events that
+        are stored. So the abort is taken here, before anything is sent.
+        """
+        if self.abort_requested:
+            await anyio.lowlevel.checkpoint()  # the work scope is cancelled: raises here
+        self.committing = True
 
     def end_commit(self) -> None:
         """A commit's store call has answered: an abort that came meanwhile stops the actor

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import anyio
 import anyio.abc
@@ -43,7 +43,7 @@ from nous_session._follower import restored
 from nous_session._history import HistoryOperations
 from nous_session._requests import Append, Reload
 from nous_session._state import SessionState
-from nous_session.compaction import CompactionPolicy, CompactionRunner
+from nous_session.compaction import CompactionPolicy, CompactionRunner, CompactionTurn
 from nous_session.errors import InvalidEventError, StoreError
 from nous_session.event import Event, EventType, message_event, prepare
 from nous_session.log import Log
@@ -52,6 +52,7 @@ from nous_session.metadata import SessionMetadata, metadata_of
 from nous_session.stores import open_store
 from nous_session.stores.base import (
     ChangeFeedStore,
+    LeasingStore,
     Store,
     Stored,
     check_key,
@@ -145,6 +146,14 @@ class SessionActor(HistoryOperations):
                 task_group=task_group,
                 logger=state.logger,
                 telemetry=telemetry,
+                turn=(
+                    # cast: supports() checked the capability (it is not a type guard here).
+                    CompactionTurn(
+                        cast("LeasingStore", store), session_id, compaction.turn_ttl, state.logger
+                    )
+                    if supports(store, LeasingStore)
+                    else None
+                ),
             )
         if telemetry is not None:  # telemetry hook: the gauges read the queue and readers
             telemetry.opened(engine.queue_depth, state.published)
@@ -176,9 +185,13 @@ class SessionActor(HistoryOperations):
             follow: whether to follow commits that other processes make to this session, so
                 the log and its subscribers see them; None (the default) follows when the
                 store has a change feed (SQLite, PostgreSQL), False never does.
-            on_conflict: what a commit that loses to another writer does. ``"raise"`` (the
-                default): its callers get :class:`ConflictError` (the actor has caught up, so a
-                retry lands). ``"rebase"``: for many writers on one session, where conflicts are
+            on_conflict: what a commit that loses to another writer does. A batch of plain
+                appends (no precondition, no surface op) never fails for that, whatever this
+                says: it is committed again after what the other writer stored (through the
+                store's rebasing commit when it has one). ``"raise"`` (the default): the
+                callers of any other batch (``expect=``, ``expect_count=``, a replace, a
+                snapshot) get :class:`ConflictError` (the actor has caught up, so a retry
+                lands). ``"rebase"``: for many writers on one session, where conflicts are
                 common. A batch of plain appends (no surface op) goes to a store that can
                 rebase it (:class:`~nous_session.stores.base.RebasingStore`: all the built-in
                 ones) with a rebasing commit: the store puts it after whatever the session
@@ -249,6 +262,10 @@ class SessionActor(HistoryOperations):
                     rebase=on_conflict == "rebase",
                     telemetry=telemetry,
                 )
+                # The actor holds the log now; this frame lives as long as the block, and a
+                # Log shares its storage with the logs built on it, so keeping it here would
+                # keep every event the session ever held reachable, snapshots or not.
+                del log, stored
                 engine = actor._engine
                 try:
                     # Not `start`: a start cancelled after the actor has begun waits for the

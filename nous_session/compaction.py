@@ -9,6 +9,7 @@ surface in their range is still exactly what was planned over.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
@@ -20,8 +21,8 @@ import attrs
 
 from nous_session._json import JSON, dumps
 from nous_session._logging import Throttle
-from nous_session._requests import Applied, Request
-from nous_session.errors import SessionClosedError
+from nous_session._requests import Applied, Reload, Request
+from nous_session.errors import SessionClosedError, StoreError
 from nous_session.event import Event, EventType, message_event, to_message
 from nous_session.log import Log
 from nous_session.message import Message
@@ -35,6 +36,7 @@ from nous_session.transcript import (
 )
 
 if TYPE_CHECKING:
+    from nous_session.stores.base import LeasingStore
     from nous_session.telemetry import SessionTelemetry
 
 __all__ = ["CompactionPolicy", "Summarizer", "plan_pruning", "plan_summary"]
@@ -78,6 +80,13 @@ def _timeout(_instance: object, _attribute: attrs.Attribute[Any], value: object)
         raise ValueError(f"summarizer_timeout must be None or a number > 0, got {value!r}")
 
 
+def _seconds(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 86_400:
+        raise ValueError(
+            f"{attribute.name} must be a number of seconds in (0, 86400], got {value!r}"
+        )
+
+
 def _callable_or_none(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and not callable(value):
         raise ValueError(f"{attribute.name} must be callable, got {value!r}")
@@ -106,6 +115,12 @@ class CompactionPolicy:
             :func:`~nous_session.transcript.estimate_messages_tokens`, counted exactly.
         summarizer_timeout: seconds the summarizer may take before the attempt counts as
             failed; None waits for ever.
+        turn_ttl: with the session open in several actors or processes on a store that has
+            leases (:class:`~nous_session.stores.base.LeasingStore`: every built-in store),
+            one holder at a time compacts it, and the others follow its result; this is how
+            long one holder's turn lasts unless renewed (it is renewed every third of it
+            while the holder compacts), so a holder that dies gives the turn up within
+            ``turn_ttl`` seconds.
 
     Raises:
         ValueError: an option has a bad value, or neither trigger is set.
@@ -121,6 +136,7 @@ class CompactionPolicy:
         default=estimate_messages_tokens, validator=_callable_or_none
     )
     summarizer_timeout: float | None = attrs.field(default=120.0, validator=_timeout)
+    turn_ttl: float = attrs.field(default=30.0, validator=_seconds)
 
     def __attrs_post_init__(self) -> None:
         if self.every is None and self.token_budget is None:
@@ -386,6 +402,10 @@ class Compaction(Request):
 
     __slots__ = ("logger", "replacements")
 
+    # Each replacement is checked again on whatever log it is applied to: a compaction that
+    # lost to another writer's commit is applied again after catching up, never refused.
+    checks_itself = True
+
     def __init__(self, replacements: Sequence[Replacement], logger: Any) -> None:
         super().__init__()
         self.replacements = replacements
@@ -410,6 +430,55 @@ class Compaction(Request):
         return Applied(log, outcome, rebuilt=any(outcome))
 
 
+class CompactionTurn:
+    """One holder's claim to compact a session, through the store's ``"compaction"`` lease.
+
+    Every actor that holds the session (in this process or another) has one, under a holder
+    id of its own; the store gives the lease to one at a time, and it lapses ``ttl`` seconds
+    after its last renewal, so a holder that dies gives the turn up by itself.
+
+    Args:
+        store: a store with leases.
+        session_id: the session.
+        ttl: seconds a turn lasts unless renewed (see ``CompactionPolicy.turn_ttl``).
+        logger: the session's bound logger.
+    """
+
+    __slots__ = ("_holder", "_logger", "_session_id", "_store", "_ttl")
+
+    def __init__(self, store: LeasingStore, session_id: str, ttl: float, logger: Any) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._ttl = ttl
+        self._holder = secrets.token_hex(8)
+        self._logger = logger
+
+    async def take(self) -> bool:
+        """True when this holder has the turn now (a failing store counts as no)."""
+        try:
+            return await self._store.lease(
+                self._session_id, "compaction", holder=self._holder, ttl=self._ttl
+            )
+        except StoreError as error:
+            self._logger.debug("nous_session.compaction_turn_failed", error=repr(error))
+            return False
+
+    async def keep(self) -> None:
+        """Renew the turn every third of its ttl until cancelled."""
+        while True:
+            await anyio.sleep(self._ttl / 3)
+            await self.take()
+
+    async def give_up(self) -> None:
+        """Release the turn (shielded: a cancelled compaction gives it up too; bounded: a
+        store that does not answer leaves it to lapse)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            try:
+                await self._store.release(self._session_id, "compaction", holder=self._holder)
+            except StoreError as error:
+                self._logger.debug("nous_session.compaction_turn_failed", error=repr(error))
+
+
 class CompactionRunner:
     """Runs one session's compactions in the background, one at a time.
 
@@ -426,6 +495,8 @@ class CompactionRunner:
         task_group: where the compaction task runs.
         logger: the session's bound logger (the session id is on it).
         telemetry: the session's telemetry (a span per compaction), or None when it is off.
+        turn: whose turn it is to compact, across every holder of the session (None: the
+            store has no leases, and this runner compacts whenever the policy says).
     """
 
     __slots__ = (
@@ -440,7 +511,9 @@ class CompactionRunner:
         "_scope",
         "_task_group",
         "_telemetry",
+        "_turn",
         "_warnings",
+        "deferred",
         "failed",
         "in_flight",
         "run",
@@ -456,9 +529,11 @@ class CompactionRunner:
         task_group: anyio.abc.TaskGroup,
         logger: Any,
         telemetry: SessionTelemetry | None = None,
+        turn: CompactionTurn | None = None,
     ) -> None:
         self._policy = policy
         self._telemetry = telemetry
+        self._turn = turn
         self._post = post
         self._current = current
         self._task_group = task_group
@@ -473,6 +548,7 @@ class CompactionRunner:
         self.run = 0
         self.stale = 0
         self.failed = 0
+        self.deferred = 0  # compactions left to another holder whose turn it was
         self.in_flight = False
 
     def committed(self, log: Log, *, rebuilt: bool) -> None:
@@ -539,14 +615,19 @@ class CompactionRunner:
             self.stale += 1
         elif outcome == "failed":
             self.failed += 1
+        elif outcome == "deferred":
+            self.deferred += 1
         surface = self._current().surface()
         if outcome in ("failed", "nothing"):
             # Do not retry on every commit: wait until the surface has grown.
             self._retry_at = size + 1
-        elif (
-            outcome != "stale"
-            and outcome != "cancelled"
-            and policy.triggered(len(surface), self._meter.total)
+        elif outcome == "deferred":
+            # Another holder is compacting: its result reaches this log through the store.
+            # Look again once the surface has grown by half the kept tail (its holder may have
+            # died: its turn then lapses within turn_ttl).
+            self._retry_at = len(surface) + max(1, policy.keep_last // 2)
+        elif outcome not in ("stale", "cancelled", "deferred") and policy.triggered(
+            len(surface), self._meter.total
         ):
             # Still over the trigger: messages appended while this one ran (a slow summarizer
             # falls behind a busy session) are summarised by the next one, started at once. But
@@ -563,6 +644,29 @@ class CompactionRunner:
             self.committed(self._current(), rebuilt=False)
 
     async def _compaction(self, log: Log) -> str:
+        """Take the session's turn to compact (when the store keeps turns), then prune and
+        summarise."""
+        turn = self._turn
+        if turn is None:
+            return await self._prune_and_summarise(log)
+        if not await turn.take():
+            return "deferred"
+        try:
+            async with anyio.create_task_group() as renewing:
+                renewing.start_soon(turn.keep)
+                # What other holders committed while this one waited (their summary, most
+                # likely) is read before planning, so no range is summarised twice.
+                log = await self._post(Reload())
+                if self._policy.triggered(len(log.surface()), self._meter.total):
+                    outcome = await self._prune_and_summarise(log)
+                else:
+                    outcome = "nothing"
+                renewing.cancel_scope.cancel()
+            return outcome
+        finally:
+            await turn.give_up()
+
+    async def _prune_and_summarise(self, log: Log) -> str:
         """Prune, then summarise; every long loop yields to the event loop as it goes."""
         policy = self._policy
         pruned = False

@@ -11,6 +11,8 @@ raises on purpose::
     │   └── LossyConversionError               a strict conversion would drop something
     ├── SessionClosedError (also a             the session no longer takes requests
     │   RuntimeError)
+    ├── WrongEventLoopError (also a            a call came from another event loop or
+    │   RuntimeError)                          thread than the session's; nothing was queued
     ├── OutcomeUnknownError                    a commit may or may not have landed (the
     │                                          store could not be asked); retry with the
     │                                          same idempotency key to find out safely
@@ -33,6 +35,7 @@ __all__ = [
     "OutcomeUnknownError",
     "SessionClosedError",
     "StoreError",
+    "WrongEventLoopError",
 ]
 
 
@@ -75,6 +78,16 @@ class SessionClosedError(NousSessionError, RuntimeError):
     """The session is closed (or closing) and takes no new requests.
 
     Also a :class:`RuntimeError`, as using any other closed resource is in Python.
+    """
+
+
+class WrongEventLoopError(NousSessionError, RuntimeError):
+    """A call reached a session from another event loop or thread than the one that opened it.
+
+    Nothing was queued: the call had no effect. A session belongs to the event loop of the task
+    that opened it; code on another loop or in a plain thread reaches it through
+    :class:`~nous_session.registry.SessionsPortal`, or with ``anyio.from_thread.run`` from a
+    worker thread the owning loop started.
     """
 
 

@@ -22,6 +22,7 @@ from nous_session.event import Event
 from nous_session.stores.base import (
     FollowingStore,
     ForkingStore,
+    LeasingStore,
     ListingStore,
     OutcomeStore,
     Rebased,
@@ -37,6 +38,7 @@ __all__ = [
     "DEFAULT_PATH_ENV",
     "STORE_ENV",
     "ForkingStore",
+    "LeasingStore",
     "ListingStore",
     "MemoryStore",
     "OutcomeStore",

@@ -522,6 +522,56 @@ class ErasingStore(Store, Protocol):
         ...
 
 
+@runtime_checkable
+class LeasingStore(Store, Protocol):
+    """A store that can hand one holder at a time a named, expiring lease on a session.
+
+    What one actor does for a session, with the session open in other actors and processes,
+    takes turns through it: the compaction runner takes the ``"compaction"`` lease before it
+    plans and calls the summarizer, so a fleet pays for each summary once. A lease is kept
+    apart from the events (it is no part of the session's history) and expires by itself, so a
+    holder that dies gives the turn up after ``ttl`` seconds at most.
+    """
+
+    async def lease(self, session_id: str, name: str, *, holder: str, ttl: float) -> bool:
+        """Take the lease ``name`` on the session for ``holder`` for ``ttl`` seconds, or renew
+        it when ``holder`` has it already.
+
+        Returns:
+            True when ``holder`` holds it now; False when another holder's lease has not
+            expired.
+
+        Raises:
+            ValueError: a malformed session id, name or holder, or a ``ttl`` that is not a
+                positive number.
+            StoreError: the store failed; no lease was taken.
+        """
+        ...
+
+    async def release(self, session_id: str, name: str, *, holder: str) -> None:
+        """Give the lease up, when ``holder`` holds it (otherwise do nothing).
+
+        Raises:
+            StoreError: the store failed (the lease then expires by itself).
+        """
+        ...
+
+
+def check_lease(session_id: str, name: str, holder: str, ttl: float = 1.0) -> float:
+    """Check a lease call's arguments; returns ``ttl`` as a float.
+
+    Raises:
+        ValueError: naming the argument that is wrong.
+    """
+    check_session_id(session_id)
+    for what, value in (("name", name), ("holder", holder)):
+        if not isinstance(value, str) or not value or len(value) > 200:
+            raise ValueError(f"a lease {what} must be a non-empty str of at most 200 characters")
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= 86_400:
+        raise ValueError(f"a lease ttl must be a number of seconds in (0, 86400], got {ttl!r}")
+    return float(ttl)
+
+
 def supports(store: object, capability: type) -> bool:
     """Whether ``store``'s class has every method the capability Protocol itself declares.
 

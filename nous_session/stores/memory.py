@@ -8,6 +8,7 @@ delete of the parent first gives the forks that share the affected history their
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -45,6 +46,7 @@ from nous_session.stores.base import (
     check_commit_state,
     check_fork_point,
     check_held,
+    check_lease,
     check_rebase_arguments,
     check_session_id,
     moved,
@@ -102,6 +104,28 @@ class MemoryStore:
 
     _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
     _closed: bool = attrs.field(default=False, init=False)
+    # Leases by (session, name): (holder, expiry on time.monotonic()).
+    _leases: dict[tuple[str, str], tuple[str, float]] = attrs.field(factory=dict, init=False)
+
+    # Leases -----------------------------------------------------------------------------------
+
+    async def lease(self, session_id: str, name: str, *, holder: str, ttl: float) -> bool:
+        """See :meth:`LeasingStore.lease <nous_session.stores.base.LeasingStore.lease>`."""
+        ttl = check_lease(session_id, name, holder, ttl)
+        self._check_open()
+        now = time.monotonic()
+        current = self._leases.get((session_id, name))
+        if current is not None and current[0] != holder and current[1] > now:
+            return False
+        self._leases[(session_id, name)] = (holder, now + ttl)
+        return True
+
+    async def release(self, session_id: str, name: str, *, holder: str) -> None:
+        """See :meth:`LeasingStore.release <nous_session.stores.base.LeasingStore.release>`."""
+        check_lease(session_id, name, holder)
+        current = self._leases.get((session_id, name))
+        if current is not None and current[0] == holder:
+            del self._leases[(session_id, name)]
 
     # Views ------------------------------------------------------------------------------------
 

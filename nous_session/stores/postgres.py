@@ -100,6 +100,7 @@ from nous_session.stores.base import (
     check_commit_state,
     check_fork_point,
     check_held,
+    check_lease,
     check_rebase_arguments,
     check_session_id,
     moved,
@@ -424,6 +425,8 @@ class PostgresStore:
             for step in range(version, SCHEMA_VERSION):
                 for statement in _MIGRATIONS[step]:
                     connection.execute(sql.SQL(statement).format(schema=schema))
+            # Leases live apart from the sessions' history: a table any version may add.
+            connection.execute(sql.SQL(_LEASES_TABLE).format(schema=schema))
             if not rows:
                 connection.execute(
                     sql.SQL("INSERT INTO {}.nous_schema (version) VALUES (%s)").format(schema),
@@ -1173,6 +1176,42 @@ class PostgresStore:
 
         return await self._run(delete)
 
+    # Leases -----------------------------------------------------------------------------------
+
+    async def lease(self, session_id: str, name: str, *, holder: str, ttl: float) -> bool:
+        """See :meth:`LeasingStore.lease <nous_session.stores.base.LeasingStore.lease>`: a
+        row of ``nous_leases``, expiring on the server's clock (one clock for every process
+        and machine), taken in one statement (no session state, so it works through a
+        transaction-pooling proxy)."""
+        ttl = check_lease(session_id, name, holder, ttl)
+        self._check_writable()
+        statement = sql.SQL(_TAKE_LEASE).format(schema=sql.Identifier(self.schema))
+
+        def lease() -> bool:
+            with (
+                errors(f"cannot take the {name!r} lease of {session_id!r}"),
+                self._pool.connection() as connection,
+            ):
+                found = connection.execute(statement, (session_id, name, holder, ttl)).fetchone()
+                return found is not None
+
+        return await self._run(lease)
+
+    async def release(self, session_id: str, name: str, *, holder: str) -> None:
+        """See :meth:`LeasingStore.release <nous_session.stores.base.LeasingStore.release>`."""
+        check_lease(session_id, name, holder)
+        self._check_writable()
+        statement = sql.SQL(_DROP_LEASE).format(schema=sql.Identifier(self.schema))
+
+        def release() -> None:
+            with (
+                errors(f"cannot release the {name!r} lease of {session_id!r}"),
+                self._pool.connection() as connection,
+            ):
+                connection.execute(statement, (session_id, name, holder))
+
+        await self._run(release)
+
     # Erasure ----------------------------------------------------------------------------------
 
     async def erase(
@@ -1464,6 +1503,27 @@ class PostgresStore:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+# Leases (see LeasingStore): one row per session and name, outside the session's history.
+_LEASES_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS {schema}.nous_leases (session text NOT NULL, "
+    "name text NOT NULL, holder text NOT NULL, expires timestamptz NOT NULL, "
+    "PRIMARY KEY (session, name))"
+)
+# Taken when free or expired, renewed by its holder; another holder's live lease stays (and
+# then no row comes back).
+_TAKE_LEASE: Final = (
+    "INSERT INTO {schema}.nous_leases AS lease (session, name, holder, expires) "
+    "VALUES (%s, %s, %s, clock_timestamp() + make_interval(secs => %s)) "
+    "ON CONFLICT (session, name) DO UPDATE SET holder = excluded.holder, "
+    "expires = excluded.expires "
+    "WHERE lease.holder = excluded.holder OR lease.expires <= clock_timestamp() "
+    "RETURNING 1"
+)
+_DROP_LEASE: Final = (
+    "DELETE FROM {schema}.nous_leases WHERE session = %s AND name = %s AND holder = %s"
+)
 
 
 def _pop_schema(url: str) -> tuple[str, str | None]:

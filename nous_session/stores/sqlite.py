@@ -93,6 +93,7 @@ from nous_session.stores.base import (
     check_commit_state,
     check_fork_point,
     check_held,
+    check_lease,
     check_rebase_arguments,
     check_session_id,
     moved,
@@ -965,6 +966,31 @@ class SQLiteStore:
 
         return await self._write(delete, f"cannot delete session {session_id!r}")
 
+    async def lease(self, session_id: str, name: str, *, holder: str, ttl: float) -> bool:
+        """See :meth:`LeasingStore.lease <nous_session.stores.base.LeasingStore.lease>`: a
+        row of ``nous_leases`` (made on first use), expiring on the wall clock, which every
+        process on this machine shares."""
+        ttl = check_lease(session_id, name, holder, ttl)
+
+        def lease(connection: sqlite3.Connection) -> bool:
+            now = time.time()
+            connection.execute(_LEASES_TABLE)
+            connection.execute(_TAKE_LEASE, (session_id, name, holder, now + ttl, now))
+            found = connection.execute(_LEASE_HOLDER, (session_id, name)).fetchone()
+            return found is not None and found[0] == holder
+
+        return await self._write(lease, f"cannot take the {name!r} lease of {session_id!r}")
+
+    async def release(self, session_id: str, name: str, *, holder: str) -> None:
+        """See :meth:`LeasingStore.release <nous_session.stores.base.LeasingStore.release>`."""
+        check_lease(session_id, name, holder)
+
+        def release(connection: sqlite3.Connection) -> None:
+            connection.execute(_LEASES_TABLE)
+            connection.execute(_DROP_LEASE, (session_id, name, holder))
+
+        await self._write(release, f"cannot release the {name!r} lease of {session_id!r}")
+
     async def vacuum(self) -> None:
         """Give the space of deleted events back to the file system (after a snapshot)."""
 
@@ -1261,6 +1287,23 @@ class _CommitJob:
         except sqlite3.Error as error:
             what = f"commit to session {self.session_id!r} in {self.path}"
             raise _translated(error, what) from error
+
+
+# Leases (see LeasingStore): one row per session and name, outside the session's history; a
+# table made on first use, so files written before it need no migration.
+_LEASES_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS nous_leases (session TEXT NOT NULL, name TEXT NOT NULL, "
+    "holder TEXT NOT NULL, expires REAL NOT NULL, PRIMARY KEY (session, name)) WITHOUT ROWID"
+)
+# Taken when free or expired, renewed by its holder; another holder's live lease stays.
+_TAKE_LEASE: Final = (
+    "INSERT INTO nous_leases (session, name, holder, expires) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (session, name) DO UPDATE SET holder = excluded.holder, "
+    "expires = excluded.expires "
+    "WHERE nous_leases.holder = excluded.holder OR nous_leases.expires <= ?"
+)
+_LEASE_HOLDER: Final = "SELECT holder FROM nous_leases WHERE session = ? AND name = ?"
+_DROP_LEASE: Final = "DELETE FROM nous_leases WHERE session = ? AND name = ? AND holder = ?"
 
 
 def _metadata_at(

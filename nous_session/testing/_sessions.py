@@ -80,8 +80,12 @@ class SessionConformance:
             SessionActor.open(session_id="shared", store=other, follow=False) as second,
         ):
             await first.append("user_message", {"content": "first wins"})
+            # Conditional: a plain append would land after "first wins" (it has no
+            # precondition); one planned on the stale log must conflict.
             with pytest.raises(ConflictError):
-                await second.append("user_message", {"content": "second clashes"})
+                await second.append_many(
+                    [("user_message", {"content": "second clashes"})], expect_count=0
+                )
             await second.reload()
             await second.append("user_message", {"content": "second after reload"})
             stored = list(await store.load("shared"))

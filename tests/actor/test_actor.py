@@ -809,8 +809,9 @@ async def test_the_loser_of_a_conflict_reloads_and_carries_on() -> None:
         SessionActor.open(session_id=SID, store=store) as loser,
     ):
         w0 = await winner.append(U, {"content": "winner 0"})
+        # Conditional appends planned on a stale log conflict (plain ones would land after).
         with pytest.raises(ConflictError):
-            await loser.append(U, {"content": "clash"})
+            await loser.append_many([(U, {"content": "clash"})], expect_count=0)
         reloaded = await loser.reload()
         assert reloaded == loser.log
         assert list(reloaded.events()) == [w0]
@@ -818,7 +819,7 @@ async def test_the_loser_of_a_conflict_reloads_and_carries_on() -> None:
         assert l1.seq == 1
         # Now the winner is behind: it conflicts, reloads, and appends after the loser.
         with pytest.raises(ConflictError):
-            await winner.append(U, {"content": "clash again"})
+            await winner.append_many([(U, {"content": "clash again"})], expect_count=1)
         await winner.reload()
         w2 = await winner.append(U, {"content": "winner 2"})
         assert w2.seq == 2

@@ -222,8 +222,10 @@ async def test_a_commit_that_loses_to_another_writer_is_a_conflict(otel: Otel) -
         await first.append(USER, {"content": "first"})
         await second.reload()
         await second.append(USER, {"content": "second, ahead"})
-        with pytest.raises(ConflictError):
-            await first.append(USER, {"content": "first, behind"})
+        with pytest.raises(ConflictError):  # conditional: a plain append would land
+            await first.append_many(
+                [(USER, {"content": "first, behind"})], expect_count=first.log.count
+            )
     conflicts = [
         span
         for span in otel.finished("nous_session.commit")

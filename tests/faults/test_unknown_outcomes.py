@@ -169,8 +169,10 @@ async def test_an_error_handed_to_its_caller_is_not_warned_about() -> None:
             SessionActor.open(session_id="s", store=store) as second,
         ):
             await first.append("user_message", {"content": "from first"})
-            with pytest.raises(ConflictError):
-                await second.append("user_message", {"content": "from second"})
+            with pytest.raises(ConflictError):  # conditional: a plain append would land
+                await second.append_many(
+                    [("user_message", {"content": "from second"})], expect_count=0
+                )
             retried = await second.append("user_message", {"content": "from second"})
             assert retried.seq == 1
     loud = [entry for entry in logs if entry["log_level"] in ("warning", "error", "critical")]

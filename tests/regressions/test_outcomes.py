@@ -487,8 +487,10 @@ async def test_conflict_errors_are_still_conflicts_for_another_writer(tmp_path: 
         SessionActor.open(session_id="s", store=two, follow=False) as second,
     ):
         await first.append("user_message", {"content": "a"})
+        # A plain append would land after "a" (it has no precondition); a conditional one
+        # planned on the stale log conflicts.
         with pytest.raises(ConflictError):
-            await second.append("user_message", {"content": "b"})
+            await second.append_many([("user_message", {"content": "b"})], expect_count=0)
         assert (await second.append("user_message", {"content": "b"})).seq == 1
     assert UTC is not None
 

@@ -289,8 +289,11 @@ async def test_two_writers_on_one_session_leave_nothing_on_psycopgs_logger(
         ):
             for round_ in range(3):
                 await one.append("user_message", {"content": f"one {round_}"})
-                try:
-                    await two.append("user_message", {"content": f"two {round_}"})
+                try:  # conditional, planned on a stale log (a plain append would land)
+                    await two.append_many(
+                        [("user_message", {"content": f"two {round_}"})],
+                        expect_count=two.log.count,
+                    )
                 except ConflictError:
                     conflicts += 1
                     await two.reload()

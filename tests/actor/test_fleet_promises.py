@@ -1,0 +1,229 @@
+"""Promises that hold with more than one holder (issue 33): each test here failed before its fix.
+
+A plain append with default options never fails because another writer was first; the owner's
+cancellation tells every queued caller what became of its request; a call from another event
+loop fails at once, before anything is queued; a snapshot frees the events it dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from nous_session import (
+    Message,
+    SessionActor,
+    SessionClosedError,
+    Store,
+    WrongEventLoopError,
+)
+from nous_session.stores import MemoryStore
+from nous_session.stores.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.anyio
+POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
+    """A factory of stores that all reach the same sessions."""
+    if request.param == "memory":
+        shared = MemoryStore()
+        yield lambda: shared
+    elif request.param == "sqlite":
+        yield lambda: SQLiteStore(tmp_path / "fleet.sqlite3")
+    else:
+        if not POSTGRES_URL:
+            pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
+        psycopg = pytest.importorskip("psycopg")
+        from nous_session.stores.postgres import PostgresStore
+
+        schema = f"f_{uuid.uuid4().hex[:12]}"
+        yield lambda: PostgresStore(POSTGRES_URL, schema=schema)
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture
+async def store(stores: Callable[[], Store]) -> AsyncIterator[Store]:
+    store = stores()
+    yield store
+    await store.aclose()
+
+
+def contents(events: object) -> list[str]:
+    return [event.data["content"] for event in events]  # type: ignore[attr-defined]
+
+
+# A plain append never fails because another writer was first --------------------------------
+
+
+@pytest.mark.parametrize("follow", [None, False])
+async def test_a_second_writers_plain_append_lands(
+    stores: Callable[[], Store], follow: bool | None
+) -> None:
+    """Two actors on one session, default options: the one whose log is behind appends all the
+    same (a plain append has no precondition), after what the other stored, in one order."""
+    first_store, second_store = stores(), stores()
+    try:
+        async with (
+            SessionActor.open(session_id="shared", store=first_store, follow=follow) as first,
+            SessionActor.open(session_id="shared", store=second_store, follow=follow) as second,
+        ):
+            for turn in range(5):
+                await first.add_message(Message.user(f"first {turn}"))
+                await second.add_message(Message.user(f"second {turn}"))
+            async with anyio.create_task_group() as group:
+                for turn in range(20):
+                    group.start_soon(first.add_message, Message.user(f"first burst {turn}"))
+                    group.start_soon(second.add_message, Message.user(f"second burst {turn}"))
+            stored = await first_store.load("shared")
+    finally:
+        await first_store.aclose()
+        if second_store is not first_store:
+            await second_store.aclose()
+    texts = contents(stored)
+    assert len(texts) == len(set(texts)) == 50
+    assert [event.seq for event in stored] == list(range(50))
+    # Each writer's own appends stay in the order it made them.
+    assert [text for text in texts if text.startswith("first ")][:5] == [
+        f"first {turn}" for turn in range(5)
+    ]
+
+
+# The owner's cancellation tells the truth -----------------------------------------------------
+
+
+async def test_a_cancelled_owner_answers_queued_callers_truthfully(store: Store) -> None:
+    """The owner's block is cancelled while a commit is in flight and more callers wait behind
+    it: each caller that was told SessionClosedError has nothing stored, and each that was
+    answered has its event stored (on SQLite the queued ones were refused, yet stored)."""
+    for trial in range(5):
+        session_id = f"owner-{trial}"
+        answers = await _cancel_the_owner_mid_commit(store, session_id)
+        stored = set(contents(await store.load(session_id)))
+        assert len(answers) == 20
+        for index, answer in answers.items():
+            if answer == "committed":
+                assert f"m{index}" in stored, f"trial {trial}: m{index} acknowledged, not stored"
+            else:
+                assert f"m{index}" not in stored, f"trial {trial}: m{index} refused, yet stored"
+
+
+async def _cancel_the_owner_mid_commit(store: Store, session_id: str) -> dict[int, str]:
+    """Five callers, then (their commit in flight) fifteen more, then the owner's block is
+    cancelled; returns what each caller heard."""
+    answers: dict[int, str] = {}
+    ready = anyio.Event()
+    owner_scope = anyio.CancelScope()
+    holder: list[SessionActor] = []
+
+    async def owner() -> None:
+        with owner_scope:
+            async with SessionActor.open(session_id=session_id, store=store) as actor:
+                holder.append(actor)
+                ready.set()
+                await anyio.sleep_forever()
+
+    async def caller(actor: SessionActor, index: int) -> None:
+        try:
+            await actor.add_message(Message.user(f"m{index}"))
+        except SessionClosedError:
+            answers[index] = "closed"
+        else:
+            answers[index] = "committed"
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(owner)
+        await ready.wait()
+        actor = holder[0]
+        for index in range(5):
+            group.start_soon(caller, actor, index)
+        for _ in range(3):  # the actor takes the first callers and starts their commit
+            await anyio.lowlevel.checkpoint()
+        for index in range(5, 20):
+            group.start_soon(caller, actor, index)
+        await anyio.lowlevel.checkpoint()
+        owner_scope.cancel()
+    return answers
+
+
+# A call from another event loop ---------------------------------------------------------------
+
+
+def _call_from_thread(call: Callable[[], object]) -> BaseException | object:
+    """Run ``call`` in a new thread and return what it returned or raised."""
+    outcome: list[BaseException | object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the call from another event loop hung"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("runner", ["asyncio.run", "anyio.run"])
+async def test_a_call_from_another_event_loop_fails_before_anything_is_queued(
+    store: Store, runner: str
+) -> None:
+    """``asyncio.run(chat.add_message(...))`` in a request thread on an actor the main loop
+    owns: it fails at once with an error naming SessionsPortal and anyio.from_thread, and
+    nothing is committed (it used to commit and then hang)."""
+    async with SessionActor.open(session_id="loops", store=store) as chat:
+        await chat.add_message(Message.user("from the owner"))
+
+        async def add() -> object:
+            return await chat.add_message(Message.user("from another loop"))
+
+        def call() -> object:
+            if runner == "asyncio.run":
+                return asyncio.run(add())
+            return anyio.run(add)
+
+        outcome = await anyio.to_thread.run_sync(_call_from_thread, call)
+        assert isinstance(outcome, WrongEventLoopError), outcome
+        assert "SessionsPortal" in str(outcome)
+        assert "anyio.from_thread" in str(outcome)
+        await chat.add_message(Message.user("the owner again"))
+        assert contents(chat.log.events()) == ["from the owner", "the owner again"]
+    # The portal's own way works from the same thread.
+    assert isinstance(WrongEventLoopError("x"), RuntimeError)
+
+
+# A snapshot frees what it dropped ---------------------------------------------------------------
+
+
+async def test_a_snapshot_frees_the_events_it_dropped(store: Store) -> None:
+    """After many appends and a snapshot that keeps a few events, the dropped events are
+    unreachable while the session stays open (the log loaded at open shared storage with every
+    later log and was kept alive by the open call's frame)."""
+    async with SessionActor.open(session_id="freed", store=store) as session:
+        for index in range(400):
+            await session.add_message(Message.user(f"private {index}"))
+        refs = [weakref.ref(event) for event in session.log.events()]
+        entries = session.log.surface()
+        first, last = entries[0].position, entries[-3].position
+        del entries
+        await session.replace(first, last, Message.system("summary"))
+        await session.snapshot()
+        kept = len(session.log.events())
+        gc.collect()
+        alive = sum(1 for ref in refs if ref() is not None)
+        assert kept == 3
+        assert alive <= 2, f"{alive} of 400 dropped events still reachable"
