@@ -219,7 +219,7 @@ async def settle(
                 answer = await send(state.session_id, **arguments)
             except ConflictError:
                 try:
-                    found = await store.committed(state.session_id, commit_id)  # type: ignore[attr-defined]
+                    found = await store.committed(state.session_id, commit_id)
                 except StoreError as error:
                     state.logger.debug("nous_session.commit_outcome_retry", error=repr(error))
                 else:

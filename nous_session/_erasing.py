@@ -47,9 +47,7 @@ class Erase(Request):
             )
             return
         try:
-            result = await store.erase(  # type: ignore[attr-defined]
-                state.session_id, self.seqs, reason=self.reason, at=self.at
-            )
+            result = await store.erase(state.session_id, self.seqs, reason=self.reason, at=self.at)
         except ValueError as error:
             self.fail(error)
             return

@@ -181,7 +181,7 @@ class HistoryOperations:
         log = self._state.published.log
         point = log.count - 1 if at is None else at
         if supports(self._state.store, ForkingStore):
-            await self._state.store.fork(self._state.session_id, new_session_id, at=point)  # type: ignore[attr-defined]
+            await self._state.store.fork(self._state.session_id, new_session_id, at=point)
             return
         history = log.upto(point)  # raises ValueError outside the held history
         if await self._state.store.load(new_session_id):

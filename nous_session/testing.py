@@ -617,7 +617,7 @@ class StoreConformance:
     def _forking(store: Store) -> ForkingStore:
         if not supports(store, ForkingStore):
             pytest.skip(f"{type(store).__name__} cannot fork")
-        return store  # type: ignore[return-value]
+        return store
 
     @pytest.mark.anyio
     async def test_a_fork_has_the_parents_history_up_to_its_point_and_then_its_own(
@@ -854,7 +854,7 @@ class StoreConformance:
 def _listing(store: Store) -> ListingStore:
     """``store`` as the listing store it must be."""
     assert supports(store, ListingStore), f"{store!r} is not a ListingStore"
-    return store  # type: ignore[return-value]
+    return store
 
 
 async def _listed(store: Store, **query: Any) -> list[str]:
@@ -1011,8 +1011,8 @@ class ListingConformance:
         async with SessionActor.open(session_id="p", store=store, metadata={"owner": "ann"}) as s:
             await s.add_message(Message.user("hi"))  # seq 1
             await s.set_metadata({"owner": "ann", "title": "later"})  # seq 2
-        await store.fork("p", "early", at=1)  # type: ignore[attr-defined]
-        await store.fork("p", "late", at=2)  # type: ignore[attr-defined]
+        await store.fork("p", "early", at=1)
+        await store.fork("p", "late", at=2)
         entries = {
             e.session_id: e
             for e in (await _listing(store).list_sessions(where={"owner": "ann"})).sessions
