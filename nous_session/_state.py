@@ -1,12 +1,6 @@
-"""The state one session's actor shares between its parts, and the few things every part does
-with it (publish a commit, answer callers, fail them).
-
-A :class:`~nous_session.actor.SessionActor` is a thin handle over three parts that share one
-:class:`SessionState`, the way an anyio memory stream's two ends share one state object: the
-engine (:mod:`nous_session._engine`: the queue and the batch loop), the commit strategies
-(:mod:`nous_session._commits`: plain and rebased store commits, and resolving an unknown
-outcome) and the follower (:mod:`nous_session._follower`: the change feed and catching up).
-Only the actor task changes this state; none of it is shared across sessions.
+"""The state one session's actor shares between its parts (engine, commit strategies,
+follower), and the few things every part does with it: publish a commit, adopt a read of the
+store, answer callers, fail them. Only the actor task changes it. See docs/internals.md.
 """
 
 from __future__ import annotations
@@ -20,16 +14,37 @@ import anyio.abc
 
 from nous_session._logging import get_logger, wants_debug
 from nous_session._requests import Request
-from nous_session.errors import CorruptRecordError, SessionClosedError, StoreError
+from nous_session.errors import (
+    CorruptRecordError,
+    InvalidEventError,
+    SessionClosedError,
+    StoreError,
+)
 from nous_session.event import Event
 from nous_session.log import Log
-from nous_session.stores.base import OutcomeStore, RebasingStore, Store, Stored, supports
+from nous_session.stores.base import (
+    OutcomeStore,
+    Rebased,
+    RebasingStore,
+    SessionInfo,
+    Store,
+    Stored,
+    supports,
+)
 from nous_session.subscription import Published
 
 if TYPE_CHECKING:
     from nous_session.compaction import CompactionRunner
 
-__all__ = ["SessionState", "closed_error", "store_error"]
+__all__ = [
+    "LoadOnlyRebasingStore",
+    "LoadOnlyStore",
+    "SessionState",
+    "closed_error",
+    "restored",
+    "store_error",
+    "with_read",
+]
 
 _logger = get_logger()
 
@@ -74,14 +89,9 @@ class SessionState:
     Attributes:
         session_id: the session.
         store: where it is persisted.
-        full_store: the store has the whole Store contract (``read``: horizons, keys, commit
-            ids); without it the actor sends only what the first contract knows.
         name_commits: commits carry an id (the store can lose a reply and be asked later).
-        rebase: ``on_conflict="rebase"``.
-        rebasing: plain appends go to the store's rebasing commit (they never conflict).
         keys: the session's idempotency keys: key -> (first seq, number of events).
         kept: events a snapshot dropped that a key still answers with, by seq.
-        landed_at: where a commit whose outcome was unknown was found to have landed.
         published: the committed Log and its subscribers.
         commit_ids: names the next commit.
         batches: store commits so far; requests: requests answered in them.
@@ -102,16 +112,12 @@ class SessionState:
         "commit_ids",
         "committing",
         "compaction",
-        "full_store",
         "kept",
         "keys",
-        "landed_at",
         "log_commits",
         "logger",
         "name_commits",
         "published",
-        "rebase",
-        "rebasing",
         "requests",
         "session_id",
         "store",
@@ -127,20 +133,14 @@ class SessionState:
         session_id: str,
         store: Store,
         log: Log,
-        stored: Stored | None,
-        rebase: bool,
+        stored: Stored,
         task_group: anyio.abc.TaskGroup,
     ) -> None:
         self.session_id = session_id
         self.store = store
-        self.rebase = rebase
-        # A store that can append after whatever the session holds serialises the writers
-        # itself: plain appends then never conflict and nothing is redone.
-        self.rebasing = rebase and supports(store, RebasingStore)
-        self.full_store = stored is not None
-        self.keys: dict[str, tuple[int, int]] = {} if stored is None else dict(stored.keys)
-        self.kept: dict[int, Event] = {} if stored is None else {e.seq: e for e in stored.kept}
-        self.landed_at = (0, 0)
+        self.keys: dict[str, tuple[int, int]] = {}
+        self.kept: dict[int, Event] = {}
+        self._remember(stored)
         # Commit ids cost a row per commit: sent only to a store that can lose a reply.
         self.name_commits = supports(store, OutcomeStore) and bool(
             getattr(type(store), "outcome_may_be_unknown", False)
@@ -184,6 +184,30 @@ class SessionState:
         if self.abort_requested and self.work_scope is not None:
             self.work_scope.cancel()
 
+    def adopt(self, stored: Stored) -> Log:
+        """A read of the whole session (``since=0``) replaces what this actor knew of it: its
+        keys and kept events now, and the returned Log once published (:meth:`republish`).
+
+        Raises:
+            CorruptRecordError: the read is not a Log (see :func:`restored`).
+        """
+        log = restored(self.session_id, stored)
+        self._remember(stored)
+        return log
+
+    def _remember(self, stored: Stored) -> None:
+        self.keys = dict(stored.keys)
+        self.kept = {event.seq: event for event in stored.kept}
+
+    def republish(self, log: Log, *, dropped: bool, rebuilt: bool) -> None:
+        """Publish a Log read from the store (not a commit of this actor: no batch counted)
+        and let compaction look."""
+        self.published.publish(log, dropped=dropped)
+        if self.log_commits:
+            self.logger.debug("nous_session.caught_up", count=log.count)
+        if self.compaction is not None:
+            self.compaction.committed(log, rebuilt=rebuilt)
+
     def keyed_events(self, key: str) -> tuple[Event, ...] | None:
         """The events first committed under ``key`` in this session, or None."""
         found = self.keys.get(key)
@@ -203,21 +227,25 @@ class SessionState:
             )
 
     def acknowledge(
-        self, applied: Sequence[tuple[Request, Any]], log: Log, *, rebuilt: bool
+        self, applied: Sequence[tuple[Request[Any], Any]], log: Log, *, rebuilt: bool
     ) -> None:
         """Answer each applied request with its result, then let compaction look."""
         self.answer(applied)
         if self.compaction is not None:
             self.compaction.committed(log, rebuilt=rebuilt)
 
-    def answer(self, answered: Sequence[tuple[Request, Any]]) -> None:
+    def answer(self, answered: Sequence[tuple[Request[Any], Any]]) -> None:
         """Answer requests whose result stands (known keys, or a committed batch)."""
         self.requests += len(answered)
         for request, result in answered:
             request.resolve(result)
 
     def fail(
-        self, applied: Sequence[tuple[Request, Any]], error: BaseException, *, expected_count: int
+        self,
+        applied: Sequence[tuple[Request[Any], Any]],
+        error: BaseException,
+        *,
+        expected_count: int,
     ) -> None:
         """The store refused a batch: each of its callers gets its own StoreError.
 
@@ -231,3 +259,109 @@ class SessionState:
         )
         for request, _ in applied:
             request.fail(store_error(error))
+
+
+def restored(session_id: str, stored: Stored) -> Log:
+    """The Log a store's read of a whole session stands for, or why it cannot be one.
+
+    Raises:
+        CorruptRecordError: the stored count or horizon does not fit the rows (a count past
+            the newest row with no snapshot to explain the gap, say), or the events
+            themselves are out of order.
+    """
+    events = stored.events
+    newest = events[-1].seq if events else -1
+    if stored.horizon == 0 and stored.count != newest + 1 and (events or stored.count):
+        raise CorruptRecordError(
+            f"session {session_id!r}: the store says its count is {stored.count}, but its"
+            f" events end at seq {newest} and no snapshot dropped any"
+            + (" (rows are missing)" if stored.count > newest + 1 else "")
+        )
+    try:
+        return Log.restore(events, count=stored.count, horizon=stored.horizon)
+    except InvalidEventError as error:
+        raise CorruptRecordError(f"session {session_id!r}: the store returned {error}") from error
+
+
+class LoadOnlyStore:
+    """A store of the Store contract's first version (``load`` and ``commit``, no ``read``),
+    wrapped once when a session opens so that the actor speaks one contract.
+
+    ``read`` is a ``load``: the count follows from the last event (``since`` when there is
+    none), the horizon is 0 and there are no keys. ``commit`` passes on only what the first
+    version knows (no horizons, keys or commit ids). Other attributes pass through, but
+    capabilities do not (:func:`~nous_session.stores.base.supports` looks at the class).
+    """
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":
+            raise AttributeError(name)  # not set yet: no endless recursion
+        return getattr(self.inner, name)
+
+    async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
+        events: Sequence[Event] = await self.inner.load(session_id, since=since)
+        return events
+
+    async def read(self, session_id: str, *, since: int = 0) -> Stored:
+        events = await self.load(session_id, since=since)
+        return Stored(events, events[-1].seq + 1 if events else since)
+
+    async def commit(
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        dropped: Sequence[int] = (),
+        **newer: Any,  # what a store with ``read`` is told besides: not this one
+    ) -> None:
+        await self.inner.commit(
+            session_id, expected_count=expected_count, events=events, dropped=dropped
+        )
+
+    async def sessions(self) -> list[SessionInfo]:
+        found: list[SessionInfo] = await self.inner.sessions()
+        return found
+
+    async def delete(self, session_id: str) -> bool:
+        return bool(await self.inner.delete(session_id))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+
+class LoadOnlyRebasingStore(LoadOnlyStore):
+    """A :class:`LoadOnlyStore` whose store has a rebasing commit (told no keys or ids)."""
+
+    __slots__ = ()
+
+    async def commit_rebased(
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        **newer: Any,  # what a store with ``read`` is told besides: not this one
+    ) -> Rebased:
+        rebased: Rebased = await self.inner.commit_rebased(
+            session_id, expected_count=expected_count, events=events
+        )
+        return rebased
+
+
+def with_read(store: Store) -> Store:
+    """``store`` itself, or wrapped in a :class:`LoadOnlyStore` when its class has no
+    ``read`` (a store written for the first version of the contract)."""
+    if callable(getattr(type(store), "read", None)):
+        return store
+    if supports(store, RebasingStore):
+        return LoadOnlyRebasingStore(store)
+    return LoadOnlyStore(store)

@@ -20,7 +20,7 @@ import attrs
 
 from nous_session._json import JSON, dumps
 from nous_session._logging import Throttle
-from nous_session._requests import Applied, Request
+from nous_session._requests import Applied, Call, Request
 from nous_session.errors import SessionClosedError
 from nous_session.event import Event, EventType, message_event, to_message
 from nous_session.log import Log
@@ -202,17 +202,17 @@ def event_bytes(event: Event) -> int:
     if type(content) is str:
         size = len(content.encode())
     elif type(content) is list:
-        size = len(
-            "".join(
-                part["text"]  # type: ignore[misc]
-                for part in content
-                if type(part) is dict and part.get("type") == "text"
-            ).encode()
+        size = sum(
+            len(str(part["text"]).encode())  # a validated text part's text is a str
+            for part in content
+            if type(part) is dict and part.get("type") == "text"
         )
     else:
         size = 0
-    for call in data.get("tool_calls") or ():  # type: ignore[union-attr]
-        source: Any = call.get("function", call)  # type: ignore[union-attr]
+    # A stored event's data is validated: its tool calls are objects (JSON says no more).
+    calls: Any = data.get("tool_calls") or ()
+    for call in calls:
+        source = call.get("function", call)
         arguments = source.get("arguments", {})
         size += len(source["name"].encode())
         size += len(arguments.encode() if isinstance(arguments, str) else dumps(arguments))
@@ -380,7 +380,7 @@ def still_applies(log: Log, replacement: Replacement) -> bool:
 # The runner ---------------------------------------------------------------------------------
 
 
-class Compaction(Request):
+class Compaction(Request[list[bool]]):
     """Apply planned replacements that still apply; the result says, per replacement, whether
     it was applied (False: the surface in its range changed since the plan, so it is stale)."""
 
@@ -451,7 +451,7 @@ class CompactionRunner:
         self,
         policy: CompactionPolicy,
         *,
-        post: Callable[[Request], Awaitable[Any]],
+        post: Call,
         current: Callable[[], Log],
         task_group: anyio.abc.TaskGroup,
         logger: Any,
