@@ -353,15 +353,17 @@ class Sessions:
                 pass  # set while leased; the get below finds the actor open
             return await self.get(session_id)
         entry = self._entries.get(session_id)
-        if entry is not None and self._usable(entry):
+        if entry is not None and entry.actor is not None and self._usable(entry):
             # The common case, with no await: nothing can close it before the caller has it.
             self._touch(entry)
-            return entry.actor  # type: ignore[return-value]
+            return entry.actor
         entry = await self._acquire(session_id)
         # Released keeping this one: it becomes the most recently used, and the eviction
         # stops before it, so the actor returned here is open on return.
         self._release(entry, keep=True)
-        return entry.actor  # type: ignore[return-value]
+        actor = entry.actor
+        assert actor is not None  # an acquired entry's actor runs
+        return actor
 
     def use(
         self,
