@@ -22,29 +22,13 @@ from nous_session.errors import (
 )
 from nous_session.event import Event
 from nous_session.log import Log
-from nous_session.stores.base import (
-    OutcomeStore,
-    Rebased,
-    RebasingStore,
-    SessionInfo,
-    Store,
-    Stored,
-    supports,
-)
+from nous_session.stores.base import OutcomeStore, Store, Stored, supports
 from nous_session.subscription import Published
 
 if TYPE_CHECKING:
     from nous_session.compaction import CompactionRunner
 
-__all__ = [
-    "LoadOnlyRebasingStore",
-    "LoadOnlyStore",
-    "SessionState",
-    "closed_error",
-    "restored",
-    "store_error",
-    "with_read",
-]
+__all__ = ["SessionState", "closed_error", "restored", "store_error"]
 
 _logger = get_logger()
 
@@ -281,87 +265,3 @@ def restored(session_id: str, stored: Stored) -> Log:
         return Log.restore(events, count=stored.count, horizon=stored.horizon)
     except InvalidEventError as error:
         raise CorruptRecordError(f"session {session_id!r}: the store returned {error}") from error
-
-
-class LoadOnlyStore:
-    """A store of the Store contract's first version (``load`` and ``commit``, no ``read``),
-    wrapped once when a session opens so that the actor speaks one contract.
-
-    ``read`` is a ``load``: the count follows from the last event (``since`` when there is
-    none), the horizon is 0 and there are no keys. ``commit`` passes on only what the first
-    version knows (no horizons, keys or commit ids). Other attributes pass through, but
-    capabilities do not (:func:`~nous_session.stores.base.supports` looks at the class).
-    """
-
-    __slots__ = ("inner",)
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner":
-            raise AttributeError(name)  # not set yet: no endless recursion
-        return getattr(self.inner, name)
-
-    async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
-        events: Sequence[Event] = await self.inner.load(session_id, since=since)
-        return events
-
-    async def read(self, session_id: str, *, since: int = 0) -> Stored:
-        events = await self.load(session_id, since=since)
-        return Stored(events, events[-1].seq + 1 if events else since)
-
-    async def commit(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        dropped: Sequence[int] = (),
-        **newer: Any,  # what a store with ``read`` is told besides: not this one
-    ) -> None:
-        await self.inner.commit(
-            session_id, expected_count=expected_count, events=events, dropped=dropped
-        )
-
-    async def sessions(self) -> list[SessionInfo]:
-        found: list[SessionInfo] = await self.inner.sessions()
-        return found
-
-    async def delete(self, session_id: str) -> bool:
-        return bool(await self.inner.delete(session_id))
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    def __repr__(self) -> str:
-        return repr(self.inner)
-
-
-class LoadOnlyRebasingStore(LoadOnlyStore):
-    """A :class:`LoadOnlyStore` whose store has a rebasing commit (told no keys or ids)."""
-
-    __slots__ = ()
-
-    async def commit_rebased(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        **newer: Any,  # what a store with ``read`` is told besides: not this one
-    ) -> Rebased:
-        rebased: Rebased = await self.inner.commit_rebased(
-            session_id, expected_count=expected_count, events=events
-        )
-        return rebased
-
-
-def with_read(store: Store) -> Store:
-    """``store`` itself, or wrapped in a :class:`LoadOnlyStore` when its class has no
-    ``read`` (a store written for the first version of the contract)."""
-    if callable(getattr(type(store), "read", None)):
-        return store
-    if supports(store, RebasingStore):
-        return LoadOnlyRebasingStore(store)
-    return LoadOnlyStore(store)

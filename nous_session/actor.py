@@ -40,8 +40,9 @@ import attrs
 from nous_session import telemetry as _telemetry
 from nous_session._engine import Engine
 from nous_session._history import HistoryOperations
+from nous_session._load_only import LoadOnlyStore, with_read
 from nous_session._requests import Append, Reload
-from nous_session._state import LoadOnlyStore, SessionState, restored, with_read
+from nous_session._state import SessionState, restored
 from nous_session.compaction import CompactionPolicy, CompactionRunner
 from nous_session.errors import InvalidEventError
 from nous_session.event import Event, EventType, message_event, prepare
