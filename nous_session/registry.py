@@ -42,7 +42,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from types import TracebackType
 from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import anyio
@@ -149,12 +148,7 @@ class _Use:
         self._entry = entry
         return actor
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         entry, self._entry = self._entry, None
         if entry is not None:
             self._registry._release(entry)
@@ -286,13 +280,8 @@ class Sessions:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        return await self._exit_stack.__aexit__(exc_type, exc, tb)
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._exit_stack.__aexit__(*exc_info)
 
     async def aclose(self) -> None:
         """Close every actor (queued requests are committed first), then the owned store.
@@ -795,12 +784,7 @@ class SessionsPortal:
     def __enter__(self) -> SessionsPortal:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
