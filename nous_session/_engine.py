@@ -42,6 +42,13 @@ REBASE_ATTEMPTS: Final = 32
 class Engine:
     """The queue and the loop of one session's actor (see the module docstring).
 
+    Every awaited call crosses the event loop twice (the caller wakes the actor, the actor
+    answers the caller) and nothing else is on that path: the queue is a ``deque`` with the
+    bound kept here, the actor parks on the loop's own primitive only when the queue is empty,
+    and there is no cancel scope per commit. The loop runs in a shielded scope entered once;
+    :meth:`abort` cancels it, once the store has answered when a commit is in flight
+    (``SessionState.committing``), so a commit's callers always hear what became of it.
+
     Args:
         state: the session's shared state.
         queue_size: how many requests may wait before callers wait too.

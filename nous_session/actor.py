@@ -3,25 +3,15 @@
 One actor task owns a session's :class:`~nous_session.log.Log`. Callers put requests into a
 bounded queue; the actor takes every request waiting as one batch and commits it by one rule:
 **a batch commits exactly as if its requests had run one after another, each on the log the
-previous ones left** (see :mod:`nous_session._engine`, which writes the rule down and follows
-it). Only once the store has a commit does the actor publish the new Log value, wake
-subscribers and answer each request with its result or error. Readers therefore never see an
-event that is not committed, and nothing acknowledged is ever dropped.
-
-:class:`SessionActor` is the public handle: its methods validate and copy their arguments in
-the caller, queue one request (:mod:`nous_session._requests`: one class per kind, each with a
-pure ``apply``) and await its answer. Behind it, sharing one state object
-(:mod:`nous_session._state`) the way an anyio memory stream's ends do: the engine
-(:mod:`nous_session._engine`: queue, batches, apply), the commit strategies
-(:mod:`nous_session._commits`: plain and rebased commits, unknown outcomes), the follower
-(:mod:`nous_session._follower`: the change feed and catching up), the published state that
-subscriptions read (:mod:`nous_session.subscription`) and the compaction runner
-(:mod:`nous_session.compaction`), which talks to the actor through the same queue.
+previous ones left**. Only once the store has a commit does the actor publish the new Log
+value, wake subscribers and answer each request with its result or error: readers never see
+an event that is not committed, and nothing acknowledged is ever dropped.
 
 Backpressure: the queue holds ``queue_size`` requests. A caller whose request does not fit
 waits for space (a cancelled wait sends nothing). Subscribers never hold up the actor: each
-reads the published, immutable Log by cursor and waits on one shared notification, so the actor
-does the same work per commit whatever the number of subscribers.
+reads the published, immutable Log by cursor.
+
+How the actor is built (its engine, commit strategies and follower): docs/internals.md.
 """
 
 from __future__ import annotations
