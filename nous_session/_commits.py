@@ -117,7 +117,7 @@ async def commit_plain(
         events = tuple(batch.log.since(batch.base.count))
         arguments = _arguments(state, batch, events)
         error: BaseException | None = None
-        state.committing = True
+        state.begin_commit()
         try:
             await state.store.commit(state.session_id, **arguments)
         except OutcomeUnknownError as unknown:
@@ -302,7 +302,7 @@ async def commit_rebased(
         arguments["commit_id"] = state.commit_ids()
     waiting: list[tuple[Request[Any], Any]] = [(request, None) for request, _, _ in made_for]
     waiting.extend((request, None) for request, _ in repeats)
-    state.committing = True
+    state.begin_commit()
     try:
         rebased = await _send_rebased(state, arguments)
     except Exception as error:

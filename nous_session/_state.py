@@ -156,6 +156,10 @@ class SessionState:
         with self.waker_scope:
             await self.published.run_waker()
 
+    def begin_commit(self) -> None:
+        """A commit's store call is about to start: an abort now waits for its answer."""
+        self.committing = True
+
     def end_commit(self) -> None:
         """A commit's store call has answered: an abort that came meanwhile stops the actor
         now (at its next await: its callers are answered first).
