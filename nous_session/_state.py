@@ -26,7 +26,7 @@ from nous_session.stores.base import OutcomeStore, Store, Stored, supports
 from nous_session.subscription import Published
 
 if TYPE_CHECKING:
-    from nous_session.compaction import CompactionRunner
+    from nous_session._compaction_runner import CompactionRunner
 
 __all__ = ["SessionState", "closed_error", "restored", "store_error"]
 

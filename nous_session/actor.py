@@ -28,12 +28,13 @@ import anyio.to_thread
 import attrs
 
 from nous_session import telemetry as _telemetry
+from nous_session._compaction_runner import CompactionRunner
 from nous_session._engine import Engine
 from nous_session._history import HistoryOperations
 from nous_session._load_only import LoadOnlyStore, with_read
 from nous_session._requests import Append, Reload
 from nous_session._state import SessionState, restored
-from nous_session.compaction import CompactionPolicy, CompactionRunner
+from nous_session.compaction import CompactionPolicy
 from nous_session.errors import InvalidEventError
 from nous_session.event import Event, EventType, message_event, prepare
 from nous_session.log import Log

@@ -1,17 +1,16 @@
-"""Compaction: when to compact a session, what to replace, and the runner that does it.
+"""Compaction: when to compact a session (:class:`CompactionPolicy`) and what to replace.
 
 Planning is pure: from a committed :class:`~nous_session.log.Log` value it decides which tool
-results to prune and which range of the surface to summarise. The :class:`CompactionRunner`
-does that in a background task of the session and posts the resulting replaces back to the
-actor through one ``post()`` (a :class:`Compaction` request), where they are applied only if the
-surface in their range is still exactly what was planned over.
+results to prune and which range of the surface to summarise. The runner
+(:mod:`nous_session._compaction_runner`) does that in a background task of the session and
+posts the resulting replaces back to the actor, where they are applied only if the surface in
+their range is still exactly what was planned over.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias
 
 import anyio
 import anyio.abc
@@ -19,28 +18,18 @@ import anyio.lowlevel
 import attrs
 
 from nous_session._json import JSON, dumps
-from nous_session._logging import Throttle
-from nous_session._requests import Applied, Call, Request
-from nous_session.errors import SessionClosedError
-from nous_session.event import Event, EventType, message_event, to_message
+from nous_session.event import Event, EventType, to_message
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.ops import OP_KEY, Remove, Replace
 from nous_session.transcript import (
     SUMMARY_METADATA,
-    SummaryBuilder,
     estimate_messages_tokens,
     prune_tool_results,
-    summary_covers,
 )
-
-if TYPE_CHECKING:
-    from nous_session.telemetry import SessionTelemetry
 
 __all__ = ["CompactionPolicy", "Summarizer", "plan_pruning", "plan_summary"]
 
-T = TypeVar("T")
-U = TypeVar("U")
 
 Summarizer: TypeAlias = Callable[[Sequence[Message]], Awaitable[str]]
 """An async callable (an LLM call, say) that takes the messages to summarise and returns the
@@ -375,253 +364,3 @@ def still_applies(log: Log, replacement: Replacement) -> bool:
         elif op is not None:
             return False  # a rewind or an uncompact may have changed any range
     return True
-
-
-# The runner ---------------------------------------------------------------------------------
-
-
-class Compaction(Request[list[bool]]):
-    """Apply planned replacements that still apply; the result says, per replacement, whether
-    it was applied (False: the surface in its range changed since the plan, so it is stale)."""
-
-    __slots__ = ("logger", "replacements")
-
-    def __init__(self, replacements: Sequence[Replacement], logger: Any) -> None:
-        super().__init__()
-        self.replacements = replacements
-        self.logger = logger
-
-    def apply(self, log: Log, committed: int) -> Applied:
-        """Append one replace event per replacement that still applies."""
-        outcome = []
-        for replacement in self.replacements:
-            if not still_applies(log, replacement):
-                self.logger.info(
-                    "nous_session.compaction_stale",
-                    source=replacement.source,
-                    start=replacement.start,
-                    stop=replacement.stop,
-                )
-                outcome.append(False)
-                continue
-            event_type, _ = message_event(replacement.message)
-            log = log.append(event_type, replacement.data(), time=replacement.message.created_at)
-            outcome.append(True)
-        return Applied(log, outcome, rebuilt=any(outcome))
-
-
-class CompactionRunner:
-    """Runs one session's compactions in the background, one at a time.
-
-    The actor tells it about every commit (:meth:`committed`); when the policy triggers, it
-    starts a child task in the session's task group that plans on the committed Log value,
-    summarises, and posts the result back through ``post`` (the actor's queue). It keeps the
-    session's compaction counters.
-
-    Args:
-        policy: when and how to compact.
-        post: sends a request to the actor and returns its result (raises
-            :class:`SessionClosedError` once the session is closing).
-        current: the latest committed Log.
-        task_group: where the compaction task runs.
-        logger: the session's bound logger (the session id is on it).
-        telemetry: the session's telemetry (a span per compaction), or None when it is off.
-    """
-
-    __slots__ = (
-        "_closing",
-        "_current",
-        "_done",
-        "_logger",
-        "_meter",
-        "_policy",
-        "_post",
-        "_retry_at",
-        "_scope",
-        "_task_group",
-        "_telemetry",
-        "_warnings",
-        "failed",
-        "in_flight",
-        "run",
-        "stale",
-    )
-
-    def __init__(
-        self,
-        policy: CompactionPolicy,
-        *,
-        post: Call,
-        current: Callable[[], Log],
-        task_group: anyio.abc.TaskGroup,
-        logger: Any,
-        telemetry: SessionTelemetry | None = None,
-    ) -> None:
-        self._policy = policy
-        self._telemetry = telemetry
-        self._post = post
-        self._current = current
-        self._task_group = task_group
-        self._logger = logger
-        self._meter = TokenMeter(policy.token_counter)
-        self._warnings = Throttle()
-        self._closing = False
-        self._scope: anyio.CancelScope | None = None
-        self._done = anyio.Event()
-        self._done.set()
-        self._retry_at = 0  # compaction waits for the surface to reach this size
-        self.run = 0
-        self.stale = 0
-        self.failed = 0
-        self.in_flight = False
-
-    def committed(self, log: Log, *, rebuilt: bool) -> None:
-        """See a new committed Log; start a compaction when the policy says so.
-
-        ``rebuilt`` says whether the surface changed other than by growing at the end.
-        """
-        policy, meter = self._policy, self._meter
-        surface = log.surface()  # the memoised fold; nothing is projected here
-        # The meter must see every commit, or an unseen replace would corrupt its running sum.
-        tokens = meter.update(surface, rebuilt=rebuilt) if policy.counts_tokens else 0
-        if self.in_flight or self._closing or len(surface) < self._retry_at:
-            return
-        if policy.triggered(len(surface), tokens):
-            self.in_flight = True
-            self._done = anyio.Event()
-            # The scope exists from now on, so a close before the task first runs cancels it.
-            self._scope = anyio.CancelScope()
-            self._task_group.start_soon(self._compact, self._scope, log, len(surface), tokens)
-
-    def close(self) -> None:
-        """Start no more compactions, and cancel the running one."""
-        self._closing = True
-        if self._scope is not None:
-            self._scope.cancel()
-
-    async def wait(self) -> None:
-        """Wait until no compaction is running (including one that starts as the last ends:
-        a compaction that lands over the trigger starts the next before it ends)."""
-        while self.in_flight:
-            await self._done.wait()
-
-    async def _compact(self, scope: anyio.CancelScope, log: Log, size: int, tokens: int) -> None:
-        policy = self._policy
-        logger = self._logger.bind(count=log.count, surface=size, tokens=tokens)
-        logger.info("nous_session.compaction_started")
-        telemetry = self._telemetry  # telemetry hook: a span over the whole compaction
-        traced = None if telemetry is None else telemetry.compaction_started(size, tokens)
-        outcome = "failed"
-        try:
-            with scope:
-                outcome = await self._compaction(log)
-            if scope.cancelled_caught:
-                outcome = "cancelled"
-        except SessionClosedError:
-            outcome = "cancelled"
-        except Exception as error:
-            # Nobody awaits a compaction: warn, but once a minute at most, with the count.
-            count = self._warnings.due()
-            if count is None:
-                logger.debug("nous_session.compaction_failed", error=repr(error))
-            else:
-                logger.warning("nous_session.compaction_failed", error=repr(error), failures=count)
-        finally:
-            self._scope = None
-            self.in_flight = False
-            self._done.set()
-            if telemetry is not None and traced is not None:  # telemetry hook
-                telemetry.compaction_finished(traced, outcome)
-        if outcome in ("applied", "pruned, summary stale"):
-            self.run += 1
-            logger.info("nous_session.compaction_finished", new_count=self._current().count)
-        if outcome in ("stale", "pruned, summary stale"):
-            self.stale += 1
-        elif outcome == "failed":
-            self.failed += 1
-        surface = self._current().surface()
-        if outcome in ("failed", "nothing"):
-            # Do not retry on every commit: wait until the surface has grown.
-            self._retry_at = size + 1
-        elif (
-            outcome != "stale"
-            and outcome != "cancelled"
-            and policy.triggered(len(surface), self._meter.total)
-        ):
-            # Still over the trigger: messages appended while this one ran (a slow summarizer
-            # falls behind a busy session) are summarised by the next one, started at once. But
-            # what remains may be only the kept tail, which no compaction can shrink: then wait
-            # until enough has scrolled out of it to be worth a compaction.
-            worth = max(1, policy.keep_last // 2)
-            missing = worth - summarisable(surface, policy.keep_last)
-            if missing > 0:
-                self._retry_at = len(surface) + missing
-                logger.info("nous_session.compaction_insufficient", retry_at=self._retry_at)
-            else:
-                self._retry_at = 0  # an earlier wait for the tail to scroll is over
-        if outcome != "cancelled":
-            self.committed(self._current(), rebuilt=False)
-
-    async def _compaction(self, log: Log) -> str:
-        """Prune, then summarise; every long loop yields to the event loop as it goes."""
-        policy = self._policy
-        pruned = False
-        if policy.prune_tool_results is not None:
-            replacements = await plan_pruning(log, policy.prune_tool_results)
-            if replacements:
-                outcome: list[bool] = await self._post(Compaction(replacements, self._logger))
-                pruned = any(outcome)
-                log = self._current()
-                # The commit above brought the meter up to date.
-                if pruned and not policy.triggered(len(log.surface()), self._meter.total):
-                    return "applied"  # pruning was enough
-        events = await plan_summary(log, policy.keep_last)
-        if events is None:
-            return "applied" if pruned else "nothing"
-        old = await _cooperatively(to_message, events)
-        if policy.summarizer is None:
-            summary = await _structural_summary(old, _summary_bytes(policy))
-        else:
-            timeout = policy.summarizer_timeout
-            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
-                text = await policy.summarizer(old)
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"the summarizer returned an empty summary: {text!r}")
-            info: dict[str, JSON] = {"messages": summary_covers(old), "summarizer": "custom"}
-            summary = Message.system(
-                text, metadata={SUMMARY_METADATA: info}, created_at=old[0].created_at
-            )
-        replacement = summary_replacement(log, events, summary)
-        (applied,) = await self._post(Compaction([replacement], self._logger))
-        if applied:
-            return "applied"
-        return "pruned, summary stale" if pruned else "stale"
-
-
-def _summary_bytes(policy: CompactionPolicy) -> int | None:
-    """The most UTF-8 bytes a structural summary may take: under a token budget, half of what
-    triggers (so that the summary and the kept tail fit under the trigger), else no limit."""
-    if policy.token_budget is None:
-        return None
-    return int(policy.token_budget * policy.threshold * 4 / 2)
-
-
-async def _structural_summary(old: Sequence[Message], max_bytes: int | None) -> Message:
-    """:func:`~nous_session.transcript.summarize` of ``old`` (within ``max_bytes``), built a
-    chunk at a time so that a long summary never holds the event loop."""
-    builder = SummaryBuilder(max_bytes=max_bytes)
-    for stop in range(len(old), 0, -CHUNK):
-        for message in reversed(old[max(0, stop - CHUNK) : stop]):
-            builder.add(message)
-        await anyio.lowlevel.checkpoint()
-    return builder.message(old[0].created_at)
-
-
-async def _cooperatively(function: Callable[[T], U], items: Sequence[T]) -> list[U]:
-    """``[function(item) for item in items]``, yielding to the event loop every ``CHUNK``
-    items, so a compaction of a long session never holds the loop for more than a moment."""
-    out: list[U] = []
-    for start in range(0, len(items), CHUNK):
-        out.extend([function(item) for item in items[start : start + CHUNK]])
-        await anyio.lowlevel.checkpoint()
-    return out
