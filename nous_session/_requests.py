@@ -20,6 +20,9 @@ from nous_session.event import Event, EventType, replace_data, to_message
 from nous_session.log import Log
 from nous_session.message import Message
 
+if TYPE_CHECKING:
+    from nous_session._follower import Follower
+
 __all__ = [
     "INTERRUPTED",
     "Append",
@@ -43,6 +46,9 @@ INTERRUPTED = "Tool call was interrupted and not executed. Please retry if neede
 Prepared: TypeAlias = tuple[EventType | str, dict[str, Any], datetime]
 """What :func:`nous_session.event.prepare` returns: a validated, copied event before its seq."""
 
+ResultT = TypeVar("ResultT")
+"""What a request's caller gets back."""
+
 
 class Applied(NamedTuple):
     """What applying one request to a Log value gives (a tuple: it is made for every request
@@ -63,11 +69,6 @@ class Applied(NamedTuple):
 
 if TYPE_CHECKING:
     import trio
-
-    from nous_session._follower import Follower
-
-ResultT = TypeVar("ResultT")
-"""What a request's caller gets back."""
 
 Waiter: TypeAlias = "asyncio.Future[None] | trio.Event"
 """What one task waits on to be woken: the event loop's own primitive."""
