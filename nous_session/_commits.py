@@ -1,28 +1,21 @@
 """Commit strategies: how the engine puts one applied segment of a batch into the store.
 
-* :func:`commit_plain`: the segment was applied to the published Log (see
-  :class:`~nous_session._engine.Engine`); one ``Store.commit`` conditional on the count (and
-  horizon) the Log was at. A conflict means another writer came first: the follower catches
-  up, and with ``on_conflict="rebase"`` the engine applies the same requests again.
-* :func:`commit_rebased`: a segment of plain appends (no surface op, no condition) goes to a
+* :func:`commit_plain`: one ``Store.commit`` conditional on the count and horizon the
+  published Log was at when the segment was applied.
+* :func:`commit_rebased`: a segment of plain appends goes to a
   :class:`~nous_session.stores.base.RebasingStore`, which puts it after whatever the session
-  holds under its own lock, so it never conflicts on the count.
+  holds, so it never conflicts on the count.
 
-Either way, a commit whose outcome the store could not tell (it lost contact) is resolved
-here before anyone is answered (:func:`settle`): it is sent again, commit id and all, until
-an answer is definite, and otherwise its callers get :class:`OutcomeUnknownError`.
-
-A commit is never cancelled halfway: once the store may have the batch, its callers must
-hear what became of it. The actor's loop is shielded once for its life (see
-:mod:`nous_session._engine`), and an abort that comes while a store call is in flight
-(``state.committing``) waits for its answer (:meth:`SessionState.end_commit`).
+Both return the requests to apply again (empty: every caller is answered). A commit whose
+outcome the store could not tell is resolved here before anyone is answered (:func:`settle`).
+See docs/internals.md.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import anyio
 
@@ -38,16 +31,20 @@ from nous_session.errors import (
 )
 from nous_session.event import Event, make_event
 from nous_session.log import Log
-from nous_session.stores.base import OutcomeStore, Rebased, supports
+from nous_session.stores.base import OutcomeStore, Rebased, RebasingStore, supports
 
-__all__ = ["Batch", "commit_plain", "commit_rebased"]
+__all__ = ["Segment", "commit_plain", "commit_rebased"]
 
 # How long the actor keeps asking a store that lost contact whether a commit landed.
 RESOLVE_FOR: Final = 30.0
 
 
-class Batch(NamedTuple):
-    """A segment applied to the published log, not yet committed (a tuple: one per commit).
+AnswerT = TypeVar("AnswerT")
+
+
+class Segment(NamedTuple):
+    """A segment of a batch applied to the published log, not yet committed (a tuple: one
+    per commit).
 
     Attributes:
         base: the published Log the segment was applied to.
@@ -63,34 +60,38 @@ class Batch(NamedTuple):
     base: Log
     log: Log
     dropped: list[int]
-    applied: list[tuple[Request, Any]]
+    applied: list[tuple[Request[Any], Any]]
     rebuilt: bool
     keys: list[tuple[str, int, int]]
-    known: list[tuple[Request, Any]]
+    known: list[tuple[Request[Any], Any]]
 
 
 class _Outcome(enum.Enum):
-    """How a commit with an unknown outcome turned out (see :func:`settle`)."""
+    """How a commit with an unknown outcome turned out when not landed (see :func:`settle`)."""
 
-    LANDED_BEFORE = "the first attempt landed"
     NOT_LANDED = "neither attempt landed"
     UNKNOWN = "still unknown"
 
 
-def _arguments(state: SessionState, batch: Batch, events: Sequence[Event]) -> dict[str, Any]:
-    """The keyword arguments of the store commit for ``batch`` (a store that implements
-    only the first Store contract gets only what it knows)."""
+class _LandedBefore(NamedTuple):
+    """A commit with an unknown outcome turned out to have landed on its first attempt, at
+    the seqs the store recorded for its commit id."""
+
+    first: int
+    size: int
+
+
+def _arguments(state: SessionState, batch: Segment, events: Sequence[Event]) -> dict[str, Any]:
+    """The keyword arguments of the store commit for ``batch``."""
+    horizon = batch.base.horizon
     arguments: dict[str, Any] = {
         "expected_count": batch.base.count,
         "events": events,
         "dropped": batch.dropped,
+        "expected_horizon": horizon,
     }
-    if not state.full_store:
-        return arguments
-    horizon = batch.base._horizon
-    arguments["expected_horizon"] = horizon
-    if batch.log._horizon != horizon:
-        arguments["horizon"] = batch.log._horizon
+    if batch.log.horizon != horizon:
+        arguments["horizon"] = batch.log.horizon
     if batch.keys:
         arguments["keys"] = batch.keys
     if batch.dropped and state.keys:
@@ -102,12 +103,13 @@ def _arguments(state: SessionState, batch: Batch, events: Sequence[Event]) -> di
 
 
 async def commit_plain(
-    state: SessionState, follower: Follower, batch: Batch, *, may_retry: bool
-) -> list[Request] | None:
+    state: SessionState, follower: Follower, batch: Segment, *, may_retry: bool
+) -> list[Request[Any]]:
     """Commit an applied segment in one store call, then publish and answer its callers.
 
     Returns the requests to apply again when the commit lost to another writer and
-    ``may_retry`` (the follower has caught up meanwhile); None when every caller is answered.
+    ``may_retry`` (the follower has caught up meanwhile); empty when every caller is
+    answered.
     """
     if batch.log is not batch.base:
         # A tuple, not a view: a failed batch's events leave the log's storage below, and a
@@ -127,14 +129,15 @@ async def commit_plain(
         if error is not None:
             # The batch never happened: its events leave the log's shared storage, so
             # catching up (or the next batch) extends it instead of copying it.
-            batch.base._give_back(batch.log)
+            batch.base.give_back(batch.log)
             if isinstance(error, ConflictError):
                 # Another writer is ahead: read what it wrote.
                 unreadable = await follower.reload(None)
                 if unreadable is not None:
                     error = unreadable  # the callers must hear what blocks them
                 elif may_retry:
-                    return [request for request, _ in batch.applied]
+                    # Every request again, those a key answered too (nothing answered them).
+                    return [request for request, _ in (*batch.known, *batch.applied)]
                 else:
                     # A key the store had already (an earlier attempt whose outcome was
                     # unknown landed, say) is answered as a lone retry would be: with the
@@ -153,18 +156,18 @@ async def commit_plain(
                 _unknown(state, batch.applied, error)
             else:
                 state.fail(batch.applied, error, expected_count=batch.base.count)
-            return None
+            return []
         for key, first, size in batch.keys:
             state.keys[key] = (first, size)
         for seq in arguments.get("kept", ()):
             state.kept[seq] = batch.base.since(seq)[0]
         state.publish(batch.log, events=len(events), dropped=len(batch.dropped))
     state.acknowledge([*batch.known, *batch.applied], batch.log, rebuilt=batch.rebuilt)
-    return None
+    return []
 
 
 def _unknown(
-    state: SessionState, applied: Sequence[tuple[Request, Any]], error: OutcomeUnknownError
+    state: SessionState, applied: Sequence[tuple[Request[Any], Any]], error: OutcomeUnknownError
 ) -> None:
     """The store could not say whether the commit landed: every caller hears exactly that
     (never a StoreError, which would say nothing was appended)."""
@@ -202,10 +205,10 @@ async def settle(
     state: SessionState,
     arguments: dict[str, Any],
     unknown: OutcomeUnknownError,
-    send: Callable[..., Awaitable[Any]],
-) -> Any:
+    send: Callable[..., Awaitable[AnswerT]],
+) -> AnswerT | _LandedBefore | _Outcome:
     """Send a commit again until its outcome is known: the store's answer if the resend
-    landed, ``_Outcome.LANDED_BEFORE`` (the first attempt did), ``NOT_LANDED`` or
+    landed, :class:`_LandedBefore` (the first attempt did), or ``_Outcome.NOT_LANDED`` or
     ``UNKNOWN``."""
     state.logger.info("nous_session.commit_outcome_unknown", error=str(unknown))
     commit_id = arguments.get("commit_id")
@@ -219,7 +222,7 @@ async def settle(
                 answer = await send(state.session_id, **arguments)
             except ConflictError:
                 try:
-                    found = await store.committed(state.session_id, commit_id)  # type: ignore[attr-defined]
+                    found = await store.committed(state.session_id, commit_id)
                 except StoreError as error:
                     state.logger.debug("nous_session.commit_outcome_retry", error=repr(error))
                 else:
@@ -228,8 +231,7 @@ async def settle(
                     )
                     if found is None:
                         return _Outcome.NOT_LANDED
-                    state.landed_at = found
-                    return _Outcome.LANDED_BEFORE
+                    return _LandedBefore(*found)
             except (OutcomeUnknownError, StoreError) as error:
                 state.logger.debug("nous_session.commit_outcome_retry", error=repr(error))
             else:
@@ -242,12 +244,12 @@ async def settle(
 
 async def commit_rebased(
     state: SessionState, follower: Follower, requests: list[Append], *, final: bool
-) -> bool:
+) -> list[Request[Any]]:
     """Commit a segment of plain appends after whatever the store holds, then publish.
 
-    Returns True when the segment met a conflict (an idempotency key another writer had
-    taken, say) and the follower caught up: the engine tries the segment again, unless it was
-    the ``final`` attempt, when its callers get the ConflictError.
+    Returns the requests to apply again when the segment met a conflict (an idempotency key
+    another writer had taken, say) and the follower caught up, unless it was the ``final``
+    attempt, when its callers get the ConflictError; empty when every caller is answered.
 
     The events are made for the seqs after the published log but not appended to it: if
     other writers got there first they move, and the log then takes the others' events and
@@ -257,11 +259,11 @@ async def commit_rebased(
     if state.unfollowable is not None:
         for request in requests:
             request.fail(store_error(state.unfollowable))
-        return False
+        return []
     base = state.published.log
     seq = base.count
     events: list[Event] = []
-    known: list[tuple[Request, Any]] = []  # answered from an earlier commit's key
+    known: list[tuple[Request[Any], Any]] = []  # answered from an earlier commit's key
     made_for: list[tuple[Append, int, int]] = []  # (request, offset in events, size)
     repeats: list[tuple[Append, str]] = []  # a key an earlier request of the batch has
     keyed: dict[str, tuple[int, int]] = {}
@@ -290,13 +292,15 @@ async def commit_rebased(
         seq += len(made)
     if not events:
         state.answer(known)
-        return False
-    arguments: dict[str, Any] = {"expected_count": base.count, "events": events}
-    if state.full_store:
-        arguments["keys"] = [(key, first, size) for key, (first, size) in keyed.items()]
-        if state.name_commits:
-            arguments["commit_id"] = state.commit_ids()
-    waiting: list[tuple[Request, Any]] = [(request, None) for request, _, _ in made_for]
+        return []
+    arguments: dict[str, Any] = {
+        "expected_count": base.count,
+        "events": events,
+        "keys": [(key, first, size) for key, (first, size) in keyed.items()],
+    }
+    if state.name_commits:
+        arguments["commit_id"] = state.commit_ids()
+    waiting: list[tuple[Request[Any], Any]] = [(request, None) for request, _, _ in made_for]
     waiting.extend((request, None) for request, _ in repeats)
     await state.begin_commit()
     try:
@@ -307,7 +311,7 @@ async def commit_rebased(
         if isinstance(error, ConflictError):
             unreadable = await follower.reload(None)
             if unreadable is None and not final:
-                return True
+                return [*requests]
             failure = unreadable or error
         elif isinstance(error, CorruptRecordError):
             # What the others wrote cannot be read (and our batch may have landed after it):
@@ -318,14 +322,13 @@ async def commit_rebased(
             _unknown(state, waiting, failure)
         else:
             state.fail(waiting, failure, expected_count=base.count)
-        return False
-    if rebased is None:
+        return []
+    if isinstance(rebased, _LandedBefore):
         # An unknown outcome that turned out to have landed, at the seqs the store recorded
         # for the commit id; the catch-up brought the batch into the log.
         await follower.reload(None)
         log = state.published.log
-        first = state.landed_at[0]
-        stored = list(log.since(first)[: len(events)])
+        stored = list(log.since(rebased.first)[: len(events)])
         rebuilt = False
     elif rebased.horizon != base.horizon:
         # Another writer's snapshot dropped events this log still holds: read it all again
@@ -349,29 +352,28 @@ async def commit_rebased(
     # above are part of learning where it landed).
     state.end_commit()
     answers: dict[int, tuple[Event, ...]] = {}
-    results: list[tuple[Request, Any]] = list(known)
+    results: list[tuple[Request[Any], Any]] = list(known)
     for request, offset, size in made_for:
         answers[id(request)] = tuple(stored[offset : offset + size])
         results.append((request, answers[id(request)]))
     by_key = {request.key: answers[id(request)] for request, _, _ in made_for if request.key}
     results.extend((request, by_key[key]) for request, key in repeats)
     state.acknowledge(results, log, rebuilt=rebuilt)
-    return False
+    return []
 
 
-async def _send_rebased(state: SessionState, arguments: dict[str, Any]) -> Rebased | None:
-    """A rebasing commit; None when an unknown outcome turned out to have landed."""
-    send = state.store.commit_rebased  # type: ignore[attr-defined]
+async def _send_rebased(state: SessionState, arguments: dict[str, Any]) -> Rebased | _LandedBefore:
+    """A rebasing commit, or where it landed when its outcome was unknown at first."""
+    # The engine sends a rebasing commit only to a store that supports(.., RebasingStore).
+    send = cast(RebasingStore, state.store).commit_rebased
     try:
-        return await send(state.session_id, **arguments)  # type: ignore[no-any-return]
+        return await send(state.session_id, **arguments)
     except OutcomeUnknownError as unknown:
         answer = await settle(state, arguments, unknown, send)
-        if answer is _Outcome.LANDED_BEFORE:
-            return None
         if answer is _Outcome.NOT_LANDED:
             raise ConflictError(
                 f"session {state.session_id!r}: the rebasing commit did not land"
             ) from unknown
         if answer is _Outcome.UNKNOWN:
             raise
-        return answer  # type: ignore[no-any-return]
+        return answer

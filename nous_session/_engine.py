@@ -1,62 +1,13 @@
 """The engine of a session's actor: one task that takes requests from a bounded queue in
-batches and commits them, by one rule.
+batches and commits them by one rule, **a batch commits exactly as if its requests had run one
+after another, each on the log the previous ones left**.
 
-The batch rule
---------------
-**A batch commits exactly as if its requests had run one after another, each on the log the
-previous ones left.** Each caller gets the answer it would get alone, in arrival order.
-Concretely, the loop below does this with every batch it takes:
-
-1. **Take** every request waiting in the queue (the batch), in arrival order.
-2. **Cut** it into segments, each committed in one store call, in order:
-
-   * a *barrier* (:class:`~nous_session._requests.Reload`: catching up with other writers)
-     is not applied: the segment before it is committed, then the follower reads the store
-     (an erasure, :class:`~nous_session._erasing.Erase`, is a barrier too: it erases in the
-     store, then reads the session again);
-   * a request that *starts a commit* (:class:`~nous_session._requests.Snapshot`) applies
-     only to a stored log: the segment before it is committed first and it opens the next
-     one. A snapshot deletes events from the store, and a store can delete only what it
-     holds: applied in the same commit as the events before it, it would drop some of them
-     before they were ever stored.
-
-3. **Apply** each request of a segment, in order, to the log the previous ones left
-   (:meth:`Engine._apply`). A request that is invalid there (a bad range, an ``expect`` or
-   ``expect_count`` that no longer holds) fails alone, at once, and the next one applies as if
-   it had never come. A keyed request whose key the session has committed is answered with
-   those events and not applied; one whose key an earlier request of the segment carries is
-   answered with that request's events.
-4. **Commit** the segment in one store call (:mod:`nous_session._commits`): the events it
-   made, the seqs a snapshot drops (all stored by step 2), the new horizon and the keys. A
-   segment of plain appends under ``on_conflict="rebase"`` goes to a rebasing commit.
-5. **Publish** the new Log, then **answer** every request of the segment. Nothing is
-   published or acknowledged before the store has it, so readers never see an uncommitted
-   event and nothing acknowledged is ever dropped. If the commit fails, every request of the
-   segment gets the error (:class:`StoreError`: nothing stored; :class:`OutcomeUnknownError`:
-   the store could not tell), and the next segment applies to the log as it was.
-
-Backpressure: the queue holds ``queue_size`` requests. A caller whose request does not fit
-waits for space (a cancelled wait sends nothing). A request in the queue is applied whatever
-happens to its caller.
-
-The round trip
---------------
-Every awaited call crosses the event loop twice: the caller wakes the actor, the actor
-answers the caller. Nothing else is on that path, because it is paid once per call and a
-server runs thousands of sessions on one loop:
-
-* The queue is a ``deque`` with the bound kept here, and the actor parks on the loop's own
-  primitive (:func:`~nous_session._requests.new_waiter`) only when the queue is empty: no
-  checkpoint before taking a batch (a pass through the loop of its own), no per-take event
-  or exception.
-* No cancel scope per commit. The actor's loop runs in a shielded scope entered once, so the
-  scopes of whoever opened the session never reach into it (a shielded scope's exit walks
-  every enclosing scope up to the next shield: with sessions opened nested in one
-  ``AsyncExitStack``, the scopes of every session opened before). Closing the session tells
-  the actor through the queue; a block that ends by an exception tells it with
-  :meth:`Engine.abort`, which cancels the actor's inner scope, at once when it waits, or
-  once the store has answered when a commit is in flight (``SessionState.committing``): a
-  commit's callers always hear what became of it.
+Each batch is cut into segments at barriers (:class:`~nous_session._requests.Reload`,
+:class:`~nous_session._requests.Erase`: run between two commits) and before a request that
+starts a commit (:class:`~nous_session._requests.Snapshot`); each segment is applied to the
+published Log (a request invalid there fails alone), committed in one store call
+(:mod:`nous_session._commits`), published, and only then answered. See docs/internals.md for
+the rule step by step, backpressure and the round trip's cost.
 """
 
 from __future__ import annotations
@@ -65,12 +16,12 @@ import asyncio
 import random
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 import anyio.abc
 
-from nous_session._commits import Batch, commit_plain, commit_rebased
+from nous_session._commits import Segment, commit_plain, commit_rebased
 from nous_session._follower import Follower
 from nous_session._requests import Append, Applied, Reload, Request, Waiter, new_waiter, wake
 from nous_session._state import SessionState, closed_error, wrong_loop_error
@@ -80,11 +31,14 @@ from nous_session.errors import (
     SessionClosedError,
 )
 from nous_session.event import Event
+from nous_session.stores.base import RebasingStore, supports
 
 if TYPE_CHECKING:
     from nous_session.telemetry import SessionTelemetry
 
 __all__ = ["Engine"]
+
+ResultT = TypeVar("ResultT")
 
 # With on_conflict="rebase", how many times a segment is re-applied after a conflict.
 REBASE_ATTEMPTS: Final = 32
@@ -93,39 +47,69 @@ REBASE_ATTEMPTS: Final = 32
 class Engine:
     """The queue and the loop of one session's actor (see the module docstring).
 
+    Every awaited call crosses the event loop twice (the caller wakes the actor, the actor
+    answers the caller) and nothing else is on that path: the queue is a ``deque`` with the
+    bound kept here, the actor parks on the loop's own primitive only when the queue is empty,
+    and there is no cancel scope per commit. The loop runs in a shielded scope entered once;
+    :meth:`abort` cancels it, once the store has answered when a commit is in flight
+    (``SessionState.committing``), so a commit's callers always hear what became of it.
+
     Args:
         state: the session's shared state.
         queue_size: how many requests may wait before callers wait too.
+        rebase: ``on_conflict="rebase"``: a segment that lost to another writer is applied
+            again on the caught-up log.
         telemetry: the session's telemetry, or None when it is off.
+
+    Attributes:
+        follower: reads the store between commits (catch-ups, erasures).
+        traced: whether telemetry wraps :meth:`commit_segment` (a benchmark checks it).
     """
 
     __slots__ = (
         "_aborted",
+        "_can_rebase",
         "_committer",
         "_parked",
         "_queue",
+        "_rebase",
+        "_rebasing",
         "_size",
         "_space",
         "_space_waiters",
         "_state",
         "_thread",
         "follower",
+        "traced",
     )
 
     def __init__(
-        self, state: SessionState, queue_size: int, telemetry: SessionTelemetry | None = None
+        self,
+        state: SessionState,
+        queue_size: int,
+        *,
+        rebase: bool = False,
+        telemetry: SessionTelemetry | None = None,
     ) -> None:
         self._state = state
+        self._rebase = rebase
+        # A store that can append after whatever the session holds serialises the writers
+        # itself: plain appends then never conflict and nothing is redone.
+        self._can_rebase = supports(state.store, RebasingStore)
+        self._rebasing = rebase and self._can_rebase
         # Requests accepted and not taken, in arrival order; at most `queue_size`. Once the
         # session is closing nothing more comes in, so what the queue holds then is exactly
         # what must still be applied.
-        self._queue: deque[Request] = deque()
+        self._queue: deque[Request[Any]] = deque()
         self._size = queue_size
         self._parked: Waiter | None = None  # the actor's wake-up while the queue is empty
         # Telemetry hook: with telemetry off the loop calls the plain method (no check, no
         # wrapper on its path); on, a wrapper that traces and times each segment's commit.
+        self.traced = telemetry is not None
         self._committer = (
-            self._commit if telemetry is None else telemetry.traced_commit(self._commit, state)
+            self.commit_segment
+            if telemetry is None
+            else telemetry.traced_commit(self.commit_segment, state)
         )
         self._space: anyio.Event | None = None  # set when queue space may have freed, if waited
         self._space_waiters = 0  # callers waiting for queue space
@@ -138,7 +122,7 @@ class Engine:
 
     # Calls ------------------------------------------------------------------------------------
 
-    async def call(self, request: Request) -> Any:
+    async def call(self, request: Request[ResultT]) -> ResultT:
         """Queue ``request`` and return its result (raise its error).
 
         A caller cancelled while waiting for queue space has sent nothing: the request goes
@@ -163,12 +147,12 @@ class Engine:
                 wake(parked)
         else:
             await self._queue_when_space(request)
-        await request.done.wait()  # Request.outcome, inlined: this is every call's path
+        await request.done.wait()
         if request.error is not None:
             raise request.error
         return request.result
 
-    def _put(self, request: Request) -> None:
+    def _put(self, request: Request[Any]) -> None:
         """Append to the queue (there is room) and wake the actor if it is parked."""
         self._queue.append(request)
         parked = self._parked
@@ -192,7 +176,7 @@ class Engine:
             except SessionClosedError:
                 raise anyio.ClosedResourceError from None
 
-    async def _queue_when_space(self, request: Request) -> None:
+    async def _queue_when_space(self, request: Request[Any]) -> None:
         """Wait until the queue has room, then queue ``request`` (a cancelled wait sends
         nothing; a close while waiting raises SessionClosedError)."""
         while True:
@@ -226,8 +210,8 @@ class Engine:
         """
         task_status.started()
         state = self._state
-        batch: list[Request] = []
-        commit = self._committer  # telemetry hook: _commit itself when telemetry is off
+        batch: list[Request[Any]] = []
+        commit = self._committer  # telemetry hook: commit_segment itself when telemetry is off
         with anyio.CancelScope(shield=True), anyio.CancelScope() as work:
             state.work_scope = work
             if self._aborted:
@@ -237,15 +221,12 @@ class Engine:
                     batch = await self._take()
                     if not batch:
                         break
-                    segment: list[Request] = []
+                    segment: list[Request[Any]] = []
                     for request in batch:
                         if request.barrier:
                             await commit(segment)
                             segment = []
-                            if isinstance(request, Reload):
-                                await self.follower.reload(request)
-                            else:
-                                await request.run_barrier(state)  # an erasure
+                            await request.run_barrier(self.follower)
                         elif request.starts_commit and segment:
                             await commit(segment)
                             segment = [request]
@@ -264,7 +245,7 @@ class Engine:
                 state.waker_scope.cancel()
                 state.published.close()
 
-    async def _take(self) -> list[Request]:
+    async def _take(self) -> list[Request[Any]]:
         """The next batch: every request waiting in the queue. Empty when the actor must stop
         (closing, and everything queued before the close is applied)."""
         queue = self._queue
@@ -288,7 +269,7 @@ class Engine:
             self._free_space()
         return batch
 
-    async def _commit(self, requests: list[Request]) -> None:
+    async def commit_segment(self, requests: list[Request[Any]]) -> None:
         """Apply a segment and commit it, answering every request in it.
 
         On a ConflictError the follower first catches up with the store. With
@@ -296,47 +277,45 @@ class Engine:
         other writer committed (a few times, with a short random backoff after the first);
         otherwise their callers get the ConflictError and their retries land on the
         caught-up log.
+
+        The benchmarking hook: ``benchmarks/one_session_chain.py`` wraps this method of the
+        class to time the actor's part of a call.
         """
         state = self._state
         for attempt in range(REBASE_ATTEMPTS + 1):
             if not requests:
                 return
-            plain = all(isinstance(request, Append) and request.plain for request in requests)
-            # A segment of plain appends and self-checking requests (compactions) may go
-            # again after another writer's commit: nothing its callers planned is assumed.
-            replannable = plain or all(
-                request.checks_itself or (isinstance(request, Append) and request.plain)
-                for request in requests
-            )
+            final = attempt == REBASE_ATTEMPTS
+            appends = _plain_appends(requests)
             # Plain appends have no precondition, so another writer being first is never their
             # caller's error: whatever `on_conflict` says, a segment of them that lost goes
             # again after what the other writer stored (to the store's rebasing commit when it
             # has one, which never conflicts). The first attempt costs what it always did.
-            if plain and (state.rebasing or (attempt and state.can_rebase)):
-                final = attempt == REBASE_ATTEMPTS
-                if await commit_rebased(state, self.follower, requests, final=final):  # type: ignore[arg-type]
-                    continue  # a key another writer took: caught up, so now it is known
-                return
-            may_retry = (state.rebase or replannable) and attempt < REBASE_ATTEMPTS
-            retry = await commit_plain(
-                state, self.follower, self._apply(requests), may_retry=may_retry
-            )
-            if retry is None:
-                return
-            requests = retry
-            if attempt:
+            if appends is not None and (self._rebasing or (attempt and self._can_rebase)):
+                requests = await commit_rebased(state, self.follower, appends, final=final)
+            else:
+                # A segment of plain appends and self-checking requests (compactions) goes
+                # again after another writer's commit: nothing its callers planned is assumed.
+                replannable = appends is not None or all(
+                    request.checks_itself or (isinstance(request, Append) and request.plain)
+                    for request in requests
+                )
+                may_retry = (self._rebase or replannable) and not final
+                segment = self._apply(requests)
+                requests = await commit_plain(state, self.follower, segment, may_retry=may_retry)
+            if requests and attempt:
                 # Writers that keep colliding take turns: a short random backoff, as in any
                 # optimistic-concurrency retry loop.
                 await anyio.sleep(random.uniform(0, min(0.01, 0.0005 * attempt)))
 
-    def _apply(self, requests: list[Request]) -> Batch:
+    def _apply(self, requests: list[Request[Any]]) -> Segment:
         """Apply ``requests`` in order to the published log; fail the invalid ones at once."""
         state = self._state
         base = log = state.published.log
         dropped: list[int] = []
-        applied: list[tuple[Request, Any]] = []
+        applied: list[tuple[Request[Any], Any]] = []
         keyed: dict[str, tuple[Event, ...]] = {}  # keys this segment commits
-        known: list[tuple[Request, Any]] = []
+        known: list[tuple[Request[Any], Any]] = []
         rebuilt = False  # did the surface change other than by growing at the end?
         for request in requests:
             key = request.key if isinstance(request, Append) else None
@@ -369,7 +348,7 @@ class Engine:
             if keyed
             else []
         )
-        return Batch(base, log, dropped, applied, rebuilt, keys, known)
+        return Segment(base, log, dropped, applied, rebuilt, keys, known)
 
     # Closing ----------------------------------------------------------------------------------
 
@@ -398,9 +377,9 @@ class Engine:
         if state.work_scope is not None and not state.committing:
             state.work_scope.cancel()
 
-    def close_streams(self) -> None:
-        """Refuse whatever is still queued (every path out of ``open``: no caller is left
-        waiting, an actor that never ran included)."""
+    def refuse_queued(self) -> None:
+        """Close, and refuse whatever is still queued (every path out of ``open``: no caller
+        is left waiting, an actor that never ran included)."""
         self._state.closing = True
         self._refuse_the_rest()
 
@@ -422,3 +401,10 @@ class Engine:
             queue.popleft().fail(closed_error())
         # Wakes callers still waiting for queue space: they find the session closing.
         self._free_space()
+
+
+def _plain_appends(requests: list[Request[Any]]) -> list[Append] | None:
+    """``requests`` when every one is a plain append (a rebasing commit may move them), else
+    None."""
+    appends = [request for request in requests if isinstance(request, Append) and request.plain]
+    return appends if len(appends) == len(requests) else None

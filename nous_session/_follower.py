@@ -1,33 +1,24 @@
-"""The follower: how a session's actor catches up with commits other writers made.
-
-Three ways lead here. A commit that conflicts makes the actor read what the other writer
-stored before it answers (or retries). A caller's :meth:`SessionActor.reload` queues a
-catch-up as a barrier request. And with a change feed (``follow=``), the watcher turns every
-head the store announces into a catch-up request, at most one queued at a time, so that the
-log and its subscribers see other processes' commits; a catch-up whose read fails is tried
-again with a backoff.
-
-Every catch-up runs in the actor task (the engine hands barrier requests here), so it never
-races a commit: the published Log changes only between batches.
+"""The follower: how a session's actor reads its store between commits. It catches up with
+commits other writers made (after a conflict, on :meth:`SessionActor.reload`, and on every
+head a change feed announces, with ``follow=``) and runs an erasure; both are barriers, run
+in the actor task, so the published Log changes only between batches. See docs/internals.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any, Final
 
 import anyio
 import anyio.abc
 
-from nous_session._requests import Reload
+from nous_session._requests import Erase, Reload
 from nous_session._state import SessionState, store_error
-from nous_session.errors import CorruptRecordError, InvalidEventError
-from nous_session.event import Event
-from nous_session.log import Log
-from nous_session.stores.base import Stored
+from nous_session.errors import CorruptRecordError
+from nous_session.stores.base import ErasingStore, supports
 
-__all__ = ["Follower", "restored"]
+__all__ = ["Follower"]
 
 # A feed catch-up that could not read is tried again after this many seconds, doubling up
 # to the maximum while reads keep failing.
@@ -88,37 +79,27 @@ class Follower:
         ):
             request.resolve(log)  # a catch-up after a conflict already read this far
             return None
-        dropped = False
         try:
-            if state.full_store:
-                stored = await state.store.read(state.session_id, since=log.count)
-                if stored.horizon != log.horizon:
-                    stored = await state.store.read(state.session_id)
-                    log = restored(state.session_id, stored)
-                    state.keys = dict(stored.keys)
-                    state.kept = {event.seq: event for event in stored.kept}
-                    events: Sequence[Event] = log.events()
-                    dropped = replaced = True
-                else:
-                    events = stored.events
-                    log = log.extend(events)  # decoded, hence validated, by the store
-                    if log.count != stored.count:
-                        raise CorruptRecordError(
-                            f"session {state.session_id!r}: the store says its count is"
-                            f" {stored.count}, but its events end at seq {log.count - 1}"
-                            " and no snapshot dropped any"
-                            + (
-                                " (rows are missing)"
-                                if log.count < stored.count
-                                else " (rows past its count)"
-                            )
-                        )
-                    state.keys.update(stored.keys)
-                    replaced = any(event.op is not None for event in events)
+            stored = await state.store.read(state.session_id, since=log.count)
+            if stored.horizon != log.horizon:
+                log = state.adopt(await state.store.read(state.session_id))
+                dropped = rebuilt = True
             else:
-                events = await state.store.load(state.session_id, since=log.count)
-                log = log.extend(events)
-                replaced = any(event.op is not None for event in events)
+                log = log.extend(stored.events)  # decoded, hence validated, by the store
+                if log.count != stored.count:
+                    raise CorruptRecordError(
+                        f"session {state.session_id!r}: the store says its count is"
+                        f" {stored.count}, but its events end at seq {log.count - 1}"
+                        " and no snapshot dropped any"
+                        + (
+                            " (rows are missing)"
+                            if log.count < stored.count
+                            else " (rows past its count)"
+                        )
+                    )
+                state.keys.update(stored.keys)
+                dropped = False
+                rebuilt = any(event.op is not None for event in stored.events)
         except Exception as error:
             corrupt = isinstance(error, CorruptRecordError)
             if request is not None:
@@ -132,14 +113,44 @@ class Follower:
         if request is not None and request.from_feed:
             self._delay = CATCH_UP_RETRY_FIRST
         if log is not state.published.log:
-            state.published.publish(log, dropped=dropped)
-            if state.log_commits:
-                state.logger.debug("nous_session.caught_up", count=log.count, events=len(events))
-            if state.compaction is not None:
-                state.compaction.committed(log, rebuilt=replaced)
+            state.republish(log, dropped=dropped, rebuilt=rebuilt)
         if request is not None:
             request.resolve(log)
         return None
+
+    async def erase(self, request: Erase) -> None:
+        """Erase in the store, then read the session again and publish it; answer the caller.
+
+        A bad seq (past the store's count) fails the caller with ValueError and changes
+        nothing. If the store erased but the session cannot be read again, the caller gets
+        the StoreError and the published Log stays as it was until the next catch-up.
+        """
+        state = self._state
+        store = state.store
+        if not supports(store, ErasingStore):
+            request.fail(
+                TypeError(f"{type(store).__name__} cannot erase events (no ErasingStore.erase)")
+            )
+            return
+        try:
+            result = await store.erase(
+                state.session_id, request.seqs, reason=request.reason, at=request.at
+            )
+        except ValueError as error:
+            request.fail(error)
+            return
+        except Exception as error:
+            request.fail(store_error(error))
+            return
+        try:
+            log = state.adopt(await state.store.read(state.session_id))
+        except Exception as error:
+            request.fail(store_error(error))
+            return
+        # Events changed in place: subscribers' positions stay valid (the seqs are the
+        # same), and what a subscriber reads from now on is the erased form.
+        state.republish(log, dropped=True, rebuilt=True)
+        request.resolve(result)
 
     async def watch(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -217,25 +228,3 @@ class Follower:
                 self._retry = None
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # closing
                 await self._catch_up(-1)
-
-
-def restored(session_id: str, stored: Stored) -> Log:
-    """The Log a store's read of a whole session stands for, or why it cannot be one.
-
-    Raises:
-        CorruptRecordError: the stored count or horizon does not fit the rows (a count past
-            the newest row with no snapshot to explain the gap, say), or the events
-            themselves are out of order.
-    """
-    events = stored.events
-    newest = events[-1].seq if events else -1
-    if stored.horizon == 0 and stored.count != newest + 1 and (events or stored.count):
-        raise CorruptRecordError(
-            f"session {session_id!r}: the store says its count is {stored.count}, but its"
-            f" events end at seq {newest} and no snapshot dropped any"
-            + (" (rows are missing)" if stored.count > newest + 1 else "")
-        )
-    try:
-        return Log.restore(events, count=stored.count, horizon=stored.horizon)
-    except InvalidEventError as error:
-        raise CorruptRecordError(f"session {session_id!r}: the store returned {error}") from error

@@ -8,12 +8,11 @@ copies its arguments in the caller, queues one request and awaits its answer).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from nous_session._erasing import Erase
-from nous_session._requests import Append, Edit, Recover, Request, Snapshot
+from nous_session._requests import Append, Call, Edit, Erase, Recover, Snapshot
 from nous_session._state import SessionState
 from nous_session.erasure import Erasure, check_reason, check_seqs, now
 from nous_session.errors import InvalidEventError
@@ -31,7 +30,7 @@ class HistoryOperations:
 
     __slots__ = ()
 
-    _call: Callable[[Request], Awaitable[Any]]
+    _call: Call
     _state: SessionState
 
     async def replace(
@@ -83,7 +82,7 @@ class HistoryOperations:
                 )
             item = prepare(EventType.REPLACE, replace_data(start, stop, list(message)))
         events = await self._call(Edit(item, start, stop, _expectation(expect)))
-        return events[0]  # type: ignore[no-any-return]
+        return events[0]
 
     async def remove(
         self, start: int, stop: int, *, expect: int | Sequence[int] | None = None
@@ -102,7 +101,7 @@ class HistoryOperations:
         op = _range(Remove, start, stop)
         item = prepare(EventType.REMOVE, {"surface_op": op.to_json()})
         events = await self._call(Edit(item, start, stop, _expectation(expect)))
-        return events[0]  # type: ignore[no-any-return]
+        return events[0]
 
     async def rewind(self, to: int) -> Event:
         """Make the surface what it was when seq ``to`` was the newest event (-1: empty).
@@ -123,7 +122,7 @@ class HistoryOperations:
         events = await self._call(
             Append((prepare(EventType.REWIND, {"surface_op": op.to_json()}),))
         )
-        return events[0]  # type: ignore[no-any-return]
+        return events[0]
 
     async def uncompact(self, summary_seq: int) -> Event:
         """Undo the replace at ``summary_seq`` (a compaction's summary, say): the range it
@@ -142,7 +141,7 @@ class HistoryOperations:
         events = await self._call(
             Append((prepare(EventType.UNCOMPACT, {"surface_op": op.to_json()}),))
         )
-        return events[0]  # type: ignore[no-any-return]
+        return events[0]
 
     async def recover_open_turn(self) -> tuple[Event, ...]:
         """Close every tool call left open (an assistant's call with no result, after a crash
@@ -158,7 +157,7 @@ class HistoryOperations:
             StoreError, OutcomeUnknownError, SessionClosedError: as
                 :meth:`~nous_session.actor.SessionActor.append`.
         """
-        return await self._call(Recover())  # type: ignore[no-any-return]
+        return await self._call(Recover())
 
     async def fork(self, new_session_id: str, *, at: int | None = None) -> None:
         """Make ``new_session_id`` a new, independent session of this store whose history is
@@ -181,18 +180,18 @@ class HistoryOperations:
         log = self._state.published.log
         point = log.count - 1 if at is None else at
         if supports(self._state.store, ForkingStore):
-            await self._state.store.fork(self._state.session_id, new_session_id, at=point)  # type: ignore[attr-defined]
+            await self._state.store.fork(self._state.session_id, new_session_id, at=point)
             return
         history = log.upto(point)  # raises ValueError outside the held history
         if await self._state.store.load(new_session_id):
             raise ValueError(f"session {new_session_id!r} exists already")
-        # Below a snapshot's horizon the history has gaps: a store with the whole contract
-        # is told the horizon, so it takes them (and the fork opens as the parent would).
-        extra: dict[str, Any] = {}
-        if self._state.full_store and history.horizon:
-            extra["horizon"] = history.horizon
+        # Below a snapshot's horizon the history has gaps: the store is told the horizon,
+        # so it takes them (and the fork opens as the parent would).
         await self._state.store.commit(
-            new_session_id, expected_count=0, events=tuple(history.events()), **extra
+            new_session_id,
+            expected_count=0,
+            events=tuple(history.events()),
+            horizon=history.horizon or None,
         )
 
     async def snapshot(self) -> Log:
@@ -206,7 +205,7 @@ class HistoryOperations:
             StoreError, OutcomeUnknownError, SessionClosedError: as
                 :meth:`~nous_session.actor.SessionActor.append`.
         """
-        return await self._call(Snapshot())  # type: ignore[no-any-return]
+        return await self._call(Snapshot())
 
     async def erase(self, seqs: Iterable[int], *, reason: str) -> Erasure:
         """Erase the content of the events at ``seqs`` for good: in the store (and in every
@@ -233,13 +232,13 @@ class HistoryOperations:
                 :meth:`~nous_session.actor.SessionActor.append`.
         """
         request = Erase(check_seqs(seqs), check_reason(reason), now())
-        return await self._call(request)  # type: ignore[no-any-return]
+        return await self._call(request)
 
 
-def _range(kind: type[Replace] | type[Remove], start: object, stop: object) -> Replace | Remove:
+def _range(kind: type[Replace] | type[Remove], start: int, stop: int) -> Replace | Remove:
     """A range operation checked in the caller: its error is an InvalidEventError."""
     try:
-        return kind(start, stop)  # type: ignore[arg-type]
+        return kind(start, stop)  # the validators check what a caller passed
     except ValueError as error:
         raise InvalidEventError(f"{kind.name}: {error}") from None
 

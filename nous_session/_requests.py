@@ -2,30 +2,34 @@
 
 A request is what a call puts into the actor's queue: its arguments, already validated and
 copied in the caller, and the slot its answer goes into. ``apply(log, committed)`` computes what
-the request does to a Log value, without I/O and without touching the actor: the actor applies
-a batch of them in arrival order, commits the result in one store call, and only then resolves
-each request with its result (or fails it). Barrier requests (catching up with the store) are
-not applied: what came before them is committed first, then the actor reads the store.
+the request does to a Log value, without I/O; a barrier (:class:`Reload`, :class:`Erase`) is
+not applied but run between two commits (``run_barrier``). See docs/internals.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from nous_session._loops import current_library
+from nous_session.erasure import Erasure
 from nous_session.errors import ConflictError, InvalidEventError
 from nous_session.event import Event, EventType, replace_data, to_message
 from nous_session.log import Log
 from nous_session.message import Message
 
+if TYPE_CHECKING:
+    from nous_session._follower import Follower
+
 __all__ = [
     "INTERRUPTED",
     "Append",
     "Applied",
+    "Call",
     "Edit",
+    "Erase",
     "Recover",
     "Reload",
     "Request",
@@ -41,6 +45,9 @@ INTERRUPTED = "Tool call was interrupted and not executed. Please retry if neede
 
 Prepared: TypeAlias = tuple[EventType | str, dict[str, Any], datetime]
 """What :func:`nous_session.event.prepare` returns: a validated, copied event before its seq."""
+
+ResultT = TypeVar("ResultT")
+"""What a request's caller gets back."""
 
 
 class Applied(NamedTuple):
@@ -135,13 +142,19 @@ def new_waiter() -> Waiter:
     return asyncio.get_running_loop().create_future()
 
 
-class Request:
-    """One queued call and the slot its answer goes into."""
+class Request(Generic[ResultT]):
+    """One queued call and the slot its answer goes into; ``ResultT`` is what its caller gets
+    (what :meth:`nous_session._engine.Engine.call` returns)."""
 
     __slots__ = ("done", "error", "result")
 
+    result: ResultT
+    """The answer, set by :meth:`resolve` (unset until then: read only once ``done`` is set
+    with no ``error``)."""
+
     barrier: ClassVar[bool] = False
-    """True for requests that are not applied: the batch before them is committed first."""
+    """True for requests that are not applied but run between two commits
+    (:meth:`run_barrier`): the batch before them is committed first."""
 
     starts_commit: ClassVar[bool] = False
     """True for requests that must apply to a stored log: what came before them in the batch
@@ -154,7 +167,6 @@ class Request:
 
     def __init__(self) -> None:
         self.done = Done()
-        self.result: Any = None
         self.error: BaseException | None = None
 
     def apply(self, log: Log, committed: int) -> Applied:
@@ -166,12 +178,12 @@ class Request:
         """
         raise NotImplementedError
 
-    async def run_barrier(self, state: Any) -> None:
-        """Run a barrier other than a catch-up (an erasure) in the actor task, between two
-        commits; it answers its caller itself."""
+    async def run_barrier(self, follower: Follower) -> None:
+        """Run a barrier in the actor task, between two commits, through the part of the
+        actor that reads the store; it answers its caller."""
         raise NotImplementedError
 
-    def resolve(self, result: Any) -> None:
+    def resolve(self, result: ResultT) -> None:
         """Answer the caller with ``result``."""
         self.result = result
         self.done.set()
@@ -181,15 +193,15 @@ class Request:
         self.error = error
         self.done.set()
 
-    async def outcome(self) -> Any:
-        """Wait for the answer; raise the error, or return the result."""
-        await self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.result
+
+class Call(Protocol):
+    """Sends a request to the actor and returns its answer (raises its error): the engine's
+    :meth:`~nous_session._engine.Engine.call`, as the handle and compaction hold it."""
+
+    def __call__(self, request: Request[ResultT], /) -> Awaitable[ResultT]: ...
 
 
-class Append(Request):
+class Append(Request[tuple[Event, ...]]):
     """Append events atomically (all or none); the result is the tuple of committed events.
 
     Attributes:
@@ -207,7 +219,6 @@ class Append(Request):
     ) -> None:
         # Request.__init__, inlined: one of these is made for every append.
         self.done = Done()
-        self.result = None
         self.error = None
         self.items = items
         self.key = key
@@ -243,7 +254,7 @@ class Append(Request):
             try:
                 candidate = candidate.append_prepared(item)
             except InvalidEventError as error:
-                log._give_back(candidate)  # the items before it never happened either
+                log.give_back(candidate)  # the items before it never happened either
                 raise InvalidEventError(f"append_many item {index}: {error}") from None
             event = candidate.last
             assert event is not None
@@ -279,7 +290,7 @@ def check_expectation(log: Log, start: int, stop: int, expect: int | Sequence[in
         )
 
 
-class Edit(Request):
+class Edit(Request[tuple[Event, ...]]):
     """Append one range operation (a replace or a remove), if the range still holds what the
     caller expected; the result is the 1-tuple of the committed event."""
 
@@ -304,7 +315,7 @@ class Edit(Request):
         return Applied(log, (event,), rebuilt=True)
 
 
-class Recover(Request):
+class Recover(Request[tuple[Event, ...]]):
     """Give every assistant tool call on the surface that has no result one saying it was
     interrupted, so the next model call is valid for every provider. The result is the tuple
     of events added (empty when nothing was open).
@@ -363,7 +374,7 @@ class Recover(Request):
         return Applied(candidate, tuple(events), rebuilt=bool(events))
 
 
-class Snapshot(Request):
+class Snapshot(Request[Log]):
     """Drop every shadowed event; the result is the Log right after the snapshot.
 
     It starts a store commit of its own (``starts_commit``): a store deletes only events it
@@ -383,7 +394,7 @@ class Snapshot(Request):
         return Applied(log, log, dropped)
 
 
-class Reload(Request):
+class Reload(Request[Log]):
     """Catch up with what other writers committed; the result is the caught-up Log.
 
     Attributes:
@@ -399,3 +410,31 @@ class Reload(Request):
         super().__init__()
         self.head = head
         self.from_feed = from_feed
+
+    async def run_barrier(self, follower: Follower) -> None:
+        """Catch up (the follower answers)."""
+        await follower.reload(self)
+
+
+class Erase(Request[Erasure]):
+    """Erase the events at ``seqs`` (checked in the caller); the result is the store's
+    :class:`~nous_session.erasure.Erasure`.
+
+    A barrier like :class:`Reload`: the requests before it are committed first, the ones
+    after it apply to the erased log, and no commit of this actor runs while the store
+    rewrites the rows.
+    """
+
+    __slots__ = ("at", "reason", "seqs")
+
+    barrier = True
+
+    def __init__(self, seqs: tuple[int, ...], reason: str, at: datetime) -> None:
+        super().__init__()
+        self.seqs = seqs
+        self.reason = reason
+        self.at = at
+
+    async def run_barrier(self, follower: Follower) -> None:
+        """Erase in the store, then read the session again (the follower answers)."""
+        await follower.erase(self)

@@ -1,12 +1,6 @@
-"""The state one session's actor shares between its parts, and the few things every part does
-with it (publish a commit, answer callers, fail them).
-
-A :class:`~nous_session.actor.SessionActor` is a thin handle over three parts that share one
-:class:`SessionState`, the way an anyio memory stream's two ends share one state object: the
-engine (:mod:`nous_session._engine`: the queue and the batch loop), the commit strategies
-(:mod:`nous_session._commits`: plain and rebased store commits, and resolving an unknown
-outcome) and the follower (:mod:`nous_session._follower`: the change feed and catching up).
-Only the actor task changes this state; none of it is shared across sessions.
+"""The state one session's actor shares between its parts (engine, commit strategies,
+follower), and the few things every part does with it: publish a commit, adopt a read of the
+store, answer callers, fail them. Only the actor task changes it. See docs/internals.md.
 """
 
 from __future__ import annotations
@@ -23,19 +17,20 @@ from nous_session._logging import get_logger, wants_debug
 from nous_session._requests import Request
 from nous_session.errors import (
     CorruptRecordError,
+    InvalidEventError,
     SessionClosedError,
     StoreError,
     WrongEventLoopError,
 )
 from nous_session.event import Event
 from nous_session.log import Log
-from nous_session.stores.base import OutcomeStore, RebasingStore, Store, Stored, supports
+from nous_session.stores.base import OutcomeStore, Store, Stored, supports
 from nous_session.subscription import Published
 
 if TYPE_CHECKING:
-    from nous_session.compaction import CompactionRunner
+    from nous_session._compaction_runner import CompactionRunner
 
-__all__ = ["SessionState", "closed_error", "store_error"]
+__all__ = ["SessionState", "closed_error", "restored", "store_error"]
 
 _logger = get_logger()
 
@@ -89,15 +84,9 @@ class SessionState:
     Attributes:
         session_id: the session.
         store: where it is persisted.
-        full_store: the store has the whole Store contract (``read``: horizons, keys, commit
-            ids); without it the actor sends only what the first contract knows.
         name_commits: commits carry an id (the store can lose a reply and be asked later).
-        rebase: ``on_conflict="rebase"``.
-        rebasing: plain appends go to the store's rebasing commit (they never conflict).
-        can_rebase: the store has a rebasing commit (plain appends that lost go there).
         keys: the session's idempotency keys: key -> (first seq, number of events).
         kept: events a snapshot dropped that a key still answers with, by seq.
-        landed_at: where a commit whose outcome was unknown was found to have landed.
         published: the committed Log and its subscribers.
         commit_ids: names the next commit.
         batches: store commits so far; requests: requests answered in them.
@@ -119,16 +108,12 @@ class SessionState:
         "commit_ids",
         "committing",
         "compaction",
-        "full_store",
         "kept",
         "keys",
-        "landed_at",
         "log_commits",
         "logger",
         "name_commits",
         "published",
-        "rebase",
-        "rebasing",
         "requests",
         "session_id",
         "store",
@@ -144,21 +129,14 @@ class SessionState:
         session_id: str,
         store: Store,
         log: Log,
-        stored: Stored | None,
-        rebase: bool,
+        stored: Stored,
         task_group: anyio.abc.TaskGroup,
     ) -> None:
         self.session_id = session_id
         self.store = store
-        self.rebase = rebase
-        # A store that can append after whatever the session holds serialises the writers
-        # itself: plain appends then never conflict and nothing is redone.
-        self.can_rebase = supports(store, RebasingStore)
-        self.rebasing = rebase and self.can_rebase
-        self.full_store = stored is not None
-        self.keys: dict[str, tuple[int, int]] = {} if stored is None else dict(stored.keys)
-        self.kept: dict[int, Event] = {} if stored is None else {e.seq: e for e in stored.kept}
-        self.landed_at = (0, 0)
+        self.keys: dict[str, tuple[int, int]] = {}
+        self.kept: dict[int, Event] = {}
+        self._remember(stored)
         # Commit ids cost a row per commit: sent only to a store that can lose a reply.
         self.name_commits = supports(store, OutcomeStore) and bool(
             getattr(type(store), "outcome_may_be_unknown", False)
@@ -215,6 +193,30 @@ class SessionState:
         if self.abort_requested and self.work_scope is not None:
             self.work_scope.cancel()
 
+    def adopt(self, stored: Stored) -> Log:
+        """A read of the whole session (``since=0``) replaces what this actor knew of it: its
+        keys and kept events now, and the returned Log once published (:meth:`republish`).
+
+        Raises:
+            CorruptRecordError: the read is not a Log (see :func:`restored`).
+        """
+        log = restored(self.session_id, stored)
+        self._remember(stored)
+        return log
+
+    def _remember(self, stored: Stored) -> None:
+        self.keys = dict(stored.keys)
+        self.kept = {event.seq: event for event in stored.kept}
+
+    def republish(self, log: Log, *, dropped: bool, rebuilt: bool) -> None:
+        """Publish a Log read from the store (not a commit of this actor: no batch counted)
+        and let compaction look."""
+        self.published.publish(log, dropped=dropped)
+        if self.log_commits:
+            self.logger.debug("nous_session.caught_up", count=log.count)
+        if self.compaction is not None:
+            self.compaction.committed(log, rebuilt=rebuilt)
+
     def keyed_events(self, key: str) -> tuple[Event, ...] | None:
         """The events first committed under ``key`` in this session, or None."""
         found = self.keys.get(key)
@@ -234,21 +236,25 @@ class SessionState:
             )
 
     def acknowledge(
-        self, applied: Sequence[tuple[Request, Any]], log: Log, *, rebuilt: bool
+        self, applied: Sequence[tuple[Request[Any], Any]], log: Log, *, rebuilt: bool
     ) -> None:
         """Answer each applied request with its result, then let compaction look."""
         self.answer(applied)
         if self.compaction is not None:
             self.compaction.committed(log, rebuilt=rebuilt)
 
-    def answer(self, answered: Sequence[tuple[Request, Any]]) -> None:
+    def answer(self, answered: Sequence[tuple[Request[Any], Any]]) -> None:
         """Answer requests whose result stands (known keys, or a committed batch)."""
         self.requests += len(answered)
         for request, result in answered:
             request.resolve(result)
 
     def fail(
-        self, applied: Sequence[tuple[Request, Any]], error: BaseException, *, expected_count: int
+        self,
+        applied: Sequence[tuple[Request[Any], Any]],
+        error: BaseException,
+        *,
+        expected_count: int,
     ) -> None:
         """The store refused a batch: each of its callers gets its own StoreError.
 
@@ -262,3 +268,25 @@ class SessionState:
         )
         for request, _ in applied:
             request.fail(store_error(error))
+
+
+def restored(session_id: str, stored: Stored) -> Log:
+    """The Log a store's read of a whole session stands for, or why it cannot be one.
+
+    Raises:
+        CorruptRecordError: the stored count or horizon does not fit the rows (a count past
+            the newest row with no snapshot to explain the gap, say), or the events
+            themselves are out of order.
+    """
+    events = stored.events
+    newest = events[-1].seq if events else -1
+    if stored.horizon == 0 and stored.count != newest + 1 and (events or stored.count):
+        raise CorruptRecordError(
+            f"session {session_id!r}: the store says its count is {stored.count}, but its"
+            f" events end at seq {newest} and no snapshot dropped any"
+            + (" (rows are missing)" if stored.count > newest + 1 else "")
+        )
+    try:
+        return Log.restore(events, count=stored.count, horizon=stored.horizon)
+    except InvalidEventError as error:
+        raise CorruptRecordError(f"session {session_id!r}: the store returned {error}") from error

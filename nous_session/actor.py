@@ -3,25 +3,15 @@
 One actor task owns a session's :class:`~nous_session.log.Log`. Callers put requests into a
 bounded queue; the actor takes every request waiting as one batch and commits it by one rule:
 **a batch commits exactly as if its requests had run one after another, each on the log the
-previous ones left** (see :mod:`nous_session._engine`, which writes the rule down and follows
-it). Only once the store has a commit does the actor publish the new Log value, wake
-subscribers and answer each request with its result or error. Readers therefore never see an
-event that is not committed, and nothing acknowledged is ever dropped.
-
-:class:`SessionActor` is the public handle: its methods validate and copy their arguments in
-the caller, queue one request (:mod:`nous_session._requests`: one class per kind, each with a
-pure ``apply``) and await its answer. Behind it, sharing one state object
-(:mod:`nous_session._state`) the way an anyio memory stream's ends do: the engine
-(:mod:`nous_session._engine`: queue, batches, apply), the commit strategies
-(:mod:`nous_session._commits`: plain and rebased commits, unknown outcomes), the follower
-(:mod:`nous_session._follower`: the change feed and catching up), the published state that
-subscriptions read (:mod:`nous_session.subscription`) and the compaction runner
-(:mod:`nous_session.compaction`), which talks to the actor through the same queue.
+previous ones left**. Only once the store has a commit does the actor publish the new Log
+value, wake subscribers and answer each request with its result or error: readers never see
+an event that is not committed, and nothing acknowledged is ever dropped.
 
 Backpressure: the queue holds ``queue_size`` requests. A caller whose request does not fit
 waits for space (a cancelled wait sends nothing). Subscribers never hold up the actor: each
-reads the published, immutable Log by cursor and waits on one shared notification, so the actor
-does the same work per commit whatever the number of subscribers.
+reads the published, immutable Log by cursor.
+
+How the actor is built (its engine, commit strategies and follower): docs/internals.md.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
@@ -38,13 +28,14 @@ import anyio.to_thread
 import attrs
 
 from nous_session import telemetry as _telemetry
+from nous_session._compaction_runner import CompactionRunner, CompactionTurn
 from nous_session._engine import Engine
-from nous_session._follower import restored
 from nous_session._history import HistoryOperations
+from nous_session._load_only import LoadOnlyStore, with_read
 from nous_session._requests import Append, Reload
-from nous_session._state import SessionState
-from nous_session.compaction import CompactionPolicy, CompactionRunner, CompactionTurn
-from nous_session.errors import InvalidEventError, StoreError
+from nous_session._state import SessionState, restored
+from nous_session.compaction import CompactionPolicy
+from nous_session.errors import InvalidEventError
 from nous_session.event import Event, EventType, message_event, prepare
 from nous_session.log import Log
 from nous_session.message import Message
@@ -116,7 +107,7 @@ class SessionActor(HistoryOperations):
         session_id: str,
         store: Store,
         log: Log,
-        stored: Stored | None,
+        stored: Stored,
         compaction: CompactionPolicy | None,
         queue_size: int,
         task_group: anyio.abc.TaskGroup,
@@ -130,10 +121,9 @@ class SessionActor(HistoryOperations):
             store=store,
             log=log,
             stored=stored,
-            rebase=rebase,
             task_group=task_group,
         )
-        engine = self._engine = Engine(state, queue_size, telemetry)
+        engine = self._engine = Engine(state, queue_size, rebase=rebase, telemetry=telemetry)
         # (count looked through, metadata found): metadata events are never dropped and seqs
         # only grow, so each look reads only the events committed since the last one.
         self._metadata: tuple[int, SessionMetadata | None] = (0, None)
@@ -147,10 +137,7 @@ class SessionActor(HistoryOperations):
                 logger=state.logger,
                 telemetry=telemetry,
                 turn=(
-                    # cast: supports() checked the capability (it is not a type guard here).
-                    CompactionTurn(
-                        cast("LeasingStore", store), session_id, compaction.turn_ttl, state.logger
-                    )
+                    CompactionTurn(store, session_id, compaction.turn_ttl, state.logger)
                     if supports(store, LeasingStore)
                     else None
                 ),
@@ -244,8 +231,10 @@ class SessionActor(HistoryOperations):
             raise ValueError(f"follow=True needs a store with a change feed; {store!r} has none")
         # Telemetry hook: None when off (the actor then runs as if telemetry did not exist);
         # on, the actor talks to the store through a traced proxy.
-        telemetry = _telemetry.session(session_id, store)
-        traced = store if telemetry is None else telemetry.store
+        # A store with no `read` (the contract's first version) is wrapped once, here.
+        readable = with_read(store)
+        telemetry = _telemetry.session(session_id, readable)
+        traced = readable if telemetry is None else telemetry.store
         actor: SessionActor | None = None
         try:
             log, stored = await _load(traced, session_id, fold=compaction is not None)
@@ -294,7 +283,7 @@ class SessionActor(HistoryOperations):
         finally:
             if actor is not None:
                 # Every path, a cancelled open included: no stream is left unclosed.
-                actor._engine.close_streams()
+                actor._engine.refuse_queued()
                 actor._state.published.close()
             if telemetry is not None:  # telemetry hook
                 telemetry.closed()
@@ -337,7 +326,7 @@ class SessionActor(HistoryOperations):
         # Validated and copied here, in the caller: its errors surface on the caller's stack,
         # and changing `data` after the call (even a cancelled one) changes nothing.
         request = Append((prepare(type, data, time),), None if key is None else _key(key))
-        return (await self._call(request))[0]  # type: ignore[no-any-return]
+        return (await self._call(request))[0]
 
     async def append_many(
         self,
@@ -382,7 +371,7 @@ class SessionActor(HistoryOperations):
         if not normalised:
             return ()
         request = Append(tuple(normalised), _key(key), expect_count)
-        return await self._call(request)  # type: ignore[no-any-return]
+        return await self._call(request)
 
     async def add_message(self, message: Message, *, key: str | None = None) -> Event:
         """Append the surface event that stands for ``message`` (as ``Log.seed`` maps it).
@@ -398,7 +387,7 @@ class SessionActor(HistoryOperations):
         # The message's JSON is a fresh copy that only holds valid fields: nothing to re-check.
         item = (event_type, data, message.created_at)
         request = Append((item,), None if key is None else _key(key))
-        return (await self._call(request))[0]  # type: ignore[no-any-return]
+        return (await self._call(request))[0]
 
     async def reload(self) -> Log:
         """Catch up with what other writers committed to this session's store since our count.
@@ -410,7 +399,7 @@ class SessionActor(HistoryOperations):
         Raises:
             StoreError, SessionClosedError: as :meth:`append`.
         """
-        return await self._call(Reload())  # type: ignore[no-any-return]
+        return await self._call(Reload())
 
     async def wait_for_compaction(self) -> None:
         """Wait until no compaction is running or due (return at once when none is).
@@ -453,8 +442,10 @@ class SessionActor(HistoryOperations):
     @property
     def store(self) -> Store:
         """The store the session is persisted in (to open a fork in, say)."""
-        # Telemetry hook: the store itself, not the traced proxy the actor calls it through.
-        return _telemetry.unwrap_store(self._state.store)  # type: ignore[no-any-return]
+        # The store itself, not the traced proxy (telemetry hook) or the LoadOnlyStore the actor
+        # calls it through.
+        store: Store = _telemetry.unwrap_store(self._state.store)
+        return store.inner if isinstance(store, LoadOnlyStore) else store
 
     @property
     def log(self) -> Log:
@@ -530,20 +521,11 @@ async def _unwrapped() -> AsyncIterator[None]:
         raise error from error.__cause__
 
 
-async def _load(store: Store, session_id: str, *, fold: bool) -> tuple[Log, Stored | None]:
+async def _load(store: Store, session_id: str, *, fold: bool) -> tuple[Log, Stored]:
     """Rebuild a session's Log from the store: its events with their seqs and gaps verbatim,
-    its count and horizon. A store with only the first Store contract (no ``read``) gives
-    its events, and the count follows from the last of them."""
-    stored: Stored | None = None
-    if callable(getattr(type(store), "read", None)):
-        stored = await store.read(session_id)
-        log = restored(session_id, stored)
-    else:
-        events = await store.load(session_id)
-        try:
-            log = Log.restore(events)
-        except InvalidEventError as error:
-            raise StoreError(f"session {session_id!r}: the store returned {error}") from error
+    its count and horizon."""
+    stored = await store.read(session_id)
+    log = restored(session_id, stored)
     if fold and len(log.events()) > _WARM_ABOVE:
         # Compaction checks the surface at every commit: fold it in a worker thread now, not
         # on the event loop at the first commit.

@@ -389,7 +389,7 @@ async def _read(store: Store, session_id: str) -> Log:
 def _listing_store(store: Store) -> ListingStore:
     if not supports(store, ListingStore):
         raise CommandError(f"{_where(store)} cannot list sessions by metadata and time")
-    return store  # type: ignore[return-value]
+    return store
 
 
 def _entry_json(entry: SessionEntry) -> dict[str, Any]:
@@ -844,7 +844,7 @@ async def _snapshot(store: Store, args: argparse.Namespace, out: TextIO) -> None
         if args.vacuum:
             if not supports(store, VacuumingStore):
                 raise CommandError("this store has nothing to vacuum")
-            await store.vacuum()  # type: ignore[attr-defined]
+            await store.vacuum()
         advance(len(before.events()))
     dropped = len(before.events()) - len(after.events())
     held = len(after.events())

@@ -602,9 +602,9 @@ def _tool_call(call: Any) -> ToolCall:
         arguments = MappingProxyType(arguments)
     size = len(call)
     if size == 2 or (size == 3 and "arguments" in call):  # {"id", "name"[, "arguments"]}
-        return ToolCall._trusted(call["id"], call["name"], arguments)
+        return ToolCall.trusted(call["id"], call["name"], arguments)
     provider_data = call.get("provider_data")
-    return ToolCall._trusted(
+    return ToolCall.trusted(
         call["id"],
         call["name"],
         arguments,

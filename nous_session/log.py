@@ -105,6 +105,7 @@ class _View(Sequence[T]):
             return NotImplemented
         return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=False))
 
+    # Unhashable, as a list is; typeshed's object.__hash__ has no None.
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
@@ -169,17 +170,16 @@ class _Fold:
                 surface, length = _extend(surface, length, pending)
                 pending = []
             # Every operation's effect on the surface, by type (ops.py defines them).
-            kind = type(op)
-            if kind is Replace:
+            if isinstance(op, Replace):
                 entries = [event] if event.type in _SURFACE else replace_entries(event)
-                surface, length = _splice(surface, length, op.start, op.stop, entries)  # type: ignore[union-attr]
-            elif kind is Remove:
-                surface, length = _splice(surface, length, op.start, op.stop, [])  # type: ignore[union-attr]
-            elif kind is Rewind:
-                before = log._prefix_fold(op.to)  # type: ignore[union-attr]
+                surface, length = _splice(surface, length, op.start, op.stop, entries)
+            elif isinstance(op, Remove):
+                surface, length = _splice(surface, length, op.start, op.stop, [])
+            elif isinstance(op, Rewind):
+                before = log._prefix_fold(op.to)
                 surface, length = before.surface.fork(before.length), before.length
             else:  # Uncompact
-                surface, length = _uncompact(log, surface, length, op.seq)  # type: ignore[union-attr]
+                surface, length = _uncompact(log, surface, length, op.seq)
         if pending:
             surface, length = _extend(surface, length, pending)
         return _Fold(count, surface, length)
@@ -470,8 +470,9 @@ class Log:
         log._fold = self._fold
         return log
 
-    def _give_back(self, newer: Log) -> None:
-        """Let this value's next append reuse the shared storage instead of forking.
+    def give_back(self, newer: Log) -> None:
+        """Internal, for the session actor: let this value's next append reuse the shared
+        storage instead of forking.
 
         For an owner that built ``newer`` from this value by appends alone and discards it
         unseen (the SessionActor after a failed commit): the events ``newer`` added past this
@@ -503,7 +504,8 @@ class Log:
                     seq=log._count,
                 )
                 continue
-            log = log.append(event_type, data, time=message.created_at)  # type: ignore[attr-defined]
+            assert isinstance(message, Message)  # message_event refuses anything else
+            log = log.append(event_type, data, time=message.created_at)
         return log
 
     @classmethod
@@ -765,6 +767,8 @@ class Log:
             and self.events() == other.events()
         )
 
+    # Unhashable: equal by value, and a value nobody should key on; typeshed's object.__hash__
+    # has no None.
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:

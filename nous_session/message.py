@@ -184,7 +184,7 @@ class ToolCall:
         return cls(ident, name, source.get("arguments", {}))
 
     @classmethod
-    def _trusted(
+    def trusted(
         cls,
         ident: str,
         name: str,
@@ -193,7 +193,8 @@ class ToolCall:
         status: str | None = None,
         provider_data: ProviderData = _EMPTY,
     ) -> ToolCall:
-        """Build without checks or copies, from fields the log has already validated."""
+        """Internal, for the log's decoding: build without checks or copies, from fields the
+        log has already validated."""
         call = object.__new__(cls)
         _set = object.__setattr__
         _set(call, "id", ident)

@@ -183,12 +183,12 @@ RANGE_OPS: Final = (Replace, Remove)
 def _ints(value: list[object], size: int, form: str) -> list[int]:
     if len(value) != size:
         raise OpError(f"malformed surface_op {value!r}: {form}")
-    numbers = value[1:]
-    if any(type(number) is not int for number in numbers):
+    numbers = [number for number in value[1:] if type(number) is int]  # no bool
+    if len(numbers) != size - 1:
         raise OpError(f"malformed surface_op {value!r}: {form} takes ints")
-    if any(number > _INT_MAX for number in numbers):  # type: ignore[operator]
+    if any(number > _INT_MAX for number in numbers):
         raise OpError(f"malformed surface_op {value!r}: beyond 64 bits")
-    return numbers  # type: ignore[return-value]
+    return numbers
 
 
 def _range(kind: type[Replace] | type[Remove]) -> Callable[[list[object]], SurfaceOp]:
@@ -233,10 +233,10 @@ def parse_op(value: object) -> SurfaceOp:
     """
     if isinstance(value, Replace | Remove | Rewind | Uncompact):
         return value
-    if type(value) in (list, tuple) and value:
-        head = value[0]  # type: ignore[index]
+    if (type(value) is list or type(value) is tuple) and value:  # not a subclass
+        head = value[0]
         parser = _PARSERS.get(head) if type(head) is str else None
         if parser is not None:
-            return parser(list(value))  # type: ignore[call-overload]
+            return parser(list(value))
     known = ", ".join(f'["{name}", ...]' for name in _PARSERS)
     raise OpError(f"malformed surface_op {value!r}: the operations are {known}")

@@ -42,7 +42,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from types import TracebackType
 from typing import Any, Literal, TypeAlias, TypeVar, overload
 
 import anyio
@@ -149,12 +148,7 @@ class _Use:
         self._entry = entry
         return actor
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         entry, self._entry = self._entry, None
         if entry is not None:
             self._registry._release(entry)
@@ -286,13 +280,8 @@ class Sessions:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        return await self._exit_stack.__aexit__(exc_type, exc, tb)
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._exit_stack.__aexit__(*exc_info)
 
     async def aclose(self) -> None:
         """Close every actor (queued requests are committed first), then the owned store.
@@ -353,15 +342,17 @@ class Sessions:
                 pass  # set while leased; the get below finds the actor open
             return await self.get(session_id)
         entry = self._entries.get(session_id)
-        if entry is not None and self._usable(entry):
+        if entry is not None and entry.actor is not None and self._usable(entry):
             # The common case, with no await: nothing can close it before the caller has it.
             self._touch(entry)
-            return entry.actor  # type: ignore[return-value]
+            return entry.actor
         entry = await self._acquire(session_id)
         # Released keeping this one: it becomes the most recently used, and the eviction
         # stops before it, so the actor returned here is open on return.
         self._release(entry, keep=True)
-        return entry.actor  # type: ignore[return-value]
+        actor = entry.actor
+        assert actor is not None  # an acquired entry's actor runs
+        return actor
 
     def use(
         self,
@@ -793,12 +784,7 @@ class SessionsPortal:
     def __enter__(self) -> SessionsPortal:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

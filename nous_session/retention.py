@@ -130,7 +130,7 @@ async def apply(
         raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
     if not supports(store, ListingStore):
         raise ValueError(f"retention needs a store that lists sessions by time; {store!r} does not")
-    listing: ListingStore = store  # type: ignore[assignment]
+    listing = store
     selected: list[SessionEntry] = []
     cursor: str | None = None
     while True:

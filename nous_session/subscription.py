@@ -10,7 +10,6 @@ actor the same whatever the number of subscribers: it replaces the Log value and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from types import TracebackType
 from typing import Final
 
 import anyio
@@ -154,12 +153,7 @@ class Subscription:
         self._published.readers.add(self)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._published.subscribers -= 1
         self._published.readers.discard(self)
 

@@ -499,8 +499,8 @@ class SessionTelemetry:
     # Commits ----------------------------------------------------------------------------------
 
     def traced_commit(
-        self, commit: Callable[[list[Request]], Awaitable[None]], state: SessionState
-    ) -> Callable[[list[Request]], Awaitable[None]]:
+        self, commit: Callable[[list[Request[Any]]], Awaitable[None]], state: SessionState
+    ) -> Callable[[list[Request[Any]]], Awaitable[None]]:
         """The engine's commit of one segment, in a ``nous_session.commit`` span, timed."""
         instruments = self.instruments
         api = instruments.api
@@ -508,7 +508,7 @@ class SessionTelemetry:
         use_span = api.trace.use_span
         error_status = api.trace.Status(api.trace.StatusCode.ERROR)
 
-        async def traced(requests: list[Request]) -> None:
+        async def traced(requests: list[Request[Any]]) -> None:
             if not requests:
                 await commit(requests)  # nothing to commit: no span
                 return

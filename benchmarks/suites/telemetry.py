@@ -114,10 +114,10 @@ async def _open_sides(stack: AsyncExitStack) -> tuple[dict[str, SessionActor], A
     telemetry.reset()
     for name in ("absent", "no_provider"):
         engine = actors[name]._engine
-        expect(engine._committer == engine._commit, f"{name}: the engine's commit is wrapped")
+        expect(not engine.traced, f"{name}: the engine's commit is wrapped")
     for name in ("enabled_no_provider", "sdk"):
         engine = actors[name]._engine
-        expect(engine._committer != engine._commit, f"{name}: the engine's commit is plain")
+        expect(engine.traced, f"{name}: the engine's commit is plain")
     stack.callback(tracer_provider.shutdown)
     stack.callback(meter_provider.shutdown)
     return actors, exporter, reader

@@ -399,7 +399,7 @@ class NousSessionService(BaseSessionService):
             if where is None or not supports(store, ListingStore):
                 infos = await store.sessions()
                 return [info.session_id for info in infos if info.session_id.startswith(prefix)]
-            listing: ListingStore = store  # type: ignore[assignment]
+            listing: ListingStore = store
             found: list[str] = []
             cursor = None
             while True:

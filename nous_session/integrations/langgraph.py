@@ -490,7 +490,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 for info in await store.sessions()
                 if info.session_id.startswith(self._prefix)
             ]
-        listing: ListingStore = store  # type: ignore[assignment]
+        listing: ListingStore = store
         where = {"app": LISTED_APP, LISTED_APP: self._prefix}
         found: list[str] = []
         cursor = None

@@ -657,7 +657,7 @@ class NousConversationStore(ConversationStore):
         store = self._store
         if self._metadata(scope) is None or not supports(store, ListingStore):
             return await self._session_ids()
-        listing: ListingStore = store  # type: ignore[assignment]
+        listing: ListingStore = store
         where: dict[str, Any] = {"app": "pydantic-ai", "pydantic_ai": self._prefix}
         if scope is not None:
             where["owner"] = scope

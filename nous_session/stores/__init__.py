@@ -138,8 +138,8 @@ async def follow(
     poll.
     """
     if supports(store, FollowingStore):
-        async with aclosing(store.follow(session_id, since=since)) as events:  # type: ignore[attr-defined]
-            async for event in events:
+        async with aclosing(store.follow(session_id, since=since)) as followed:
+            async for event in followed:
                 yield event
         return
     cursor = since

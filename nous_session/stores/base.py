@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequenc
 from datetime import datetime
 from operator import attrgetter
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import attrs
 
@@ -572,12 +572,16 @@ def check_lease(session_id: str, name: str, holder: str, ttl: float = 1.0) -> fl
     return float(ttl)
 
 
-def supports(store: object, capability: type) -> bool:
+def supports(store: object, capability: Callable[..., T]) -> TypeGuard[T]:
     """Whether ``store``'s class has every method the capability Protocol itself declares.
 
     Looked up on the class, not the instance: a wrapper store that passes unknown attributes
     through to another store (``__getattr__``) must not have its own ``commit`` bypassed by a
     capability the inner store has.
+
+    A ``TypeGuard``: after ``if supports(store, ErasingStore):`` a type checker knows
+    ``store.erase``. The capability is typed as a callable returning it, not ``type[...]``:
+    mypy refuses a Protocol where a ``type[...]`` is expected.
     """
     names = [
         name

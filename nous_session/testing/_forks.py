@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
 
 import pytest
 
@@ -20,7 +19,7 @@ class ForkConformance:
     def _forking(store: Store) -> ForkingStore:
         if not supports(store, ForkingStore):
             pytest.skip(f"{type(store).__name__} cannot fork")
-        return cast(ForkingStore, store)  # supports() said so, at runtime
+        return store
 
     @pytest.mark.anyio
     async def test_a_fork_has_the_parents_history_up_to_its_point_and_then_its_own(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import pytest
@@ -17,7 +17,7 @@ from nous_session.stores.base import ForkingStore, ListingStore, Store, supports
 def _listing(store: Store) -> ListingStore:
     """``store`` as the listing store it must be."""
     assert supports(store, ListingStore), f"{store!r} is not a ListingStore"
-    return cast(ListingStore, store)  # supports() looks at the class, which mypy cannot follow
+    return store
 
 
 async def _listed(store: Store, **query: Any) -> list[str]:
@@ -171,7 +171,7 @@ class ListingConformance:
     async def test_a_fork_starts_with_the_metadata_of_its_fork_point(self, store: Store) -> None:
         if not supports(store, ForkingStore):
             pytest.skip("the store does not fork")
-        forking = cast(ForkingStore, store)  # supports() said so, at runtime
+        forking = store
         async with SessionActor.open(session_id="p", store=store, metadata={"owner": "ann"}) as s:
             await s.add_message(Message.user("hi"))  # seq 1
             await s.set_metadata({"owner": "ann", "title": "later"})  # seq 2

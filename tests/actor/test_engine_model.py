@@ -59,9 +59,10 @@ from nous_session import (
     SessionActor,
     ToolCall,
 )
+from nous_session._compaction_runner import Compaction
 from nous_session._logging import get_logger
 from nous_session._requests import INTERRUPTED, Recover
-from nous_session.compaction import COMPACTION, Compaction, Replacement
+from nous_session.compaction import COMPACTION, Replacement
 from nous_session.event import message_event, replace_data
 from nous_session.ops import Remove, Rewind, Uncompact
 from nous_session.stores.memory import MemoryStore

@@ -230,3 +230,32 @@ async def test_store_commits_read_an_iterator_once_and_refuse_what_is_not_an_eve
         await store.commit("t", expected_count=0, events=[{"seq": 0}])  # type: ignore[list-item]
     assert [info.session_id for info in await store.sessions()] == ["s"]
     assert list(await store.load("t")) == []
+
+
+async def test_a_segment_applied_again_after_a_conflict_answers_a_request_its_key_answered() -> (
+    None
+):
+    # A replace keeps the segment off the rebasing commit: it is applied again after the
+    # conflict, and the append whose key the session had committed must be answered too.
+    store = MemoryStore()
+    async with (
+        SessionActor.open(session_id="s", store=store, on_conflict="rebase", follow=False) as a,
+        SessionActor.open(session_id="s", store=store, follow=False) as b,
+    ):
+        first = await a.append("user_message", {"content": "first"}, key="k")
+        await b.reload()
+        await b.append("user_message", {"content": "other"})  # `a` is behind now
+        answers: dict[str, Any] = {}
+
+        async def keyed() -> None:
+            answers["keyed"] = await a.append("user_message", {"content": "again"}, key="k")
+
+        async def replace() -> None:
+            answers["replace"] = await a.replace(0, 0, Message.system("summary"))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(keyed)  # both queued before the actor takes them: one segment
+                tg.start_soon(replace)
+        assert answers["keyed"] == first
+        assert answers["replace"].seq == 2

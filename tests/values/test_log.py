@@ -1035,7 +1035,7 @@ def test_giving_back_a_discarded_successor_lets_the_next_append_reuse_the_storag
     base.derive_messages()
     discarded = summary(base.append(U, {"content": "never"}), 0, 1)
     contents(discarded)  # its fold extended the shared surface too
-    base._give_back(discarded)
+    base.give_back(discarded)
     after = base.append(U, {"content": "instead"}, time=at(3))
     assert after._events is base._events  # no copy
     assert [e.data.get("content") for e in after.events()] == ["m0", "m1", "m2", "instead"]
@@ -1048,7 +1048,7 @@ def test_give_back_leaves_storage_alone_when_something_came_after() -> None:
     base = users(2)
     discarded = base.append(U, {"content": "x"})
     kept = discarded.append(U, {"content": "y"})  # still alive: must not lose its events
-    base._give_back(discarded)
+    base.give_back(discarded)
     assert [e.data.get("content") for e in kept.events()] == ["m0", "m1", "x", "y"]
     other = base.append(U, {"content": "z"})
     assert contents(other) == ["m0", "m1", "z"]
