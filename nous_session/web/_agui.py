@@ -207,7 +207,8 @@ def translate(
         identifier = message_id(event.seq, data.get("metadata"))
         return [] if identifier in skip else list(_message_events(event, identifier))
     if kind is EventType.METADATA:
-        return [StateSnapshotEvent(snapshot=dict(data))]
+        # The state is the session's metadata record, as SessionMetadata.to_json gives it.
+        return [StateSnapshotEvent(snapshot=data.get("metadata", {}))]
     return []
 
 
