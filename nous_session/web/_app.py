@@ -88,7 +88,8 @@ class SessionStreams:
     Args:
         sessions: a :class:`Sessions` registry (the application opens and closes it), or a
             store or store URL for one that the lifespan opens with ``compaction``,
-            ``idle_timeout`` and ``on_conflict="rebase"`` (other workers may write too).
+            ``idle_timeout``, ``max_open`` and ``on_conflict="rebase"`` (other workers may
+            write to the same sessions).
         agent: the function each run calls; None serves the streams and refuses runs.
         authorize: ``(request, thread_id, access) -> bool`` (or an awaitable of it); None lets
             only loopback clients in.
@@ -102,6 +103,7 @@ class SessionStreams:
         authorize: Authorize | None = None,
         compaction: CompactionPolicy | None = None,
         idle_timeout: float = 60.0,
+        max_open: int = 10_000,
     ) -> None:
         self._given = sessions if isinstance(sessions, Sessions) else None
         self._store = sessions
@@ -109,6 +111,7 @@ class SessionStreams:
         self._authorize = authorize or _loopback_only
         self._compaction = compaction
         self._idle_timeout = idle_timeout
+        self._max_open = max_open
         self._sessions: Sessions | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running: dict[str, str] = {}  # thread id -> the run this worker runs on it
@@ -134,6 +137,7 @@ class SessionStreams:
                         store,
                         compaction=self._compaction,
                         idle_timeout=self._idle_timeout,
+                        max_open=self._max_open,
                         on_conflict="rebase",
                     )
                 )
