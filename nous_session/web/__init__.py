@@ -26,6 +26,7 @@ from nous_session.web._app import (
     create_app,
     is_loopback,
 )
+from nous_session.web._live import Draft, live_message
 from nous_session.web._native import compaction_source, event_json, event_stream
 from nous_session.web._sse import PING_SECONDS, RETRY_MS, resume_point, stream_response
 
@@ -35,6 +36,7 @@ __all__ = [
     "Access",
     "Agent",
     "Authorize",
+    "Draft",
     "SessionStreams",
     "compaction_source",
     "create_app",
@@ -42,6 +44,7 @@ __all__ = [
     "event_stream",
     "from_agui",
     "is_loopback",
+    "live_message",
     "messages_snapshot",
     "resume_point",
     "stream_response",

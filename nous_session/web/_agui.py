@@ -163,10 +163,15 @@ def _message_events(event: Event, identifier: str) -> Iterator[BaseEvent]:
         return
     text = _text(data.get("content"))
     calls = data.get("tool_calls")
-    calls = calls if isinstance(calls, list) else []
     if text or not calls:
         yield from _text_message(identifier, _TEXT_ROLES[EventType(event.type)], text)
-    for call in calls:
+    yield from tool_call_events(event, identifier)
+
+
+def tool_call_events(event: Event, identifier: str) -> Iterator[BaseEvent]:
+    """The tool calls of the message ``event`` holds (its id ``identifier``) as AG-UI events."""
+    calls = event.data.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         if not isinstance(call, Mapping):
             continue
         call_id = str(call.get("id", ""))
@@ -179,6 +184,21 @@ def _message_events(event: Event, identifier: str) -> Iterator[BaseEvent]:
         if arguments:
             yield ToolCallArgsEvent(tool_call_id=call_id, delta=arguments)
         yield ToolCallEndEvent(tool_call_id=call_id)
+
+
+def live_id(event: Event) -> str | None:
+    """The id of the live draft (:mod:`nous_session.web._live`) that ``event`` completes."""
+    metadata = event.data.get("metadata")
+    if event.op is None and isinstance(metadata, Mapping):
+        own = metadata.get(METADATA_KEY)
+        if isinstance(own, Mapping) and own.get("live") is True:
+            return _client_id(metadata)
+    return None
+
+
+def content_text(event: Event) -> str:
+    """The text of the message ``event`` holds."""
+    return _text(event.data.get("content"))
 
 
 def translate(

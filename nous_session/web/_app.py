@@ -29,6 +29,7 @@ from nous_session.web._agui import (
     is_known,
     known_message_ids,
 )
+from nous_session.web._live import LiveChannel, current_channel
 from nous_session.web._native import event_stream
 from nous_session.web._sse import Chunk, resume_point, stream_response
 from nous_session.web._streams import connect_stream, run_stream
@@ -115,6 +116,7 @@ class SessionStreams:
         self._sessions: Sessions | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running: dict[str, str] = {}  # thread id -> the run this worker runs on it
+        self._channels: dict[str, LiveChannel] = {}  # thread id -> its live drafts, while used
         self.app = Starlette(
             routes=[
                 Route("/run", self._run, methods=["POST"]),
@@ -156,6 +158,20 @@ class SessionStreams:
             raise RuntimeError("SessionStreams.lifespan is not running")
         return self._sessions
 
+    @asynccontextmanager
+    async def _channel(self, thread_id: str) -> AsyncIterator[LiveChannel]:
+        """The thread's live channel, held for the block (dropped when nobody holds it)."""
+        channel = self._channels.get(thread_id)
+        if channel is None:
+            channel = self._channels[thread_id] = LiveChannel()
+        channel.users += 1
+        try:
+            yield channel
+        finally:
+            channel.users -= 1
+            if channel.users == 0:
+                del self._channels[thread_id]
+
     async def _allowed(self, request: Request, thread_id: str, access: Access) -> bool:
         answer = self._authorize(request, thread_id, access)
         if inspect.isawaitable(answer):
@@ -191,9 +207,13 @@ class SessionStreams:
             return JSONResponse({"error": str(error)}, status_code=400)
 
         async def produce(sender: ObjectSendStream[Chunk]) -> None:
-            async with self.sessions.use(run.thread_id) as session:
-                async for chunk in run_stream(session, run.thread_id, run.run_id, since, skip):
-                    await sender.send(chunk)
+            async with (
+                self.sessions.use(run.thread_id) as session,
+                self._channel(run.thread_id) as channel,
+            ):
+                await run_stream(
+                    session, channel, run.thread_id, run.run_id, since, skip, sender.send
+                )
 
         return stream_response(produce)
 
@@ -232,7 +252,12 @@ class SessionStreams:
         assert agent is not None
         outcome: tuple[str, dict[str, Any]] = (RUN_FINISHED, {"run_id": run.run_id})
         try:
-            async with self.sessions.use(run.thread_id) as session:
+            async with (
+                self.sessions.use(run.thread_id) as session,
+                self._channel(run.thread_id) as channel,
+            ):
+                # The agent's live_message() blocks find the thread's channel through this.
+                current_channel.set(channel)
                 try:
                     await agent(session, run)
                 except anyio.get_cancelled_exc_class():
@@ -270,9 +295,8 @@ class SessionStreams:
         start = None if why == "start" else since
 
         async def produce(sender: ObjectSendStream[Chunk]) -> None:
-            async with self.sessions.use(thread_id) as session:
-                async for chunk in connect_stream(session, thread_id, run_id, start):
-                    await sender.send(chunk)
+            async with self.sessions.use(thread_id) as session, self._channel(thread_id) as channel:
+                await connect_stream(session, channel, thread_id, run_id, start, sender.send)
 
         return stream_response(produce)
 

@@ -74,4 +74,5 @@ def event_stream(
                 data = orjson.dumps(event_json(event)).decode()
                 await sender.send(ServerSentEvent(data, id=str(event.seq)))
 
-    return stream_response(produce)
+    # Lines end with "\r\n", sse-starlette's default, as this stream's readers have known it.
+    return stream_response(produce, sep="\r\n")

@@ -44,7 +44,7 @@ def resume_point(request: Request) -> tuple[int, str]:
 
 
 def stream_response(
-    produce: Callable[[ObjectSendStream[Chunk]], Awaitable[None]],
+    produce: Callable[[ObjectSendStream[Chunk]], Awaitable[None]], *, sep: str = "\n"
 ) -> EventSourceResponse:
     """An SSE response carrying what ``produce`` sends, until it returns.
 
@@ -52,7 +52,9 @@ def stream_response(
     chunks over a small memory stream, so that at server shutdown (which sse-starlette detects
     and signals) it stops waiting for the next event and the stream ends cleanly: the client
     sees an ended response, not a torn connection, and reconnects. The first chunk tells the
-    client how soon to come back if the connection drops.
+    client how soon to come back if the connection drops. ``sep`` ends the lines of the
+    response's own messages (the retry hint, the pings): "\n" by default, since AG-UI's client
+    splits messages on "\n\n".
     """
     sender, receiver = anyio.create_memory_object_stream[Chunk](BUFFERED)
     shutdown = anyio.Event()
@@ -65,7 +67,7 @@ def stream_response(
                 task_group.cancel_scope.cancel()
 
             task_group.start_soon(stop_at_shutdown)
-            await sender.send(ServerSentEvent(comment="nous_session", retry=RETRY_MS))
+            await sender.send(ServerSentEvent(comment="nous_session", retry=RETRY_MS, sep=sep))
             await produce(sender)
             task_group.cancel_scope.cancel()  # everything is sent: the stream is complete
 
@@ -78,8 +80,7 @@ def stream_response(
         content(),
         data_sender_callable=pump,
         ping=PING_SECONDS,
-        # "\n" rather than the default "\r\n": AG-UI's client splits messages on "\n\n".
-        sep="\n",
+        sep=sep,
         shutdown_event=shutdown,
         shutdown_grace_period=1.0,
     )

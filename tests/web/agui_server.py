@@ -2,8 +2,9 @@
 
 ``python tests/web/agui_server.py --store sqlite:///x.sqlite3 --port 8123``. Its agent is
 scripted: it titles the session after the user's last message, calls a weather tool, gets its
-result, and answers by quoting the message; a message containing "slow" makes it pause between
-those steps, so that a test can cut the connection in the middle of a run.
+result, and answers by quoting the message, word by word as live text (nous_session.web's
+live_message); a message containing "slow" makes it pause between those steps and words, so
+that a test can cut the connection in the middle of a run, or of the answer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import uvicorn
 from ag_ui.core import RunAgentInput
 
 from nous_session import Message, SessionActor, ToolCall
-from nous_session.web import create_app
+from nous_session.web import create_app, live_message
 
 # How long a "slow" run waits between its steps.
 PAUSE = 0.5
@@ -38,7 +39,10 @@ async def scripted_agent(session: SessionActor, run: RunAgentInput) -> None:
     await anyio.sleep(pause)
     await session.add_message(Message.tool(call.id, {"rain_mm": 3}, name="get_weather"))
     await anyio.sleep(pause)
-    await session.add_message(Message.assistant(f"You said: {said}"))
+    async with live_message(session) as answer:
+        for word in f"You said: {said}".split(" "):
+            answer.add(word if not answer.text else f" {word}")
+            await anyio.sleep(pause / 5)
 
 
 def main() -> None:

@@ -145,3 +145,42 @@ test("a run cut on one server process resumes on another serving the same store"
     comparable((await hydrated(SERVER_B, threadId)).messages),
   );
 });
+
+test("an answer streams word by word as live text, and is kept once, whole", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: recordingFetch(record) });
+  agent.addMessage(userMessage("slow: say it word by word"));
+  await agent.runAgent();
+  assertValid(record);
+  const answer = agent.messages.at(-1);
+  assert.equal(answer.content, "You said: slow: say it word by word");
+  const deltas = record.events.filter(
+    (event) => event.type === "TEXT_MESSAGE_CONTENT" && event.messageId === answer.id,
+  );
+  assert.ok(deltas.length > 1, `the answer came in ${deltas.length} delta(s)`);
+  const page = await hydrated(SERVER_B, threadId);
+  assertNoDuplicates(page.messages);
+  assert.deepEqual(comparable(page.messages), comparable(agent.messages));
+});
+
+test("a connection cut in the middle of a live answer resumes to the whole answer", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const cutting = recordingFetch(record, {
+    cutAfter: (event) => event.type === "TEXT_MESSAGE_CONTENT" && event.delta.includes("said"),
+  });
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: cutting });
+  agent.addMessage(userMessage("slow: cut me off mid-sentence please"));
+  await agent.runAgent().catch(() => {});
+  assert.ok(record.cut);
+  const resumed = newRecord();
+  agent.fetch = recordingFetch(resumed);
+  agent.lastEventId = record.lastEventId;
+  await agent.connectAgent();
+  assertValid(resumed);
+  assert.equal(resumed.events.at(-1).type, "RUN_FINISHED");
+  assertNoDuplicates(agent.messages);
+  assert.equal(agent.messages.at(-1).content, "You said: slow: cut me off mid-sentence please");
+  assert.deepEqual(comparable(agent.messages), comparable((await hydrated(SERVER_A, threadId)).messages));
+});
