@@ -117,7 +117,7 @@ async def live_message(session: SessionActor, **fields: Any) -> AsyncIterator[Dr
 
     ``async with live_message(session) as draft: draft.add(token)``. The clients following
     the thread on this worker get each piece as AG-UI text deltas; when the block ends, the
-    complete message is committed once (``fields`` go to :meth:`Message.assistant`: tool
+    complete message is committed once (``fields`` go to ``Message.assistant``: tool
     calls, a name) under the id its deltas carried. If the block raises, nothing is committed
     and the clients that showed part of it are given the surface again. Outside an agent run
     by :class:`~nous_session.web.SessionStreams` there is nobody to stream to: the message is
