@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Final, TypeAlias
 
 import anyio
+import attrs
 from ag_ui.core import (
     BaseEvent,
     MessagesSnapshotEvent,
@@ -88,28 +89,31 @@ def active_run(events: Iterable[Event]) -> tuple[str | None, str | None]:
     return run, error
 
 
+@attrs.define
 class _Relay:
-    """What one stream has sent of its thread's live drafts, and what it sends next."""
+    """What one stream has sent of its thread's live drafts, and what it sends next.
 
-    def __init__(
-        self,
-        session: SessionActor,
-        thread_id: str,
-        channel: LiveChannel,
-        *,
-        skip: frozenset[str] = frozenset(),
-        resumed_after: int | None = None,
-    ) -> None:
-        self.session = session
-        self.thread_id = thread_id
-        self.channel = channel
-        self.skip = skip
-        self.resumed_after = resumed_after
-        self.sent: dict[str, int] = {}  # drafts this stream shows: id -> characters sent
-        # Drafts not shown live: those a resumed client may already hold part of, and those
-        # completed (or abandoned) since.
-        self.done: set[str] = set(channel.drafts) if resumed_after is not None else set()
-        self.position = -1  # the seq of the last committed event handled
+    Attributes:
+        skip: ids of messages not to send (a run's client sent them).
+        resumed_after: the client's ``Last-Event-ID``, if it resumed.
+        sent: the drafts this stream shows: id -> characters sent.
+        done: drafts not shown live: those a resumed client may hold part of already, and
+            those completed (or abandoned) since.
+        position: the seq of the last committed event handled.
+    """
+
+    session: SessionActor
+    thread_id: str
+    channel: LiveChannel
+    skip: frozenset[str] = frozenset()
+    resumed_after: int | None = None
+    sent: dict[str, int] = attrs.field(factory=dict)
+    done: set[str] = attrs.field(factory=set)
+    position: int = -1
+
+    def __attrs_post_init__(self) -> None:
+        if self.resumed_after is not None:
+            self.done.update(self.channel.drafts)
 
     def committed(self, event: Event) -> list[BaseEvent]:
         """The AG-UI events for a committed event, reconciled with the live drafts."""
