@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 import pytest
@@ -237,3 +238,38 @@ async def test_mounted_in_an_application_with_its_lifespan(tmp_path: Path) -> No
             assert (await client.post("/run", json=body)).status_code == 404
     with pytest.raises(RuntimeError, match="not running"):
         _ = streams.sessions
+
+
+async def test_a_second_run_on_a_busy_thread_is_refused_and_a_bad_request_named(
+    tmp_path: Path,
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+
+    async def waiting(session: SessionActor, run: RunAgentInput) -> None:
+        started.set()
+        await release.wait()
+        await session.add_message(Message.assistant("done"))
+
+    async with serving(tmp_path, agent=waiting) as client:
+        hello = [{"id": "u1", "role": "user", "content": "hi"}]
+        async with anyio.create_task_group() as task_group:
+            first: list[httpx.Response] = []
+
+            async def run_first() -> None:
+                first.append(await client.post("/run", json=run_input("t1", "r1", hello)))
+
+            task_group.start_soon(run_first)
+            with anyio.fail_after(10):
+                await started.wait()
+            busy = await client.post("/run", json=run_input("t1", "r2", []))
+            assert busy.status_code == 409
+            assert "r1" in busy.json()["error"]
+            release.set()
+        assert parse(first[0].content)[-1][1]["type"] == "RUN_FINISHED"
+        assert (await client.post("/run", content=b"{not json")).status_code == 422
+        assert (await client.post("/run", json={"threadId": "t1"})).status_code == 422
+        assert (await client.get("/connect")).status_code == 400
+        # GET /connect, as a browser's EventSource would open it.
+        events = parse((await client.get("/connect", params={"thread_id": "t1"})).content)
+        assert types(events) == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+        assert [m["content"] for m in events[1][1]["messages"]] == ["hi", "done"]
