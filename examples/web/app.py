@@ -2,15 +2,19 @@
 
 ``GET /sessions/{id}`` is a page (plain JavaScript, no build step) that shows the session's
 events as they are committed and, beside them, the surface the model sees, marking the
-compactions as they land. The events come from ``GET /sessions/{id}/events``, a Server-Sent
-Events stream read from ``session.subscribe(since)``: each SSE message carries one event and
-its SSE id is the event's seq, so a browser that reconnects (after a dropped connection or a
-server restart) sends ``Last-Event-ID`` and the stream resumes right after the last event it
-showed, with no gap and no duplicate. The surface comes with the page (so its first paint
-shows it), then from ``GET /sessions/{id}/surface``: the fold (replaces, removes, rewinds,
-uncompacts) is the library's, memoised on the committed Log, so the page asks for it again
-after each burst of events instead of re-implementing it. A compaction summary is shown whole,
+compactions as they land. The events come from ``GET /sessions/{id}/events``, the library's
+own Server-Sent Events stream (:func:`nous_session.web.event_stream`): each SSE message carries
+one event and its SSE id is the event's seq, so a browser that reconnects (after a dropped
+connection or a server restart) sends ``Last-Event-ID`` and the stream resumes right after the
+last event it showed, with no gap and no duplicate. The surface comes with the page (so its
+first paint shows it), then from ``GET /sessions/{id}/surface``: the fold (replaces, removes,
+rewinds, uncompacts) is the library's, memoised on the committed Log, so the page asks for it
+again after each burst of events instead of re-implementing it. A compaction summary is shown whole,
 line by line, with the number of original messages it covers.
+
+The same sessions speak AG-UI, for agent UIs (CopilotKit, ``@ag-ui/client``'s ``HttpAgent``):
+``POST /agui/run`` runs a scripted agent and streams the run, ``POST /agui/connect`` re-attaches
+(see ``docs/ui-streams.md``); both are :class:`nous_session.web.SessionStreams`, mounted here.
 
 The store is a SQLite file, so the server can be stopped and started again and keep every
 session. The sessions are held by a :class:`~nous_session.registry.Sessions` registry: each is
@@ -22,12 +26,12 @@ never written opens nothing for good. An id may contain ``/`` (the ADK adapter's
 whose last part is ``events``, ``surface`` or ``turns`` has no page of its own: that path is
 its parent's stream, surface or turns.)
 
-The view has no authentication: anyone who can reach it reads every session and appends to
-any. It refuses a request whose ``Host`` is not one of the allowed hosts (the loopback names
-and the ``--host`` it is bound to, plus any ``--allow-host``), which stops a DNS-rebinding page
-from reading it, and a POST whose ``Origin`` is another site's, which stops a cross-origin
-form from appending. Keep it on loopback, or put it behind a reverse proxy that authenticates
-(and add the proxy's public name with ``--allow-host``).
+The view has no authentication: anyone who can reach it reads every session and appends to any
+(its AG-UI endpoints too). It refuses a request whose ``Host`` is not one of the allowed hosts
+(the loopback names and the ``--host`` it is bound to, plus any ``--allow-host``), which stops
+a DNS-rebinding page from reading it, and a POST whose ``Origin`` is another site's, which
+stops a cross-origin form from appending. Keep it on loopback, or put it behind a reverse proxy
+that authenticates (and add the proxy's public name with ``--allow-host``).
 
 Run it from the repository root (needs the ``web`` extra: ``pip install -e '.[web]'``)::
 
@@ -45,14 +49,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import orjson
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from ag_ui.core import RunAgentInput
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
@@ -65,27 +69,25 @@ from starlette.responses import (
     RedirectResponse,
     Response,
 )
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nous_session import CompactionPolicy, Message, SessionActor, ToolCall
 from nous_session.event import Event, EventType
-from nous_session.ops import Replace
 from nous_session.registry import Sessions
 from nous_session.stores.base import check_session_id
 from nous_session.transcript import summary_info
+from nous_session.web import RETRY_MS as RETRY_MS  # re-exported: the view's tests read it
+from nous_session.web import SessionStreams, compaction_source, event_stream, resume_point
+from nous_session.web import event_json as event_json  # re-exported, as RETRY_MS
 
 logger = logging.getLogger("examples.web")
 
 PAGE = Path(__file__).with_name("index.html")
-# How long a browser waits before reconnecting a dropped stream (the SSE `retry:` field).
-RETRY_MS = 500
 # Where the page holds the surface it is served with (replaced by its JSON).
 INITIAL_SURFACE = "null/*INITIAL_SURFACE*/"
 # How much of a summary's text the surface shows (the rest is cut with an ellipsis).
 SUMMARY_CHARS = 20_000
-# A comment line this often keeps idle connections open and finds departed browsers.
-PING_SECONDS = 15
 # What a preview of an event's text is cut to.
 PREVIEW = 160
 # Seconds after which a session nobody uses (no request, no stream) is closed.
@@ -148,34 +150,6 @@ def _preview(text: str) -> str:
     return text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
 
 
-def compaction_source(event: Event) -> str | None:
-    """``"compaction"`` or ``"pruning"`` for the replaces the compaction runner appends,
-    ``"replace"`` for any other replace, None for an event that is not one."""
-    if not isinstance(event.op, Replace):
-        return None
-    source = event.data.get("source")
-    return source if isinstance(source, str) else "replace"
-
-
-def event_json(event: Event) -> dict[str, Any]:
-    """What the page shows of one event: its seq, type, role and a preview of its text."""
-    shown: dict[str, Any] = {
-        "seq": event.seq,
-        "type": str(event.type),
-        "time": event.time.isoformat(),
-        "op": None if event.op is None else event.op.to_json(),
-        "replace": compaction_source(event),
-    }
-    content = event.data.get("content")
-    if isinstance(content, str):
-        shown["text"] = _preview(content)
-    calls = event.data.get("tool_calls")
-    if isinstance(calls, list) and calls:
-        names = [call.get("name", "?") for call in calls if isinstance(call, Mapping)]
-        shown["calls"] = names
-    return shown
-
-
 def surface_entry(event: Event, message: Message) -> dict[str, Any]:
     """One message of the surface: its seq, role and a one-line preview of its text; for a
     compaction summary, its whole text (line by line, up to ``SUMMARY_CHARS``) and how many
@@ -213,25 +187,6 @@ def page_with_surface(page: str, surface: dict[str, Any]) -> str:
     return page.replace(INITIAL_SURFACE, data, 1)
 
 
-def resume_point(request: Request) -> tuple[int, str]:
-    """Where a stream starts, and why: right after ``Last-Event-ID`` (a browser reconnecting
-    sends the id of the last event it got: its seq), else at ``?since=``, else at 0.
-
-    Raises:
-        ValueError: the header or the parameter is not a seq.
-    """
-    for name, value, after in (
-        ("Last-Event-ID", request.headers.get("last-event-id"), 1),
-        ("since", request.query_params.get("since"), 0),
-    ):
-        if value:
-            seq = int(value) + after if value.isdecimal() else -1
-            if seq < 0:
-                raise ValueError(f"{name} must be a seq, got {value!r}")
-            return seq, name
-    return 0, "start"
-
-
 def turn(number: int) -> list[Message]:
     """One scripted turn of a deterministic conversation; every third one calls a tool."""
     city = ("Paris", "Oslo", "Lima", "Kyoto", "Accra")[number % 5]
@@ -258,49 +213,18 @@ async def append_turns(session: SessionActor, count: int) -> None:
     await session.wait_for_compaction()
 
 
-def event_stream(
-    hold: AbstractAsyncContextManager[SessionActor], since: int
-) -> EventSourceResponse:
-    """The SSE response carrying a session's events from ``since`` on, each with its seq as id.
+async def scripted_agent(session: SessionActor, run: RunAgentInput) -> None:
+    """The agent AG-UI clients run (``POST /agui/run``): it answers the user's message with
+    the assistant's side of a scripted turn (a tool call and its result every third turn)."""
+    number = sum(1 for e in session.log.events() if e.type is EventType.USER_MESSAGE)
+    for message in turn(number)[1:]:
+        await session.add_message(message)
 
-    ``hold`` gives the session for as long as the stream runs (``sessions.use(id)``, so that
-    the registry does not close it as idle under a browser that is watching it). A task beside
-    the response (``data_sender_callable``) reads the subscription and hands the events over a
-    small memory stream, so that at server shutdown (which sse-starlette detects and signals
-    with ``shutdown``) it can stop waiting for the next event and end the stream cleanly: the
-    browser then sees an ended response, not a torn connection, and reconnects.
-    """
-    sender, receiver = anyio.create_memory_object_stream[ServerSentEvent](64)
-    shutdown = anyio.Event()
 
-    async def pump() -> None:
-        async with sender, anyio.create_task_group() as task_group:
-
-            async def stop_at_shutdown() -> None:
-                await shutdown.wait()
-                task_group.cancel_scope.cancel()
-
-            task_group.start_soon(stop_at_shutdown)
-            # Tell the browser first how soon to come back if the connection drops.
-            await sender.send(ServerSentEvent(comment="nous_session", retry=RETRY_MS))
-            async with hold as session, session.subscribe(since) as subscription:
-                async for event in subscription:
-                    data = orjson.dumps(event_json(event)).decode()
-                    await sender.send(ServerSentEvent(data, id=str(event.seq)))
-            task_group.cancel_scope.cancel()  # the session closed: the stream is complete
-
-    async def content() -> AsyncIterator[ServerSentEvent]:
-        async with receiver:
-            async for message in receiver:
-                yield message
-
-    return EventSourceResponse(
-        content(),
-        data_sender_callable=pump,
-        ping=PING_SECONDS,
-        shutdown_event=shutdown,
-        shutdown_grace_period=1.0,
-    )
+def allow_everyone(request: Request, thread_id: str, access: str) -> bool:
+    """The view's AG-UI streams are as open as its pages (see the module's docstring): the
+    Host and Origin checks guard them, and a reverse proxy that authenticates, if any."""
+    return True
 
 
 def create_app(
@@ -327,15 +251,20 @@ def create_app(
     """
     page = PAGE.read_text(encoding="utf-8")
 
+    # The sessions, their AG-UI endpoints (mounted at /agui) and the event stream below.
+    streams = SessionStreams(
+        store_url,
+        scripted_agent,
+        authorize=allow_everyone,
+        compaction=policy or default_policy(),
+        idle_timeout=idle_timeout,
+        max_open=max_open,
+    )
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with Sessions(
-            store_url,
-            compaction=policy or default_policy(),
-            idle_timeout=idle_timeout,
-            max_open=max_open,
-        ) as sessions:
-            app.state.sessions = sessions
+        async with streams.lifespan():
+            app.state.sessions = streams.sessions
             yield
 
     def sessions_of(request: Request) -> Sessions:
@@ -389,6 +318,7 @@ def create_app(
         # would take ".../events" for the page of a session whose id ends in "/events".
         routes=[
             Route("/", index),
+            Mount("/agui", streams.app),
             Route("/sessions/{session_id:path}/events", events),
             Route("/sessions/{session_id:path}/surface", surface),
             Route("/sessions/{session_id:path}/turns", turns, methods=["POST"]),

@@ -1,0 +1,289 @@
+"""AG-UI streams read from a session's subscription: a run's, and a reconnecting client's.
+
+Each committed event becomes one SSE chunk: the AG-UI events that stand for it, the last one
+carrying the event's seq as its SSE id, so that ``Last-Event-ID`` names a point in the log.
+Beside the log, a stream relays the live drafts of its thread's :class:`LiveChannel` (text
+deltas, without an SSE id) and reconciles each with the message that completes it:
+
+* a draft this stream showed from its start is completed by the rest of its text and its end;
+* a draft completed after a resume point may be partly on the client already (sent before
+  the cut): it comes as a messages snapshot of the surface, which replaces the client's copy;
+* a draft abandoned (its agent raised) is ended and followed by a messages snapshot that no
+  longer holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final, TypeAlias
+
+import anyio
+import attrs
+from ag_ui.core import (
+    BaseEvent,
+    MessagesSnapshotEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StateSnapshotEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+)
+from ag_ui.encoder import EventEncoder
+
+from nous_session import Event, Log, SessionActor, Subscription
+from nous_session.web._agui import (
+    RUN_ERROR,
+    RUN_FINISHED,
+    RUN_MARKERS,
+    RUN_STARTED,
+    content_text,
+    live_id,
+    messages_snapshot,
+    tool_call_events,
+    translate,
+)
+from nous_session.web._live import LiveChannel
+
+__all__ = ["Send", "active_run", "connect_stream", "encode", "run_stream"]
+
+Send: TypeAlias = Callable[[bytes], Awaitable[None]]
+"""Where a stream's chunks go (the SSE response's memory stream)."""
+
+_ENCODER = EventEncoder()
+# Items between a stream's readers (the log, the live channel) and its writer: few, since
+# each live item reads the channel's whole state, and the log's reader can wait.
+_ITEMS: Final = 16
+
+
+def encode(events: Iterable[BaseEvent], seq: int | None) -> bytes:
+    """``events`` as SSE messages, the last one with ``seq`` as its id (none when None)."""
+    encoded = [_ENCODER.encode(event) for event in events]
+    if encoded and seq is not None:
+        encoded[-1] = f"id: {seq}\n{encoded[-1]}"
+    return "".join(encoded).encode()
+
+
+def _as_of(log: Log, seq: int) -> Log:
+    """The log right after ``seq``, or ``log`` itself when a snapshot dropped what that
+    needs (the surface it gives is then newer, never older)."""
+    try:
+        return log.upto(seq)
+    except ValueError:
+        return log
+
+
+def active_run(events: Iterable[Event]) -> tuple[str | None, str | None]:
+    """``(run, error)`` after ``events``: the id of the run started and not yet ended, and
+    the error message of the last run, if it failed."""
+    run: str | None = None
+    error: str | None = None
+    for event in events:
+        if event.type == RUN_STARTED:
+            run, error = str(event.data.get("run_id", "")), None
+        elif event.type in (RUN_FINISHED, RUN_ERROR):
+            run = None
+            if event.type == RUN_ERROR:
+                error = str(event.data.get("message", "the run failed"))
+    return run, error
+
+
+@attrs.define
+class _Relay:
+    """What one stream has sent of its thread's live drafts, and what it sends next.
+
+    Attributes:
+        skip: ids of messages not to send (a run's client sent them).
+        resumed_after: the client's ``Last-Event-ID``, if it resumed.
+        sent: the drafts this stream shows: id -> characters sent.
+        done: drafts not shown live: those a resumed client may hold part of already, and
+            those completed (or abandoned) since.
+        position: the seq of the last committed event handled.
+    """
+
+    session: SessionActor
+    thread_id: str
+    channel: LiveChannel
+    skip: frozenset[str] = frozenset()
+    resumed_after: int | None = None
+    sent: dict[str, int] = attrs.field(factory=dict)
+    done: set[str] = attrs.field(factory=set)
+    position: int = -1
+
+    def __attrs_post_init__(self) -> None:
+        if self.resumed_after is not None:
+            self.done.update(self.channel.drafts)
+
+    def committed(self, event: Event) -> list[BaseEvent]:
+        """The AG-UI events for a committed event, reconciled with the live drafts."""
+        self.position = event.seq
+        log = _as_of(self.session.log, event.seq)
+        draft = live_id(event)
+        if draft is not None:
+            sent = self.sent.pop(draft, None)
+            if sent is not None:
+                self.done.add(draft)
+                rest = content_text(event)[sent:]
+                completion: list[BaseEvent] = []
+                if rest:
+                    completion.append(TextMessageContentEvent(message_id=draft, delta=rest))
+                completion.append(TextMessageEndEvent(message_id=draft))
+                completion.extend(tool_call_events(event, draft))
+                return completion
+            if self.resumed_after is not None and event.seq > self.resumed_after:
+                self.done.add(draft)
+                return [messages_snapshot(log)]
+            self.done.add(draft)
+        return translate(event, log, self.thread_id, self.skip)
+
+    def live(self) -> list[BaseEvent]:
+        """The AG-UI events that bring the client up to the live drafts as they are now."""
+        channel = self.channel
+        out: list[BaseEvent] = []
+        for draft in list(channel.drafts):
+            if draft in self.done or self.position + 1 < channel.starts[draft]:
+                continue  # not to be shown, or not before what was committed before it
+            sent = self.sent.get(draft)
+            if sent is None:
+                out.append(TextMessageStartEvent(message_id=draft, role="assistant"))
+                sent = 0
+            text = channel.text(draft)
+            if len(text) > sent:
+                out.append(TextMessageContentEvent(message_id=draft, delta=text[sent:]))
+            self.sent[draft] = len(text)
+        for draft in [draft for draft in self.sent if draft in channel.abandoned]:
+            del self.sent[draft]
+            self.done.add(draft)
+            out.append(TextMessageEndEvent(message_id=draft))
+            out.append(self._surface())
+        return out
+
+    def _surface(self) -> MessagesSnapshotEvent:
+        """A messages snapshot of the surface as this stream has sent it so far."""
+        if self.position < 0:
+            return MessagesSnapshotEvent(messages=[])
+        return messages_snapshot(_as_of(self.session.log, self.position))
+
+
+# A stream's step for one committed event: what to send, and whether the stream ends there.
+_Step: TypeAlias = Callable[[Event], tuple[list[BaseEvent], bool]]
+
+
+async def _follow(subscription: Subscription, relay: _Relay, step: _Step, send: Send) -> None:
+    """Send the committed events (through ``step``) and the live drafts, merged in one order,
+    until ``step`` ends the stream or the session closes."""
+    channel = relay.channel
+    items_sender, items = anyio.create_memory_object_stream[Event | bool](_ITEMS)
+
+    async def read_log() -> None:
+        async for event in subscription:
+            await items_sender.send(event)
+        await items_sender.send(False)  # the session closed: the stream ends
+
+    async def watch_live() -> None:
+        seen = -1  # the drafts already going on are relayed at once
+        while True:
+            while channel.version == seen:  # the version, so that no change is missed
+                await channel.changed().wait()
+            seen = channel.version
+            await items_sender.send(True)
+
+    async with items_sender, items, anyio.create_task_group() as task_group:
+        task_group.start_soon(read_log)
+        task_group.start_soon(watch_live)
+        async for item in items:
+            if item is True:
+                chunk = relay.live()
+                if chunk:
+                    await send(encode(chunk, None))
+                continue
+            if item is False:
+                break
+            chunk, finished = step(item)
+            if chunk:
+                await send(encode(chunk, item.seq))
+            if finished:
+                break
+            if channel.drafts:
+                # A draft waiting for this event (it began after it) is shown now.
+                chunk = relay.live()
+                if chunk:
+                    await send(encode(chunk, None))
+        task_group.cancel_scope.cancel()
+
+
+async def run_stream(
+    session: SessionActor,
+    channel: LiveChannel,
+    thread_id: str,
+    run_id: str,
+    since: int,
+    skip: frozenset[str],
+    send: Send,
+) -> None:
+    """The run ``run_id``'s stream from ``since`` (its start marker's seq) until its end
+    marker. The messages in ``skip`` (the client's own) are not sent back."""
+    relay = _Relay(session, thread_id, channel, skip=skip)
+
+    def step(event: Event) -> tuple[list[BaseEvent], bool]:
+        if event.type in RUN_MARKERS and event.data.get("run_id") != run_id:
+            return [], False  # another run's marker (another worker's): not this stream's
+        return relay.committed(event), event.type in (RUN_FINISHED, RUN_ERROR)
+
+    async with session.subscribe(since) as subscription:
+        await _follow(subscription, relay, step, send)
+
+
+async def connect_stream(
+    session: SessionActor,
+    channel: LiveChannel,
+    thread_id: str,
+    run_id: str,
+    since: int | None,
+    send: Send,
+) -> None:
+    """A client's re-attach: one AG-UI run that hydrates it and follows the run going on.
+
+    Without a resume point (``since`` None) it opens with a messages snapshot of the surface
+    and a state snapshot; with one, it sends what the log committed from ``since`` on. Then it
+    follows the run in progress, if any (on this worker or another), and ends when that run
+    has and the stream has caught up with the log. Its run id is the run in progress's, else
+    ``run_id``.
+    """
+    log = session.log
+    held = log.events() if since is None else [e for e in log.events() if e.seq < since]
+    active, error = active_run(held)
+    envelope = active or run_id
+    opening: list[BaseEvent] = [RunStartedEvent(thread_id=thread_id, run_id=envelope)]
+    relay = _Relay(session, thread_id, channel, resumed_after=None if since is None else since - 1)
+    if since is None:
+        opening.append(messages_snapshot(log))
+        metadata = session.metadata
+        if metadata is not None:
+            opening.append(StateSnapshotEvent(snapshot=metadata.to_json()))
+        since = log.count
+    relay.position = since - 1
+    await send(encode(opening, since - 1 if since > 0 else None))
+
+    def closing() -> BaseEvent:
+        if error is not None:
+            return RunErrorEvent(message=error)
+        return RunFinishedEvent(thread_id=thread_id, run_id=envelope)
+
+    def step(event: Event) -> tuple[list[BaseEvent], bool]:
+        nonlocal active, error
+        chunk: list[BaseEvent] = []
+        if event.type in RUN_MARKERS:
+            active, error = active_run([event])
+        else:
+            chunk = relay.committed(event)
+        if active is None and event.seq + 1 >= session.log.count:
+            return [*chunk, closing()], True
+        return chunk, False
+
+    if active is None and since >= log.count:
+        await send(encode([closing()], None))
+        return
+    async with session.subscribe(since) as subscription:
+        await _follow(subscription, relay, step, send)

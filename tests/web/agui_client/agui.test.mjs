@@ -1,0 +1,186 @@
+// nous_session.web judged by the AG-UI protocol's own client (see tests/web/test_agui_client.py).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  ResumableAgent,
+  SERVER_A,
+  SERVER_B,
+  comparable,
+  hydrated,
+  newRecord,
+  newThread,
+  recordingFetch,
+  userMessage,
+  waitFor,
+} from "./helpers.mjs";
+
+assert.ok(SERVER_A && SERVER_B, "AGUI_SERVER_A and AGUI_SERVER_B name the servers");
+
+function assertValid(record) {
+  assert.deepEqual(record.invalid, [], "every event validates against @ag-ui/core's schemas");
+}
+
+function assertNoDuplicates(messages) {
+  const ids = messages.map((message) => message.id);
+  assert.equal(new Set(ids).size, ids.length, `duplicate message ids: ${ids}`);
+}
+
+test("HttpAgent runs an agent: tool call, result and answer; the conversation is the server's", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: recordingFetch(record) });
+  agent.addMessage(userMessage("hello"));
+  await agent.runAgent();
+  assertValid(record);
+  const types = record.events.map((event) => event.type);
+  assert.equal(types[0], "RUN_STARTED");
+  assert.equal(types.at(-1), "RUN_FINISHED");
+  assert.ok(types.includes("STATE_SNAPSHOT"));
+  assert.deepEqual(
+    agent.messages.map((message) => message.role),
+    ["user", "assistant", "tool", "assistant"],
+  );
+  assert.equal(agent.messages[1].toolCalls[0].function.name, "get_weather");
+  assert.deepEqual(JSON.parse(agent.messages[1].toolCalls[0].function.arguments), { city: "Paris" });
+  assert.equal(agent.messages[3].content, "You said: hello");
+  assert.deepEqual(agent.state, { title: "hello" });
+  // Reload after the run finished: a fresh page gets the same conversation, from either server.
+  for (const server of [SERVER_A, SERVER_B]) {
+    const page = await hydrated(server, threadId);
+    assertValid(page.record);
+    assert.deepEqual(comparable(page.messages), comparable(agent.messages));
+    assert.deepEqual(page.state, { title: "hello" });
+  }
+});
+
+test("a connection cut mid-run resumes with Last-Event-ID: no gap, no duplicate", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const cutting = recordingFetch(record, { cutAfter: (event) => event.type === "TOOL_CALL_END" });
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: cutting });
+  agent.addMessage(userMessage("slow: what is the weather?"));
+  await agent.runAgent().catch(() => {});
+  assert.ok(record.cut, "the stream was cut");
+  assert.ok(!record.events.some((event) => event.type === "RUN_FINISHED"), "cut before the end");
+  const resumed = newRecord();
+  agent.fetch = recordingFetch(resumed);
+  agent.lastEventId = record.lastEventId;
+  await agent.connectAgent();
+  assertValid(record);
+  assertValid(resumed);
+  const types = resumed.events.map((event) => event.type);
+  assert.equal(types[0], "RUN_STARTED");
+  assert.equal(resumed.events[0].runId, record.events[0].runId, "the same run, re-attached");
+  assert.ok(!types.includes("MESSAGES_SNAPSHOT"), "a resume sends what followed, not a snapshot");
+  assert.ok(!types.includes("TOOL_CALL_START"), "nothing the client had is sent again");
+  assert.equal(types.at(-1), "RUN_FINISHED");
+  assertNoDuplicates(agent.messages);
+  assert.deepEqual(comparable(agent.messages), comparable((await hydrated(SERVER_A, threadId)).messages));
+});
+
+test("two clients on one thread see the same conversation", async () => {
+  const threadId = newThread();
+  const runner = newRecord();
+  const first = new ResumableAgent({ server: SERVER_A, threadId, fetch: recordingFetch(runner) });
+  first.addMessage(userMessage("slow: two of us"));
+  const run = first.runAgent();
+  await waitFor(() => runner.events.length > 0, "the run to start");
+  const watcher = newRecord();
+  const second = new ResumableAgent({ server: SERVER_A, threadId, fetch: recordingFetch(watcher) });
+  await second.connectAgent();
+  await run;
+  assertValid(runner);
+  assertValid(watcher);
+  assert.equal(watcher.events.at(-1).type, "RUN_FINISHED", "the watcher followed the run to its end");
+  assertNoDuplicates(second.messages);
+  assert.deepEqual(comparable(second.messages), comparable(first.messages));
+  assert.equal(second.messages.at(-1).content, "You said: slow: two of us");
+});
+
+test("a client that resends its whole history appends nothing twice", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: recordingFetch(record) });
+  agent.addMessage(userMessage("first"));
+  await agent.runAgent();
+  agent.addMessage(userMessage("second"));
+  await agent.runAgent(); // sends all six messages it holds
+  await agent.runAgent(); // and again, with nothing new
+  assertValid(record);
+  const page = await hydrated(SERVER_A, threadId);
+  assertNoDuplicates(page.messages);
+  assert.deepEqual(
+    page.messages.filter((message) => message.role === "user").map((message) => message.content),
+    ["first", "second"],
+  );
+  // Three runs, three answers (tool call, result, answer) after two user messages.
+  assert.equal(page.messages.length, 11);
+  assert.deepEqual(comparable(page.messages), comparable(agent.messages));
+});
+
+test("a run cut on one server process resumes on another serving the same store", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const cutting = recordingFetch(record, { cutAfter: (event) => event.type === "TOOL_CALL_END" });
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: cutting });
+  agent.addMessage(userMessage("slow: across workers"));
+  await agent.runAgent().catch(() => {});
+  assert.ok(record.cut);
+  const resumed = newRecord();
+  const elsewhere = new ResumableAgent({
+    server: SERVER_B,
+    threadId,
+    initialMessages: agent.messages,
+    fetch: recordingFetch(resumed),
+  });
+  elsewhere.lastEventId = record.lastEventId;
+  await elsewhere.connectAgent();
+  assertValid(resumed);
+  assert.equal(resumed.events[0].runId, record.events[0].runId);
+  assert.equal(resumed.events.at(-1).type, "RUN_FINISHED");
+  assertNoDuplicates(elsewhere.messages);
+  assert.equal(elsewhere.messages.at(-1).content, "You said: slow: across workers");
+  assert.deepEqual(
+    comparable(elsewhere.messages),
+    comparable((await hydrated(SERVER_B, threadId)).messages),
+  );
+});
+
+test("an answer streams word by word as live text, and is kept once, whole", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: recordingFetch(record) });
+  agent.addMessage(userMessage("slow: say it word by word"));
+  await agent.runAgent();
+  assertValid(record);
+  const answer = agent.messages.at(-1);
+  assert.equal(answer.content, "You said: slow: say it word by word");
+  const deltas = record.events.filter(
+    (event) => event.type === "TEXT_MESSAGE_CONTENT" && event.messageId === answer.id,
+  );
+  assert.ok(deltas.length > 1, `the answer came in ${deltas.length} delta(s)`);
+  const page = await hydrated(SERVER_B, threadId);
+  assertNoDuplicates(page.messages);
+  assert.deepEqual(comparable(page.messages), comparable(agent.messages));
+});
+
+test("a connection cut in the middle of a live answer resumes to the whole answer", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const cutting = recordingFetch(record, {
+    cutAfter: (event) => event.type === "TEXT_MESSAGE_CONTENT" && event.delta.includes("said"),
+  });
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: cutting });
+  agent.addMessage(userMessage("slow: cut me off mid-sentence please"));
+  await agent.runAgent().catch(() => {});
+  assert.ok(record.cut);
+  const resumed = newRecord();
+  agent.fetch = recordingFetch(resumed);
+  agent.lastEventId = record.lastEventId;
+  await agent.connectAgent();
+  assertValid(resumed);
+  assert.equal(resumed.events.at(-1).type, "RUN_FINISHED");
+  assertNoDuplicates(agent.messages);
+  assert.equal(agent.messages.at(-1).content, "You said: slow: cut me off mid-sentence please");
+  assert.deepEqual(comparable(agent.messages), comparable((await hydrated(SERVER_A, threadId)).messages));
+});

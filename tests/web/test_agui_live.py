@@ -1,0 +1,241 @@
+"""Live text (nous_session.web.live_message): deltas reach the client while the message is
+generated, the log keeps the completed message once, and a stream that resumes or a draft
+that is abandoned leaves the client with the surface the log holds. On asyncio and trio, the
+app called as a server calls it, so that each chunk is seen as it is sent."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from ag_ui.core import Event as AgUiEvent
+from ag_ui.core import RunAgentInput
+from pydantic import TypeAdapter
+from starlette.applications import Starlette
+from starlette.types import Message as AsgiMessage
+from starlette.types import Scope
+
+from nous_session import EventType, Message, SessionActor
+from nous_session.web import SessionStreams, create_app, live_message
+
+pytestmark = pytest.mark.anyio
+
+EVENTS: TypeAdapter[Any] = TypeAdapter(AgUiEvent)
+WAIT = 20.0
+
+
+class Stream:
+    """An SSE response read as it is sent: its AG-UI events (validated), with their ids."""
+
+    def __init__(self, received: anyio.abc.ObjectReceiveStream[AsgiMessage]) -> None:
+        self._received = received
+        self._buffer = ""
+        self.events: list[tuple[str | None, dict[str, Any]]] = []
+        self.ended = False
+
+    async def until(self, condition: Any) -> None:
+        """Read until ``condition(events)`` holds or the response ends."""
+        while not condition(self.events) and not self.ended:
+            message = await self._received.receive()
+            if message["type"] != "http.response.body":
+                continue
+            self._buffer += message.get("body", b"").decode()
+            self.ended = not message.get("more_body", False)
+            *blocks, self._buffer = self._buffer.split("\n\n")
+            for block in blocks:
+                identifier, data = None, []
+                for line in block.split("\n"):
+                    if line.startswith("id:"):
+                        identifier = line[3:].strip()
+                    elif line.startswith("data:"):
+                        data.append(line[5:].lstrip(" "))
+                if data:
+                    event = orjson.loads("\n".join(data))
+                    EVENTS.validate_python(event)
+                    self.events.append((identifier, event))
+
+    async def to_end(self) -> list[dict[str, Any]]:
+        await self.until(lambda events: False)
+        return [event for _, event in self.events]
+
+
+@contextlib.asynccontextmanager
+async def request(
+    app: Starlette, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> AsyncIterator[Stream]:
+    """POST ``body`` to ``path``, the response read as it streams."""
+    sent, received = anyio.create_memory_object_stream[AsgiMessage](1000)
+    raw = orjson.dumps(body)
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1:8000"),
+            (b"content-type", b"application/json"),
+            *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    requested = False
+
+    async def receive() -> AsgiMessage:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with anyio.create_task_group() as task_group, sent, received:
+        task_group.start_soon(app, scope, receive, sent.send)
+        yield Stream(received)
+        task_group.cancel_scope.cancel()
+
+
+def run_input(run: str, text: str) -> dict[str, Any]:
+    return {
+        "threadId": "t1",
+        "runId": run,
+        "messages": [{"id": f"u-{run}", "role": "user", "content": text}],
+    }
+
+
+def deltas(events: list[dict[str, Any]], message_id: str) -> list[str]:
+    return [
+        e["delta"]
+        for e in events
+        if e["type"] == "TEXT_MESSAGE_CONTENT" and e["messageId"] == message_id
+    ]
+
+
+def started(events: list[tuple[str | None, dict[str, Any]]]) -> str | None:
+    """The id of the first live message started, if any."""
+    for _, event in events:
+        if event["type"] == "TEXT_MESSAGE_START" and event["messageId"].startswith("live:"):
+            return str(event["messageId"])
+    return None
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, agent: Any) -> AsyncIterator[Starlette]:
+    app = create_app(f"sqlite:///{tmp_path / 'live.sqlite3'}", agent)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+async def test_text_reaches_the_client_as_it_is_generated_and_is_committed_once(
+    tmp_path: Path,
+) -> None:
+    pieces = ["Hel", "lo, ", "world"]
+    seen = [anyio.Event() for _ in pieces]
+
+    async def agent(session: SessionActor, run: RunAgentInput) -> None:
+        async with live_message(session) as draft:
+            for piece, shown in zip(pieces, seen, strict=True):
+                draft.add(piece)
+                await shown.wait()  # the client has it before the message is complete
+
+    async with serving(tmp_path, agent) as app:
+        with anyio.fail_after(WAIT):
+            async with request(app, "/run", run_input("r1", "hi")) as stream:
+                for count, shown in enumerate(seen, 1):
+                    await stream.until(lambda events, count=count: len(_live(events)) >= count)
+                    shown.set()
+                events = await stream.to_end()
+        streams: SessionStreams = app.state.streams
+        session = await streams.sessions.get("t1")
+        answers = [e for e in session.log.events() if e.type is EventType.ASSISTANT_MESSAGE]
+    identifier = started(stream.events)
+    assert identifier is not None
+    assert deltas(events, identifier) == pieces  # each piece as it came, then nothing more
+    assert [e["type"] for e in events if e.get("messageId") == identifier] == [
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+    ]
+    assert events[-1]["type"] == "RUN_FINISHED"
+    (answer,) = answers  # committed once, whole, under the id its deltas carried
+    assert answer.data["content"] == "Hello, world"
+    assert answer.data["metadata"]["ag-ui"]["id"] == identifier
+
+
+def _live(events: list[tuple[str | None, dict[str, Any]]]) -> list[str]:
+    identifier = started(events)
+    return [] if identifier is None else deltas([e for _, e in events], identifier)
+
+
+async def test_an_abandoned_draft_is_ended_and_the_surface_sent_again(tmp_path: Path) -> None:
+    shown = anyio.Event()
+
+    async def agent(session: SessionActor, run: RunAgentInput) -> None:
+        async with live_message(session) as draft:
+            draft.add("I think")
+            await shown.wait()
+            raise RuntimeError("the model stopped")
+
+    async with serving(tmp_path, agent) as app:
+        with anyio.fail_after(WAIT):
+            async with request(app, "/run", run_input("r1", "hi")) as stream:
+                await stream.until(lambda events: len(_live(events)) >= 1)
+                shown.set()
+                events = await stream.to_end()
+    identifier = started(stream.events)
+    types = [e["type"] for e in events]
+    assert types[-1] == "RUN_ERROR"
+    end = types.index("TEXT_MESSAGE_END")
+    assert events[end]["messageId"] == identifier
+    snapshot = events[end + 1]
+    assert snapshot["type"] == "MESSAGES_SNAPSHOT"
+    assert [m["id"] for m in snapshot["messages"]] == ["u-r1"]  # the draft is gone
+
+
+async def test_a_client_that_resumes_during_a_draft_gets_the_message_as_a_snapshot(
+    tmp_path: Path,
+) -> None:
+    shown, resumed = anyio.Event(), anyio.Event()
+
+    async def agent(session: SessionActor, run: RunAgentInput) -> None:
+        async with live_message(session) as draft:
+            draft.add("Part one, ")
+            await shown.wait()
+            await resumed.wait()
+            draft.add("part two.")
+        await session.add_message(Message.assistant("Done."))
+
+    async with serving(tmp_path, agent) as app:
+        with anyio.fail_after(WAIT):
+            async with request(app, "/run", run_input("r1", "hi")) as stream:
+                await stream.until(lambda events: len(_live(events)) >= 1)
+                shown.set()
+                cut = next(identifier for identifier, _ in stream.events if identifier)
+            # The connection was cut with part of the draft shown; the client resumes.
+            connect = {"threadId": "t1", "runId": "c1", "messages": []}
+            async with request(app, "/connect", connect, {"Last-Event-ID": cut}) as again:
+                await again.until(lambda events: len(events) >= 1)  # RUN_STARTED
+                resumed.set()
+                events = await again.to_end()
+    types = [e["type"] for e in events]
+    assert types[0] == "RUN_STARTED"
+    assert types[-1] == "RUN_FINISHED"
+    # The draft, which the client may hold part of, is not streamed again: it comes whole in a
+    # snapshot, which replaces the client's copy; what follows it comes as usual.
+    assert not any(e.get("messageId", "").startswith("live:") for e in events)
+    snapshot = next(e for e in events if e["type"] == "MESSAGES_SNAPSHOT")
+    assert [m.get("content") for m in snapshot["messages"]] == ["hi", "Part one, part two."]
+    assert deltas(events, events[types.index("TEXT_MESSAGE_START")]["messageId"]) == ["Done."]
