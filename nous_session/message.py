@@ -17,10 +17,10 @@ such mappings are still accepted wherever parts are.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeGuard
 
 import attrs
 
@@ -255,12 +255,15 @@ def _metadata(value: object) -> Mapping[str, JSON]:
     return _read_only_json_object(value, "metadata")
 
 
+_ROLE_BY_VALUE: dict[object, Role] = {role.value: role for role in Role}
+
+
 def _role(value: object) -> Role:
     if type(value) is Role:
         return value
     try:
-        return Role(value)  # type: ignore[arg-type]
-    except ValueError:
+        return _ROLE_BY_VALUE[value]
+    except (KeyError, TypeError):  # TypeError: unhashable, so no role either
         roles = ", ".join(role.value for role in Role)
         raise ValueError(f"unknown role {value!r}; a role is one of {roles}") from None
 
@@ -278,7 +281,7 @@ def _message_provider_data(value: object) -> ProviderData:
     return provider_data(value, "provider_data")
 
 
-def _is_part_sequence(value: object) -> bool:
+def _is_part_sequence(value: object) -> TypeGuard[Sequence[Part]]:
     return (
         isinstance(value, list | tuple)
         and bool(value)
@@ -440,7 +443,7 @@ class Message:
             ValueError: ``result`` cannot be encoded as JSON.
         """
         if _is_part_sequence(result):
-            result = list(result)  # type: ignore[call-overload]
+            result = list(result)
         elif not isinstance(result, str):
             try:
                 result = dumps(result, default=None).decode()
@@ -544,7 +547,9 @@ class Message:
             if type(part) is TextPart:
                 texts.append(part.text)
             elif type(part) is OtherPart and part.data.get("type") == "text":
-                texts.append(part.data["text"])  # type: ignore[arg-type]
+                text = part.data["text"]
+                assert isinstance(text, str)  # an OtherPart of type "text" has a string text
+                texts.append(text)
         return "".join(texts)
 
     @property

@@ -40,6 +40,7 @@ one look at OpenTelemetry's global providers (nothing when the API is not instal
 
 from __future__ import annotations
 
+import enum
 import importlib
 import inspect
 import time
@@ -121,7 +122,14 @@ _TRACED: Final = frozenset(
 )
 _COMMITS: Final = frozenset({"commit", "commit_rebased"})
 
-_UNRESOLVED: Final[Any] = object()
+
+class _Unresolved(enum.Enum):
+    """The type of _UNRESOLVED: an enum of one, so that ``is _UNRESOLVED`` narrows."""
+
+    TOKEN = "unresolved"
+
+
+_UNRESOLVED: Final = _Unresolved.TOKEN
 
 
 class _Api:
@@ -152,7 +160,7 @@ class _Settings:
 
     def __init__(self) -> None:
         self.mode: Literal["auto", "on", "off"] = "auto"
-        self.api: Any = _UNRESOLVED  # an _Api, or None when opentelemetry-api is missing
+        self.api: _Api | _Unresolved | None = _UNRESOLVED  # None: opentelemetry-api is missing
         self.explicit: tuple[Instruments, bool] | None = None  # enable()'s, and per_session
         # The instruments made for each pair of providers, with the providers (kept alive, so
         # their ids stay theirs). Made once per pair: a meter keeps the first callbacks of an
@@ -172,7 +180,7 @@ def _api() -> _Api | None:
         except ImportError:
             api = None
         _settings.api = api
-    return api  # type: ignore[no-any-return]
+    return api
 
 
 def enable(

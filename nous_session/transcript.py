@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from numbers import Real
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeGuard
 
 import anyio
 import anyio.abc
@@ -129,11 +129,12 @@ def _leading_system(messages: Sequence[Message]) -> int:
     return count
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
+    # float: any real number but a bool (an int, a float, a Fraction...) compares like one.
     return isinstance(value, Real) and not isinstance(value, bool)
 
 
-def _valid_keep_last(value: object) -> bool:
+def _valid_keep_last(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -153,13 +154,13 @@ def plan_compaction(
     lead = _leading_system(messages) if keep_leading is None else keep_leading
     rest = len(messages) - lead
     if _is_number(keep_last):
-        if len(messages) <= keep_last or rest <= keep_last:  # type: ignore[operator]
+        if len(messages) <= keep_last or rest <= keep_last:
             return None
     elif rest == 0:
         return None
     if not _valid_keep_last(keep_last):
         raise ValueError(f"keep_last must be an int > 0, got {keep_last!r}")
-    cut = len(messages) - keep_last  # type: ignore[operator]
+    cut = len(messages) - keep_last
     # balance_tool_call_boundary, by index: tool results at the head of the tail go to old.
     while cut < len(messages) and messages[cut].role is Role.TOOL:
         cut += 1
@@ -368,7 +369,7 @@ def _check_trigger_options(every: object, token_budget: object, threshold: objec
             not isinstance(value, int) or isinstance(value, bool) or value < 0
         ):
             raise ValueError(f"{name} must be None or an int >= 0, got {value!r}")
-    if not _is_number(threshold) or not 0 < threshold <= 1:  # type: ignore[operator]
+    if not _is_number(threshold) or not 0 < threshold <= 1:
         raise ValueError(f"threshold must be a number in (0, 1], got {threshold!r}")
 
 
