@@ -49,7 +49,7 @@ import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import aclosing, contextmanager, suppress
-from typing import Any, Literal, TextIO, TypeVar
+from typing import Any, Literal, TextIO, TypeGuard, TypeVar
 
 import anyio
 import structlog
@@ -59,6 +59,7 @@ from nous_session.codec import from_json, to_json
 from nous_session.erasure import Erasure, select_events
 from nous_session.errors import NousSessionError
 from nous_session.event import Event, EventType
+from nous_session.integrations._listing import lists_sessions
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.metadata import SessionEntry, SessionMetadata, metadata_of
@@ -387,9 +388,14 @@ async def _read(store: Store, session_id: str) -> Log:
 
 
 def _listing_store(store: Store) -> ListingStore:
-    if not supports(store, ListingStore):
+    if not lists_sessions(store):
         raise CommandError(f"{_where(store)} cannot list sessions by metadata and time")
-    return store  # type: ignore[return-value]
+    return store
+
+
+def _vacuums(store: Store) -> TypeGuard[VacuumingStore]:
+    """:func:`supports`, as a guard mypy narrows the store by."""
+    return supports(store, VacuumingStore)
 
 
 def _entry_json(entry: SessionEntry) -> dict[str, Any]:
@@ -478,7 +484,7 @@ async def _metadata(store: Store, args: argparse.Namespace, out: TextIO) -> None
         _emit(out, record.to_json())
         return
     for key, value in record.to_json().items():
-        shown = ", ".join(value) if key == "tags" else value  # type: ignore[arg-type]
+        shown = ", ".join(sorted(record.tags)) if key == "tags" else value
         out.write(f"{key + ':':<8} {shown if isinstance(shown, str) else dumps(shown).decode()}\n")
 
 
@@ -600,7 +606,8 @@ def _describe_op(event: Event) -> str:
     op = event.op
     if type(op) is Replace:
         if event.type is EventType.REPLACE:
-            count = len(event.data.get("messages") or ())  # type: ignore[arg-type]
+            messages = event.data.get("messages")
+            count = len(messages) if isinstance(messages, list) else 0
             what = f"{count} message" + ("" if count == 1 else "s")
         else:
             what = f"one {event.type} message"
@@ -842,9 +849,9 @@ async def _snapshot(store: Store, args: argparse.Namespace, out: TextIO) -> None
             after = await session.snapshot()
         advance(len(before.events()))
         if args.vacuum:
-            if not supports(store, VacuumingStore):
+            if not _vacuums(store):
                 raise CommandError("this store has nothing to vacuum")
-            await store.vacuum()  # type: ignore[attr-defined]
+            await store.vacuum()
         advance(len(before.events()))
     dropped = len(before.events()) - len(after.events())
     held = len(after.events())

@@ -108,10 +108,11 @@ from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
 from nous_session.errors import InvalidEventError, StoreError
 from nous_session.event import Event, EventType, message_event
+from nous_session.integrations._listing import listed_ids
 from nous_session.message import Message, ToolCall
 from nous_session.metadata import SessionMetadata
 from nous_session.stores import open_store
-from nous_session.stores.base import ListingStore, Store, supports
+from nous_session.stores.base import Store
 
 __all__ = [
     "CHECKPOINT_EVENT",
@@ -183,8 +184,11 @@ class _Index:
             elif kind == WRITES_EVENT:
                 self._writes(event.data)
             elif kind == DELETED_EVENT:
-                gone: list[list[str]] = event.data["checkpoints"]  # type: ignore[assignment]
-                for ns, checkpoint_id in gone:
+                gone = event.data["checkpoints"]
+                assert isinstance(gone, list)  # [[ns, checkpoint id], ...], as written below
+                for pair in gone:
+                    assert isinstance(pair, list)
+                    ns, checkpoint_id = (str(item) for item in pair)
                     self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
                     self.writes.pop((ns, checkpoint_id), None)
         self.count = max(self.count, count)
@@ -484,24 +488,15 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         saver's metadata, set by their first checkpoint) when the store has one, else every
         session id with the prefix. Oldest first."""
         store = self._store
-        if not supports(store, ListingStore):
+        where = {"app": LISTED_APP, LISTED_APP: self._prefix}
+        found = await listed_ids(store, where, self._prefix, oldest_first=True)
+        if found is None:
             return [
                 info.session_id
                 for info in await store.sessions()
                 if info.session_id.startswith(self._prefix)
             ]
-        listing: ListingStore = store  # type: ignore[assignment]
-        where = {"app": LISTED_APP, LISTED_APP: self._prefix}
-        found: list[str] = []
-        cursor = None
-        while True:
-            page = await listing.list_sessions(
-                where=where, order="created", descending=False, limit=1000, cursor=cursor
-            )
-            found += [e.session_id for e in page.sessions if e.session_id.startswith(self._prefix)]
-            cursor = page.cursor
-            if cursor is None:
-                return found
+        return found
 
     # Values -----------------------------------------------------------------------------------
 

@@ -49,8 +49,9 @@ import contextlib
 import sys
 import threading
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Awaitable, Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -146,7 +147,7 @@ def item_event(item: Any) -> tuple[EventType, dict[str, Any]]:
         size = len(item)
         if size == 2:
             content = item.get("content")
-            kind = _TEXT_TYPES.get(item.get("role"))  # type: ignore[arg-type]
+            kind = _TEXT_TYPES.get(item.get("role"))
             if kind is not None and type(content) is str and _storable(content):
                 return kind, {"content": content}
         elif size == 3 and item.get("type") == "function_call_output":
@@ -161,7 +162,7 @@ def item_event(item: Any) -> tuple[EventType, dict[str, Any]]:
 
 
 # The text items whose role names the message's: {"role": ..., "content": "..."} and no more.
-_TEXT_TYPES: Final = {
+_TEXT_TYPES: Final[dict[object, EventType]] = {
     "user": EventType.USER_MESSAGE,
     "assistant": EventType.ASSISTANT_MESSAGE,
     "system": EventType.SYSTEM_MESSAGE,
@@ -204,7 +205,7 @@ def _tool_call(item: dict[str, Any], size: int) -> dict[str, Any] | None:
 def message_items(message: Message) -> list[dict[str, Any]]:
     """The Responses input items a surface message is given to the SDK as (one for a message
     that :func:`item_message` made)."""
-    return to_provider([message], PROVIDER)  # type: ignore[return-value]
+    return to_provider([message], PROVIDER)
 
 
 class NousSession:
@@ -304,8 +305,10 @@ class NousSession:
             log = await actor.reload()
             return self._serialised(log, limit)
 
-        # Exact for ints wider than 64 bits, which the SDK's own sessions keep.
-        return loads(await self._call(read))  # type: ignore[no-any-return]
+        # Exact for ints wider than 64 bits, which the SDK's own sessions keep. (loads gives
+        # Any: the JSON array of the items _serialised wrote.)
+        items: list[TResponseInputItem] = loads(await self._call(read))
+        return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, all or none, each as one surface event.
@@ -390,7 +393,7 @@ class NousSession:
             StoreError, SessionClosedError: as :meth:`pop_item`.
         """
 
-        async def pop(actor: SessionActor) -> Any:
+        async def pop(actor: SessionActor) -> TResponseInputItem | None:
             log = await actor.reload()
             for _ in range(_POP_ATTEMPTS):
                 entries = log.surface()
@@ -403,9 +406,11 @@ class NousSession:
                     await _conditionally(actor.remove(position, position, expect=[tail[0][0]]))
                     log = actor.log
                     continue
-                item = items[-1]
+                # cast: the SDK's item type is a union of TypedDicts, which our Responses
+                # payload's items are; checking them at run time would only cost.
+                item = cast("TResponseInputItem", items[-1])
                 if check is not None:
-                    await anyio.to_thread.run_sync(check, item)  # type: ignore[arg-type]
+                    await anyio.to_thread.run_sync(check, item)
                 rest = [item_message(kept) for kept in items[:-1]]
                 edit = (
                     actor.replace(position, position, rest, expect=[tail[0][0]])
@@ -420,7 +425,7 @@ class NousSession:
                 "nothing was removed"
             )
 
-        return await self._mutate(pop)  # type: ignore[no-any-return]
+        return await self._mutate(pop)
 
     async def clear_session(self) -> None:
         """Take every item off the surface, in one event (they stay in the log).
@@ -497,10 +502,10 @@ class NousSession:
                     await _prune(actor, prune_prefix, before=first)
                 return True
 
-            return await self._mutate(edit)  # type: ignore[no-any-return]
+            return await self._mutate(edit)
 
         return _CompactionSnapshot(
-            items=every[extra:],  # type: ignore[arg-type]
+            items=cast("list[TResponseInputItem]", every[extra:]),  # as item in pop_item_if
             complete=len(picked) == len(entries),
             replace_suffix=replace_suffix,
         )
@@ -579,7 +584,7 @@ class NousSession:
             return local[1].sessions  # the common case: no lock, no await
         if not _run_by_asyncio_runner(loop):
             return self._portal()
-        host = _LoopSessions.acquire(loop, self._store_key(), self._store)  # type: ignore[arg-type]
+        host = _LoopSessions.acquire(loop, self._store_key(), self._own_store())
         with self._lock:
             if self._closed:
                 host.release()
@@ -600,8 +605,13 @@ class NousSession:
             if self._closed:
                 raise _closed_error(self)
             if self._shared is None or self._shared.portal.closed:
-                self._shared = _SharedPortal.acquire(self._store_key(), self._store)  # type: ignore[arg-type]
+                self._shared = _SharedPortal.acquire(self._store_key(), self._own_store())
             return self._shared.portal
+
+    def _own_store(self) -> Store | str:
+        """The store (or URL) this session was given: there is one when no sessions were."""
+        assert self._store is not None
+        return self._store
 
     def _store_key(self) -> object:
         """What makes two sessions' stores one: the URL, or the Store object."""
@@ -609,9 +619,9 @@ class NousSession:
 
     async def _call(
         self,
-        fn: Callable[[SessionActor], Any],
+        fn: Callable[[SessionActor], Awaitable[T]],
         where: SessionsPortal | Sessions | _LoopSessions | None = None,
-    ) -> Any:
+    ) -> T:
         self._check_open()
         if where is None:
             where = self._pick()
@@ -623,9 +633,9 @@ class NousSession:
 
     async def _mutate(
         self,
-        fn: Callable[[SessionActor], Any],
+        fn: Callable[[SessionActor], Awaitable[T]],
         where: SessionsPortal | Sessions | _LoopSessions | None = None,
-    ) -> Any:
+    ) -> T:
         """Run a write and wait for its outcome even if the caller is cancelled meanwhile;
         the cancellation is raised once the outcome is known (as the SDK's own sessions do),
         so a cancelled caller never leaves a write half-known."""
@@ -641,7 +651,7 @@ class NousSession:
             return result
         if where is None:
             where = self._pick()
-        waiting: asyncio.Future[Any]
+        waiting: asyncio.Future[T]
         if isinstance(where, SessionsPortal) and not where.is_own_thread():
             waiting = asyncio.wrap_future(where.start(self.session_id, fn), loop=loop)
         else:
@@ -988,13 +998,13 @@ def _run_by_asyncio_runner(loop: asyncio.AbstractEventLoop) -> bool:
     if known is not None:
         return known
     found = False
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and not found:
         owner = frame.f_locals.get("self") if "self" in frame.f_code.co_varnames else None
         for runner in (owner, getattr(owner, "_runner", None)):
             if isinstance(runner, asyncio.Runner) and getattr(runner, "_loop", None) is loop:
                 found = True
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     _RUNNER_LOOPS[loop] = found
     return found
 

@@ -72,12 +72,13 @@ from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
 from nous_session.errors import ConflictError, InvalidEventError, StoreError
 from nous_session.event import EventType, message_event
+from nous_session.integrations._listing import listed_ids
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
 from nous_session.metadata import SessionMetadata
 from nous_session.registry import Sessions
 from nous_session.stores import open_store
-from nous_session.stores.base import ListingStore, Store, supports
+from nous_session.stores.base import Store
 
 try:
     from pydantic_ai.conversation_store import (
@@ -654,21 +655,12 @@ class NousConversationStore(ConversationStore):
     async def _listed_ids(self, scope: str | None) -> list[str]:
         """The session ids of the conversations of ``scope`` (all for None), through the
         store's listing when it has one."""
-        store = self._store
-        if self._metadata(scope) is None or not supports(store, ListingStore):
-            return await self._session_ids()
-        listing: ListingStore = store  # type: ignore[assignment]
         where: dict[str, Any] = {"app": "pydantic-ai", "pydantic_ai": self._prefix}
         if scope is not None:
             where["owner"] = scope
-        found: list[str] = []
-        cursor = None
-        while True:
-            page = await listing.list_sessions(where=where, limit=1000, cursor=cursor)
-            found += [e.session_id for e in page.sessions if e.session_id.startswith(self._prefix)]
-            cursor = page.cursor
-            if cursor is None:
-                return found
+        listed = None if self._metadata(scope) is None else where
+        found = await listed_ids(self._store, listed, self._prefix)
+        return await self._session_ids() if found is None else found
 
     async def _session_ids(self) -> list[str]:
         return sorted(
