@@ -10,18 +10,20 @@ from nous_session._json import JSON
 from nous_session.formats._common import (
     MESSAGE,
     TURN,
-    CallIds,
     Notes,
-    Placed,
-    arguments_object,
     call_item_fields,
     copy_object,
-    elements,
     merge,
     own,
     part_kind,
     unsupported,
     url_media_type,
+)
+from nous_session.formats._tool_calls import (
+    CallIds,
+    Placed,
+    arguments_object,
+    elements,
 )
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (

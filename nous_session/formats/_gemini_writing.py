@@ -14,15 +14,17 @@ from nous_session.formats._common import (
     MESSAGE,
     TURN,
     Notes,
-    Placed,
-    arguments_object,
     call_item_fields,
     copy_object,
-    elements,
     merge,
     own,
     part_kind,
     unsupported,
+)
+from nous_session.formats._tool_calls import (
+    Placed,
+    arguments_object,
+    elements,
 )
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (

@@ -8,18 +8,20 @@ from typing import Any, Final
 
 from nous_session._json import JSON
 from nous_session.formats._common import (
-    CallIds,
     Notes,
-    Placed,
-    arguments_text,
     copy_object,
     data_url,
-    elements,
     merge,
     own,
     part_kind,
     unsupported,
     url_media_type,
+)
+from nous_session.formats._tool_calls import (
+    CallIds,
+    Placed,
+    arguments_text,
+    elements,
 )
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (

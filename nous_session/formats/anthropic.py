@@ -38,7 +38,6 @@ from nous_session.formats._common import (
     TURN,
     Notes,
     Path,
-    arrange,
     diff,
     fail,
     need,
@@ -47,6 +46,9 @@ from nous_session.formats._common import (
     own,
     plain_json,
     with_extras,
+)
+from nous_session.formats._tool_calls import (
+    arrange,
 )
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (

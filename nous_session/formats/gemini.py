@@ -37,7 +37,6 @@ from nous_session.formats._common import (
     TURN,
     Notes,
     Path,
-    arrange,
     diff,
     fail,
     need,
@@ -58,6 +57,9 @@ from nous_session.formats._gemini_writing import (
     _camel_response,
     _parts,
     dump,
+)
+from nous_session.formats._tool_calls import (
+    arrange,
 )
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (

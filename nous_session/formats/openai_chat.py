@@ -24,16 +24,12 @@ import attrs
 
 from nous_session._json import JSON
 from nous_session.formats._common import (
-    CallIds,
     Notes,
     Path,
-    Placed,
-    arguments_text,
     call_item_fields,
     copy_object,
     data_url,
     diff,
-    elements,
     fail,
     image_from_url,
     merge,
@@ -46,6 +42,12 @@ from nous_session.formats._common import (
     unsupported,
     url_media_type,
     with_extras,
+)
+from nous_session.formats._tool_calls import (
+    CallIds,
+    Placed,
+    arguments_text,
+    elements,
 )
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import ImagePart, OtherPart, Part, ProviderPart, TextPart, ToolCallPart

@@ -28,10 +28,8 @@ from typing import Any
 import attrs
 
 from nous_session.formats._common import (
-    CallIds,
     Notes,
     Path,
-    arrange,
     diff,
     fail,
     image_from_url,
@@ -50,6 +48,10 @@ from nous_session.formats._openai_responses_writing import (
     _items,
     _reasoning,
     dump,
+)
+from nous_session.formats._tool_calls import (
+    CallIds,
+    arrange,
 )
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (
