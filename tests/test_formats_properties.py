@@ -32,7 +32,8 @@ from nous_session import (
     ToolCall,
 )
 from nous_session.formats import PROVIDERS, convert, from_provider, to_provider
-from nous_session.formats._common import arrange, same
+from nous_session.formats._common import same
+from nous_session.formats._tool_calls import arrange
 
 # Building blocks ------------------------------------------------------------------------------
 
