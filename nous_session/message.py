@@ -24,15 +24,17 @@ from typing import Any, Final, TypeAlias, TypeGuard
 
 import attrs
 
-from nous_session._json import JSON, NotJSONError, copy_json_object, dumps
+from nous_session._json import JSON, copy_json_object, dumps
 from nous_session.parts import (
     OtherPart,
     Part,
     ProviderData,
     TextPart,
     as_part,
+    optional_str,
     provider_data,
     provider_data_json,
+    read_only_json_object,
 )
 
 __all__ = ["ContentPart", "Message", "Role", "ToolCall", "utc_datetime"]
@@ -80,27 +82,10 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _optional_str(what: str) -> Any:
-    def check(_instance: object, _attribute: object, value: object) -> None:
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"{what} must be a string or None, not {type(value).__name__}")
-
-    return check
-
-
-def _read_only_json_object(value: object, what: str) -> Mapping[str, JSON]:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{what} must be a mapping, not {type(value).__name__}")
-    try:
-        return MappingProxyType(copy_json_object(value))
-    except NotJSONError as e:
-        raise ValueError(f"{e.where(what)}: {e.reason}") from None
-
-
 def _arguments(value: object) -> Mapping[str, JSON] | str:
     if isinstance(value, str):
         return value
-    return _read_only_json_object(value, "tool call arguments")
+    return read_only_json_object(value, "tool call arguments")
 
 
 def _call_provider_data(value: object) -> ProviderData:
@@ -131,10 +116,10 @@ class ToolCall:
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
     arguments: Mapping[str, JSON] | str = attrs.field(factory=dict, converter=_arguments)
     item_id: str | None = attrs.field(
-        default=None, validator=_optional_str("ToolCall.item_id"), kw_only=True
+        default=None, validator=optional_str("ToolCall.item_id"), kw_only=True
     )
     status: str | None = attrs.field(
-        default=None, validator=_optional_str("ToolCall.status"), kw_only=True
+        default=None, validator=optional_str("ToolCall.status"), kw_only=True
     )
     provider_data: ProviderData = attrs.field(
         default=_EMPTY, converter=_call_provider_data, kw_only=True
@@ -252,7 +237,7 @@ def _metadata(value: object) -> Mapping[str, JSON]:
         return _EMPTY
     if type(value) is MappingProxyType and not value:
         return _EMPTY
-    return _read_only_json_object(value, "metadata")
+    return read_only_json_object(value, "metadata")
 
 
 _ROLE_BY_VALUE: dict[object, Role] = {role.value: role for role in Role}
@@ -315,11 +300,11 @@ class Message:
     role: Role = attrs.field(converter=_role)
     content: str | tuple[Part, ...] | None = attrs.field(default=None, converter=_content)
     reasoning_content: str | None = attrs.field(
-        default=None, validator=_optional_str("reasoning_content")
+        default=None, validator=optional_str("reasoning_content")
     )
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_calls)
-    tool_call_id: str | None = attrs.field(default=None, validator=_optional_str("tool_call_id"))
-    name: str | None = attrs.field(default=None, validator=_optional_str("name"))
+    tool_call_id: str | None = attrs.field(default=None, validator=optional_str("tool_call_id"))
+    name: str | None = attrs.field(default=None, validator=optional_str("name"))
     metadata: Mapping[str, JSON] = attrs.field(default=_EMPTY, converter=_metadata)
     created_at: datetime = attrs.field(factory=_now, converter=_created_at)
     is_error: bool = attrs.field(default=False, validator=_is_error, kw_only=True)

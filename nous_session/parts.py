@@ -56,7 +56,12 @@ ProviderData: TypeAlias = Mapping[str, Mapping[str, JSON]]
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-def _read_only_json_object(value: object, what: str) -> Mapping[str, JSON]:
+def read_only_json_object(value: object, what: str) -> Mapping[str, JSON]:
+    """A read-only copy of a JSON object (parts, messages and tool calls keep theirs so).
+
+    Raises:
+        ValueError: ``value`` is not a mapping of JSON, named by ``what``.
+    """
     if not isinstance(value, Mapping):
         raise ValueError(f"{what} must be a mapping, not {type(value).__name__}")
     try:
@@ -88,7 +93,7 @@ def provider_data(value: object, what: str = "provider_data") -> ProviderData:
     for key, entry in value.items():
         if not isinstance(key, str):
             raise ValueError(f"{what} keys must be provider names (strings), not {key!r}")
-        out[str.__str__(key)] = _read_only_json_object(entry, f"{what}[{key!r}]")
+        out[str.__str__(key)] = read_only_json_object(entry, f"{what}[{key!r}]")
     return MappingProxyType(out)
 
 
@@ -114,7 +119,9 @@ def _stored_provider_data(value: object) -> ProviderData | None:
     return MappingProxyType({key: MappingProxyType(entry) for key, entry in value.items()})
 
 
-def _optional_str(what: str) -> Any:
+def optional_str(what: str) -> Any:
+    """An attrs validator: a string or None, else a ValueError naming ``what``."""
+
     def check(_instance: object, _attribute: object, value: object) -> None:
         if value is not None and not isinstance(value, str):
             raise ValueError(f"{what} must be a string or None, not {type(value).__name__}")
@@ -202,18 +209,18 @@ class ImagePart(_PartBase):
     """
 
     TYPE: ClassVar[str] = "image"
-    url: str | None = attrs.field(default=None, validator=_optional_str("ImagePart.url"))
+    url: str | None = attrs.field(default=None, validator=optional_str("ImagePart.url"))
     data: str | None = attrs.field(
-        default=None, validator=_optional_str("ImagePart.data"), kw_only=True
+        default=None, validator=optional_str("ImagePart.data"), kw_only=True
     )
     media_type: str | None = attrs.field(
-        default=None, validator=_optional_str("ImagePart.media_type"), kw_only=True
+        default=None, validator=optional_str("ImagePart.media_type"), kw_only=True
     )
     file_id: str | None = attrs.field(
-        default=None, validator=_optional_str("ImagePart.file_id"), kw_only=True
+        default=None, validator=optional_str("ImagePart.file_id"), kw_only=True
     )
     detail: str | None = attrs.field(
-        default=None, validator=[_optional_str("ImagePart.detail"), _image_check], kw_only=True
+        default=None, validator=[optional_str("ImagePart.detail"), _image_check], kw_only=True
     )
     provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
 
@@ -262,14 +269,14 @@ class ThinkingPart(_PartBase):
     TYPE: ClassVar[str] = "thinking"
     text: str = attrs.field(default="", validator=_str("ThinkingPart.text"))
     signature: str | None = attrs.field(
-        default=None, validator=_optional_str("ThinkingPart.signature"), kw_only=True
+        default=None, validator=optional_str("ThinkingPart.signature"), kw_only=True
     )
     summary: tuple[str, ...] | None = attrs.field(default=None, converter=_summary, kw_only=True)
     id: str | None = attrs.field(
-        default=None, validator=_optional_str("ThinkingPart.id"), kw_only=True
+        default=None, validator=optional_str("ThinkingPart.id"), kw_only=True
     )
     provider: str | None = attrs.field(
-        default=None, validator=_optional_str("ThinkingPart.provider"), kw_only=True
+        default=None, validator=optional_str("ThinkingPart.provider"), kw_only=True
     )
     provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
 
@@ -299,7 +306,7 @@ class RedactedThinkingPart(_PartBase):
     TYPE: ClassVar[str] = "redacted_thinking"
     data: str = attrs.field(validator=_str("RedactedThinkingPart.data"))
     provider: str | None = attrs.field(
-        default=None, validator=_optional_str("RedactedThinkingPart.provider"), kw_only=True
+        default=None, validator=optional_str("RedactedThinkingPart.provider"), kw_only=True
     )
     provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
 
@@ -335,7 +342,7 @@ class ToolCallPart(_PartBase):
 
 
 def _data_object(value: object) -> Mapping[str, JSON]:
-    return _read_only_json_object(value, "ProviderPart.data")
+    return read_only_json_object(value, "ProviderPart.data")
 
 
 @attrs.frozen(eq=False)
@@ -358,7 +365,7 @@ class ProviderPart(_PartBase):
 
 
 def _other_data(value: object) -> Mapping[str, JSON]:
-    data = _read_only_json_object(value, "OtherPart.data")
+    data = read_only_json_object(value, "OtherPart.data")
     kind = data.get("type")
     if not isinstance(kind, str):
         raise ValueError('OtherPart.data needs a string "type"')

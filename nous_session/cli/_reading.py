@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any, Literal, TextIO
 
@@ -139,23 +141,31 @@ async def _set_metadata(store: Store, session_id: str, text: str, out: TextIO) -
     out.write(f"set the metadata of {session_id!r} (seq {event.seq})\n")
 
 
-async def _retain(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+def _retention(
+    store: Store, args: argparse.Namespace, action: Literal["delete", "snapshot"]
+) -> Callable[..., Awaitable[RetentionReport]]:
+    """``retention.apply`` with the policy the arguments give (a dry run unless told)."""
     from nous_session.retention import apply
 
+    return functools.partial(
+        apply,
+        store,
+        idle_for=args.idle_for,
+        older_than=args.older_than,
+        action=action,
+        where=dict(args.where),
+        tags=args.tag,
+    )
+
+
+async def _retain(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     action: Literal["delete", "snapshot"] = args.action or "delete"
     if args.idle_for is None and args.older_than is None:
         raise CommandError("retain needs --idle-for, --older-than or both")
     if args.yes:
         report = await _retain_with_progress(store, args, action)
     else:
-        report = await apply(
-            store,
-            idle_for=args.idle_for,
-            older_than=args.older_than,
-            action=action,
-            where=dict(args.where),
-            tags=args.tag,
-        )
+        report = await _retention(store, args, action)()
     if args.json:
         for entry in report.selected if report.dry_run else ():
             _emit(out, _entry_json(entry))
@@ -193,29 +203,12 @@ async def _retain(store: Store, args: argparse.Namespace, out: TextIO) -> None:
 async def _retain_with_progress(
     store: Store, args: argparse.Namespace, action: Literal["delete", "snapshot"]
 ) -> RetentionReport:
-    from nous_session.retention import apply
-
     # The selection first (a dry run), so the bar knows its total; then the same policy acts.
     # A session that left the selection meanwhile is simply not selected the second time.
-    preview = await apply(
-        store,
-        idle_for=args.idle_for,
-        older_than=args.older_than,
-        action=action,
-        where=dict(args.where),
-        tags=args.tag,
-    )
+    policy = _retention(store, args, action)
+    preview = await policy()
     with _progress(len(preview.selected), f"retain ({action})", unit="session", least=1) as advance:
-        return await apply(
-            store,
-            idle_for=args.idle_for,
-            older_than=args.older_than,
-            action=action,
-            dry_run=False,
-            where=dict(args.where),
-            tags=args.tag,
-            progress=lambda _done, _total: advance(1),
-        )
+        return await policy(dry_run=False, progress=lambda _done, _total: advance(1))
 
 
 async def _events(store: Store, args: argparse.Namespace, out: TextIO) -> None:

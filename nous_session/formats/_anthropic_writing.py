@@ -12,12 +12,12 @@ from nous_session.formats._common import (
     TURN,
     Notes,
     call_item_fields,
-    copy_object,
     merge,
     own,
     part_kind,
     unsupported,
     url_media_type,
+    written_alike,
 )
 from nous_session.formats._tool_calls import (
     CallIds,
@@ -30,11 +30,9 @@ from nous_session.parts import (
     ImagePart,
     OtherPart,
     Part,
-    ProviderPart,
     RedactedThinkingPart,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
 )
 
 PROVIDER: Final = "anthropic"
@@ -181,18 +179,9 @@ def _source(part: ImagePart) -> dict[str, Any]:
 
 def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
     what = f"{part_kind(part)} (part {j})"
-    if isinstance(part, OtherPart):
-        return copy_object(part.data)
-    if isinstance(part, ProviderPart):
-        if part.provider == PROVIDER:
-            return copy_object(part.data)
-        notes.drop(i, f"the {what}")
-        return None
-    if isinstance(part, ToolCallPart):
-        notes.drop(i, f"the reference to a tool call (part {j})", "only the model makes calls")
-        return None
-    notes.foreign(i, what, part.provider_data)
-    extras = own(part.provider_data, PROVIDER)
+    alike, extras = written_alike(part, notes, i, j, what)
+    if extras is None:
+        return alike
     if isinstance(part, TextPart):
         return merge({"type": "text", "text": part.text}, extras)
     if isinstance(part, ImagePart):

@@ -23,7 +23,14 @@ from nous_session._json import (
 )
 from nous_session.errors import FormatError
 from nous_session.message import Message, Role, ToolCall
-from nous_session.parts import ImagePart, OtherPart, Part, ProviderData, ProviderPart
+from nous_session.parts import (
+    ImagePart,
+    OtherPart,
+    Part,
+    ProviderData,
+    ProviderPart,
+    ToolCallPart,
+)
 
 __all__: list[str] = []
 
@@ -195,6 +202,28 @@ class Notes:
                     label if what is None else f"{label} of {what}",
                     f"only {other} reads {'it' if len(keys) == 1 else 'them'}",
                 )
+
+
+def written_alike(
+    part: Part, notes: Notes, i: int, j: int, what: str
+) -> tuple[dict[str, Any] | None, Mapping[str, Any] | None]:
+    """What every provider writes alike, as ``(block, None)``: an OtherPart as it is, a
+    ProviderPart of this provider as it is (another's is dropped: None, with a note), and a
+    reference to a tool call where none belongs (dropped likewise). Any other part (of
+    message ``i``, content index ``j``, named ``what`` in notes) gives ``(None, extras)``:
+    this provider's entry of its provider_data, the others' noted."""
+    if isinstance(part, OtherPart):
+        return copy_object(part.data), None
+    if isinstance(part, ProviderPart):
+        if part.provider == notes.provider:
+            return copy_object(part.data), None
+        notes.drop(i, f"the {what}")
+        return None, None
+    if isinstance(part, ToolCallPart):
+        notes.drop(i, f"the reference to a tool call (part {j})", "only the model makes calls")
+        return None, None
+    notes.foreign(i, what, part.provider_data)
+    return None, own(part.provider_data, notes.provider)
 
 
 # Images ---------------------------------------------------------------------------------------

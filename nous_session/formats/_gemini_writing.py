@@ -20,6 +20,7 @@ from nous_session.formats._common import (
     own,
     part_kind,
     unsupported,
+    written_alike,
 )
 from nous_session.formats._tool_calls import (
     Placed,
@@ -29,12 +30,10 @@ from nous_session.formats._tool_calls import (
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (
     ImagePart,
-    OtherPart,
     Part,
     ProviderPart,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
 )
 
 PROVIDER: Final = "gemini"
@@ -260,18 +259,9 @@ def _part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[str, An
 
 def _camel_part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[str, Any] | None:
     what = f"{part_kind(part)} (part {j})"
-    if isinstance(part, OtherPart):
-        return copy_object(part.data)
-    if isinstance(part, ProviderPart):
-        if part.provider == PROVIDER:
-            return copy_object(part.data)
-        notes.drop(i, f"the {what}")
-        return None
-    if isinstance(part, ToolCallPart):
-        notes.drop(i, f"the reference to a tool call (part {j})", "only the model makes calls")
-        return None
-    notes.foreign(i, what, part.provider_data)
-    extras = own(part.provider_data, PROVIDER)
+    alike, extras = written_alike(part, notes, i, j, what)
+    if extras is None:
+        return alike
     if isinstance(part, TextPart):
         return merge({"text": part.text}, extras)
     if isinstance(part, ImagePart):

@@ -16,6 +16,7 @@ from nous_session.formats._common import (
     part_kind,
     unsupported,
     url_media_type,
+    written_alike,
 )
 from nous_session.formats._tool_calls import (
     CallIds,
@@ -32,7 +33,6 @@ from nous_session.parts import (
     RedactedThinkingPart,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
 )
 
 PROVIDER: Final = "openai-responses"
@@ -101,18 +101,9 @@ def _content(message: Message, notes: Notes, i: int, context: str) -> str | list
 
 def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
     what = f"{part_kind(part)} (part {j})"
-    if isinstance(part, OtherPart):
-        return copy_object(part.data)
-    if isinstance(part, ProviderPart):
-        if part.provider == PROVIDER:
-            return copy_object(part.data)
-        notes.drop(i, f"the {what}")
-        return None
-    if isinstance(part, ToolCallPart):
-        notes.drop(i, f"the reference to a tool call (part {j})", "only the model makes calls")
-        return None
-    notes.foreign(i, what, part.provider_data)
-    extras = own(part.provider_data, PROVIDER)
+    alike, extras = written_alike(part, notes, i, j, what)
+    if extras is None:
+        return alike
     if isinstance(part, TextPart):
         if context == "assistant":
             block = {"type": "output_text", "text": part.text, "annotations": []}
