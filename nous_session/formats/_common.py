@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any, Final, NoReturn
+
+import attrs
 
 from nous_session._json import (
     NotJSONError,
@@ -156,6 +159,38 @@ def own(data: ProviderData, provider: str) -> Mapping[str, Any]:
 def with_extras(data: dict[str, Any], provider: str) -> ProviderData:
     """``{provider: data}``, or empty when ``data`` is."""
     return {provider: data} if data else {}
+
+
+def append_user_turn(
+    out: list[Message],
+    produced: list[Message],
+    extras: Mapping[str, Any],
+    provider: str,
+    created_at: datetime,
+) -> None:
+    """Append to ``out`` the messages one provider user turn was read into (an empty user
+    message for none), with the hints that write them back as that one turn: the first
+    carries the turn's own extra keys (under ``"$message"`` on a tool result), and says
+    ``"split"`` when it would otherwise join the tool results before it; the others say
+    ``"join"`` where they would not join by themselves."""
+    if not produced:
+        produced.append(Message(Role.USER, (), created_at=created_at))
+    for k, message in enumerate(produced):
+        hints: dict[str, Any] = {}
+        if k == 0:
+            if message.role is Role.TOOL and out and out[-1].role is Role.TOOL:
+                hints[TURN] = "split"
+            if extras:
+                if message.role is Role.TOOL:
+                    hints[MESSAGE] = extras
+                else:
+                    hints.update(extras)
+        elif not (message.role is Role.TOOL and produced[k - 1].role is Role.TOOL):
+            hints[TURN] = "join"
+        if hints:
+            mine = {**own(message.provider_data, provider), **hints}
+            message = attrs.evolve(message, provider_data={provider: mine})
+        out.append(message)
 
 
 # Notes ----------------------------------------------------------------------------------------

@@ -34,16 +34,14 @@ from nous_session.formats._anthropic_writing import (
     dump,
 )
 from nous_session.formats._common import (
-    MESSAGE,
-    TURN,
     Notes,
     Path,
+    append_user_turn,
     diff,
     fail,
     need,
     need_list,
     need_object,
-    own,
     plain_json,
     with_extras,
 )
@@ -179,24 +177,7 @@ class _Reader:
             else:
                 run.append(self.part(block, (*where, k), "user"))
         flush()
-        if not produced:
-            produced.append(Message(Role.USER, (), created_at=self.created_at))
-        for k, message in enumerate(produced):
-            hints: dict[str, Any] = {}
-            if k == 0:
-                if message.role is Role.TOOL and out and out[-1].role is Role.TOOL:
-                    hints[TURN] = "split"
-                if extras:
-                    if message.role is Role.TOOL:
-                        hints[MESSAGE] = extras
-                    else:
-                        hints.update(extras)
-            elif not (message.role is Role.TOOL and produced[k - 1].role is Role.TOOL):
-                hints[TURN] = "join"
-            if hints:
-                mine = {**own(message.provider_data, PROVIDER), **hints}
-                message = attrs.evolve(message, provider_data={PROVIDER: mine})
-            out.append(message)
+        append_user_turn(out, produced, extras, PROVIDER, self.created_at)
 
     def tool_result(self, block: dict[str, Any], where: Path) -> Message:
         ident = need(PROVIDER, block, "tool_use_id", str, where)

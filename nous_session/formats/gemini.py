@@ -33,10 +33,9 @@ import attrs
 
 from nous_session._json import dumps
 from nous_session.formats._common import (
-    MESSAGE,
-    TURN,
     Notes,
     Path,
+    append_user_turn,
     diff,
     fail,
     need,
@@ -185,24 +184,7 @@ class _Reader:
             else:
                 run.append(self.part(part, (*where, "parts", k), model=False))
         flush()
-        if not produced:
-            produced.append(Message(Role.USER, (), created_at=self.created_at))
-        for k, message in enumerate(produced):
-            hints: dict[str, Any] = {}
-            if k == 0:
-                if message.role is Role.TOOL and out and out[-1].role is Role.TOOL:
-                    hints[TURN] = "split"
-                if extras:
-                    if message.role is Role.TOOL:
-                        hints[MESSAGE] = extras
-                    else:
-                        hints.update(extras)
-            elif not (message.role is Role.TOOL and produced[k - 1].role is Role.TOOL):
-                hints[TURN] = "join"
-            if hints:
-                mine = {**own(message.provider_data, PROVIDER), **hints}
-                message = attrs.evolve(message, provider_data={PROVIDER: mine})
-            out.append(message)
+        append_user_turn(out, produced, extras, PROVIDER, self.created_at)
 
     def response(self, raw: dict[str, Any], where: Path) -> Message:
         part, snake = _camel(raw)
