@@ -45,9 +45,7 @@ from nous_session.formats._common import (
     plain_json,
     with_extras,
 )
-from nous_session.formats._tool_calls import (
-    arrange,
-)
+from nous_session.formats._tool_calls import arrange
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (
     ImagePart,

@@ -57,9 +57,7 @@ from nous_session.formats._gemini_writing import (
     _parts,
     dump,
 )
-from nous_session.formats._tool_calls import (
-    arrange,
-)
+from nous_session.formats._tool_calls import arrange
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (
     ImagePart,
