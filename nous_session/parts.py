@@ -82,7 +82,9 @@ def as_part(value: object, what: str = "content part") -> Part:
         ValueError: ``value`` is not a mapping of JSON, has no string ``type``, or is a text part
             without a string ``text``.
     """
-    if isinstance(value, PART_TYPES):
+    # A dict first: the part classes are Mappings (ABCs), whose isinstance checks cost; for a
+    # part, the exact-type test against each class hits at once.
+    if type(value) is not dict and isinstance(value, PART_TYPES):
         return value
     if not isinstance(value, Mapping):
         raise ValueError(f"{what} must be a part or a mapping, not {type(value).__name__}")
