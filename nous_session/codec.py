@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -164,10 +165,10 @@ def _decode_checked(
     return _validated(seq, kind, data, time, _name(where), decoded=plain)
 
 
-def _exact(record: object) -> Any:
+def _exact(record: bytes | bytearray | memoryview | str) -> Any:
     """The record read by the exact (standard library) reader, or None if it is not JSON."""
     try:
-        return exact_loads(record)  # type: ignore[arg-type]
+        return exact_loads(record)
     except ValueError:
         return None
 
@@ -229,7 +230,7 @@ def _decode_rows_into(
                 append(Event(seq, event_type, MappingProxyType(data), epoch + micro * micros))
                 continue
         # Anything else, or a bad record: decode() checks it and names the problem.
-        event = decode(record, where=lambda seq=seq: place(seq))  # type: ignore[misc]
+        event = decode(record, where=partial(place, seq))
         if event.seq != seq:
             raise CorruptRecordError(f"{place(seq)}: the record holds seq {event.seq}")
         append(event)

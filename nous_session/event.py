@@ -95,7 +95,7 @@ OPERATION_TYPES: Final = (
 
 _SURFACE: Final = frozenset(SURFACE_TYPES)
 # Which operation each operation type carries (and must carry).
-_OP_OF_TYPE: Final[dict[EventType, type]] = {
+_OP_OF_TYPE: Final[dict[str, type[SurfaceOp]]] = {
     EventType.REPLACE: Replace,
     EventType.REMOVE: Remove,
     EventType.REWIND: Rewind,
@@ -107,15 +107,18 @@ _CUSTOM_MAX: Final = 128
 TYPE_BY_NAME: Final[dict[object, EventType]] = {member.value: member for member in EventType}
 """Each EventType by its value (a member also finds itself: a StrEnum hashes as its value).
 Read-only by convention."""
-_ROLE_OF: Final = {
-    EventType.SYSTEM_MESSAGE: Role.SYSTEM,
-    EventType.USER_MESSAGE: Role.USER,
-    EventType.ASSISTANT_MESSAGE: Role.ASSISTANT,
-    EventType.TOOL_RESULT: Role.TOOL,
-    EventType.DEVELOPER_MESSAGE: Role.DEVELOPER,
+_TYPE_OF: Final[dict[Role, EventType]] = {
+    Role.SYSTEM: EventType.SYSTEM_MESSAGE,
+    Role.USER: EventType.USER_MESSAGE,
+    Role.ASSISTANT: EventType.ASSISTANT_MESSAGE,
+    Role.TOOL: EventType.TOOL_RESULT,
+    Role.DEVELOPER: EventType.DEVELOPER_MESSAGE,
 }
-_TYPE_OF: Final = {role: event_type for event_type, role in _ROLE_OF.items()}
-_TYPE_BY_ROLE_NAME: Final = {role.value: event_type for role, event_type in _TYPE_OF.items()}
+# By str: a custom event type is a plain str, and an EventType hashes as its value.
+_ROLE_OF: Final[dict[str, Role]] = {event_type: role for role, event_type in _TYPE_OF.items()}
+_TYPE_BY_ROLE_NAME: Final[dict[object, EventType]] = {
+    role.value: event_type for role, event_type in _TYPE_OF.items()
+}
 
 
 @attrs.frozen(unsafe_hash=False)  # holds read-only mappings, which cannot hash
@@ -215,7 +218,8 @@ def _check_surface_fields(data: dict[str, JSON]) -> None:
                 raise _Refusal(f'data["provider_data"]["{key}"] must be an object')
 
 
-def _copy_item(copy: dict[str, JSON], key: object, value: object) -> None:
+def _copy_item(copy: dict[str, Any], key: object, value: object) -> None:
+    """Copy one item of event data into copy (JSON but for a surface op, kept as given)."""
     if type(key) is not str:
         if not isinstance(key, str):
             raise _Refusal(f"data key {key!r} ({type(key).__name__}) is not a string")
@@ -225,7 +229,7 @@ def _copy_item(copy: dict[str, JSON], key: object, value: object) -> None:
     except NotJSONError as e:
         raise _Refusal(f"data key {key!r}: {e.reason}") from None
     if key == OP_KEY:
-        copy[key] = value  # type: ignore[assignment]  # normalised by the caller
+        copy[key] = value  # normalised by the caller
         return
     try:
         copy[key] = copy_json(value)
@@ -345,7 +349,7 @@ def _check_rules(event_type: EventType | str, data: dict[str, JSON], seq: int | 
                 )
         elif event_type in _OP_OF_TYPE:
             op = _parse_op(value, seq)
-            if type(op) is not _OP_OF_TYPE[event_type]:  # type: ignore[index]
+            if type(op) is not _OP_OF_TYPE[event_type]:
                 raise _Refusal(f"a {event_type} event must carry a {event_type} surface_op")
         else:
             raise _Refusal(
@@ -390,7 +394,7 @@ def _check_replace_messages(data: dict[str, JSON]) -> None:
             raise _Refusal(f"{where} must be a message object")
         role = item.get("role")
         if role not in _TYPE_BY_ROLE_NAME:
-            roles = ", ".join(_TYPE_BY_ROLE_NAME)
+            roles = ", ".join(role.value for role in _TYPE_OF)
             raise _Refusal(f"{where} has role {role!r}; a role is one of {roles}")
         created = item.get("created_at")
         if created is not None:
@@ -523,7 +527,8 @@ def replace_data(start: int, stop: int, messages: Sequence[object]) -> dict[str,
             raise InvalidEventError(f"replacement message {index}: {error}") from None
         item: dict[str, JSON] = {"role": _ROLE_OF[event_type].value}
         item.update(data)
-        item["created_at"] = message.created_at.isoformat()  # type: ignore[attr-defined]
+        assert isinstance(message, Message)  # message_event refuses anything else
+        item["created_at"] = message.created_at.isoformat()
         items.append(item)
     return {OP_KEY: Replace(start, stop).to_json(), "messages": items}
 
@@ -533,9 +538,12 @@ def replace_entries(event: Event) -> list[Event]:
     each with the event's seq and operation (so it sits at the operation's ``start``), the
     message's type, fields and time (the event's own time when it has none)."""
     entries = []
-    for item in event.data.get("messages") or ():  # type: ignore[union-attr]
-        fields: dict[str, JSON] = dict(item)  # type: ignore[arg-type]
-        event_type = _TYPE_BY_ROLE_NAME[fields.pop("role")]  # type: ignore[index]
+    messages = event.data.get("messages")
+    assert type(messages) is list  # checked when the event was appended
+    for item in messages:
+        assert type(item) is dict
+        fields = dict(item)
+        event_type = _TYPE_BY_ROLE_NAME[fields.pop("role")]
         created = fields.pop("created_at", None)
         time = event.time if created is None else _message_time(created)
         entries.append(Event(event.seq, event_type, MappingProxyType(fields), time, event.op))
@@ -556,7 +564,7 @@ def to_message(event: Event) -> Message:
     Raises:
         ValueError: ``event`` is a bookkeeping event.
     """
-    role = _ROLE_OF.get(event.type)  # type: ignore[call-overload]
+    role = _ROLE_OF.get(event.type)
     if role is None:
         raise ValueError(f"event {event.seq} is a {event.type} event, not a surface event")
     # The log validated these fields when the event was appended (make_event), so the message
@@ -570,17 +578,18 @@ def to_message(event: Event) -> Message:
         )
     if type(content) is list:
         content = tuple(stored_part(part) for part in content)
-    calls = data.get("tool_calls")
-    metadata = data.get("metadata")
+    # Any: the log validated these when the event was appended (see above).
+    calls: Any = data.get("tool_calls")
+    metadata: Any = data.get("metadata")
     provider_data: Any = data.get("provider_data")
     return _trusted_message(
         role,
         content,
         data.get("reasoning_content"),
-        tuple(_tool_call(call) for call in calls) if calls else (),  # type: ignore[union-attr]
+        tuple(_tool_call(call) for call in calls) if calls else (),
         data.get("tool_call_id"),
         data.get("name"),
-        MappingProxyType(metadata) if metadata else _NO_METADATA,  # type: ignore[arg-type]
+        MappingProxyType(metadata) if metadata else _NO_METADATA,
         event.time,
         data.get("is_error") is True,
         _read_only_provider_data(provider_data) if provider_data else _NO_METADATA,

@@ -17,22 +17,24 @@ such mappings are still accepted wherever parts are.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeGuard
 
 import attrs
 
-from nous_session._json import JSON, NotJSONError, copy_json_object, dumps
+from nous_session._json import JSON, copy_json_object, dumps
 from nous_session.parts import (
     OtherPart,
     Part,
     ProviderData,
     TextPart,
     as_part,
+    optional_str,
     provider_data,
     provider_data_json,
+    read_only_json_object,
 )
 
 __all__ = ["ContentPart", "Message", "Role", "ToolCall", "utc_datetime"]
@@ -80,27 +82,10 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _optional_str(what: str) -> Any:
-    def check(_instance: object, _attribute: object, value: object) -> None:
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"{what} must be a string or None, not {type(value).__name__}")
-
-    return check
-
-
-def _read_only_json_object(value: object, what: str) -> Mapping[str, JSON]:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{what} must be a mapping, not {type(value).__name__}")
-    try:
-        return MappingProxyType(copy_json_object(value))
-    except NotJSONError as e:
-        raise ValueError(f"{e.where(what)}: {e.reason}") from None
-
-
 def _arguments(value: object) -> Mapping[str, JSON] | str:
     if isinstance(value, str):
         return value
-    return _read_only_json_object(value, "tool call arguments")
+    return read_only_json_object(value, "tool call arguments")
 
 
 def _call_provider_data(value: object) -> ProviderData:
@@ -131,10 +116,10 @@ class ToolCall:
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
     arguments: Mapping[str, JSON] | str = attrs.field(factory=dict, converter=_arguments)
     item_id: str | None = attrs.field(
-        default=None, validator=_optional_str("ToolCall.item_id"), kw_only=True
+        default=None, validator=optional_str("ToolCall.item_id"), kw_only=True
     )
     status: str | None = attrs.field(
-        default=None, validator=_optional_str("ToolCall.status"), kw_only=True
+        default=None, validator=optional_str("ToolCall.status"), kw_only=True
     )
     provider_data: ProviderData = attrs.field(
         default=_EMPTY, converter=_call_provider_data, kw_only=True
@@ -253,15 +238,18 @@ def _metadata(value: object) -> Mapping[str, JSON]:
         return _EMPTY
     if type(value) is MappingProxyType and not value:
         return _EMPTY
-    return _read_only_json_object(value, "metadata")
+    return read_only_json_object(value, "metadata")
+
+
+_ROLE_BY_VALUE: dict[object, Role] = {role.value: role for role in Role}
 
 
 def _role(value: object) -> Role:
     if type(value) is Role:
         return value
     try:
-        return Role(value)  # type: ignore[arg-type]
-    except ValueError:
+        return _ROLE_BY_VALUE[value]
+    except (KeyError, TypeError):  # TypeError: unhashable, so no role either
         roles = ", ".join(role.value for role in Role)
         raise ValueError(f"unknown role {value!r}; a role is one of {roles}") from None
 
@@ -279,7 +267,7 @@ def _message_provider_data(value: object) -> ProviderData:
     return provider_data(value, "provider_data")
 
 
-def _is_part_sequence(value: object) -> bool:
+def _is_part_sequence(value: object) -> TypeGuard[Sequence[Part]]:
     return (
         isinstance(value, list | tuple)
         and bool(value)
@@ -313,11 +301,11 @@ class Message:
     role: Role = attrs.field(converter=_role)
     content: str | tuple[Part, ...] | None = attrs.field(default=None, converter=_content)
     reasoning_content: str | None = attrs.field(
-        default=None, validator=_optional_str("reasoning_content")
+        default=None, validator=optional_str("reasoning_content")
     )
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_calls)
-    tool_call_id: str | None = attrs.field(default=None, validator=_optional_str("tool_call_id"))
-    name: str | None = attrs.field(default=None, validator=_optional_str("name"))
+    tool_call_id: str | None = attrs.field(default=None, validator=optional_str("tool_call_id"))
+    name: str | None = attrs.field(default=None, validator=optional_str("name"))
     metadata: Mapping[str, JSON] = attrs.field(default=_EMPTY, converter=_metadata)
     created_at: datetime = attrs.field(factory=_now, converter=_created_at)
     is_error: bool = attrs.field(default=False, validator=_is_error, kw_only=True)
@@ -441,7 +429,7 @@ class Message:
             ValueError: ``result`` cannot be encoded as JSON.
         """
         if _is_part_sequence(result):
-            result = list(result)  # type: ignore[call-overload]
+            result = list(result)
         elif not isinstance(result, str):
             try:
                 result = dumps(result, default=None).decode()
@@ -545,7 +533,9 @@ class Message:
             if type(part) is TextPart:
                 texts.append(part.text)
             elif type(part) is OtherPart and part.data.get("type") == "text":
-                texts.append(part.data["text"])  # type: ignore[arg-type]
+                text = part.data["text"]
+                assert isinstance(text, str)  # an OtherPart of type "text" has a string text
+                texts.append(text)
         return "".join(texts)
 
     @property

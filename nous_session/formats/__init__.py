@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, overload
 
 import attrs
 
@@ -135,6 +135,21 @@ def convert(messages: Iterable[Message], provider: Provider) -> Conversion:
     return Conversion(provider, payload, tuple(notes.items))
 
 
+@overload
+def to_provider(
+    messages: Iterable[Message],
+    provider: Literal["openai-chat", "openai-responses"],
+    *,
+    strict: bool = False,
+) -> list[dict[str, JSON]]: ...
+@overload
+def to_provider(
+    messages: Iterable[Message], provider: Literal["anthropic", "gemini"], *, strict: bool = False
+) -> dict[str, JSON]: ...
+@overload
+def to_provider(
+    messages: Iterable[Message], provider: Provider, *, strict: bool = False
+) -> Payload: ...
 def to_provider(
     messages: Iterable[Message], provider: Provider, *, strict: bool = False
 ) -> Payload:

@@ -1,4 +1,4 @@
-"""What the provider converters share: notes, exact-form extras, tool-call order and ids.
+"""What the provider converters share: notes, exact-form extras, errors, images.
 
 Exactness. A converter reads a provider object (a message, a block, an item) into the neutral
 fields, then builds the object those fields alone would give back (its *default*), and keeps
@@ -11,24 +11,29 @@ Keys starting with ``"$"`` are the converters' own hints (``"$turn"``...), never
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any, Final, NoReturn
 
 import attrs
 
 from nous_session._json import (
-    JSON,
     NotJSONError,
     copy_json,
     copy_json_object,
-    dumps,
     format_path,
 )
 from nous_session.errors import FormatError
 from nous_session.message import Message, Role, ToolCall
-from nous_session.parts import ImagePart, OtherPart, Part, ProviderData, ProviderPart, ToolCallPart
+from nous_session.parts import (
+    ImagePart,
+    OtherPart,
+    Part,
+    ProviderData,
+    ProviderPart,
+    ToolCallPart,
+)
 
 __all__: list[str] = []
 
@@ -156,6 +161,38 @@ def with_extras(data: dict[str, Any], provider: str) -> ProviderData:
     return {provider: data} if data else {}
 
 
+def append_user_turn(
+    out: list[Message],
+    produced: list[Message],
+    extras: Mapping[str, Any],
+    provider: str,
+    created_at: datetime,
+) -> None:
+    """Append to ``out`` the messages one provider user turn was read into (an empty user
+    message for none), with the hints that write them back as that one turn: the first
+    carries the turn's own extra keys (under ``"$message"`` on a tool result), and says
+    ``"split"`` when it would otherwise join the tool results before it; the others say
+    ``"join"`` where they would not join by themselves."""
+    if not produced:
+        produced.append(Message(Role.USER, (), created_at=created_at))
+    for k, message in enumerate(produced):
+        hints: dict[str, Any] = {}
+        if k == 0:
+            if message.role is Role.TOOL and out and out[-1].role is Role.TOOL:
+                hints[TURN] = "split"
+            if extras:
+                if message.role is Role.TOOL:
+                    hints[MESSAGE] = extras
+                else:
+                    hints.update(extras)
+        elif not (message.role is Role.TOOL and produced[k - 1].role is Role.TOOL):
+            hints[TURN] = "join"
+        if hints:
+            mine = {**own(message.provider_data, provider), **hints}
+            message = attrs.evolve(message, provider_data={provider: mine})
+        out.append(message)
+
+
 # Notes ----------------------------------------------------------------------------------------
 
 _QUIET: Final = {"openai-responses": {"type", "id", "status"}}
@@ -202,141 +239,26 @@ class Notes:
                 )
 
 
-# Tool calls -----------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Placed:
-    """A tool call at its place among a message's parts: ``message.tool_calls[index]``."""
-
-    index: int
-    call: ToolCall
-
-
-def elements(message: Message, notes: Notes, index: int) -> list[tuple[int, Part | Placed]]:
-    """The message's parts with its tool calls in their places, in order, with positions.
-
-    Each item is ``(j, item)``: ``j`` is the part's index in the content (for notes; ``-1`` for
-    a call no part places). A :class:`ToolCallPart` puts its call where it stands; calls no part
-    places follow all the parts. A reference to a call the message does not have, or a second
-    one to the same call, is dropped with a note. String content is not a part: the caller
-    handles it.
-    """
-    calls = message.tool_calls
-    out: list[tuple[int, Part | Placed]] = []
-    placed: set[int] = set()
-    content = message.content
-    if content is not None and not isinstance(content, str):
-        for j, part in enumerate(content):
-            if type(part) is ToolCallPart:
-                k = part.index
-                if k < len(calls) and k not in placed:
-                    placed.add(k)
-                    out.append((j, Placed(k, calls[k])))
-                else:
-                    notes.drop(
-                        index, f"the reference to tool call {k} (part {j})", "there is no such call"
-                    )
-            else:
-                out.append((j, part))
-    out.extend((-1, Placed(k, call)) for k, call in enumerate(calls) if k not in placed)
-    return out
-
-
-def arrange(items: Sequence[Part | ToolCall]) -> tuple[tuple[Part, ...], tuple[ToolCall, ...]]:
-    """Content parts and tool calls for ``items`` read in provider order.
-
-    References (:class:`ToolCallPart`) are added only when a call comes before some other part;
-    when every call follows all the parts, they are left out.
-    """
-    calls = tuple(item for item in items if isinstance(item, ToolCall))
-    parts: list[Part] = [item for item in items if not isinstance(item, ToolCall)]
-    if not calls or not parts:
-        return tuple(parts), calls
-    last_part = max(k for k, item in enumerate(items) if not isinstance(item, ToolCall))
-    first_call = min(k for k, item in enumerate(items) if isinstance(item, ToolCall))
-    if first_call > last_part:
-        return tuple(parts), calls
-    out: list[Part] = []
-    count = 0
-    for item in items:
-        if isinstance(item, ToolCall):
-            out.append(ToolCallPart(count))
-            count += 1
-        else:
-            out.append(item)
-    return tuple(out), calls
-
-
-def arguments_text(call: ToolCall) -> str:
-    """The call's arguments as the JSON string OpenAI wants (kept as written when a string)."""
-    arguments = call.arguments
-    if isinstance(arguments, str):
-        return arguments
-    # Exact for ints wider than 64 bits; the read-only mapping is written as the dict it is.
-    return dumps(arguments).decode()
-
-
-def arguments_object(call: ToolCall, notes: Notes, index: int, k: int) -> dict[str, JSON]:
-    """The call's arguments as the JSON object Anthropic and Gemini want.
-
-    A string is parsed; one that is not a JSON object is sent as ``{}`` with a note.
-    """
-    arguments = call.arguments
-    if not isinstance(arguments, str):
-        return copy_json(arguments)  # type: ignore[return-value]
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        value = None
-    if type(value) is not dict:
-        notes.drop(
-            index,
-            f"the arguments of tool call {k} ({call.name})",
-            f"they are not a JSON object, and {notes.provider} needs one; sent {{}}",
-        )
-        return {}
-    return plain_json(notes.provider, value)  # type: ignore[no-any-return]
-
-
-class CallIds:
-    """Gives tool calls without an id (Gemini's) one, and their results the same one.
-
-    Only for providers that need ids: a call with ``id == ""`` is sent as ``call_{i}_{k}``; a
-    later result with an empty ``tool_call_id`` takes the first such id not yet answered whose
-    call has the result's ``name`` (any, when the result has no name).
-    """
-
-    def __init__(self, notes: Notes) -> None:
-        self.notes = notes
-        self.pending: list[tuple[str, str]] = []
-
-    def call_id(self, index: int, k: int, call: ToolCall) -> str:
-        """The id to send for ``message[index].tool_calls[k]``."""
-        if call.id:
-            return call.id
-        made = f"call_{index}_{k}"
-        self.pending.append((call.name, made))
-        self.notes.add(
-            f"tool call {k} of message {index} has no id; sent as {made!r}: "
-            f"{self.notes.provider} needs one"
-        )
-        return made
-
-    def result_id(self, index: int, message: Message) -> str:
-        """The call id to send for the tool result ``message[index]``."""
-        if message.tool_call_id:
-            return message.tool_call_id
-        for j, (name, made) in enumerate(self.pending):
-            if message.name is None or name == message.name:
-                del self.pending[j]
-                self.notes.add(f"tool result {index} has no call id; sent as {made!r}")
-                return made
-        self.notes.add(
-            f"tool result {index} has no call id, and no call without one is waiting for it: "
-            f"{self.notes.provider} needs one"
-        )
-        return message.tool_call_id or ""
+def written_alike(
+    part: Part, notes: Notes, i: int, j: int, what: str
+) -> tuple[dict[str, Any] | None, Mapping[str, Any] | None]:
+    """What every provider writes alike, as ``(block, None)``: an OtherPart as it is, a
+    ProviderPart of this provider as it is (another's is dropped: None, with a note), and a
+    reference to a tool call where none belongs (dropped likewise). Any other part (of
+    message ``i``, content index ``j``, named ``what`` in notes) gives ``(None, extras)``:
+    this provider's entry of its provider_data, the others' noted."""
+    if isinstance(part, OtherPart):
+        return copy_object(part.data), None
+    if isinstance(part, ProviderPart):
+        if part.provider == notes.provider:
+            return copy_object(part.data), None
+        notes.drop(i, f"the {what}")
+        return None, None
+    if isinstance(part, ToolCallPart):
+        notes.drop(i, f"the reference to a tool call (part {j})", "only the model makes calls")
+        return None, None
+    notes.foreign(i, what, part.provider_data)
+    return None, own(part.provider_data, notes.provider)
 
 
 # Images ---------------------------------------------------------------------------------------

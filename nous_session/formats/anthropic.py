@@ -20,259 +20,43 @@ Writing other providers' messages: thinking travels only with Anthropic's own si
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 import attrs
 
-from nous_session._json import JSON
+from nous_session.formats._anthropic_writing import (
+    IN_MESSAGES,
+    PROVIDER,
+    _block,
+    _tool_result,
+    _tool_use,
+    dump,
+)
 from nous_session.formats._common import (
-    MESSAGE,
-    TURN,
-    CallIds,
     Notes,
     Path,
-    Placed,
-    arguments_object,
-    arrange,
-    call_item_fields,
-    copy_object,
+    append_user_turn,
     diff,
-    elements,
     fail,
-    merge,
     need,
     need_list,
     need_object,
-    own,
-    part_kind,
     plain_json,
-    unsupported,
-    url_media_type,
     with_extras,
 )
+from nous_session.formats._tool_calls import arrange
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (
     ImagePart,
-    OtherPart,
     Part,
     ProviderPart,
     RedactedThinkingPart,
     TextPart,
     ThinkingPart,
-    ToolCallPart,
 )
 
 __all__ = ["dump", "load"]
-
-PROVIDER: Final = "anthropic"
-IN_MESSAGES: Final = "$in_messages"
-"""Hint on a leading system message that came from the messages list, not ``system``."""
-
-
-# Writing --------------------------------------------------------------------------------------
-
-
-def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
-    """The ``{"system", "messages"}`` payload for ``messages``; what cannot go goes to ``notes``.
-
-    Args:
-        messages: the conversation.
-        notes: collects what could not be carried.
-
-    Returns:
-        The payload; ``system`` only when the first message is a system (or developer) one.
-    """
-    payload: dict[str, Any] = {}
-    out: list[dict[str, Any]] = []
-    ids = CallIds(notes)
-    previous: Role | None = None
-    for i, message in enumerate(messages):
-        role = message.role
-        extras = own(message.provider_data, PROVIDER)
-        if role is not Role.TOOL:
-            notes.foreign(i, None, message.provider_data)
-        unsupported(message, notes, i)  # a tool_result block has no name either
-        if role is Role.SYSTEM or role is Role.DEVELOPER:
-            if role is Role.DEVELOPER:
-                notes.add(
-                    f"message {i} is a developer message; sent as system: {PROVIDER} has none"
-                )
-            content = _system_content(message, notes, i)
-            if i == 0 and not extras.get(IN_MESSAGES):
-                payload["system"] = content
-            else:
-                out.append(merge({"role": "system", "content": content}, extras))
-        elif role is Role.USER:
-            blocks = _user_content(message, notes, i)
-            if extras.get(TURN) == "join" and out and out[-1]["role"] == "user":
-                _append(out[-1], blocks)
-            else:
-                out.append(merge({"role": "user", "content": blocks}, extras))
-        elif role is Role.TOOL:
-            block = _tool_result(message, notes, i, ids.result_id(i, message))
-            turn = extras.get(TURN)
-            if (
-                out
-                and out[-1]["role"] == "user"
-                and ((previous is Role.TOOL and turn != "split") or turn == "join")
-            ):
-                _append(out[-1], [block])
-            else:
-                out.append(merge({"role": "user", "content": [block]}, extras.get(MESSAGE)))
-        else:
-            content = _assistant_content(message, notes, i, ids)
-            out.append(merge({"role": "assistant", "content": content}, extras))
-        previous = role
-    payload["messages"] = out
-    return payload
-
-
-def _append(message: dict[str, Any], blocks: str | list[Any]) -> None:
-    if isinstance(blocks, str):
-        blocks = [{"type": "text", "text": blocks}]
-    if isinstance(message["content"], str):
-        message["content"] = [{"type": "text", "text": message["content"]}]
-    message["content"].extend(blocks)
-
-
-def _system_content(message: Message, notes: Notes, i: int) -> str | list[Any]:
-    content = message.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    blocks = []
-    for j, part in enumerate(content):
-        if type(part) is TextPart or type(part) is OtherPart:
-            blocks.append(_block(part, notes, i, j, "system"))
-        else:
-            notes.drop(
-                i, f"{part_kind(part)} (part {j})", f"{PROVIDER} system prompts hold text only"
-            )
-    return blocks
-
-
-def _user_content(message: Message, notes: Notes, i: int) -> str | list[Any]:
-    content = message.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return _blocks(message, notes, i, "user", None)
-
-
-def _assistant_content(message: Message, notes: Notes, i: int, ids: CallIds) -> str | list[Any]:
-    content = message.content
-    if not message.tool_calls:
-        if content is None:
-            return ""
-        if isinstance(content, str):
-            return content
-    blocks: list[Any] = []
-    if isinstance(content, str) and content:  # (the API refuses an empty text block)
-        blocks.append({"type": "text", "text": content})
-    blocks.extend(_blocks(message, notes, i, "assistant", ids))
-    return blocks
-
-
-def _blocks(message: Message, notes: Notes, i: int, context: str, ids: CallIds | None) -> list[Any]:
-    blocks = []
-    for j, item in elements(message, notes, i):
-        if isinstance(item, Placed):
-            if ids is not None:  # elsewhere, unsupported() has noted the calls
-                ident = ids.call_id(i, item.index, item.call)
-                blocks.append(_tool_use(item.call, ident, notes, i, item.index))
-            continue
-        block = _block(item, notes, i, j, context)
-        if block is not None:
-            blocks.append(block)
-    return blocks
-
-
-def _tool_use(call: ToolCall, ident: str, notes: Notes, i: int, k: int) -> dict[str, Any]:
-    notes.foreign(i, f"tool call {k} ({call.name})", call.provider_data)
-    call_item_fields(call, notes, i, k)
-    block = {
-        "type": "tool_use",
-        "id": ident,
-        "name": call.name,
-        "input": arguments_object(call, notes, i, k),
-    }
-    return merge(block, own(call.provider_data, PROVIDER))
-
-
-def _source(part: ImagePart) -> dict[str, Any]:
-    if part.data is not None:
-        return {"type": "base64", "media_type": part.media_type, "data": part.data}
-    if part.url is not None:
-        return {"type": "url", "url": part.url}
-    return {"type": "file", "file_id": part.file_id}
-
-
-def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
-    what = f"{part_kind(part)} (part {j})"
-    if isinstance(part, OtherPart):
-        return copy_object(part.data)
-    if isinstance(part, ProviderPart):
-        if part.provider == PROVIDER:
-            return copy_object(part.data)
-        notes.drop(i, f"the {what}")
-        return None
-    if isinstance(part, ToolCallPart):
-        notes.drop(i, f"the reference to a tool call (part {j})", "only the model makes calls")
-        return None
-    notes.foreign(i, what, part.provider_data)
-    extras = own(part.provider_data, PROVIDER)
-    if isinstance(part, TextPart):
-        return merge({"type": "text", "text": part.text}, extras)
-    if isinstance(part, ImagePart):
-        assert isinstance(part, ImagePart)
-        if part.detail not in (None, "auto"):
-            notes.drop(i, f"the detail {part.detail!r} of {what}")
-        if part.file_id is None:
-            url_media_type(part, notes, i, what)
-        return merge({"type": "image", "source": _source(part)}, extras)
-    if context != "assistant":
-        notes.drop(i, what, f"{PROVIDER} takes thinking only from the model")
-        return None
-    if isinstance(part, ThinkingPart):
-        assert isinstance(part, ThinkingPart)
-        if part.provider not in (None, PROVIDER):
-            notes.drop(
-                i, what, f"it is {part.provider}'s; {PROVIDER} takes only thinking it signed"
-            )
-            return None
-        if part.signature is None:
-            notes.drop(i, what, f"it has no signature; {PROVIDER} takes only thinking it signed")
-            return None
-        if part.summary:
-            notes.drop(i, f"the summary of {what}")
-        block = {"type": "thinking", "thinking": part.text, "signature": part.signature}
-        return merge(block, extras)
-    assert isinstance(part, RedactedThinkingPart)
-    if part.provider not in (None, PROVIDER):
-        notes.drop(i, what, f"it is {part.provider}'s; {PROVIDER} takes only its own")
-        return None
-    return merge({"type": "redacted_thinking", "data": part.data}, extras)
-
-
-def _tool_result(message: Message, notes: Notes, i: int, ident: str) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": ident}
-    content = message.content
-    if content is not None:
-        if isinstance(content, str):
-            block["content"] = content
-        else:
-            block["content"] = _blocks(message, notes, i, "tool", None)
-    if message.is_error:
-        block["is_error"] = True
-    notes.foreign(i, "the tool result", message.provider_data)
-    return merge(block, own(message.provider_data, PROVIDER))
-
-
-# Reading --------------------------------------------------------------------------------------
 
 
 def load(payload: object, created_at: datetime) -> list[Message]:
@@ -391,24 +175,7 @@ class _Reader:
             else:
                 run.append(self.part(block, (*where, k), "user"))
         flush()
-        if not produced:
-            produced.append(Message(Role.USER, (), created_at=self.created_at))
-        for k, message in enumerate(produced):
-            hints: dict[str, Any] = {}
-            if k == 0:
-                if message.role is Role.TOOL and out and out[-1].role is Role.TOOL:
-                    hints[TURN] = "split"
-                if extras:
-                    if message.role is Role.TOOL:
-                        hints[MESSAGE] = extras
-                    else:
-                        hints.update(extras)
-            elif not (message.role is Role.TOOL and produced[k - 1].role is Role.TOOL):
-                hints[TURN] = "join"
-            if hints:
-                mine = {**own(message.provider_data, PROVIDER), **hints}
-                message = attrs.evolve(message, provider_data={PROVIDER: mine})
-            out.append(message)
+        append_user_turn(out, produced, extras, PROVIDER, self.created_at)
 
     def tool_result(self, block: dict[str, Any], where: Path) -> Message:
         ident = need(PROVIDER, block, "tool_use_id", str, where)

@@ -24,16 +24,11 @@ import attrs
 
 from nous_session._json import JSON
 from nous_session.formats._common import (
-    CallIds,
     Notes,
     Path,
-    Placed,
-    arguments_text,
     call_item_fields,
-    copy_object,
     data_url,
     diff,
-    elements,
     fail,
     image_from_url,
     merge,
@@ -46,9 +41,16 @@ from nous_session.formats._common import (
     unsupported,
     url_media_type,
     with_extras,
+    written_alike,
+)
+from nous_session.formats._tool_calls import (
+    CallIds,
+    Placed,
+    arguments_text,
+    elements,
 )
 from nous_session.message import Message, Role, ToolCall
-from nous_session.parts import ImagePart, OtherPart, Part, ProviderPart, TextPart, ToolCallPart
+from nous_session.parts import ImagePart, Part, ProviderPart, TextPart
 
 __all__ = ["dump", "load"]
 
@@ -158,18 +160,9 @@ def _content(message: Message, notes: Notes, i: int, context: str) -> str | list
 
 def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
     what = f"{part_kind(part)} (part {j})"
-    if isinstance(part, OtherPart):
-        return copy_object(part.data)
-    if isinstance(part, ProviderPart):
-        if part.provider == PROVIDER:
-            return copy_object(part.data)
-        notes.drop(i, f"the {what}")
-        return None
-    if isinstance(part, ToolCallPart):  # a reference outside an assistant message
-        notes.drop(i, f"the reference to a tool call (part {j})", "only the model makes calls")
-        return None
-    notes.foreign(i, what, part.provider_data)
-    extras = own(part.provider_data, PROVIDER)
+    alike, extras = written_alike(part, notes, i, j, what)
+    if extras is None:
+        return alike
     if isinstance(part, TextPart):
         return merge({"type": "text", "text": part.text}, extras)
     if isinstance(part, ImagePart) and context == "user":

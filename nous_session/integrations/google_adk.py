@@ -79,10 +79,11 @@ from nous_session._logging import get_logger
 from nous_session.errors import ConflictError, FormatError
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider
+from nous_session.integrations._listing import listed_ids
 from nous_session.message import Message
 from nous_session.metadata import SessionMetadata
 from nous_session.registry import SessionsPortal
-from nous_session.stores.base import ListingStore, Store, supports
+from nous_session.stores.base import Store
 
 try:
     from google.adk.errors._stale_session_error import StaleSessionError
@@ -166,11 +167,16 @@ class _Folded:
             if kind == CREATED_EVENT:
                 self.alive = True
                 self.created = event.seq
-                self.state = json.loads(data["state"])  # type: ignore[arg-type]
+                state, when = data["state"], data["time"]
+                # What this service wrote: the state as JSON text, the time as a number.
+                assert isinstance(state, str)
+                assert isinstance(when, int | float)
+                self.state = json.loads(state)
                 self.events = []
-                self.update_time = data["time"]  # type: ignore[assignment]
+                self.update_time = when
             elif kind == EVENT_EVENT and self.alive:
-                raw: str = data["event"]  # type: ignore[assignment]
+                raw = data["event"]
+                assert isinstance(raw, str)  # the ADK event's JSON, as this service wrote it
                 stored = json.loads(raw)
                 timestamp = float(stored.get("timestamp", 0.0))
                 self.events.append((timestamp, raw))
@@ -195,7 +201,9 @@ class _FoldedState:
     def fold(self, events: Sequence[Event], count: int) -> None:
         for event in events:
             if event.seq >= self.count and event.type == STATE_EVENT:
-                self.state.update(json.loads(event.data["delta"]))  # type: ignore[arg-type]
+                delta = event.data["delta"]
+                assert isinstance(delta, str)  # the delta's JSON, as this service wrote it
+                self.state.update(json.loads(delta))
         self.count = max(self.count, count)
 
 
@@ -396,18 +404,11 @@ class NousSessionService(BaseSessionService):
 
         async def stored(actor: SessionActor) -> list[str]:
             store = actor.store
-            if where is None or not supports(store, ListingStore):
+            found = await listed_ids(store, where, prefix)
+            if found is None:
                 infos = await store.sessions()
                 return [info.session_id for info in infos if info.session_id.startswith(prefix)]
-            listing: ListingStore = store
-            found: list[str] = []
-            cursor = None
-            while True:
-                page = await listing.list_sessions(where=where, limit=1000, cursor=cursor)
-                found += [e.session_id for e in page.sessions if e.session_id.startswith(prefix)]
-                cursor = page.cursor
-                if cursor is None:
-                    return found
+            return found
 
         app_id = self._app_id(app_name)
         app_state = await self._state(app_id)
@@ -657,12 +658,12 @@ def _merge(
     app_state: Mapping[str, Any], user_state: Mapping[str, Any], session_state: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The state ADK sees: the session's, then the app's and the user's under their prefixes."""
-    merged = json.loads(json.dumps(dict(session_state)))  # a copy nothing else holds
+    merged: dict[str, Any] = json.loads(json.dumps(dict(session_state)))  # a copy of our own
     for key, value in json.loads(json.dumps(dict(app_state))).items():
         merged[State.APP_PREFIX + key] = value
     for key, value in json.loads(json.dumps(dict(user_state))).items():
         merged[State.USER_PREFIX + key] = value
-    return merged  # type: ignore[no-any-return]
+    return merged
 
 
 def _messages(event: AdkEvent) -> list[Message]:

@@ -58,17 +58,14 @@ import base64
 import functools
 import random
 import threading
-from collections import OrderedDict
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
     Coroutine,
-    Iterator,
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar, cast
 
 import anyio
@@ -87,7 +84,6 @@ try:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
         WRITES_IDX_MAP,
-        BaseCheckpointSaver,
         ChannelVersions,
         Checkpoint,
         CheckpointMetadata,
@@ -107,11 +103,22 @@ from nous_session._json import JSON
 from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
 from nous_session.errors import InvalidEventError, StoreError
-from nous_session.event import Event, EventType, message_event
+from nous_session.event import EventType, message_event
+from nous_session.integrations._langgraph_sync import SyncSaver
+from nous_session.integrations._langgraph_threads import (
+    CHECKPOINT_EVENT,
+    DELETED_EVENT,
+    WRITES_EVENT,
+    Index,
+    Thread,
+    Threads,
+    version_key,
+)
+from nous_session.integrations._listing import listed_ids
 from nous_session.message import Message, ToolCall
 from nous_session.metadata import SessionMetadata
 from nous_session.stores import open_store
-from nous_session.stores.base import ListingStore, Store, supports
+from nous_session.stores.base import Store
 
 __all__ = [
     "CHECKPOINT_EVENT",
@@ -124,12 +131,6 @@ __all__ = [
 LISTED_APP: Final = "langgraph"
 """The ``app`` of a thread's session metadata, and the ``extra`` key holding the saver's
 session prefix: how the saver lists its threads through the store's index."""
-CHECKPOINT_EVENT: Final = "x.langgraph.checkpoint"
-"""The custom event type of a checkpoint (``aput``)."""
-WRITES_EVENT: Final = "x.langgraph.writes"
-"""The custom event type of a task's pending writes (``aput_writes``)."""
-DELETED_EVENT: Final = "x.langgraph.deleted"
-"""The custom event type recording checkpoints deleted (``adelete_for_runs``, ``aprune``)."""
 
 _LANGGRAPH_ID: Final = "langgraph_id"
 _logger = get_logger()
@@ -153,90 +154,7 @@ def _any_loop(
     return call
 
 
-# One checkpoint's pending writes: (task id, idx) -> (task id, channel, typed value, task path)
-_Writes = dict[tuple[str, int], tuple[str, str, tuple[str, str], str]]
-
-
-class _Index:
-    """What a thread's events say, folded in seq order: its checkpoints, blobs and writes.
-
-    Values stay as stored (a serde type name and base64 text) until a reader asks for them.
-    """
-
-    __slots__ = ("blobs", "checkpoints", "count", "writes")
-
-    def __init__(self) -> None:
-        self.count = 0  # events folded: every seq below this
-        # ns -> checkpoint id -> the checkpoint event's data
-        self.checkpoints: dict[str, dict[str, Mapping[str, Any]]] = {}
-        # (ns, channel, version) -> typed value
-        self.blobs: dict[tuple[str, str, Any], tuple[str, str]] = {}
-        self.writes: dict[tuple[str, str], _Writes] = {}
-
-    def fold(self, events: Sequence[Event], count: int) -> None:
-        for event in events:
-            if event.seq < self.count:
-                continue
-            kind = event.type
-            if kind == CHECKPOINT_EVENT:
-                self._checkpoint(event.data)
-            elif kind == WRITES_EVENT:
-                self._writes(event.data)
-            elif kind == DELETED_EVENT:
-                gone: list[list[str]] = event.data["checkpoints"]  # type: ignore[assignment]
-                for ns, checkpoint_id in gone:
-                    self.checkpoints.get(ns, {}).pop(checkpoint_id, None)
-                    self.writes.pop((ns, checkpoint_id), None)
-        self.count = max(self.count, count)
-
-    def _checkpoint(self, data: Mapping[str, Any]) -> None:
-        ns = data["ns"]
-        self.checkpoints.setdefault(ns, {})[data["id"]] = data
-        for channel, version, kind, value in data["blobs"]:
-            self.blobs[(ns, channel, _version_key(version))] = (kind, value)
-
-    def _writes(self, data: Mapping[str, Any]) -> None:
-        stored = self.writes.setdefault((data["ns"], data["checkpoint"]), {})
-        task_id, path = data["task"], data["path"]
-        for idx, channel, kind, value in data["writes"]:
-            if idx >= 0 and (task_id, idx) in stored:
-                continue  # stored already: a retried write is not a second write
-            stored[(task_id, idx)] = (task_id, channel, (kind, value), path)
-
-    def latest(self, ns: str) -> str | None:
-        held = self.checkpoints.get(ns)
-        return max(held) if held else None
-
-
-def _version_key(version: Any) -> Any:
-    # JSON keeps ints, floats and strings apart as LangGraph does; a list would not hash.
-    return tuple(version) if isinstance(version, list) else version
-
-
-class _Thread:
-    """A thread's open session: its actor task, the index of its events, and its users."""
-
-    __slots__ = ("actor", "done", "index", "opened", "release", "session_id", "users")
-
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
-        self.actor: SessionActor | None = None
-        self.opened = anyio.Event()  # set once opening succeeded or failed
-        self.release = anyio.Event()  # set to close the actor
-        self.done = anyio.Event()  # set once the actor is closed
-        self.index = _Index()
-        self.users = 0  # calls in progress (and session() blocks): never evicted meanwhile
-
-    def indexed(self) -> _Index:
-        """The index, caught up with the actor's committed log."""
-        assert self.actor is not None
-        log = self.actor.log
-        if log.count > self.index.count:
-            self.index.fold(log.since(self.index.count), log.count)
-        return self.index
-
-
-class NousSessionSaver(BaseCheckpointSaver[str]):
+class NousSessionSaver(SyncSaver):
     """A LangGraph checkpointer over a nous_session store; see the module's docstring.
 
     Open it with :meth:`open` (an ``async with`` block): it owns one task per thread in use,
@@ -259,22 +177,17 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
             raise TypeError("use `async with NousSessionSaver.open(store) as saver`")
         super().__init__(serde=serde)
         self._store = store
-        self._task_group = task_group
         self._prefix = session_prefix
         # Each thread's session says it is one of this saver's (for listing every thread
         # through the store's index instead of reading every session id).
         self._record = SessionMetadata(app=LISTED_APP, extra={LISTED_APP: session_prefix})
         self._messages_channel = messages_channel
-        self._max_open = max_open_threads
         self._catch_up = catch_up
-        # The open threads, least recently used first.
-        self._threads: OrderedDict[str, _Thread] = OrderedDict()
-        self._closing: dict[str, _Thread] = {}  # released, actor still closing
+        # Shared with the copies LangGraph makes of a checkpointer (with_allowlist): a copy
+        # of a closed saver is closed too.
+        self._threads = Threads(store, task_group, max_open_threads)
         self._token = anyio.lowlevel.current_token()
         self._loop_thread = threading.get_ident()
-        # Shared with the copies LangGraph makes of a checkpointer (with_allowlist), as the
-        # dicts above are: a copy of a closed saver is closed too.
-        self._closed = [False]
 
     @classmethod
     @asynccontextmanager
@@ -334,9 +247,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 try:
                     yield saver
                 finally:
-                    saver._closed[0] = True
-                    for thread in list(saver._threads.values()):
-                        saver._release(thread)
+                    saver._threads.close()
         finally:
             if owned:
                 await resolved.aclose()
@@ -371,137 +282,24 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
             assert thread.actor is not None
             yield thread.actor
 
-    # Threads ----------------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def _use(self, thread_id: object) -> AsyncIterator[_Thread]:
-        """The thread's open session, opened on first use, kept open while the block runs."""
-        session_id = self.session_id(thread_id)
-        while True:
-            if self._closed[0]:
-                raise RuntimeError("the NousSessionSaver is closed")
-            thread = self._threads.get(session_id)
-            if thread is None:
-                thread = await self._open_thread(session_id)
-                break
-            thread.users += 1
-            try:
-                await thread.opened.wait()
-            except BaseException:
-                thread.users -= 1
-                raise
-            if thread.actor is not None and not thread.release.is_set():
-                break
-            thread.users -= 1  # its opening failed, or it was closed meanwhile: try again
-        self._threads.move_to_end(session_id)
-        try:
-            yield thread
-        finally:
-            thread.users -= 1
-            if len(self._threads) > self._max_open:
-                self._evict()  # what was busy when the last thread opened may be idle now
-
-    async def _open_thread(self, session_id: str) -> _Thread:
-        """Open the thread's session (the caller becomes its first user)."""
-        thread = _Thread(session_id)
-        thread.users = 1
-        self._threads[session_id] = thread
-        try:
-            previous = self._closing.get(session_id)
-            if previous is not None:
-                await previous.done.wait()  # one actor per session in this process
-            await self._task_group.start(self._hold, thread)
-        except BaseException:
-            if self._threads.get(session_id) is thread:
-                del self._threads[session_id]
-            raise
-        finally:
-            thread.opened.set()
-        self._evict()
-        return thread
-
-    async def _hold(
-        self,
-        thread: _Thread,
-        *,
-        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        try:
-            # Checkpoints are plain appends: with other writers on the session (other
-            # processes), the store puts them after whatever it holds instead of failing.
-            async with SessionActor.open(
-                session_id=thread.session_id, store=self._store, follow=False, on_conflict="rebase"
-            ) as actor:
-                thread.actor = actor
-                task_status.started()
-                await thread.release.wait()
-        finally:
-            thread.done.set()
-            if self._closing.get(thread.session_id) is thread:
-                del self._closing[thread.session_id]
-
-    def _release(self, thread: _Thread) -> None:
-        """Close the thread's actor (in the background) and forget it."""
-        if self._threads.get(thread.session_id) is thread:
-            del self._threads[thread.session_id]
-        if not thread.done.is_set():
-            self._closing[thread.session_id] = thread
-        thread.release.set()
-
-    def _evict(self) -> None:
-        """Close the least recently used idle threads beyond ``max_open_threads``."""
-        excess = len(self._threads) - self._max_open
-        for thread in list(self._threads.values()):
-            if excess <= 0:
-                break
-            if thread.users == 0 and thread.actor is not None:
-                self._release(thread)
-                excess -= 1
-
-    async def _forget(self, session_id: str) -> None:
-        """Close the thread's actor, if open, and wait until it is (before the store changes
-        the session under it)."""
-        thread = self._threads.get(session_id)
-        if thread is not None:
-            await thread.opened.wait()
-            self._release(thread)
-        previous = self._closing.get(session_id)
-        if previous is not None:
-            await previous.done.wait()
-
-    async def _index(self, session_id: str) -> _Index:
-        """The thread's index: from its open actor, else read from the store once."""
-        thread = self._threads.get(session_id)
-        if thread is not None and thread.actor is not None:
-            return thread.indexed()
-        index = _Index()
-        events = await self._store.load(session_id)
-        index.fold(events, events[-1].seq + 1 if events else 0)
-        return index
+    def _use(self, thread_id: object) -> AbstractAsyncContextManager[Thread]:
+        """The thread's open session, for the ``async with`` block."""
+        return self._threads.use(self.session_id(thread_id))
 
     async def _session_ids(self) -> list[str]:
         """The sessions of this saver's threads: from the store's index (those with this
         saver's metadata, set by their first checkpoint) when the store has one, else every
         session id with the prefix. Oldest first."""
         store = self._store
-        if not supports(store, ListingStore):
+        where = {"app": LISTED_APP, LISTED_APP: self._prefix}
+        found = await listed_ids(store, where, self._prefix, oldest_first=True)
+        if found is None:
             return [
                 info.session_id
                 for info in await store.sessions()
                 if info.session_id.startswith(self._prefix)
             ]
-        listing: ListingStore = store
-        where = {"app": LISTED_APP, LISTED_APP: self._prefix}
-        found: list[str] = []
-        cursor = None
-        while True:
-            page = await listing.list_sessions(
-                where=where, order="created", descending=False, limit=1000, cursor=cursor
-            )
-            found += [e.session_id for e in page.sessions if e.session_id.startswith(self._prefix)]
-            cursor = page.cursor
-            if cursor is None:
-                return found
+        return found
 
     # Values -----------------------------------------------------------------------------------
 
@@ -513,13 +311,13 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed((typed[0], base64.b64decode(typed[1])))
 
     def _tuple(
-        self, thread_id: object, ns: str, data: Mapping[str, Any], index: _Index
+        self, thread_id: object, ns: str, data: Mapping[str, Any], index: Index
     ) -> CheckpointTuple:
         checkpoint_id = data["id"]
         checkpoint = cast(dict[str, Any], self._load(data["checkpoint"]))
         values: dict[str, Any] = {}
         for channel, version in checkpoint["channel_versions"].items():
-            typed = index.blobs.get((ns, channel, _version_key(version)))
+            typed = index.blobs.get((ns, channel, version_key(version)))
             if typed is not None and typed[0] != "empty":
                 values[channel] = self._load(typed)
         checkpoint["channel_values"] = values
@@ -594,7 +392,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         remaining = limit
         for thread_id, session_id in threads:
-            index = await self._index(session_id)
+            index = await self._threads.index(session_id)
             for ns, held in list(index.checkpoints.items()):
                 if want_ns is not None and ns != want_ns:
                     continue
@@ -707,7 +505,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete the thread's session, and everything in it, from the store."""
         session_id = self.session_id(thread_id)
-        await self._forget(session_id)
+        await self._threads.forget(session_id)
         await self._store.delete(session_id)
 
     @_any_loop
@@ -718,7 +516,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         if not wanted:
             return
         for session_id in await self._session_ids():
-            index = await self._index(session_id)
+            index = await self._threads.index(session_id)
             gone: list[JSON] = [
                 [ns, checkpoint_id]
                 for ns, held in index.checkpoints.items()
@@ -739,7 +537,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         events = await self._store.load(source)
         if not events:
             return
-        await self._forget(target)
+        await self._threads.forget(target)
         if not await self._store.load(target):
             async with self._use(source_thread_id) as thread:
                 assert thread.actor is not None
@@ -760,7 +558,7 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f'strategy must be "keep_latest" or "delete", got {strategy!r}')
         for thread_id in thread_ids:
-            index = await self._index(self.session_id(thread_id))
+            index = await self._threads.index(self.session_id(thread_id))
             gone: list[JSON] = []
             for ns, held in index.checkpoints.items():
                 keep = index.latest(ns) if strategy == "keep_latest" else None
@@ -833,105 +631,6 @@ class NousSessionSaver(BaseCheckpointSaver[str]):
                 session_id=actor.session_id,
                 error=repr(error),
             )
-
-    async def _from_other_loop(
-        self, function: Callable[..., Awaitable[_T]], *args: Any, **kwargs: Any
-    ) -> _T:
-        """Run ``function`` on the saver's event loop for a task of another loop: a worker
-        thread of the caller's loop waits for it (a cancelled caller waits too, so a write
-        never ends half-known).
-
-        Raises:
-            RuntimeError: the saver is closed, or its loop is not running (the caller's loop
-                runs on the saver's thread).
-        """
-        if self._closed[0]:
-            raise RuntimeError("the NousSessionSaver is closed")
-        if threading.get_ident() == self._loop_thread:
-            raise RuntimeError(
-                "NousSessionSaver was awaited from another event loop on the thread of the "
-                "loop it was opened in, which is therefore not running: use the saver from "
-                "its own loop, or from a loop in another thread while its own runs"
-            )
-
-        async def call() -> _T:
-            return await function(*args, **kwargs)
-
-        return await anyio.to_thread.run_sync(
-            functools.partial(anyio.from_thread.run, call, token=self._token)
-        )
-
-    # The sync interface -----------------------------------------------------------------------
-
-    def _sync(self, function: Callable[..., Awaitable[_T]], *args: Any, **kwargs: Any) -> _T:
-        if threading.get_ident() == self._loop_thread:
-            raise RuntimeError(
-                "NousSessionSaver's synchronous methods run on its event loop from another "
-                "thread; on the loop's own thread they would deadlock: use the async ones "
-                "(graph.ainvoke, graph.astream, saver.aget_tuple, ...)"
-            )
-
-        async def call() -> _T:
-            return await function(*args, **kwargs)
-
-        return anyio.from_thread.run(call, token=self._token)
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """:meth:`aget_tuple`, from a thread other than the saver's event loop."""
-        return self._sync(self.aget_tuple, config)
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,  # LangGraph's name
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """:meth:`alist`, from a thread other than the saver's event loop (read at once)."""
-
-        async def collect() -> list[CheckpointTuple]:
-            return [
-                item async for item in self.alist(config, filter=filter, before=before, limit=limit)
-            ]
-
-        return iter(self._sync(collect))
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`aput`, from a thread other than the saver's event loop."""
-        return self._sync(self.aput, config, checkpoint, metadata, new_versions)
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`aput_writes`, from a thread other than the saver's event loop."""
-        self._sync(self.aput_writes, config, writes, task_id, task_path)
-
-    def delete_thread(self, thread_id: str) -> None:
-        """:meth:`adelete_thread`, from a thread other than the saver's event loop."""
-        self._sync(self.adelete_thread, thread_id)
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`adelete_for_runs`, from a thread other than the saver's event loop."""
-        self._sync(self.adelete_for_runs, run_ids)
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`acopy_thread`, from a thread other than the saver's event loop."""
-        self._sync(self.acopy_thread, source_thread_id, target_thread_id)
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`aprune`, from a thread other than the saver's event loop."""
-        self._sync(self.aprune, thread_ids, strategy=strategy)
 
 
 _OPEN_KEY: Final = object()

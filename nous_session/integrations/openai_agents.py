@@ -46,11 +46,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import threading
-import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -61,6 +59,12 @@ from nous_session._logging import get_logger
 from nous_session.errors import ConflictError, FormatError, InvalidEventError, SessionClosedError
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider, to_provider
+from nous_session.integrations._openai_agents_hosts import (
+    _LoopSessions,
+    _run_by_asyncio_runner,
+    _SharedMemory,
+    _SharedPortal,
+)
 from nous_session.message import Message, Role
 from nous_session.parts import ProviderPart
 from nous_session.registry import Sessions, SessionsPortal
@@ -146,7 +150,7 @@ def item_event(item: Any) -> tuple[EventType, dict[str, Any]]:
         size = len(item)
         if size == 2:
             content = item.get("content")
-            kind = _TEXT_TYPES.get(item.get("role"))  # type: ignore[arg-type]
+            kind = _TEXT_TYPES.get(item.get("role"))
             if kind is not None and type(content) is str and _storable(content):
                 return kind, {"content": content}
         elif size == 3 and item.get("type") == "function_call_output":
@@ -161,7 +165,7 @@ def item_event(item: Any) -> tuple[EventType, dict[str, Any]]:
 
 
 # The text items whose role names the message's: {"role": ..., "content": "..."} and no more.
-_TEXT_TYPES: Final = {
+_TEXT_TYPES: Final[dict[object, EventType]] = {
     "user": EventType.USER_MESSAGE,
     "assistant": EventType.ASSISTANT_MESSAGE,
     "system": EventType.SYSTEM_MESSAGE,
@@ -204,7 +208,7 @@ def _tool_call(item: dict[str, Any], size: int) -> dict[str, Any] | None:
 def message_items(message: Message) -> list[dict[str, Any]]:
     """The Responses input items a surface message is given to the SDK as (one for a message
     that :func:`item_message` made)."""
-    return to_provider([message], PROVIDER)  # type: ignore[return-value]
+    return to_provider([message], PROVIDER)
 
 
 class NousSession:
@@ -304,8 +308,10 @@ class NousSession:
             log = await actor.reload()
             return self._serialised(log, limit)
 
-        # Exact for ints wider than 64 bits, which the SDK's own sessions keep.
-        return loads(await self._call(read))  # type: ignore[no-any-return]
+        # Exact for ints wider than 64 bits, which the SDK's own sessions keep. (loads gives
+        # Any: the JSON array of the items _serialised wrote.)
+        items: list[TResponseInputItem] = loads(await self._call(read))
+        return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, all or none, each as one surface event.
@@ -390,7 +396,7 @@ class NousSession:
             StoreError, SessionClosedError: as :meth:`pop_item`.
         """
 
-        async def pop(actor: SessionActor) -> Any:
+        async def pop(actor: SessionActor) -> TResponseInputItem | None:
             log = await actor.reload()
             for _ in range(_POP_ATTEMPTS):
                 entries = log.surface()
@@ -403,9 +409,11 @@ class NousSession:
                     await _conditionally(actor.remove(position, position, expect=[tail[0][0]]))
                     log = actor.log
                     continue
-                item = items[-1]
+                # cast: the SDK's item type is a union of TypedDicts, which our Responses
+                # payload's items are; checking them at run time would only cost.
+                item = cast("TResponseInputItem", items[-1])
                 if check is not None:
-                    await anyio.to_thread.run_sync(check, item)  # type: ignore[arg-type]
+                    await anyio.to_thread.run_sync(check, item)
                 rest = [item_message(kept) for kept in items[:-1]]
                 edit = (
                     actor.replace(position, position, rest, expect=[tail[0][0]])
@@ -420,7 +428,7 @@ class NousSession:
                 "nothing was removed"
             )
 
-        return await self._mutate(pop)  # type: ignore[no-any-return]
+        return await self._mutate(pop)
 
     async def clear_session(self) -> None:
         """Take every item off the surface, in one event (they stay in the log).
@@ -497,10 +505,10 @@ class NousSession:
                     await _prune(actor, prune_prefix, before=first)
                 return True
 
-            return await self._mutate(edit)  # type: ignore[no-any-return]
+            return await self._mutate(edit)
 
         return _CompactionSnapshot(
-            items=every[extra:],  # type: ignore[arg-type]
+            items=cast("list[TResponseInputItem]", every[extra:]),  # as item in pop_item_if
             complete=len(picked) == len(entries),
             replace_suffix=replace_suffix,
         )
@@ -579,7 +587,7 @@ class NousSession:
             return local[1].sessions  # the common case: no lock, no await
         if not _run_by_asyncio_runner(loop):
             return self._portal()
-        host = _LoopSessions.acquire(loop, self._store_key(), self._store)  # type: ignore[arg-type]
+        host = _LoopSessions.acquire(loop, self._store_key(), self._own_store())
         with self._lock:
             if self._closed:
                 host.release()
@@ -600,8 +608,13 @@ class NousSession:
             if self._closed:
                 raise _closed_error(self)
             if self._shared is None or self._shared.portal.closed:
-                self._shared = _SharedPortal.acquire(self._store_key(), self._store)  # type: ignore[arg-type]
+                self._shared = _SharedPortal.acquire(self._store_key(), self._own_store())
             return self._shared.portal
+
+    def _own_store(self) -> Store | str:
+        """The store (or URL) this session was given: there is one when no sessions were."""
+        assert self._store is not None
+        return self._store
 
     def _store_key(self) -> object:
         """What makes two sessions' stores one: the URL, or the Store object."""
@@ -609,9 +622,9 @@ class NousSession:
 
     async def _call(
         self,
-        fn: Callable[[SessionActor], Any],
+        fn: Callable[[SessionActor], Awaitable[T]],
         where: SessionsPortal | Sessions | _LoopSessions | None = None,
-    ) -> Any:
+    ) -> T:
         self._check_open()
         if where is None:
             where = self._pick()
@@ -623,9 +636,9 @@ class NousSession:
 
     async def _mutate(
         self,
-        fn: Callable[[SessionActor], Any],
+        fn: Callable[[SessionActor], Awaitable[T]],
         where: SessionsPortal | Sessions | _LoopSessions | None = None,
-    ) -> Any:
+    ) -> T:
         """Run a write and wait for its outcome even if the caller is cancelled meanwhile;
         the cancellation is raised once the outcome is known (as the SDK's own sessions do),
         so a cancelled caller never leaves a write half-known."""
@@ -641,7 +654,7 @@ class NousSession:
             return result
         if where is None:
             where = self._pick()
-        waiting: asyncio.Future[Any]
+        waiting: asyncio.Future[T]
         if isinstance(where, SessionsPortal) and not where.is_own_thread():
             waiting = asyncio.wrap_future(where.start(self.session_id, fn), loop=loop)
         else:
@@ -799,207 +812,3 @@ async def _answered(actor: SessionActor) -> None:
 def _closed_error(session: NousSession) -> SessionClosedError:
     name = type(session).__name__
     return SessionClosedError(f"{name} is closed (session {session.session_id!r})")
-
-
-class _SharedPortal:
-    """A portal shared by every NousSession of one store URL (or Store object), closed with
-    the last of them."""
-
-    _lock: Final = threading.Lock()
-    _by_key: Final[dict[object, _SharedPortal]] = {}
-
-    def __init__(self, key: object, portal: SessionsPortal) -> None:
-        self.key = key
-        self.portal = portal
-        self.users = 0
-
-    @classmethod
-    def acquire(cls, key: object, store: Store | str) -> _SharedPortal:
-        with cls._lock:
-            found = cls._by_key.get(key)
-            if found is None or found.portal.closed:
-                found = cls._by_key[key] = cls(key, SessionsPortal(store, on_conflict="rebase"))
-            found.users += 1
-            return found
-
-    def release(self) -> None:
-        with self._lock:
-            self.users -= 1
-            if self.users > 0:
-                return
-            if self._by_key.get(self.key) is self:
-                del self._by_key[self.key]
-        self.portal.close()
-
-
-class _SharedMemory:
-    """The MemoryStore of a ``"memory:"`` URL, shared by every NousSession naming it (on
-    every loop and the portal), dropped with the last of them."""
-
-    _lock: Final = threading.Lock()
-    _by_url: Final[dict[str, _SharedMemory]] = {}
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.store = MemoryStore()
-        self.users = 0
-
-    @classmethod
-    def acquire(cls, url: str) -> _SharedMemory:
-        with cls._lock:
-            found = cls._by_url.get(url)
-            if found is None:
-                found = cls._by_url[url] = cls(url)
-            found.users += 1
-            return found
-
-    def release(self) -> None:
-        with self._lock:
-            self.users -= 1
-            if self.users <= 0 and self._by_url.get(self.url) is self:
-                del self._by_url[self.url]
-
-
-class _LoopSessions:
-    """The :class:`Sessions` registry of one store on one asyncio event loop, for the
-    NousSessions called from that loop, run by a task of its own on the loop.
-
-    There is no task group of the caller's to put that task in: the SDK calls a session from
-    whatever task runs the agent, and the registry must outlive each call (its actors keep
-    the session's log between calls). So it is a task of the loop, kept here, that ends when
-    the last session using it closes, or when the loop's run ends: only loops run by
-    :class:`asyncio.Runner` get one (see :func:`_run_by_asyncio_runner`), and when its main
-    coroutine returns, ``asyncio.run`` cancels every task left and waits for them, so the
-    registry closes its actors and its store on the way out, before the loop closes.
-    """
-
-    _lock: Final = threading.Lock()
-    _by_loop: Final[
-        weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, _LoopSessions]]
-    ] = weakref.WeakKeyDictionary()
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, key: object, store: Store | str) -> None:
-        self.loop = loop
-        self.key = key
-        # Plain commits, cheaper than rebasing ones: only another loop, process or the
-        # portal writes the same session, and the adapter tries a losing write again.
-        self.sessions = Sessions(store, on_conflict="raise")
-        self.users = 0
-        self.serving = False  # the registry is open and not told to stop
-        self.finished = False  # the task has ended
-        self._error: BaseException | None = None  # why the registry could not open
-        self._started = loop.create_future()  # done once open (or failed to)
-        self._stop = asyncio.Event()
-        self._task = loop.create_task(self._serve(), name="nous_session-openai-agents-registry")
-        # The loop holds its tasks weakly: once the last session has let go of this object, a
-        # registry still closing (its actors, its store's threads) must not be collected
-        # half-way, leaving its store unclosed. Held here until the task is done.
-        _closing_tasks.add(self._task)
-        self._task.add_done_callback(_closing_tasks.discard)
-
-    @classmethod
-    def acquire(
-        cls, loop: asyncio.AbstractEventLoop, key: object, store: Store | str
-    ) -> _LoopSessions:
-        """The loop's registry of the store (made now if need be), with one user more; from
-        the loop's own thread."""
-        with cls._lock:
-            hosts = cls._by_loop.get(loop)
-            if hosts is None:
-                hosts = cls._by_loop[loop] = {}
-            host = hosts.get(key)
-            if host is None:
-                host = hosts[key] = cls(loop, key, store)
-            host.users += 1
-            return host
-
-    async def ready(self) -> Sessions:
-        """The registry, once open.
-
-        Raises:
-            Exception: why it could not open (the next call makes a new one).
-        """
-        if not self._started.done():
-            await asyncio.shield(self._started)
-        if self._error is not None:
-            raise self._error
-        return self.sessions
-
-    def release(self) -> None:
-        """One user fewer; the last stops the registry. From any thread."""
-        with self._lock:
-            self.users -= 1
-            if self.users > 0:
-                return
-            self._forget()
-        if not self.finished:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs on it
-                self.loop.call_soon_threadsafe(self._stop.set)
-
-    def _forget(self) -> None:
-        """Leave the map (with the lock held): the next call on the loop makes a new one."""
-        hosts = self._by_loop.get(self.loop)
-        if hosts is not None and hosts.get(self.key) is self:
-            del hosts[self.key]
-            if not hosts:
-                del self._by_loop[self.loop]
-
-    async def _serve(self) -> None:
-        try:
-            async with self.sessions:
-                self.serving = True
-                self._started.set_result(None)
-                await self._stop.wait()
-                self.serving = False
-        except Exception as error:
-            if self._started.done():
-                _logger.exception("nous_session.openai_agents_registry_failed")
-            else:
-                self._error = error
-        finally:
-            # Also when cancelled: asyncio.run cancels every task of its loop when its main
-            # coroutine returns, and the registry has closed its actors on the way out.
-            self.serving = False
-            self.finished = True
-            with self._lock:
-                self._forget()
-            if not self._started.done():
-                if self._error is None:
-                    self._error = SessionClosedError("the event loop's registry was closed")
-                self._started.set_result(None)
-
-
-_closing_tasks: Final[set[asyncio.Task[None]]] = set()
-"""The registries' tasks, held until done (see _LoopSessions.__init__)."""
-
-
-def _run_by_asyncio_runner(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``loop`` belongs to an :class:`asyncio.Runner` running it now (``asyncio.run``,
-    anyio's and uvloop's ``run``, anyio's pytest plugin), looked up on the calling thread's
-    stack: an object running the loop there is the Runner, or holds it as ``_runner``.
-
-    Such a loop, when its run ends, cancels its tasks and lets them finish before it shuts
-    its async generators down and closes: the registry's task closes cleanly then. Other ways
-    of running a loop get the portal: ``run_until_complete`` by hand, as ``Runner.run_sync``
-    does, whose ``shutdown_asyncgens()`` after each run would close the async generators
-    (the actors' ``async with`` blocks) of a task that outlives the run.
-    """
-    known = _RUNNER_LOOPS.get(loop)
-    if known is not None:
-        return known
-    found = False
-    frame = sys._getframe(1)
-    while frame is not None and not found:
-        owner = frame.f_locals.get("self") if "self" in frame.f_code.co_varnames else None
-        for runner in (owner, getattr(owner, "_runner", None)):
-            if isinstance(runner, asyncio.Runner) and getattr(runner, "_loop", None) is loop:
-                found = True
-        frame = frame.f_back  # type: ignore[assignment]
-    _RUNNER_LOOPS[loop] = found
-    return found
-
-
-# Whether each loop is run by an asyncio.Runner: a loop is run one way for its whole life.
-_RUNNER_LOOPS: Final[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, bool]] = (
-    weakref.WeakKeyDictionary()
-)

@@ -72,12 +72,13 @@ from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
 from nous_session.errors import ConflictError, InvalidEventError, StoreError
 from nous_session.event import EventType, message_event
+from nous_session.integrations._listing import listed_ids
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
 from nous_session.metadata import SessionMetadata
 from nous_session.registry import Sessions
 from nous_session.stores import open_store
-from nous_session.stores.base import ListingStore, Store, supports
+from nous_session.stores.base import Store
 
 try:
     from pydantic_ai.conversation_store import (
@@ -497,7 +498,8 @@ class NousConversationStore(ConversationStore):
         fresh = {entry.id for entry in new_entries}
         async with self._lock(session_id), self._use(session_id) as actor:
             for _ in range(_ATTEMPTS):
-                index = self._fold(session_id, await actor.reload())
+                checked = await actor.reload()
+                index = self._fold(session_id, checked)
                 if index.revision() != expected_revision:
                     raise ConversationConflict(conversation_id)
                 previous = _record(*index.record).head_id if index.record is not None else None
@@ -529,7 +531,9 @@ class NousConversationStore(ConversationStore):
                     (RECORD_EVENT, {"record": _RecordsAdapter.dump_json([stored]).decode()})
                 )
                 try:
-                    events = await actor.append_many(items)
+                    # Conditional on the log the check read: a commit another process made
+                    # since (a plain append would land after it) refuses ours.
+                    events = await actor.append_many(items, expect_count=checked.count)
                 except ConflictError:
                     continue  # another process committed first: check again
                 record.revision = _revision(events[-1].seq)
@@ -552,11 +556,15 @@ class NousConversationStore(ConversationStore):
         session_id = self.session_id(conversation_id)
         async with self._lock(session_id), self._use(session_id) as actor:
             for _ in range(_ATTEMPTS):
-                index = self._fold(session_id, await actor.reload())
+                checked = await actor.reload()
+                index = self._fold(session_id, checked)
                 if index.record is None or index.revision() != expected_revision:
                     raise ConversationConflict(conversation_id)
                 try:
-                    await actor.append(DELETED_EVENT, {"revision": expected_revision})
+                    await actor.append_many(
+                        [(DELETED_EVENT, {"revision": expected_revision})],
+                        expect_count=checked.count,
+                    )
                 except ConflictError:
                     continue
                 await self._replace_surface(actor, [])
@@ -654,21 +662,12 @@ class NousConversationStore(ConversationStore):
     async def _listed_ids(self, scope: str | None) -> list[str]:
         """The session ids of the conversations of ``scope`` (all for None), through the
         store's listing when it has one."""
-        store = self._store
-        if self._metadata(scope) is None or not supports(store, ListingStore):
-            return await self._session_ids()
-        listing: ListingStore = store
         where: dict[str, Any] = {"app": "pydantic-ai", "pydantic_ai": self._prefix}
         if scope is not None:
             where["owner"] = scope
-        found: list[str] = []
-        cursor = None
-        while True:
-            page = await listing.list_sessions(where=where, limit=1000, cursor=cursor)
-            found += [e.session_id for e in page.sessions if e.session_id.startswith(self._prefix)]
-            cursor = page.cursor
-            if cursor is None:
-                return found
+        listed = None if self._metadata(scope) is None else where
+        found = await listed_ids(self._store, listed, self._prefix)
+        return await self._session_ids() if found is None else found
 
     async def _session_ids(self) -> list[str]:
         return sorted(

@@ -30,7 +30,8 @@ from nous_session import (
     ToolCall,
 )
 from nous_session.formats import PROVIDERS, convert, from_provider, to_provider
-from nous_session.formats._common import arrange, same
+from nous_session.formats._common import same
+from nous_session.formats._tool_calls import arrange
 from tests.support.message_strategies import T0
 from tests.support.sdk_validation import validate
 

@@ -707,9 +707,11 @@ async def test_another_process_committing_between_check_and_commit_is_a_conflict
                 steps.append("theirs saved")
             return log
 
-        async def append_many_noting_conflicts(actor: SessionActor, *args: Any) -> Any:
+        async def append_many_noting_conflicts(
+            actor: SessionActor, *args: Any, **kwargs: Any
+        ) -> Any:
             try:
-                return await append_many(actor, *args)
+                return await append_many(actor, *args, **kwargs)
             except ConflictError:
                 steps.append("ConflictError")
                 raise

@@ -1,0 +1,209 @@
+"""The ``nous-session`` command line: look inside stored sessions, and audit and edit history.
+
+Inspecting (these open the store read-only: they create and change nothing)::
+
+    nous-session [--store URL] sessions [--json]
+    nous-session [--store URL] sessions [--where KEY=VALUE]... [--tag TAG]...
+                 [--order active|created] [--ascending] [--limit N] [--cursor CURSOR] [--json]
+    nous-session [--store URL] metadata SESSION [--json]
+    nous-session [--store URL] retain (--idle-for 90d | --older-than 365d...) [--delete|--snapshot]
+                                      (a dry run: lists what it would do)
+    nous-session [--store URL] stats SESSION [--json]
+    nous-session [--store URL] events SESSION [--since SEQ] [--json]
+    nous-session [--store URL] messages SESSION [--as-of SEQ] [--json]
+    nous-session [--store URL] history SESSION [--json]
+    nous-session [--store URL] export SESSION [--output FILE]
+    nous-session [--store URL] tail SESSION [--since SEQ] [--json] [--interval SECONDS]
+
+Changing (each records what it does as events; nothing is overwritten)::
+
+    nous-session [--store URL] fork SESSION NEW_SESSION [--at SEQ]
+    nous-session [--store URL] rewind SESSION TO_SEQ
+    nous-session [--store URL] remove SESSION FIRST [LAST]      (surface indexes, as messages shows)
+    nous-session [--store URL] import NEW_SESSION [FILE] [--metadata JSON]
+                                                                (JSON lines as export writes)
+    nous-session [--store URL] metadata SESSION --set JSON
+    nous-session [--store URL] retain ... --yes                 (acts, and counts what it did)
+    nous-session [--store URL] snapshot SESSION [--yes] [--vacuum]
+    nous-session [--store URL] delete SESSION [--yes]
+    nous-session [--store URL] erase SESSION [SEQ ...] [--role ROLE] [--name NAME] [--all]
+                 [--inherited] --reason TEXT [--yes] [--json]   (overwrites; dry run without --yes)
+    nous-session [--store URL] demo [--turns N] [--session ID]
+
+Without ``--store`` the store is ``$NOUS_SESSION_STORE``, else the default SQLite file (for
+``demo``: ``nous_session_demo.sqlite3`` in the working directory). Output is
+for people by default and JSON (one object per line) with ``--json``. Errors are one line on
+stderr and exit status 1. Long work (export, import, snapshot) shows a progress bar on a
+terminal when ``tqdm`` is installed (the ``cli`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
+from typing import TextIO
+
+import anyio
+import structlog
+
+from nous_session.cli._changing import (
+    _delete,
+    _demo,
+    _erase,
+    _fork,
+    _import,
+    _remove,
+    _rewind,
+    _snapshot,
+)
+from nous_session.cli._common import CommandError
+from nous_session.cli._parser import _parser
+from nous_session.cli._reading import (
+    _events,
+    _export,
+    _history,
+    _messages,
+    _metadata,
+    _retain,
+    _sessions,
+    _stats,
+    _tail,
+)
+from nous_session.errors import NousSessionError
+from nous_session.stores import Store, open_store
+
+__all__ = ["main"]
+
+
+_Command = Callable[[Store, argparse.Namespace, TextIO], Awaitable[None]]
+_READING: dict[str, _Command] = {
+    "sessions": _sessions,
+    "events": _events,
+    "messages": _messages,
+    "history": _history,
+    "tail": _tail,
+    "export": _export,
+    "stats": _stats,
+}
+# Read-only unless asked to write: a dry run and a look at metadata create nothing.
+_SOMETIMES_WRITING: dict[str, tuple[_Command, Callable[[argparse.Namespace], bool]]] = {
+    "metadata": (_metadata, lambda args: args.set is not None),
+    "retain": (_retain, lambda args: bool(args.yes)),
+}
+_WRITING: dict[str, _Command] = {
+    "fork": _fork,
+    "rewind": _rewind,
+    "remove": _remove,
+    "import": _import,
+    "snapshot": _snapshot,
+    "delete": _delete,
+    "erase": _erase,
+    "demo": _demo,
+}
+
+
+async def _run(args: argparse.Namespace, out: TextIO, interrupt: _Interrupt | None) -> None:
+    reading = args.command in _READING
+    command = (_READING if reading else _WRITING).get(args.command)
+    if args.command in _SOMETIMES_WRITING:
+        command, writes = _SOMETIMES_WRITING[args.command]
+        reading = not writes(args)
+    assert command is not None
+    # Reading never writes: a read-only store creates no file and no table, and refuses a
+    # missing file or a database that is not a nous_session store.
+    store = open_store(args.store, read_only=reading)
+    try:
+        async with anyio.create_task_group() as task_group:
+            if interrupt is not None:
+                task_group.start_soon(interrupt.watch, task_group.cancel_scope)
+            await command(store, args, out)
+            task_group.cancel_scope.cancel()  # the watcher
+    except BaseExceptionGroup as group:
+        # Only the command can fail (the watcher waits and cancels): its own error, unwrapped.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    finally:
+        await store.aclose()  # outside the cancelled scope: a Ctrl-C still closes it
+
+
+class _Interrupt:
+    """Ctrl-C for the command line run as a program: the first stops the command, cleanly;
+    later ones are ignored.
+
+    The handler never raises: a KeyboardInterrupt raised at whatever bytecode the main thread
+    is at can land in the middle of the event loop's or a lock's bookkeeping, and a second one
+    landing while the interpreter joins a worker thread at exit makes Python print
+    ``Exception ignored in: <module 'threading'>`` and a traceback. Instead the handler ignores
+    SIGINT from then on and wakes the event loop through a socket pair, and :meth:`watch`
+    cancels the command there, so that the store is closed as at any other end.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self._reader, self._writer = socket.socketpair()
+        self._writer.setblocking(False)
+        self._previous = signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.received = True
+        with suppress(OSError):
+            self._writer.send(b"\0")
+
+    async def watch(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` at the first Ctrl-C."""
+        await anyio.wait_readable(self._reader)
+        scope.cancel()
+
+    def close(self) -> None:
+        """Close the socket pair; give SIGINT its handler back unless it was received (the
+        process is ending: a later Ctrl-C must not interrupt the interpreter's exit)."""
+        if not self.received:
+            signal.signal(signal.SIGINT, self._previous)
+        self._reader.close()
+        self._writer.close()
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = _parser().parse_args(argv)
+    output = out or sys.stdout
+    if out is None:
+        # Run as a program (not called from Python): this process's logging is ours to set.
+        level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
+        structlog.configure(
+            wrapper_class=structlog.make_filtering_bound_logger(level),
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        )
+    interrupt = None
+    if out is None and threading.current_thread() is threading.main_thread():
+        interrupt = _Interrupt()
+    try:
+        anyio.run(_run, args, output, interrupt)
+        if interrupt is not None and interrupt.received:
+            return 130  # as a shell reports a command that Ctrl-C stopped
+    except BrokenPipeError:
+        # A closed pipe (`| head`) ends the command quietly, as it does for any Unix tool.
+        # (Not SIGPIPE's default action: that would also kill the process for a socket a
+        # server closed under a database driver.)
+        with suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130  # as a shell reports a command that Ctrl-C stopped
+    except (CommandError, NousSessionError, ValueError, OSError, ImportError) as error:
+        message = " ".join(str(error).split())  # one line, whatever the error holds
+        sys.stderr.write(f"nous-session: error: {message}\n")
+        return 1
+    finally:
+        if interrupt is not None:
+            interrupt.close()
+    return 0

@@ -1,0 +1,253 @@
+"""The verbs that change stored sessions: each records what it does as events, but for
+``delete`` and ``erase``, which say what they remove."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
+
+import anyio
+
+from nous_session._json import loads
+from nous_session.cli._common import (
+    CommandError,
+    _emit,
+    _progress,
+    _read,
+    _stored,
+    _vacuums,
+    _where,
+)
+from nous_session.cli._reading import _set_metadata
+from nous_session.codec import from_json, to_json
+from nous_session.erasure import Erasure, select_events
+from nous_session.errors import NousSessionError
+from nous_session.event import Event
+from nous_session.log import Log
+from nous_session.metadata import SessionMetadata
+from nous_session.stores import Store
+from nous_session.stores.base import ErasingStore, supports
+
+
+async def _fork(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    await _stored(store, args.session)
+    async with SessionActor.open(session_id=args.session, store=store) as session:
+        at = session.log.count - 1 if args.at is None else args.at
+        await session.fork(args.new_session, at=at)
+    out.write(f"forked {args.session!r} at seq {at} into {args.new_session!r}\n")
+
+
+async def _rewind(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    await _stored(store, args.session)
+    async with SessionActor.open(session_id=args.session, store=store) as session:
+        event = await session.rewind(args.to)
+        size = len(session.messages())
+    if args.json:
+        _emit(out, to_json(event))
+        return
+    out.write(f"rewound {args.session!r} to seq {args.to} (seq {event.seq}): {size} messages\n")
+
+
+async def _remove(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    await _stored(store, args.session)
+    last = args.first if args.last is None else args.last
+    if last < args.first:
+        raise CommandError(f"LAST ({last}) is before FIRST ({args.first})")
+    async with SessionActor.open(session_id=args.session, store=store) as session:
+        surface = session.log.surface()
+        if last >= len(surface):
+            raise CommandError(
+                f"the surface has {len(surface)} messages (indexes 0..{len(surface) - 1})"
+            )
+        start, stop = surface[args.first].position, surface[last].position
+        expect = [entry.seq for entry in session.log.range(start, stop)]
+        # Only what was on screen: if another writer changed the range, nothing is removed.
+        event = await session.remove(start, stop, expect=sorted(set(expect), key=expect.index))
+    if args.json:
+        _emit(out, to_json(event))
+        return
+    out.write(f"removed messages {args.first}..{last} of {args.session!r} (seq {event.seq})\n")
+
+
+def _decode_lines(lines: Iterable[bytes], source: str) -> list[Event]:
+    events = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{source} line {number}"
+        try:
+            value = loads(line)  # exact for ints wider than 64 bits
+        except ValueError as error:
+            raise CommandError(f"{where}: not JSON ({error})") from None
+        events.append(from_json(value, where=where))
+    return events
+
+
+async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    source = args.file or "standard input"
+    if args.metadata is not None:
+        try:  # checked before anything is written
+            SessionMetadata.from_json(loads(args.metadata))
+        except ValueError as error:
+            raise CommandError(f"bad --metadata: {error}") from None
+    if args.file:
+        raw = await anyio.Path(args.file).read_bytes()
+    else:
+        raw = await anyio.to_thread.run_sync(sys.stdin.buffer.read)
+    events = _decode_lines(raw.splitlines(), source)
+    if not events:
+        raise CommandError(f"{source} holds no events")
+    try:
+        log = Log.restore(events)
+    except NousSessionError as error:
+        raise CommandError(f"{source}: {error}") from None
+    if (await store.read(args.new_session)).count:
+        raise CommandError(f"session {args.new_session!r} exists already in {_where(store)}")
+    horizon = _horizon_of(events)
+    with _progress(len(events), "import") as advance:
+        await store.commit(
+            args.new_session,
+            expected_count=0,
+            events=events,
+            horizon=horizon or None,
+        )
+        advance(len(events))
+    back = await store.read(args.new_session)
+    if list(back.events) != events or back.count != log.count:
+        raise CommandError(
+            f"session {args.new_session!r} does not read back as {source}: the store changed it"
+        )
+    Log.restore(back.events, count=back.count, horizon=back.horizon).derive_messages()
+    out.write(f"imported {len(events)} events from {source} into {args.new_session!r}\n")
+    if args.metadata is not None:
+        await _set_metadata(store, args.new_session, args.metadata, out)
+
+
+def _horizon_of(events: list[Event]) -> int:
+    """The horizon of an export: one past its highest gap in seqs, 0 when it has none.
+
+    An export of a snapshotted session has gaps below its horizon. Found from the events, in
+    O(events): the file, not the seqs it names, bounds the work (a seq of 10**9 must not
+    make the command walk a billion numbers).
+    """
+    # The seqs increase (Log.restore checked), so the highest gap sits just below the last
+    # event that does not follow its predecessor.
+    for index in range(len(events) - 1, 0, -1):
+        if events[index].seq != events[index - 1].seq + 1:
+            return events[index].seq
+    return events[0].seq if events else 0
+
+
+async def _snapshot(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    before = await _read(store, args.session)
+    dropping = len(before.shadowed())
+    if not args.yes:
+        raise CommandError(
+            f"a snapshot of {args.session!r} would drop {dropping} of its"
+            f" {len(before.events())} events for good; pass --yes to drop them"
+        )
+    with _progress(3 * max(len(before.events()), 1000), "snapshot") as advance:
+        advance(len(before.events()))
+        async with SessionActor.open(session_id=args.session, store=store) as session:
+            after = await session.snapshot()
+        advance(len(before.events()))
+        if args.vacuum:
+            if not _vacuums(store):
+                raise CommandError("this store has nothing to vacuum")
+            await store.vacuum()
+        advance(len(before.events()))
+    dropped = len(before.events()) - len(after.events())
+    held = len(after.events())
+    if args.json:
+        _emit(
+            out, {"dropped": dropped, "held": held, "count": after.count, "vacuumed": args.vacuum}
+        )
+        return
+    out.write(f"dropped {dropped} shadowed events; {held} held, count {after.count}\n")
+    if args.vacuum:
+        out.write("vacuumed\n")
+
+
+async def _delete(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    stored = await _stored(store, args.session)
+    if not args.yes:
+        raise CommandError(
+            f"deleting {args.session!r} drops its {len(stored.events)} events for good;"
+            " pass --yes to delete it"
+        )
+    await store.delete(args.session)
+    out.write(f"deleted {args.session!r}\n")
+
+
+async def _erase(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    if not supports(store, ErasingStore):
+        raise CommandError(f"{_where(store)} cannot erase events")
+    chosen = bool(args.seqs) + (args.role is not None or args.name is not None) + args.all
+    if chosen != 1:
+        raise CommandError("name the events to erase: SEQs, or --role/--name, or --all")
+    if args.inherited and not args.all:
+        raise CommandError("--inherited goes with --all")
+    eraser: Any = store
+    dry_run = not args.yes
+    if args.all:
+        result = await eraser.erase_session(
+            args.session, reason=args.reason, inherited=args.inherited, dry_run=dry_run
+        )
+    else:
+        seqs = args.seqs
+        if not seqs:
+            stored = await _stored(store, args.session)
+            seqs = select_events(stored.events, role=args.role, name=args.name)
+        result = await eraser.erase(args.session, seqs, reason=args.reason, dry_run=dry_run)
+    if args.json:
+        _emit(out, result.to_json())
+    else:
+        _erasure_lines(out, result, args.session)
+    if not dry_run and not result.proven:
+        raise CommandError(f"erased, but it is not proven that no copy remains: {result.detail}")
+
+
+def _erasure_lines(out: TextIO, result: Erasure, session_id: str) -> None:
+    dry_run = result.dry_run
+    verb = "would erase" if dry_run else "erased"
+    out.write(f"{verb} {len(result.erased)} events of {session_id!r}: {_seqs(result.erased)}\n")
+    if result.already:
+        out.write(f"erased before: {_seqs(result.already)}\n")
+    if result.absent:
+        out.write(f"held nowhere any more (a snapshot dropped them): {_seqs(result.absent)}\n")
+    if result.sessions:
+        out.write(f"also in: {', '.join(repr(name) for name in result.sessions)}\n")
+    if dry_run:
+        out.write("dry run: nothing was changed; pass --yes to erase\n")
+        return
+    if result.proven:
+        out.write(f"proven: {result.detail}\n")
+
+
+def _seqs(seqs: Sequence[int]) -> str:
+    return ", ".join(str(seq) for seq in seqs) if seqs else "none"
+
+
+async def _demo(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.demo import run_demo
+
+    await store.aclose()  # the demo opens its own
+    figures = await run_demo(
+        store_url=args.store,
+        session_id=args.session,
+        turns=args.turns,
+        token_budget=args.budget,
+        out=out,
+    )
+    if not figures["intact_after_restart"]:
+        raise CommandError("the session did not come back intact after the restart")

@@ -1,0 +1,241 @@
+"""The command line's arguments: every verb and its options."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from nous_session._json import loads
+
+T = TypeVar("T")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nous-session",
+        description="Inspect, audit and maintain nous_session stores.",
+    )
+    parser.add_argument(
+        "--verbose", "-v", action="count", default=0, help="log more (-v info, -vv debug)"
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="memory:, sqlite:///path, or postgresql://... "
+        "(default: $NOUS_SESSION_STORE, else the default SQLite file)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sessions = commands.add_parser(
+        "sessions",
+        help="list the stored sessions",
+        description="List the stored sessions. Plain, every session by id with its counts; "
+        "with --where, --tag, --order, --limit or --cursor, one page of the sessions that match, "
+        "newest first, with their metadata and times, and the cursor of the next page.",
+    )
+    sessions.add_argument("--json", action="store_true", help="one JSON object per line")
+    _listing_arguments(sessions)
+    sessions.add_argument(
+        "--order", choices=("active", "created"), default=None, help="default: active"
+    )
+    sessions.add_argument("--ascending", action="store_true", help="oldest first")
+    sessions.add_argument("--limit", type=_page_size, default=None, help="page size, 1..1000")
+    sessions.add_argument("--cursor", default=None, help="the next page, as a page printed it")
+
+    metadata = commands.add_parser(
+        "metadata", help="print a session's metadata, or set it (--set: a metadata event)"
+    )
+    metadata.add_argument("session")
+    metadata.add_argument("--set", dest="set", default=None, metavar="JSON", help="the new record")
+    metadata.add_argument("--json", action="store_true", help="as one JSON object")
+
+    retain = commands.add_parser(
+        "retain",
+        help="delete or snapshot sessions idle or created long ago (a dry run without --yes)",
+        description="Select the sessions idle for longer than --idle-for (no new events since) "
+        "and/or created longer ago than --older-than, and delete them (the default) or snapshot "
+        "them. Without --yes, list what would be done and how many, and change nothing. A "
+        "session written to after the selection is kept.",
+    )
+    retain.add_argument("--idle-for", default=None, metavar="DURATION", help="like 90d, 12h, 2w")
+    retain.add_argument("--older-than", default=None, metavar="DURATION", help="like 365d")
+    action = retain.add_mutually_exclusive_group()
+    action.add_argument("--delete", dest="action", action="store_const", const="delete")
+    action.add_argument("--snapshot", dest="action", action="store_const", const="snapshot")
+    _listing_arguments(retain)
+    retain.add_argument("--yes", action="store_true", help="really do it")
+    retain.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    events = commands.add_parser("events", help="print a session's events")
+    events.add_argument("session")
+    events.add_argument("--since", type=_seq, default=0, metavar="SEQ")
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    messages = commands.add_parser("messages", help="print the messages the model sees")
+    messages.add_argument("session")
+    messages.add_argument(
+        "--as-of", type=_seq, default=None, metavar="SEQ", help="as they were when SEQ was newest"
+    )
+    messages.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    history = commands.add_parser(
+        "history", help="the surface operations of a session, with their seqs and times"
+    )
+    history.add_argument("session")
+    history.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    tail = commands.add_parser("tail", help="follow a live session until interrupted")
+    tail.add_argument("session")
+    tail.add_argument("--since", type=_seq, default=None, metavar="SEQ", help="default: last 10")
+    tail.add_argument("--json", action="store_true", help="one JSON object per line")
+    tail.add_argument(
+        "--interval", type=_positive, default=0.2, help="poll interval in seconds (SQLite)"
+    )
+
+    export = commands.add_parser("export", help="write a session's events as JSON lines")
+    export.add_argument("session")
+    export.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
+
+    fork = commands.add_parser(
+        "fork",
+        help="make a new session whose history is this one's up to a seq",
+        description="Make NEW_SESSION a new, independent session whose history is SESSION's "
+        "up to and including --at (default: all of it). The history is shared, not copied; "
+        "the fork records its parent and fork point (see `sessions` and `history`).",
+    )
+    fork.add_argument("session")
+    fork.add_argument("new_session")
+    fork.add_argument("--at", type=_seq, default=None, metavar="SEQ", help="default: the newest")
+
+    rewind = commands.add_parser(
+        "rewind",
+        help="make the surface what it was at a seq (an event records it)",
+        description="Make SESSION's surface what it was when TO_SEQ was its newest event "
+        "(-1: empty). Nothing is deleted: a rewind event records it, the later history stays in "
+        "the log, and another rewind (to the seq just before this one) brings it back.",
+    )
+    rewind.add_argument("session")
+    rewind.add_argument("to", type=_rewind_target, metavar="TO_SEQ")
+    rewind.add_argument("--json", action="store_true", help="print the rewind event as JSON")
+
+    remove = commands.add_parser(
+        "remove",
+        help="take messages off the surface (an event records it)",
+        description="Take the messages FIRST..LAST (indexes as `messages` prints them) off "
+        "SESSION's surface. The events stay in the log; a remove event records the operation.",
+    )
+    remove.add_argument("session")
+    remove.add_argument("first", type=_seq, metavar="FIRST")
+    remove.add_argument("last", type=_seq, nargs="?", default=None, metavar="LAST")
+    remove.add_argument("--json", action="store_true", help="print the remove event as JSON")
+
+    imported = commands.add_parser(
+        "import",
+        help="load JSON lines written by export into a new session",
+        description="Load the JSON lines `export` writes (from FILE, or standard input) into "
+        "NEW_SESSION, which must not exist, then read it back and check it holds exactly "
+        "those events.",
+    )
+    imported.add_argument("new_session")
+    imported.add_argument("file", nargs="?", default=None, metavar="FILE")
+    imported.add_argument(
+        "--metadata", default=None, metavar="JSON", help="then set the session's metadata"
+    )
+
+    snapshot = commands.add_parser("snapshot", help="drop what a session's surface no longer needs")
+    snapshot.add_argument("session")
+    snapshot.add_argument("--yes", action="store_true", help="really drop them")
+    snapshot.add_argument("--vacuum", action="store_true", help="then give the space back")
+    snapshot.add_argument("--json", action="store_true", help="as one JSON object")
+
+    delete = commands.add_parser("delete", help="delete a session and its events")
+    delete.add_argument("session")
+    delete.add_argument("--yes", action="store_true", help="really delete it")
+
+    erase = commands.add_parser(
+        "erase",
+        help="erase events' content for good (a person's messages, or a whole session)",
+        description="Replace the content of chosen events by a record of their erasure, in"
+        " the session and in every fork holding them, and scrub the store's files or tables."
+        " Without --yes, only says what it would erase.",
+    )
+    erase.add_argument("session")
+    erase.add_argument("seqs", nargs="*", type=_seq, metavar="SEQ", help="the events to erase")
+    erase.add_argument("--role", help="erase the messages of this role (user, assistant, ...)")
+    erase.add_argument("--name", help="erase the messages with this name (an author)")
+    erase.add_argument(
+        "--all", action="store_true", help="erase every event the session wrote itself"
+    )
+    erase.add_argument(
+        "--inherited",
+        action="store_true",
+        help="with --all: also what a fork took from its parent (erased there too)",
+    )
+    erase.add_argument("--reason", required=True, help="why: recorded in every erased event")
+    erase.add_argument("--yes", action="store_true", help="really erase")
+    erase.add_argument("--json", action="store_true", help="as one JSON object")
+
+    stats = commands.add_parser("stats", help="figures about one session")
+    stats.add_argument("session")
+    stats.add_argument("--json", action="store_true", help="as one JSON object")
+
+    demo = commands.add_parser(
+        "demo",
+        help="run the demo conversation on the store (default: nous_session_demo.sqlite3 here)",
+    )
+    demo.add_argument("--turns", type=_count, default=300)
+    demo.add_argument("--session", default=None)
+    demo.add_argument("--budget", type=int, default=6000, help="compaction token budget")
+    return parser
+
+
+def _argument(
+    convert: Callable[[str], T], accept: Callable[[T], bool], what: str, rule: str
+) -> Callable[[str], T]:
+    """An argparse type: ``convert`` the text, then check it, naming ``what`` and ``rule``."""
+
+    def parse(text: str) -> T:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"{rule}, got {text}")
+        return value
+
+    return parse
+
+
+def _listing_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        type=_field,
+        metavar="KEY=VALUE",
+        help="owner=, app=, title= or an extra field (repeatable; all must match)",
+    )
+    parser.add_argument("--tag", action="append", default=[], help="a tag (repeatable)")
+
+
+def _field(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE``; an extra field's VALUE is JSON when it parses (``n=3``, ``ok=true``),
+    else the text itself."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--where takes KEY=VALUE, got {text!r}")
+    if key in ("owner", "app", "title"):
+        return key, value
+    try:
+        parsed = loads(value)
+    except ValueError:
+        return key, value
+    return key, parsed if not isinstance(parsed, dict | list) else value
+
+
+_positive = _argument(float, lambda value: value > 0, "a number", "must be > 0")
+_count = _argument(int, lambda value: value >= 1, "a whole number", "must be >= 1")
+_seq = _argument(int, lambda value: value >= 0, "a seq", "a seq is >= 0")
+_page_size = _argument(int, lambda value: 1 <= value <= 1000, "a whole number", "1..1000")
+_rewind_target = _argument(int, lambda value: value >= -1, "a seq", "a rewind target is >= -1")

@@ -1,0 +1,346 @@
+"""The verbs that look inside stored sessions (they open the store read-only, but for
+``metadata --set`` and ``retain --yes``)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from typing import Any, Literal, TextIO
+
+import anyio
+
+from nous_session._json import dumps, loads
+from nous_session.cli._common import (
+    CommandError,
+    _clip,
+    _emit,
+    _event_line,
+    _listing_store,
+    _message_json,
+    _message_line,
+    _progress,
+    _read,
+    _stamp,
+    _stored,
+    _where,
+)
+from nous_session.codec import to_json
+from nous_session.event import Event, EventType
+from nous_session.log import Log
+from nous_session.metadata import SessionEntry, SessionMetadata, metadata_of
+from nous_session.ops import Remove, Replace, Rewind, Uncompact
+from nous_session.retention import RetentionReport
+from nous_session.stores import Store
+from nous_session.transcript import estimate_messages_tokens
+
+
+def _entry_json(entry: SessionEntry) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "session_id": entry.session_id,
+        "count": entry.count,
+        "created": entry.created.isoformat(),
+        "active": entry.active.isoformat(),
+        "metadata": entry.metadata.to_json(),
+    }
+    if entry.parent is not None:
+        row["parent"] = entry.parent
+    return row
+
+
+def _entry_line(entry: SessionEntry) -> str:
+    record = entry.metadata
+    tags = ",".join(sorted(record.tags))
+    return (
+        f"{_clip(entry.session_id, 32):<32} {entry.count:>7}  "
+        f"{entry.active.strftime('%Y-%m-%d %H:%M:%S')}  {_clip(record.owner or '-', 16):<16} "
+        f"{_clip(record.app or '-', 12):<12} {_clip(record.title or '', 30)}"
+        + (f"  [{_clip(tags, 30)}]" if tags else "")
+    ).rstrip()
+
+
+async def _listing(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    page = await _listing_store(store).list_sessions(
+        where=dict(args.where),
+        tags=args.tag,
+        order=args.order or "active",
+        descending=not args.ascending,
+        limit=args.limit or 50,
+        cursor=args.cursor,
+    )
+    if args.json:
+        for entry in page.sessions:
+            _emit(out, _entry_json(entry))
+        if page.cursor is not None:
+            _emit(out, {"cursor": page.cursor})
+        return
+    if not page.sessions:
+        out.write(f"no matching sessions in {_where(store)}\n")
+        return
+    out.write(f"{'SESSION':<32} {'COUNT':>7}  {'ACTIVE':<19}  {'OWNER':<16} {'APP':<12} TITLE\n")
+    for entry in page.sessions:
+        out.write(_entry_line(entry) + "\n")
+    if page.cursor is not None:
+        out.write(f"more: --cursor {page.cursor}\n")
+
+
+async def _sessions(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    if args.where or args.tag or args.order or args.limit or args.cursor or args.ascending:
+        await _listing(store, args, out)
+        return
+    infos = await store.sessions()
+    if args.json:
+        for info in infos:
+            row: dict[str, Any] = {
+                "session_id": info.session_id,
+                "count": info.count,
+                "held": info.held,
+            }
+            if info.horizon:
+                row["horizon"] = info.horizon
+            if info.parent is not None:
+                row.update(parent=info.parent, fork_point=info.fork_point)
+            _emit(out, row)
+        return
+    if not infos:
+        out.write(f"no sessions in {_where(store)}\n")
+        return
+    out.write(f"{'SESSION':<40} {'COUNT':>8} {'HELD':>8}  FORKED FROM\n")
+    for info in infos:
+        lineage = "" if info.parent is None else f"  {info.parent} @ {info.fork_point}"
+        out.write(f"{_clip(info.session_id, 40):<40} {info.count:>8} {info.held:>8}{lineage}\n")
+
+
+async def _metadata(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    if args.set is not None:
+        await _set_metadata(store, args.session, args.set, out)
+        return
+    log = await _read(store, args.session)
+    record = metadata_of(log.events()) or SessionMetadata()
+    if args.json:
+        _emit(out, record.to_json())
+        return
+    for key, value in record.to_json().items():
+        shown = ", ".join(sorted(record.tags)) if key == "tags" else value
+        out.write(f"{key + ':':<8} {shown if isinstance(shown, str) else dumps(shown).decode()}\n")
+
+
+async def _set_metadata(store: Store, session_id: str, text: str, out: TextIO) -> None:
+    from nous_session.actor import SessionActor
+
+    try:
+        record = SessionMetadata.from_json(loads(text))
+    except ValueError as error:
+        raise CommandError(f"bad metadata: {error}") from None
+    await _stored(store, session_id)
+    async with SessionActor.open(session_id=session_id, store=store) as session:
+        event = await session.set_metadata(record)
+    out.write(f"set the metadata of {session_id!r} (seq {event.seq})\n")
+
+
+def _retention(
+    store: Store, args: argparse.Namespace, action: Literal["delete", "snapshot"]
+) -> Callable[..., Awaitable[RetentionReport]]:
+    """``retention.apply`` with the policy the arguments give (a dry run unless told)."""
+    from nous_session.retention import apply
+
+    return functools.partial(
+        apply,
+        store,
+        idle_for=args.idle_for,
+        older_than=args.older_than,
+        action=action,
+        where=dict(args.where),
+        tags=args.tag,
+    )
+
+
+async def _retain(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    action: Literal["delete", "snapshot"] = args.action or "delete"
+    if args.idle_for is None and args.older_than is None:
+        raise CommandError("retain needs --idle-for, --older-than or both")
+    if args.yes:
+        report = await _retain_with_progress(store, args, action)
+    else:
+        report = await _retention(store, args, action)()
+    if args.json:
+        for entry in report.selected if report.dry_run else ():
+            _emit(out, _entry_json(entry))
+        _emit(
+            out,
+            {
+                "action": report.action,
+                "dry_run": report.dry_run,
+                "selected": len(report.selected),
+                "done": report.done,
+                "kept": report.kept,
+                "dropped_events": report.dropped_events,
+            },
+        )
+        return
+    verb = "delete" if action == "delete" else "snapshot"
+    if report.dry_run:
+        for entry in report.selected:
+            out.write(f"would {verb} " + _entry_line(entry) + "\n")
+        out.write(
+            f"would {verb} {len(report.selected)} session"
+            + ("" if len(report.selected) == 1 else "s")
+            + " (dry run: pass --yes to do it)\n"
+        )
+        return
+    done = "deleted" if action == "delete" else "snapshotted"
+    out.write(
+        f"{done} {report.done} of {len(report.selected)} selected sessions; kept {report.kept}"
+        " written to since"
+        + (f"; dropped {report.dropped_events} events" if action == "snapshot" else "")
+        + "\n"
+    )
+
+
+async def _retain_with_progress(
+    store: Store, args: argparse.Namespace, action: Literal["delete", "snapshot"]
+) -> RetentionReport:
+    # The selection first (a dry run), so the bar knows its total; then the same policy acts.
+    # A session that left the selection meanwhile is simply not selected the second time.
+    policy = _retention(store, args, action)
+    preview = await policy()
+    with _progress(len(preview.selected), f"retain ({action})", unit="session", least=1) as advance:
+        return await policy(dry_run=False, progress=lambda _done, _total: advance(1))
+
+
+async def _events(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    log = await _read(store, args.session)
+    for event in log.since(args.since):
+        if args.json:
+            _emit(out, to_json(event))
+        else:
+            out.write(_event_line(event) + "\n")
+
+
+async def _messages(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    log = await _read(store, args.session)
+    if args.as_of is not None:
+        if args.as_of >= log.count:
+            raise CommandError(f"--as-of {args.as_of} is past the newest seq ({log.count - 1})")
+        log = log.upto(args.as_of)  # a ValueError before the horizon: one line, exit 1
+    for index, message in enumerate(log.derive_messages()):
+        if args.json:
+            _emit(out, _message_json(message))
+        else:
+            out.write(_message_line(index, message) + "\n")
+
+
+def _describe_op(event: Event) -> str:
+    op = event.op
+    if type(op) is Replace:
+        if event.type is EventType.REPLACE:
+            messages = event.data.get("messages")
+            count = len(messages) if isinstance(messages, list) else 0
+            what = f"{count} message" + ("" if count == 1 else "s")
+        else:
+            what = f"one {event.type} message"
+        source = event.data.get("source")
+        return f"replace {op.start}..{op.stop} with {what}" + (f" ({source})" if source else "")
+    if type(op) is Remove:
+        return f"remove {op.start}..{op.stop}"
+    if type(op) is Rewind:
+        return f"rewind to seq {op.to}"
+    assert type(op) is Uncompact
+    return f"uncompact the replace at seq {op.seq}"
+
+
+async def _history(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    stored = await _stored(store, args.session)
+    operations = [event for event in stored.events if event.op is not None]
+    if args.json:
+        if stored.parent is not None or stored.horizon:
+            _emit(
+                out,
+                {
+                    "session_id": args.session,
+                    "parent": stored.parent,
+                    "fork_point": stored.fork_point,
+                    "horizon": stored.horizon,
+                },
+            )
+        for event in operations:
+            _emit(out, {**to_json(event), "operation": _describe_op(event)})
+        return
+    if stored.parent is not None:
+        out.write(f"forked from {stored.parent!r} at seq {stored.fork_point}\n")
+    if stored.horizon:
+        out.write(f"history before seq {stored.horizon - 1} was dropped by a snapshot\n")
+    if not operations:
+        out.write("no surface operations\n")
+    for event in operations:
+        out.write(f"{event.seq:>6}  {_stamp(event)}  {_describe_op(event)}\n")
+
+
+async def _tail(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    from nous_session.stores import follow
+
+    cursor = args.since
+    held = await store.load(args.session)
+    if not held:
+        sys.stderr.write(f"waiting for session {args.session!r} to appear ...\n")
+    if cursor is None:
+        cursor = held[-10].seq if len(held) >= 10 else 0
+    async with aclosing(follow(store, args.session, since=cursor, interval=args.interval)) as feed:
+        async for event in feed:
+            if args.json:
+                _emit(out, to_json(event))
+            else:
+                out.write(_event_line(event) + "\n")
+            out.flush()
+
+
+async def _export(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    log = await _read(store, args.session)
+    events = log.events()
+    lines: list[bytes] = []
+    with _progress(len(events), "export") as advance:
+        for start in range(0, len(events), 1000):
+            chunk = events[start : start + 1000]
+            lines.extend(dumps(to_json(event)) + b"\n" for event in chunk)
+            advance(len(chunk))
+    if args.output:
+        await anyio.Path(args.output).write_bytes(b"".join(lines))
+        sys.stderr.write(f"wrote {len(events)} events to {args.output}\n")
+    else:
+        for line in lines:
+            out.write(line.decode())
+
+
+async def _stats(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    stored = await _stored(store, args.session)
+    log = Log.restore(stored.events, count=stored.count, horizon=stored.horizon)
+    events = log.events()
+    surface = log.derive_messages()
+    figures: dict[str, Any] = {
+        "session_id": args.session,
+        "count": log.count,
+        "held": len(events),
+        "horizon": log.horizon,
+        "shadowed": len(log.shadowed()),
+        "surface_messages": len(surface),
+        "surface_tokens": estimate_messages_tokens(surface),
+        "first": events[0].time.isoformat() if events else None,
+        "last": events[-1].time.isoformat() if events else None,
+        "types": dict(sorted(Counter(str(event.type) for event in events).items())),
+    }
+    if stored.parent is not None:
+        figures.update(parent=stored.parent, fork_point=stored.fork_point)
+    if args.json:
+        _emit(out, figures)
+        return
+    for key, value in figures.items():
+        if key == "types":
+            out.write("types:\n")
+            assert isinstance(value, dict)
+            for name, number in value.items():
+                out.write(f"  {name:<18} {number}\n")
+        else:
+            out.write(f"{key + ':':<18} {value}\n")
