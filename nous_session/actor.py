@@ -98,7 +98,8 @@ class SessionActor(HistoryOperations):
     of the event loop the actor runs in.
     """
 
-    __slots__ = ("_call", "_engine", "_metadata", "_state")
+    # __weakref__: adapters keep per-actor helpers (a lock, say) that must not keep it open.
+    __slots__ = ("__weakref__", "_call", "_engine", "_metadata", "_state")
 
     def __init__(
         self,

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
@@ -101,6 +102,9 @@ _logger = get_logger("nous_session.openai_agents")
 PROVIDER: Final = "openai-responses"
 # A write that keeps losing to other writers gives up after this many tries.
 _POP_ATTEMPTS: Final = 32
+# One lock per actor for pop_item (made on the actor's loop at its first pop; weakly held, so a
+# closed actor takes its lock with it).
+_POP_LOCKS: weakref.WeakKeyDictionary[SessionActor, anyio.Lock] = weakref.WeakKeyDictionary()
 
 
 class ItemError(InvalidEventError, TypeError):
@@ -397,6 +401,16 @@ class NousSession:
         """
 
         async def pop(actor: SessionActor) -> TResponseInputItem | None:
+            # Pops of one actor take turns: each removes the tail the previous one left, so
+            # concurrent pops in this process never race each other's conditional edit (64
+            # at once lost past the 32nd attempt); other processes' writes still can.
+            lock = _POP_LOCKS.get(actor)
+            if lock is None:
+                lock = _POP_LOCKS[actor] = anyio.Lock()
+            async with lock:
+                return await pop_once(actor)
+
+        async def pop_once(actor: SessionActor) -> TResponseInputItem | None:
             log = await actor.reload()
             for _ in range(_POP_ATTEMPTS):
                 entries = log.surface()

@@ -154,6 +154,20 @@ async def test_pop_and_clear_are_surface_operations_and_keep_the_log(url: str) -
         assert len(actor.messages()) == len(ITEMS) - 1
 
 
+@pytest.mark.parametrize("store", ["memory:", "sqlite"])
+async def test_sixty_four_concurrent_pops_each_take_one_item(store: str, url: str) -> None:
+    """As many concurrent pop_item() calls as the SDK's own session survives (64): each takes
+    one item (past the 32nd they failed with ConflictError, on a memory store too)."""
+    session = NousSession("pops", "memory:" if store == "memory:" else url)
+    try:
+        await session.add_items([{"role": "user", "content": str(i)} for i in range(64)])
+        popped = await asyncio.gather(*(session.pop_item() for _ in range(64)))
+        assert sorted(int(item["content"]) for item in popped) == list(range(64))  # type: ignore[index]
+        assert await session.get_items() == []
+    finally:
+        session.close()
+
+
 async def test_a_message_added_by_the_application_reaches_the_sdk_as_items(url: str) -> None:
     async with SessionActor.open(session_id="chat", store=url) as actor:
         await actor.add_message(Message.user("from the app"))
