@@ -94,7 +94,7 @@ _READING: dict[str, _Command] = {
 }
 # Read-only unless asked to write: a dry run and a look at metadata create nothing.
 _SOMETIMES_WRITING: dict[str, tuple[_Command, Callable[[argparse.Namespace], bool]]] = {
-    "metadata": (_metadata, lambda args: args.set is not None),
+    "metadata": (_metadata, lambda args: args.set is not None or args.update is not None),
     "retain": (_retain, lambda args: bool(args.yes)),
 }
 _WRITING: dict[str, _Command] = {

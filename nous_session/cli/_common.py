@@ -80,6 +80,24 @@ def _progress(
         yield advance
 
 
+def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The ``--where KEY=VALUE`` pairs as one query: every key once, since all must match.
+
+    Raises:
+        CommandError: a key given twice (a session has one value per field, so the query
+            could match nothing; the last one used to win without a word).
+    """
+    fields: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in fields:
+            raise CommandError(
+                f"--where {key}= is given twice ({fields[key]!r} and {value!r}); every --where "
+                "must match, and a session has one {key}: give it once".replace("{key}", key)
+            )
+        fields[key] = value
+    return fields
+
+
 def _where(store: Store) -> str:
     return str(getattr(store, "url", "the store"))
 

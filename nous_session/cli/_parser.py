@@ -19,15 +19,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--verbose", "-v", action="count", default=0, help="log more (-v info, -vv debug)"
     )
-    parser.add_argument(
-        "--store",
-        metavar="URL",
-        help="memory:, sqlite:///path, or postgresql://... "
-        "(default: $NOUS_SESSION_STORE, else the default SQLite file)",
+    store_help = (
+        "memory:, sqlite:///path, or postgresql://... "
+        "(default: $NOUS_SESSION_STORE, else the default SQLite file)"
     )
+    parser.add_argument("--store", metavar="URL", help=store_help)
+    # The same option after the verb (`nous-session messages chat-42 --store URL`): every verb
+    # takes it, and says so in its --help; given there, it wins over one given before the verb.
+    after_verb = argparse.ArgumentParser(add_help=False)
+    after_verb.add_argument("--store", metavar="URL", default=argparse.SUPPRESS, help=store_help)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_parser = commands.add_parser
 
-    sessions = commands.add_parser(
+    def verb(name: str, **options: Any) -> argparse.ArgumentParser:
+        """A verb's parser: it takes --store, and its --help describes it (its one-line help
+        as a sentence when it has no longer description)."""
+        if "description" not in options and "help" in options:
+            text = str(options["help"])
+            options["description"] = text[:1].upper() + text[1:] + "."
+        return add_parser(name, parents=[after_verb], **options)
+
+    sessions = verb(
         "sessions",
         help="list the stored sessions",
         description="List the stored sessions. Plain, every session by id with its counts; "
@@ -43,14 +55,29 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("--limit", type=_page_size, default=None, help="page size, 1..1000")
     sessions.add_argument("--cursor", default=None, help="the next page, as a page printed it")
 
-    metadata = commands.add_parser(
-        "metadata", help="print a session's metadata, or set it (--set: a metadata event)"
+    metadata = verb(
+        "metadata",
+        help="print a session's metadata, or change it (--set or --update: a metadata event)",
     )
     metadata.add_argument("session")
-    metadata.add_argument("--set", dest="set", default=None, metavar="JSON", help="the new record")
+    changes = metadata.add_mutually_exclusive_group()
+    changes.add_argument(
+        "--set",
+        dest="set",
+        default=None,
+        metavar="JSON",
+        help="replace the whole record with this one (fields it leaves out are dropped)",
+    )
+    changes.add_argument(
+        "--update",
+        dest="update",
+        default=None,
+        metavar="JSON",
+        help="change only the fields given (the others keep their values)",
+    )
     metadata.add_argument("--json", action="store_true", help="as one JSON object")
 
-    retain = commands.add_parser(
+    retain = verb(
         "retain",
         help="delete or snapshot sessions idle or created long ago (a dry run without --yes)",
         description="Select the sessions idle for longer than --idle-for (no new events since) "
@@ -67,25 +94,23 @@ def _parser() -> argparse.ArgumentParser:
     retain.add_argument("--yes", action="store_true", help="really do it")
     retain.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    events = commands.add_parser("events", help="print a session's events")
+    events = verb("events", help="print a session's events")
     events.add_argument("session")
     events.add_argument("--since", type=_seq, default=0, metavar="SEQ")
     events.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    messages = commands.add_parser("messages", help="print the messages the model sees")
+    messages = verb("messages", help="print the messages the model sees")
     messages.add_argument("session")
     messages.add_argument(
         "--as-of", type=_seq, default=None, metavar="SEQ", help="as they were when SEQ was newest"
     )
     messages.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    history = commands.add_parser(
-        "history", help="the surface operations of a session, with their seqs and times"
-    )
+    history = verb("history", help="the surface operations of a session, with their seqs and times")
     history.add_argument("session")
     history.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    tail = commands.add_parser("tail", help="follow a live session until interrupted")
+    tail = verb("tail", help="follow a live session until interrupted")
     tail.add_argument("session")
     tail.add_argument("--since", type=_seq, default=None, metavar="SEQ", help="default: last 10")
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -93,11 +118,11 @@ def _parser() -> argparse.ArgumentParser:
         "--interval", type=_positive, default=0.2, help="poll interval in seconds (SQLite)"
     )
 
-    export = commands.add_parser("export", help="write a session's events as JSON lines")
+    export = verb("export", help="write a session's events as JSON lines")
     export.add_argument("session")
     export.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
 
-    fork = commands.add_parser(
+    fork = verb(
         "fork",
         help="make a new session whose history is this one's up to a seq",
         description="Make NEW_SESSION a new, independent session whose history is SESSION's "
@@ -108,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     fork.add_argument("new_session")
     fork.add_argument("--at", type=_seq, default=None, metavar="SEQ", help="default: the newest")
 
-    rewind = commands.add_parser(
+    rewind = verb(
         "rewind",
         help="make the surface what it was at a seq (an event records it)",
         description="Make SESSION's surface what it was when TO_SEQ was its newest event "
@@ -119,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     rewind.add_argument("to", type=_rewind_target, metavar="TO_SEQ")
     rewind.add_argument("--json", action="store_true", help="print the rewind event as JSON")
 
-    remove = commands.add_parser(
+    remove = verb(
         "remove",
         help="take messages off the surface (an event records it)",
         description="Take the messages FIRST..LAST (indexes as `messages` prints them) off "
@@ -130,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     remove.add_argument("last", type=_seq, nargs="?", default=None, metavar="LAST")
     remove.add_argument("--json", action="store_true", help="print the remove event as JSON")
 
-    imported = commands.add_parser(
+    imported = verb(
         "import",
         help="load JSON lines written by export into a new session",
         description="Load the JSON lines `export` writes (from FILE, or standard input) into "
@@ -143,17 +168,17 @@ def _parser() -> argparse.ArgumentParser:
         "--metadata", default=None, metavar="JSON", help="then set the session's metadata"
     )
 
-    snapshot = commands.add_parser("snapshot", help="drop what a session's surface no longer needs")
+    snapshot = verb("snapshot", help="drop what a session's surface no longer needs")
     snapshot.add_argument("session")
     snapshot.add_argument("--yes", action="store_true", help="really drop them")
     snapshot.add_argument("--vacuum", action="store_true", help="then give the space back")
     snapshot.add_argument("--json", action="store_true", help="as one JSON object")
 
-    delete = commands.add_parser("delete", help="delete a session and its events")
+    delete = verb("delete", help="delete a session and its events")
     delete.add_argument("session")
     delete.add_argument("--yes", action="store_true", help="really delete it")
 
-    erase = commands.add_parser(
+    erase = verb(
         "erase",
         help="erase events' content for good (a person's messages, or a whole session)",
         description="Replace the content of chosen events by a record of their erasure, in"
@@ -176,11 +201,11 @@ def _parser() -> argparse.ArgumentParser:
     erase.add_argument("--yes", action="store_true", help="really erase")
     erase.add_argument("--json", action="store_true", help="as one JSON object")
 
-    stats = commands.add_parser("stats", help="figures about one session")
+    stats = verb("stats", help="figures about one session")
     stats.add_argument("session")
     stats.add_argument("--json", action="store_true", help="as one JSON object")
 
-    demo = commands.add_parser(
+    demo = verb(
         "demo",
         help="run the demo conversation on the store (default: nous_session_demo.sqlite3 here)",
     )

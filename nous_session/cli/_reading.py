@@ -19,6 +19,7 @@ from nous_session.cli._common import (
     _clip,
     _emit,
     _event_line,
+    _fields,
     _listing_store,
     _message_json,
     _message_line,
@@ -64,7 +65,7 @@ def _entry_line(entry: SessionEntry) -> str:
 
 async def _listing(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     page = await _listing_store(store).list_sessions(
-        where=dict(args.where),
+        where=_fields(args.where),
         tags=args.tag,
         order=args.order or "active",
         descending=not args.ascending,
@@ -118,6 +119,9 @@ async def _metadata(store: Store, args: argparse.Namespace, out: TextIO) -> None
     if args.set is not None:
         await _set_metadata(store, args.session, args.set, out)
         return
+    if args.update is not None:
+        await _set_metadata(store, args.session, args.update, out, update=True)
+        return
     log = await _read(store, args.session)
     record = metadata_of(log.events()) or SessionMetadata()
     if args.json:
@@ -128,17 +132,40 @@ async def _metadata(store: Store, args: argparse.Namespace, out: TextIO) -> None
         out.write(f"{key + ':':<8} {shown if isinstance(shown, str) else dumps(shown).decode()}\n")
 
 
-async def _set_metadata(store: Store, session_id: str, text: str, out: TextIO) -> None:
+async def _set_metadata(
+    store: Store, session_id: str, text: str, out: TextIO, *, update: bool = False
+) -> None:
+    """Set the session's metadata to the JSON record ``text`` (``update``: only the fields it
+    gives, the others kept)."""
     from nous_session.actor import SessionActor
 
     try:
-        record = SessionMetadata.from_json(loads(text))
+        given = loads(text)
     except ValueError as error:
-        raise CommandError(f"bad metadata: {error}") from None
+        raise CommandError(
+            f"the metadata is not JSON ({error}); give an object such as "
+            """'{"owner": "ann", "title": "Trip"}'"""
+        ) from None
+    if not isinstance(given, dict):
+        raise CommandError(f"the metadata must be a JSON object, got {text!r}")
     await _stored(store, session_id)
     async with SessionActor.open(session_id=session_id, store=store) as session:
+        if update:
+            current = session.metadata or SessionMetadata()
+            given = {**current.to_json(), **given}
+        try:
+            record = SessionMetadata.from_json(given)
+        except ValueError as error:
+            raise CommandError(f"bad metadata: {error}") from None
+        dropped = sorted(
+            key
+            for key, value in (session.metadata or SessionMetadata()).to_json().items()
+            if key not in given and value
+        )
         event = await session.set_metadata(record)
     out.write(f"set the metadata of {session_id!r} (seq {event.seq})\n")
+    if dropped:
+        out.write(f"dropped: {', '.join(dropped)} (--update changes only the fields it gives)\n")
 
 
 def _retention(
@@ -153,7 +180,7 @@ def _retention(
         idle_for=args.idle_for,
         older_than=args.older_than,
         action=action,
-        where=dict(args.where),
+        where=_fields(args.where),
         tags=args.tag,
     )
 

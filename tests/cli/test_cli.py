@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import contextlib
 import json
@@ -502,3 +503,75 @@ def test_export_and_import_keep_ints_wider_than_64_bits(tmp_path: Path) -> None:
     assert cli("export", "copy", store=url).stdout.encode() == exported.read_bytes()
     (line,) = cli("messages", "copy", "--json", store=url).stdout.splitlines()
     assert json.loads(line)["tool_calls"][0]["arguments"] == wide
+
+
+# The first hour (issue 35): options where a newcomer puts them, help for every verb ---------
+
+
+def test_store_is_taken_after_the_verb_too(stored: tuple[str, Path]) -> None:
+    """The README's own line, ``nous-session messages chat-42 --store URL``, failed with
+    ``unrecognized arguments``: --store was taken only before the verb."""
+    url, _ = stored
+    result = subprocess.run(
+        [sys.executable, "-m", "nous_session", "messages", "chat", "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "thanks" in result.stdout
+    # Given twice, the one after the verb wins.
+    result = subprocess.run(
+        [*argv("messages", "chat", store="sqlite:///nowhere/x.sqlite3"), "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_verb_describes_itself_and_names_store() -> None:
+    """Each verb's --help has a description and the --store option (10 of 17 had none)."""
+    from nous_session.cli._parser import _parser
+
+    parser = _parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert len(verbs.choices) >= 17
+    for name, verb in verbs.choices.items():
+        assert verb.description, f"{name} has no description"
+        assert "--store" in verb.format_help(), f"{name} --help does not mention --store"
+
+
+def test_a_field_given_twice_in_where_is_refused(stored: tuple[str, Path]) -> None:
+    """``--where owner=a --where owner=b`` listed b's sessions: the last value silently won,
+    though every --where must match."""
+    url, _ = stored
+    result = cli("sessions", "--where", "owner=a", "--where", "owner=b", store=url, check=False)
+    assert result.returncode != 0
+    assert "--where owner= is given twice" in result.stderr
+
+
+def test_metadata_update_keeps_the_other_fields_and_set_says_what_it_drops(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'meta.sqlite3'}"
+
+    async def fill() -> None:
+        metadata = {"owner": "ann", "title": "Trip", "tags": ["travel"]}
+        async with SessionActor.open(session_id="m", store=url, metadata=metadata) as s:
+            await s.add_message(Message.user("hi"))
+
+    anyio.run(fill)
+    cli("metadata", "m", "--update", '{"title": "Paris"}', store=url)
+    shown = json.loads(cli("metadata", "m", "--json", store=url).stdout)
+    assert shown["owner"] == "ann"
+    assert shown["title"] == "Paris"
+    assert shown["tags"] == ["travel"]
+    replaced = cli("metadata", "m", "--set", '{"owner": "bob"}', store=url)
+    assert "dropped: tags, title" in replaced.stdout
+    bad = cli("metadata", "m", "--set", "{not json", store=url, check=False)
+    assert bad.returncode != 0
+    assert "the metadata is not JSON" in bad.stderr
+    assert "give an object such as" in bad.stderr
