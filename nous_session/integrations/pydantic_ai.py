@@ -66,7 +66,6 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
-import pydantic
 
 from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
@@ -81,6 +80,7 @@ from nous_session.stores import open_store
 from nous_session.stores.base import Store
 
 try:
+    import pydantic
     from pydantic_ai.conversation_store import (
         ConversationConflict,
         ConversationEntry,

@@ -14,6 +14,8 @@ SQLite file, the events and the surface, and two writers.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -796,3 +798,30 @@ def test_the_store_is_opened_with_open() -> None:
             session_prefix="",
             max_open=1,
         )
+
+
+@pytest.mark.parametrize(
+    ("blocked", "module", "extra"),
+    [
+        ("pydantic,pydantic_ai", "nous_session.integrations.pydantic_ai", "pydantic-ai"),
+        ("agents", "nous_session.integrations.openai_agents", "openai-agents"),
+        ("langgraph", "nous_session.integrations.langgraph", "langgraph"),
+        ("google.adk,google", "nous_session.integrations.google_adk", "google-adk"),
+    ],
+)
+def test_an_adapter_without_its_extra_names_the_install(
+    blocked: str, module: str, extra: str
+) -> None:
+    """Each adapter's import, without its framework, says which extra to install (the
+    pydantic-ai adapter raised a bare ``No module named 'pydantic'``)."""
+    script = (
+        "import importlib, sys\n"
+        f"for name in {blocked.split(',')!r}:\n"
+        "    sys.modules[name] = None  # importing it raises ImportError, as without the extra\n"
+        f"importlib.import_module({module!r})\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode != 0
+    assert f"pip install 'nous_session[{extra}]'" in result.stderr, result.stderr
