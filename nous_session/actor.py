@@ -331,15 +331,17 @@ class SessionActor(HistoryOperations):
 
     async def append_many(
         self,
-        items: Iterable[Sequence[Any]],
+        items: Iterable[Sequence[Any] | Message],
         *,
         key: str | None = None,
         expect_count: int | None = None,
     ) -> tuple[Event, ...]:
         """Append several events atomically (all or none) and return them once committed.
 
-        Each item is ``(type, data)`` or ``(type, data, time)``. Outcome and ``key``: as for
-        :meth:`append` (a retry with the key returns every event of the first call).
+        Each item is ``(type, data)``, ``(type, data, time)``, or a
+        :class:`~nous_session.message.Message` (appended as :meth:`add_message` appends it:
+        its surface event, at its ``created_at``). Outcome and ``key``: as for :meth:`append`
+        (a retry with the key returns every event of the first call).
 
         Args:
             expect_count: a condition: the session must hold exactly this many events when
@@ -358,12 +360,17 @@ class SessionActor(HistoryOperations):
             not isinstance(expect_count, int) or isinstance(expect_count, bool) or expect_count < 0
         ):
             raise ValueError(f"expect_count must be an int >= 0 or None, got {expect_count!r}")
-        normalised = []
+        normalised: list[tuple[EventType | str, Any, datetime]] = []
         for index, item in enumerate(items):
+            if isinstance(item, Message):
+                surface_type, surface_data = message_event(item)
+                normalised.append((surface_type, surface_data, item.created_at))
+                continue
             if not isinstance(item, tuple | list) or len(item) not in (2, 3):
                 raise InvalidEventError(
-                    f"append_many item {index} must be (type, data) or (type, data, time), "
-                    f"got {item!r}"
+                    f"append_many item {index} must be (type, data), (type, data, time) or a "
+                    f"Message (nous_session.event.message_event(message) gives a message's "
+                    f"(type, data)), got {item!r}"
                 )
             try:
                 normalised.append(prepare(item[0], item[1], item[2] if len(item) == 3 else None))

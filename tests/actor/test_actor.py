@@ -1332,3 +1332,20 @@ async def test_closing_a_session_ends_a_waiting_catch_up_retry(
             await store.first_failure.wait()
             assert session.log.count == 0
     await store.feed_send.aclose()
+
+
+async def test_append_many_takes_messages_beside_type_data_pairs() -> None:
+    """A Message in append_many is appended as add_message appends it; it used to be refused
+    with an error that did not say how to turn a message into (type, data)."""
+    async with SessionActor.open(session_id=SID) as session:
+        events = await session.append_many(
+            [Message.user("hello"), ("turn_end", {"turn": 1}), Message.assistant("hi")]
+        )
+        assert [event.type.value for event in events] == [
+            "user_message",
+            "turn_end",
+            "assistant_message",
+        ]
+        assert [m.text for m in session.messages()] == ["hello", "hi"]
+        with pytest.raises(InvalidEventError, match="message_event"):
+            await session.append_many([{"role": "user", "content": "a dict"}])  # type: ignore[list-item]
