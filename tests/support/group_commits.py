@@ -10,12 +10,20 @@ from nous_session import ConflictError, CorruptRecordError, SessionActor
 async def append_all(
     sessions: list[SessionActor], round_index: int
 ) -> dict[str, BaseException | int]:
-    """Every session appends one event, all at once; what each caller got (a seq or an error)."""
+    """Every session appends one event, all at once; what each caller got (a seq or an error).
+
+    Each append is conditional on the count its actor knows (``expect_count``), so one whose
+    session another writer advanced behind its back fails with ConflictError (a plain append
+    would go again after the other writer's event instead).
+    """
     outcomes: dict[str, BaseException | int] = {}
 
     async def one(session: SessionActor) -> None:
         try:
-            event = await session.append("user_message", {"content": f"round {round_index}"})
+            (event,) = await session.append_many(
+                [("user_message", {"content": f"round {round_index}"})],
+                expect_count=session.log.count,
+            )
         except (ConflictError, CorruptRecordError) as error:
             outcomes[session.session_id] = error
         else:
