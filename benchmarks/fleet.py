@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
@@ -221,8 +222,9 @@ def run_fleet(url: str, options: FleetOptions | None = None, **overrides: Any) -
     """Run the soak on the store at ``url`` (see the module's docstring) and check it.
 
     Args:
-        url: any store URL (a PostgreSQL one may point at PgBouncer). The run's sessions have
-            names of their own (a random prefix), so the store may hold other sessions.
+        url: any store URL (a PostgreSQL one may point at PgBouncer). The run's sessions and
+            keys have names of their own (a random prefix, whatever the seed), so the store may
+            hold other runs' sessions.
         options: how to run; ``overrides`` replace some of its fields
             (``run_fleet(url, workers=1)``).
 
@@ -249,7 +251,8 @@ class _Coordinator:
         self.url = url
         self.options = options
         self.rng = random.Random(options.seed)
-        run_id = f"fleet-{self.rng.getrandbits(32):08x}"
+        # Fresh names even with a seed: a rerun on the same store must not find its keys.
+        run_id = f"fleet-{uuid.uuid4().hex[:8]}"
         self.names = [f"{run_id}-s{index}" for index in range(options.sessions)]
         self.plan = {
             turn.id: turn
@@ -317,6 +320,14 @@ class _Coordinator:
         self.children.append(child)
         return child
 
+    def in_flight(self) -> str:
+        """Which worker has which turns (the first few), for a message."""
+        return "; ".join(
+            f"{child.name} (pid {child.process.pid}): {', '.join(sorted(child.in_flight)[:5])}"
+            for child in self.slots
+            if child.in_flight
+        )
+
     def requeue(self, turn_id: str, delay: float = 0.0) -> None:
         self.result.retries += 1
         if delay:
@@ -351,7 +362,7 @@ class _Coordinator:
                 raise FleetError(
                     f"the run took more than {options.deadline} s: {len(self.acked)} of "
                     f"{len(self.plan)} turns done, {len(self.pending)} pending, "
-                    f"{len(self.later)} backing off"
+                    f"{len(self.later)} backing off; in flight: {self.in_flight()}"
                 )
             self.route()
             wait = min(max(self.later[0][0] - time.perf_counter(), 0.0), 0.5) if self.later else 0.5
