@@ -1,7 +1,7 @@
 """One worker process of the fleet soak (:mod:`benchmarks.fleet` starts and drives it).
 
 ``python benchmarks/fleet_worker.py URL NAME CALLS_FILE [--summary-delay S] [--turn-ttl S]
-[--backend asyncio|trio]``
+[--stuck-after S] [--backend asyncio|trio]``
 
 It runs one :class:`~nous_session.Sessions` registry on the store at ``URL`` with the default
 options and a compaction policy (``keep_last=4, every=12``) whose summarizer stands for an LLM
@@ -14,11 +14,13 @@ each in a task of its own: ``add_message(Message.user(text), key=id)``, the idem
 making a retry of a turn whose outcome was lost exactly-once. For each it writes one JSON
 line: ``{"ack": id, "seq": seq, "latency": seconds}`` or ``{"error": id, "kind": name,
 "retry": bool, "message": text}`` (``retry``: the outcome is unknown or the store failed, so
-the coordinator sends the turn again). The first line is ``{"ready": NAME}``, once the
-registry is open. When stdin closes it waits for its turns, then for every session it
-touched to catch up with the store and finish compacting, and writes ``{"done": NAME,
-"calls": n, "follow": {session: [count, sha256 of the encoded events with seq < count]}}``:
-what it holds, for the coordinator to compare with the store.
+the coordinator sends the turn again), or ``{"stuck": id}`` when the call had no answer after
+``--stuck-after`` seconds (the call is abandoned; the request stays queued in the actor).
+The first line is ``{"ready": NAME}``, once the registry is open. When stdin closes it waits
+for its turns, then for every session it touched to catch up with the store and finish
+compacting, and writes ``{"done": NAME, "calls": n, "follow": {session: [count, sha256 of the
+encoded events with seq < count]}}``: what it holds, for the coordinator to compare with the
+store.
 """
 
 from __future__ import annotations
@@ -69,11 +71,14 @@ def digest(events: Sequence[Event], count: int) -> str:
 class Worker:
     """The registry, the counting summarizer and the output of one worker process."""
 
-    def __init__(self, url: str, name: str, calls_file: Path, delay: float, ttl: float) -> None:
+    def __init__(
+        self, url: str, name: str, calls_file: Path, delay: float, ttl: float, stuck_after: float
+    ) -> None:
         self.url = url
         self.name = name
         self.delay = delay
         self.ttl = ttl
+        self.stuck_after = stuck_after
         self.calls = 0
         self.touched: set[str] = set()
         # Unbuffered appends: a line is in the file as soon as the call is counted.
@@ -92,15 +97,20 @@ class Worker:
 
     async def turn(self, sessions: Sessions, turn: dict[str, str]) -> None:
         started = time.perf_counter()
+        event: Event | None = None
         try:
-            async with sessions.use(turn["session"]) as actor:
-                event = await actor.add_message(Message.user(turn["text"]), key=turn["id"])
+            with anyio.move_on_after(self.stuck_after):
+                async with sessions.use(turn["session"]) as actor:
+                    event = await actor.add_message(Message.user(turn["text"]), key=turn["id"])
         except (OutcomeUnknownError, StoreError) as error:
             self.say(error=turn["id"], kind=type(error).__name__, retry=True, message=str(error))
         except Exception as error:  # reported to the coordinator, which fails the run
             self.say(error=turn["id"], kind=type(error).__name__, retry=False, message=str(error))
         else:
-            self.say(ack=turn["id"], seq=event.seq, latency=time.perf_counter() - started)
+            if event is None:
+                self.say(stuck=turn["id"])
+            else:
+                self.say(ack=turn["id"], seq=event.seq, latency=time.perf_counter() - started)
 
     async def follow_report(self, sessions: Sessions) -> dict[str, list[Any]]:
         """Each touched session, caught up and compacted: its count and digest."""
@@ -135,9 +145,17 @@ def main() -> None:
     parser.add_argument("calls_file", type=Path)
     parser.add_argument("--summary-delay", type=float, default=0.02)
     parser.add_argument("--turn-ttl", type=float, default=30.0)
+    parser.add_argument("--stuck-after", type=float, default=15.0)
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     args = parser.parse_args()
-    worker = Worker(args.url, args.name, args.calls_file, args.summary_delay, args.turn_ttl)
+    worker = Worker(
+        args.url,
+        args.name,
+        args.calls_file,
+        args.summary_delay,
+        args.turn_ttl,
+        args.stuck_after,
+    )
     anyio.run(worker.run, backend=args.backend)
 
 
