@@ -307,7 +307,7 @@ class _Coordinator:
         except FleetError as error:
             raise FleetError(f"{error}\n{self.stderr_tail()}") from None
         self.result.summarizer_calls = len(self.calls.read_text().splitlines())
-        _check_store(self.url, self.names, self.plan, self.acked, follow, self.result)
+        self.check_store(follow)
         if self.result.failures:
             self.result.failures.append(self.stderr_tail())
 
@@ -516,91 +516,79 @@ class _Coordinator:
                 raise FleetError(f"worker {child.name} exited with {code}")
         return [child.done for child in self.slots if child.done is not None]
 
+    def check_store(self, follow: list[dict[str, Any]]) -> None:
+        """The checks on the store itself; failures go to ``result.failures``."""
+        import anyio
 
-def _check_store(
-    url: str,
-    names: list[str],
-    plan: dict[str, _Turn],
-    acked: dict[str, int],
-    follow: list[dict[str, Any]],
-    result: FleetResult,
-) -> None:
-    """The checks on the store itself; failures go to ``result.failures``."""
-    import anyio
-
-    anyio.run(_check_sessions, url, names, plan, acked, follow, result)
-    result.calls_per_summary = (
-        result.summarizer_calls / result.summaries if result.summaries else 0.0
-    )
-    if result.summaries and result.calls_per_summary > MAX_CALLS_PER_SUMMARY:
-        result.failures.append(
-            f"{result.summarizer_calls} summarizer calls for {result.summaries} summaries: "
-            f"{result.calls_per_summary:.2f} per summary, more than {MAX_CALLS_PER_SUMMARY}"
+        result = self.result
+        anyio.run(self.check_sessions, follow)
+        result.calls_per_summary = (
+            result.summarizer_calls / result.summaries if result.summaries else 0.0
         )
-    if not result.summaries and result.summarizer_calls:
-        result.failures.append(
-            f"{result.summarizer_calls} summarizer calls and no summary committed"
-        )
+        if result.summaries and result.calls_per_summary > MAX_CALLS_PER_SUMMARY:
+            result.failures.append(
+                f"{result.summarizer_calls} summarizer calls for {result.summaries} summaries: "
+                f"{result.calls_per_summary:.2f} per summary, more than {MAX_CALLS_PER_SUMMARY}"
+            )
+        if not result.summaries and result.summarizer_calls:
+            result.failures.append(
+                f"{result.summarizer_calls} summarizer calls and no summary committed"
+            )
 
+    async def check_sessions(self, follow: list[dict[str, Any]]) -> None:
+        """Each session: every acknowledged turn stored once at its seq, the summaries
+        counted, the session opens; then each worker's report against the store."""
+        from nous_session import SessionActor
+        from nous_session.stores import open_store
 
-async def _check_sessions(
-    url: str,
-    names: list[str],
-    plan: dict[str, _Turn],
-    acked: dict[str, int],
-    follow: list[dict[str, Any]],
-    result: FleetResult,
-) -> None:
-    from nous_session import SessionActor
-    from nous_session.stores import open_store
-
-    by_session: dict[str, list[_Turn]] = collections.defaultdict(list)
-    for turn in plan.values():
-        if acked.get(turn.id, -1) >= 0:
-            by_session[turn.session].append(turn)
-    failures = result.failures
-    stored: dict[str, list[Any]] = {}
-    store = open_store(url)
-    try:
-        for name in names:
-            events = stored[name] = list(await store.load(name))
-            texts: collections.Counter[str] = collections.Counter()
-            seq_of: dict[str, int] = {}
-            for event in events:
-                content = event.data.get("content")
-                if not isinstance(content, str):
-                    continue
-                if event.type == "user_message":
-                    texts[content] += 1
-                    seq_of[content] = event.seq
-                elif event.type == "system_message" and content.startswith(SUMMARY_MARK):
-                    result.summaries += 1
-            for turn in by_session[name]:
-                if texts[turn.text] != 1:
+        result, acked = self.result, self.acked
+        by_session: dict[str, list[_Turn]] = collections.defaultdict(list)
+        for turn in self.plan.values():
+            if acked.get(turn.id, -1) >= 0:
+                by_session[turn.session].append(turn)
+        failures = result.failures
+        stored: dict[str, list[Any]] = {}
+        store = open_store(self.url)
+        try:
+            for name in self.names:
+                events = stored[name] = list(await store.load(name))
+                texts: collections.Counter[str] = collections.Counter()
+                seq_of: dict[str, int] = {}
+                for event in events:
+                    content = event.data.get("content")
+                    if not isinstance(content, str):
+                        continue
+                    if event.type == "user_message":
+                        texts[content] += 1
+                        seq_of[content] = event.seq
+                    elif event.type == "system_message" and content.startswith(SUMMARY_MARK):
+                        result.summaries += 1
+                for turn in by_session[name]:
+                    if texts[turn.text] != 1:
+                        failures.append(
+                            f"{turn.id} acknowledged, stored {texts[turn.text]} times in {name}"
+                        )
+                    elif seq_of[turn.text] != acked[turn.id]:
+                        failures.append(
+                            f"{turn.id} acknowledged at seq {acked[turn.id]}, "
+                            f"stored at {seq_of[turn.text]}"
+                        )
+                try:
+                    async with SessionActor.open(session_id=name, store=store, follow=False):
+                        pass
+                except Exception as error:  # any failure to open is what this check reports
+                    failures.append(f"session {name} does not open: {error!r}")
+        finally:
+            await store.aclose()
+        for report in follow:
+            for name, (count, held) in report["follow"].items():
+                result.followers_checked += 1
+                events = stored.get(name, [])
+                if count > len(events) or held != digest(events, count):
                     failures.append(
-                        f"{turn.id} acknowledged, stored {texts[turn.text]} times in {name}"
+                        f"worker {report['done']} holds {count} events of {name} that are "
+                        f"not the store's first {count} ({len(events)} stored)"
                     )
-                elif seq_of[turn.text] != acked[turn.id]:
-                    failures.append(
-                        f"{turn.id} acknowledged at seq {acked[turn.id]}, "
-                        f"stored at {seq_of[turn.text]}"
-                    )
-            try:
-                async with SessionActor.open(session_id=name, store=store, follow=False):
-                    pass
-            except Exception as error:  # any failure to open is what this check reports
-                failures.append(f"session {name} does not open: {error!r}")
-    finally:
-        await store.aclose()
-    for report in follow:
-        for name, (count, held) in report["follow"].items():
-            result.followers_checked += 1
-            events = stored.get(name, [])
-            if count > len(events) or held != digest(events, count):
-                failures.append(
-                    f"worker {report['done']} holds {count} events of {name} that are not "
-                    f"the store's first {count} ({len(events)} stored)"
-                )
 
 
 def table(results: Sequence[FleetResult]) -> str:
