@@ -21,4 +21,5 @@ SUITES: tuple[str, ...] = (
     "followers",
     "scaling",
     "peers",
+    "fleet",
 )
