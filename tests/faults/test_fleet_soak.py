@@ -13,13 +13,12 @@ unanswered. Every wait is bounded (a deadline for the run, a give-up time for a 
 a time after which a worker gives a call up as stuck), and fails with what it was waiting for.
 
 The soak found a bug in the actor, pinned by
-:func:`test_a_known_key_beside_a_losing_commit_is_answered` (a strict xfail until it is fixed):
-a keyed append whose key the actor already knows, taken in one batch with a new append whose
-commit loses to another writer, is never answered. In the soak that is a turn sent again after
-the kill (its first send committed, its ack lost) that shares a batch with another turn of its
-session; it hung about one PostgreSQL run in ten. Until the fix, the soak gives such a call up
-after ``stuck_after`` and sends the turn again, and allows stuck turns that were being sent
-again (:data:`KNOWN_KEY_BUG`); a turn stuck on its first send fails it.
+:func:`test_a_known_key_beside_a_losing_commit_is_answered`: a keyed append whose key the actor
+already knows, taken in one batch with a new append whose commit loses to another writer, was
+never answered. In the soak that is a turn sent again after the kill (its first send committed,
+its ack lost) that shares a batch with another turn of its session; it hung about one
+PostgreSQL run in ten. Fixed (the segment applied again answers the requests its keys
+answered); a call left unanswered now fails the soak.
 """
 
 from __future__ import annotations
@@ -49,9 +48,6 @@ SHORT = FleetOptions(
     deadline=50.0,
     seed=33,
 )
-# While the bug test_a_known_key_beside_a_losing_commit_is_answered pins stands, a turn sent
-# again may be stuck; set False with its fix.
-KNOWN_KEY_BUG = True
 
 
 def check(result: FleetResult) -> None:
@@ -61,9 +57,7 @@ def check(result: FleetResult) -> None:
     assert result.killed == 1
     assert result.summaries > 0, "no session was compacted: the soak did not test compaction"
     assert result.followers_checked > 0, "no worker reported what it holds"
-    # A turn stuck on its first send is in failures already; one being sent again is the bug.
-    stuck = [entry for entry in result.stuck if not (KNOWN_KEY_BUG and entry["resent"])]
-    assert not stuck, f"calls left unanswered: {stuck}"
+    assert not result.stuck, f"calls left unanswered: {result.stuck}"
 
 
 def test_fleet_soak_sqlite(tmp_path: Path) -> None:
@@ -91,12 +85,6 @@ def test_fleet_soak_postgres(postgres_url: str) -> None:
         assert result.restart_seconds is not None, "the server was not restarted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="actor bug found by the soak: _commits.commit_plain, on a ConflictError it may "
-    "retry, returns only batch.applied to the engine and drops batch.known, whose callers "
-    "are never answered",
-)
 @pytest.mark.anyio
 async def test_a_known_key_beside_a_losing_commit_is_answered() -> None:
     """A retried keyed append (its key committed already) queued in one batch with a new
