@@ -23,7 +23,9 @@ from nous_session.formats._tool_calls import (
     CallIds,
     Placed,
     arguments_object,
+    call_names,
     elements,
+    named_by_its_call,
 )
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (
@@ -53,13 +55,16 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
     payload: dict[str, Any] = {}
     out: list[dict[str, Any]] = []
     ids = CallIds(notes)
+    names = call_names(messages)
     previous: Role | None = None
     for i, message in enumerate(messages):
         role = message.role
         extras = own(message.provider_data, PROVIDER)
         if role is not Role.TOOL:
             notes.foreign(i, None, message.provider_data)
-        unsupported(message, notes, i)  # a tool_result block has no name either
+        # A tool_result block has no name either, and needs none when the name is its call's
+        # (the reader takes it from the call).
+        unsupported(message, notes, i, name=named_by_its_call(message, names))
         if role is Role.SYSTEM or role is Role.DEVELOPER:
             if role is Role.DEVELOPER:
                 notes.add(

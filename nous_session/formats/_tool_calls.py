@@ -4,13 +4,13 @@ places among the parts, their arguments as text or as an object, and the ids som
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
 from nous_session._json import JSON, copy_json_object, dumps
 from nous_session.formats._common import Notes, plain_json
-from nous_session.message import Message, ToolCall
+from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import Part, ToolCallPart
 
 
@@ -147,3 +147,30 @@ class CallIds:
             f"{self.notes.provider} needs one"
         )
         return message.tool_call_id or ""
+
+
+def call_names(messages: Sequence[Message]) -> dict[str, str]:
+    """The name of every tool call in ``messages``, by call id."""
+    return {call.id: call.name for message in messages for call in message.tool_calls or ()}
+
+
+def named_by_its_call(message: Message, names: Mapping[str, str]) -> bool:
+    """Whether a tool result's ``name`` is its call's: a provider that sends results by call id
+    alone loses nothing then (its reader takes the name back from the call)."""
+    ident = message.tool_call_id
+    return ident is not None and message.name is not None and names.get(ident) == message.name
+
+
+def named_from_calls(messages: list[Message]) -> list[Message]:
+    """``messages`` with each tool result that has no name given its call's name (what a
+    provider that sends results by call id alone means by them)."""
+    names: dict[str, str] = {}
+    out = []
+    for message in messages:
+        for call in message.tool_calls or ():
+            names[call.id] = call.name
+        ident = message.tool_call_id
+        if message.role is Role.TOOL and message.name is None and ident in names:
+            message = attrs.evolve(message, name=names[ident])
+        out.append(message)
+    return out

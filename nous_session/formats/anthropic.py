@@ -45,7 +45,7 @@ from nous_session.formats._common import (
     plain_json,
     with_extras,
 )
-from nous_session.formats._tool_calls import arrange
+from nous_session.formats._tool_calls import arrange, named_from_calls
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (
     ImagePart,
@@ -87,7 +87,7 @@ def load(payload: object, created_at: datetime) -> list[Message]:
         out.append(reader.system(data["system"], ("system",), {}))
     for n, entry in enumerate(need_list(PROVIDER, data["messages"], ("messages",), '"messages"')):
         reader.message(entry, ("messages", n), out)
-    return out
+    return named_from_calls(out)  # a tool_result has no name of its own: it is its call's
 
 
 @attrs.define

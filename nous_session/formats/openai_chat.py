@@ -16,7 +16,7 @@ drops them and says so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -47,7 +47,10 @@ from nous_session.formats._tool_calls import (
     CallIds,
     Placed,
     arguments_text,
+    call_names,
     elements,
+    named_by_its_call,
+    named_from_calls,
 )
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import ImagePart, Part, ProviderPart, TextPart
@@ -72,19 +75,24 @@ def dump(messages: Sequence[Message], notes: Notes) -> list[dict[str, JSON]]:
         One Chat Completions message per message.
     """
     ids = CallIds(notes)
+    names = call_names(messages)
     out: list[dict[str, JSON]] = []
     for i, message in enumerate(messages):
         notes.foreign(i, None, message.provider_data)
-        out.append(_message(message, notes, i, ids))
+        out.append(_message(message, notes, i, ids, names))
     return out
 
 
-def _message(message: Message, notes: Notes, i: int, ids: CallIds) -> dict[str, Any]:
+def _message(
+    message: Message, notes: Notes, i: int, ids: CallIds, names: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     role = message.role
     data: dict[str, Any]
     if role is Role.TOOL:
-        # A function message carries the name; a tool message (with a call id) has no place.
-        unsupported(message, notes, i, name=message.tool_call_id is None)
+        # A function message carries the name; a tool message (with a call id) has no place,
+        # and needs none when the name is its call's (the reader takes it from the call).
+        carried = message.tool_call_id is None or named_by_its_call(message, names or {})
+        unsupported(message, notes, i, name=carried)
         if message.is_error:
             notes.drop(i, "the error flag", f"{PROVIDER} tool messages have none")
         if message.tool_call_id is None:
@@ -200,7 +208,8 @@ def load(payload: object, created_at: datetime) -> list[Message]:
     """
     data = plain_json(PROVIDER, payload)
     entries = need_list(PROVIDER, data, (), "the payload (the messages list)")
-    return [_read(entry, (n,), created_at) for n, entry in enumerate(entries)]
+    # A tool message has no name of its own: it is its call's.
+    return named_from_calls([_read(entry, (n,), created_at) for n, entry in enumerate(entries)])
 
 
 def _read(entry: object, where: Path, created_at: datetime) -> Message:

@@ -166,8 +166,8 @@ def test_the_simple_conversation_in_every_format() -> None:
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_the_simple_conversation_comes_back_equal(provider: Any) -> None:
     messages = conversation()
-    if provider in ("openai-chat", "anthropic"):  # no name on tool results there
-        messages[3] = Message.tool("call_1", "18C", created_at=T0)
+    # A tool result's name is its call's: where results go by call id alone (OpenAI Chat,
+    # Anthropic), the reader takes the name back from the call.
     if provider.startswith("openai"):  # OpenAI's arguments are a JSON string
         call = ToolCall("call_1", "get_weather", '{"city":"Paris"}')
         messages[2] = Message.assistant("Checking.", tool_calls=[call], created_at=T0)
@@ -397,8 +397,11 @@ def test_anthropic_turn_order_and_error_flags() -> None:
         tool_calls=[ToolCall("t1", "f", {"x": 1}), ToolCall("t2", "g", {})],
         created_at=T0,
     )
-    assert first == Message(Role.TOOL, None, tool_call_id="t1", is_error=True, created_at=T0)
-    assert second == Message.tool("t2", [TextPart("r")], created_at=T0)
+    # Each result gets its call's name (a tool_result block has none of its own).
+    assert first == Message(
+        Role.TOOL, None, tool_call_id="t1", name="f", is_error=True, created_at=T0
+    )
+    assert second == Message.tool("t2", [TextPart("r")], name="g", created_at=T0)
     assert to_provider([assistant, first, second], "anthropic") == payload
 
 

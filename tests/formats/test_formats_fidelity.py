@@ -237,8 +237,14 @@ def test_every_field_round_trips_or_is_named_in_dropped(
     result = convert(messages, provider)
     back = from_provider(result.payload, provider, created_at=T0)
     expected = list(messages)
-    if provider == "gemini" and message.role is Role.TOOL and message.name is None:
-        # Gemini's function responses carry the function's name: it is taken from the call.
+    if (
+        provider in ("gemini", "openai-chat", "anthropic")
+        and message.role is Role.TOOL
+        and message.name is None
+        and message.tool_call_id == CALL.id
+    ):
+        # A tool result's name is its call's: Gemini's function responses carry it, and the
+        # OpenAI Chat and Anthropic readers take it from the call (results go by id alone).
         expected[-1] = attrs.evolve(message, name=CALL.name)
     kept = len(back) == len(expected) and all(
         view(sent, provider) == view(read, provider)
@@ -256,14 +262,32 @@ def test_every_field_round_trips_or_is_named_in_dropped(
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai-chat"])
 def test_a_tool_results_name_is_named_in_dropped(provider: Any) -> None:
-    # The newcomer's reproduction: the name went, and dropped was empty.
+    # The newcomer's reproduction: the name went, and dropped was empty. A name other than its
+    # call's is lost (results go by call id alone there); its call's own name is not.
     messages = [
         Message.assistant(None, tool_calls=[CALL], created_at=T0),
-        Message.tool("c1", "found", name="lookup", created_at=T0),
+        Message.tool("c1", "found", name="another", created_at=T0),
     ]
     result = convert(messages, provider)
     assert result.dropped == (
-        "the name 'lookup' of message 1 dropped: " + f"{provider} has no place for it",
+        "the name 'another' of message 1 dropped: " + f"{provider} has no place for it",
     )
     with pytest.raises(LossyConversionError):
         to_provider(messages, provider, strict=True)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai-chat", "gemini", "openai-responses"])
+def test_the_readmes_tool_example_converts_strictly_and_comes_back(provider: Any) -> None:
+    """``to_provider(messages, provider, strict=True)`` failed on the README's own tool example
+    (its tool result names its call's function), so strict mode could not be used."""
+    messages = [
+        Message.user("Weather in Paris?", created_at=T0),
+        Message.assistant(
+            tool_calls=[ToolCall("call_1", "get_weather", {"city": "Paris"})], created_at=T0
+        ),
+        Message.tool("call_1", {"celsius": 18}, name="get_weather", created_at=T0),
+        Message.assistant("18C in Paris.", created_at=T0),
+    ]
+    payload = to_provider(messages, provider, strict=True)
+    back = from_provider(payload, provider, created_at=T0)
+    assert [m.name for m in back] == [None, None, "get_weather", None]
