@@ -294,7 +294,8 @@ async def run_demo(
         "sessions",
         f"stats {session_id}",
         f"messages {session_id}",
-        f"messages {session_id} --as-of 40",
+        # A seq the session has, whatever --turns was (40 failed after a 3-turn demo).
+        f"messages {session_id} --as-of {min(40, after.count - 1)}",
         f"events {session_id} --since {max(0, after.count - 10)}",
         f"export {session_id} > {session_id}.jsonl",
         f"tail {session_id}",

@@ -575,3 +575,33 @@ def test_metadata_update_keeps_the_other_fields_and_set_says_what_it_drops(
     assert bad.returncode != 0
     assert "the metadata is not JSON" in bad.stderr
     assert "give an object such as" in bad.stderr
+
+
+def test_every_command_the_demo_suggests_runs(tmp_path: Path) -> None:
+    """The demo ends with commands to look inside what it stored; each runs as printed, however
+    few turns the demo played (its ``--as-of 40`` failed after ``demo --turns 3``)."""
+    demo = subprocess.run(
+        [sys.executable, "-m", "nous_session", "demo", "--turns", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert demo.returncode == 0, demo.stderr
+    suggested = [
+        line.split(" -m nous_session ", 1)[1].split(" > ")[0]
+        for line in demo.stdout.splitlines()
+        if " -m nous_session " in line and " tail " not in line  # tail follows until stopped
+    ]
+    assert len(suggested) >= 5, demo.stdout
+    for command in suggested:
+        result = subprocess.run(
+            [sys.executable, "-m", "nous_session", *command.split()],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0, f"{command}: {result.stderr}"
