@@ -49,8 +49,8 @@ from nous_session import SessionActor
 from nous_session._engine import Engine
 from nous_session.codec import encode
 from nous_session.event import EventType, make_event
-from nous_session.stores import _writer
 from nous_session.stores import sqlite as sqlite_store
+from nous_session.stores.sqlite import _writer
 
 DATA = {"content": "hello there, " * 18}
 WARMUP = 200

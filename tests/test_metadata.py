@@ -26,7 +26,9 @@ from nous_session.log import Log
 from nous_session.metadata import ListQuery, SessionMetadata, metadata_of
 from nous_session.retention import apply, parse_duration
 from nous_session.stores import MemoryStore, Store
-from nous_session.stores.sqlite import _MIGRATIONS, SQLiteStore, _listing
+from nous_session.stores.sqlite import SQLiteStore
+from nous_session.stores.sqlite._schema import _MIGRATIONS
+from nous_session.stores.sqlite._sql import _listing
 from nous_session.testing import ListingConformance
 
 psycopg = pytest.importorskip("psycopg")
@@ -509,7 +511,7 @@ async def test_a_metadata_event_must_hold_a_valid_record() -> None:
 def test_a_version_2_postgres_schema_gets_times_from_its_events(schema: str) -> None:
     from psycopg import sql
 
-    from nous_session.stores.postgres import _MIGRATIONS as PG_MIGRATIONS
+    from nous_session.stores.postgres._schema import _MIGRATIONS as PG_MIGRATIONS
 
     first = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
     last = first + timedelta(days=3)

@@ -29,9 +29,11 @@ from nous_session import (
 from nous_session.codec import encode
 from nous_session.event import make_event
 from nous_session.stores import open_store
-from nous_session.stores import sqlite as sqlite_store
 from nous_session.stores.memory import MemoryStore
 from nous_session.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from nous_session.stores.sqlite import _commit as sqlite_commit
+from nous_session.stores.sqlite import _schema as sqlite_schema
+from nous_session.stores.sqlite import _store as sqlite_store
 from nous_session.testing import sample_log
 
 HERE = Path(__file__).parent
@@ -351,7 +353,7 @@ def test_switching_to_wal_waits_for_another_process_like_the_busy_handler(tmp_pa
 
     connection = sqlite3.connect(path, timeout=0, isolation_level=None, factory=Counting)
     try:
-        sqlite_store._wal(connection, busy_timeout=30)
+        sqlite_schema._wal(connection, busy_timeout=30)
         assert len(attempts) == 3
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
@@ -366,7 +368,7 @@ def test_switching_to_wal_gives_up_at_the_busy_timeout(tmp_path: Path) -> None:
     connection = sqlite3.connect(path, timeout=0, isolation_level=None)
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
-            sqlite_store._wal(connection, busy_timeout=0.05)
+            sqlite_schema._wal(connection, busy_timeout=0.05)
     finally:
         connection.close()
         holder.execute("COMMIT")
@@ -571,7 +573,7 @@ async def test_a_session_made_again_by_another_store_is_written_where_it_now_is(
 async def test_the_session_ids_a_store_keeps_are_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "_IDS_AT_MOST", 2)
+    monkeypatch.setattr(sqlite_commit, "_IDS_AT_MOST", 2)
     async with SQLiteStore(tmp_path / "ids.sqlite3") as store:
         for round_ in range(3):
             for name in ("a", "b", "c"):

@@ -63,8 +63,8 @@ from nous_session import EventType, SessionActor
 from nous_session.codec import encode
 from nous_session.event import make_event
 from nous_session.stores import MemoryStore
-from nous_session.stores._writer import SQLiteWriter
 from nous_session.stores.sqlite import SQLiteStore
+from nous_session.stores.sqlite._writer import SQLiteWriter
 
 ISSUE_11 = "issue 11"
 USER = EventType.USER_MESSAGE

@@ -51,7 +51,7 @@ from typing import Final, TypeAlias
 from urllib.parse import quote
 
 from nous_session._logging import get_logger
-from nous_session.stores._listener import HOLD_AT_MOST, _Watch
+from nous_session.stores.postgres._feed import HOLD_AT_MOST, _Watch
 
 __all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor"]
 

@@ -1,51 +1,4 @@
-"""PostgresStore: many processes and machines on one session store, with a live change feed.
-
-Needs the ``postgres`` extra (``pip install nous_session[postgres]``: psycopg 3 and its pool).
-psycopg's async API runs only on asyncio, so this store drives the synchronous driver in worker
-threads, as the SQLite store does; it therefore works on asyncio and trio alike.
-
-Schema (version 3), in the schema given to the store (``public`` by default)::
-
-    nous_schema   (version)
-    nous_sessions (name text PRIMARY KEY, count bigint, horizon bigint, parent text,
-                   fork_point bigint, shares boolean, created timestamptz,
-                   active timestamptz, meta jsonb, meta_seq bigint,
-                   owner text, app text: generated from meta)
-    nous_events   (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
-    nous_keys     (session text, key text, seq bigint, n integer, PRIMARY KEY (session, key))
-    nous_commits  (session text, commit_id text, seq bigint, n integer,
-                   PRIMARY KEY (session, commit_id))
-    nous_kept     (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
-
-``meta`` is the session's current metadata record (its newest metadata event's, at
-``meta_seq``); ``created`` and ``active`` are the server's time at its first and its last
-appending commit, set by the commit statement itself. ``active`` is written only when it is a
-second or more behind: an UPDATE that changes no indexed column stays a HOT update (no index
-entries), so at high commit rates a commit costs what it did before. ``owner`` and ``app`` are
-stored generated columns, indexed with the times for listings.
-
-The primary key on (session, seq) is what makes the database itself enforce one writer per seq.
-A commit is one statement: it moves the session's count from the expected value and, only if
-that matched, deletes and inserts rows, records its keys and commit id and sends ``NOTIFY``
-with the session and its new head (never the payload); other processes
-:meth:`~PostgresStore.watch` that channel and read the rows. A fork that ``shares`` reads its
-parent's rows up to its fork point; a snapshot or delete of the parent gives it copies first.
-
-Group commit across sessions: the commits an event loop's tasks send in one round (typically
-every session one group's answers just woke) go to the server as one transaction, pipelined in
-one round trip, each still that one statement: one WAL flush and one commit for all of them
-instead of one each (PostgreSQL serialises the commits of notifying transactions, so separate
-commits cannot share a flush). A statement that fails rolls the group back and each of its
-commits is sent again alone: one session's failure never fails another's. A snapshot's commit
-(one that drops events) runs alone, as before.
-
-A connection lost during a commit (the server restarted, the backend was terminated, the
-network dropped the reply) makes its outcome unknown: the commit raises
-:class:`~nous_session.errors.OutcomeUnknownError`, never a StoreError. Sending the same commit
-again with the same ``commit_id`` is safe, since the id is unique in the session: exactly one of
-the two lands, and :meth:`~PostgresStore.committed` tells which seqs it took. The SessionActor
-does exactly that. The pool replaces broken connections.
-"""
+"""The PostgreSQL store's class (the package's doc says how it works)."""
 
 from __future__ import annotations
 
@@ -64,6 +17,9 @@ import anyio.lowlevel
 import anyio.to_thread
 import attrs
 import orjson
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
 
 from nous_session._json import dumps
 from nous_session._logging import get_logger
@@ -91,7 +47,6 @@ from nous_session.metadata import (
     from_micros,
     latest_metadata,
 )
-from nous_session.stores._listener import KEEPALIVE, Listener
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -105,109 +60,28 @@ from nous_session.stores.base import (
     moved,
     place,
 )
-
-try:
-    import psycopg
-    from psycopg import sql
-    from psycopg_pool import ConnectionPool
-except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the PostgreSQL store needs psycopg 3 and psycopg-pool: "
-        "pip install 'nous_session[postgres]'"
-    ) from error
-
-# After the check above: these import psycopg too.
-from nous_session.stores._pg_erasure import scrub_tables
-from nous_session.stores._pg_errors import (
+from nous_session.stores.postgres._erasure import scrub_tables
+from nous_session.stores.postgres._errors import (
     commit_errors,
     errors,
     one_line,
     pipelined,
 )
-from nous_session.stores._pg_group import GroupCommits, Grouped
-from nous_session.stores._pg_sql import Statements
+from nous_session.stores.postgres._feed import KEEPALIVE, Listener
+from nous_session.stores.postgres._group import GroupCommits, Grouped
+from nous_session.stores.postgres._schema import _MIGRATION_LOCK, _MIGRATIONS, SCHEMA_VERSION
+from nous_session.stores.postgres._sql import Statements
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+__all__ = ["PostgresStore"]
 
-SCHEMA_VERSION: Final = 3
 T = TypeVar("T")
 
 _logger = get_logger("nous_session.postgres")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _APPLICATION = "nous_session"
 _LISTENER_APPLICATION = "nous_session listener"
-# Any 64-bit key works; it only has to be the same for every process migrating this schema.
-_MIGRATION_LOCK: Final = 0x6E6F7573  # "nous"
 _SEQ_MAX: Final = 2**63 - 1
 _ROW_SEQ: Final[Callable[[Any], int]] = itemgetter(0)
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
-    0: (
-        """CREATE TABLE {schema}.nous_sessions (
-               name  text PRIMARY KEY,
-               count bigint NOT NULL
-           )""",
-        """CREATE TABLE {schema}.nous_events (
-               session text NOT NULL,
-               seq     bigint NOT NULL,
-               record  bytea NOT NULL,
-               PRIMARY KEY (session, seq)
-           )""",
-    ),
-    1: (
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN horizon bigint NOT NULL DEFAULT 0",
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN parent text",
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN fork_point bigint",
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN shares boolean NOT NULL DEFAULT false",
-        "CREATE INDEX nous_sessions_parent ON {schema}.nous_sessions (parent) WHERE shares",
-        """CREATE TABLE {schema}.nous_keys (
-               session text NOT NULL, key text NOT NULL, seq bigint NOT NULL, n integer NOT NULL,
-               PRIMARY KEY (session, key)
-           )""",
-        """CREATE TABLE {schema}.nous_commits (
-               session text NOT NULL, commit_id text NOT NULL, seq bigint NOT NULL,
-               n integer NOT NULL, PRIMARY KEY (session, commit_id)
-           )""",
-        """CREATE TABLE {schema}.nous_kept (
-               session text NOT NULL, seq bigint NOT NULL, record bytea NOT NULL,
-               PRIMARY KEY (session, seq)
-           )""",
-        # Version 1 kept no horizon: a session with gaps gets one past its highest missing
-        # seq (every event after it is held).
-        """UPDATE {schema}.nous_sessions s SET horizon = coalesce((
-               SELECT max(e.next) FROM (
-                   SELECT seq, lead(seq) OVER (ORDER BY seq) AS next
-                   FROM {schema}.nous_events WHERE session = s.name
-               ) e WHERE e.next > e.seq + 1
-           ), (SELECT min(seq) FROM {schema}.nous_events WHERE session = s.name), 0)
-           WHERE s.count > (
-               SELECT count(*) FROM {schema}.nous_events e WHERE e.session = s.name
-           )""",
-    ),
-    2: (
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN created timestamptz NOT NULL DEFAULT now()",
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN active timestamptz NOT NULL DEFAULT now()",
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta jsonb",
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta_seq bigint",
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN owner text"
-        " GENERATED ALWAYS AS (meta ->> 'owner') STORED",
-        "ALTER TABLE {schema}.nous_sessions ADD COLUMN app text"
-        " GENERATED ALWAYS AS (meta ->> 'app') STORED",
-        # Sessions from before get the times of their oldest and newest held event (the
-        # migration's time when they hold none of their own).
-        """UPDATE {schema}.nous_sessions s SET
-               created = coalesce((SELECT to_timestamp(
-                   (convert_from(record, 'UTF8')::jsonb ->> 3)::numeric / 1000000)
-                   FROM {schema}.nous_events WHERE session = s.name ORDER BY seq LIMIT 1), now()),
-               active = coalesce((SELECT to_timestamp(
-                   (convert_from(record, 'UTF8')::jsonb ->> 3)::numeric / 1000000)
-                   FROM {schema}.nous_events WHERE session = s.name ORDER BY seq DESC LIMIT 1),
-                   now())""",
-        "CREATE INDEX nous_sessions_owner_active ON {schema}.nous_sessions (owner, active, name)",
-        "CREATE INDEX nous_sessions_owner_created ON {schema}.nous_sessions (owner, created, name)",
-        "CREATE INDEX nous_sessions_active ON {schema}.nous_sessions (active, name)",
-        "CREATE INDEX nous_sessions_created ON {schema}.nous_sessions (created, name)",
-    ),
-}
 
 
 def _tail(event: Event) -> bytes:
@@ -1360,7 +1234,7 @@ class PostgresStore:
 
     def _scrub(self, xid: str, rewrite: bool, lock_timeout: float) -> tuple[bool, str]:
         """After an erasing commit (transaction ``xid``), the tables scrubbed (see
-        :func:`~nous_session.stores._pg_erasure.scrub_tables`)."""
+        :func:`~nous_session.stores.postgres._erasure.scrub_tables`)."""
         with errors("the events were erased, but scrubbing the tables failed"):
             return scrub_tables(
                 self.url,

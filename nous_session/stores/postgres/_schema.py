@@ -1,0 +1,81 @@
+"""The PostgreSQL store's schema and its migrations."""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEMA_VERSION: Final = 3
+
+
+# Any 64-bit key works; it only has to be the same for every process migrating this schema.
+_MIGRATION_LOCK: Final = 0x6E6F7573  # "nous"
+
+
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    0: (
+        """CREATE TABLE {schema}.nous_sessions (
+               name  text PRIMARY KEY,
+               count bigint NOT NULL
+           )""",
+        """CREATE TABLE {schema}.nous_events (
+               session text NOT NULL,
+               seq     bigint NOT NULL,
+               record  bytea NOT NULL,
+               PRIMARY KEY (session, seq)
+           )""",
+    ),
+    1: (
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN horizon bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN parent text",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN fork_point bigint",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN shares boolean NOT NULL DEFAULT false",
+        "CREATE INDEX nous_sessions_parent ON {schema}.nous_sessions (parent) WHERE shares",
+        """CREATE TABLE {schema}.nous_keys (
+               session text NOT NULL, key text NOT NULL, seq bigint NOT NULL, n integer NOT NULL,
+               PRIMARY KEY (session, key)
+           )""",
+        """CREATE TABLE {schema}.nous_commits (
+               session text NOT NULL, commit_id text NOT NULL, seq bigint NOT NULL,
+               n integer NOT NULL, PRIMARY KEY (session, commit_id)
+           )""",
+        """CREATE TABLE {schema}.nous_kept (
+               session text NOT NULL, seq bigint NOT NULL, record bytea NOT NULL,
+               PRIMARY KEY (session, seq)
+           )""",
+        # Version 1 kept no horizon: a session with gaps gets one past its highest missing
+        # seq (every event after it is held).
+        """UPDATE {schema}.nous_sessions s SET horizon = coalesce((
+               SELECT max(e.next) FROM (
+                   SELECT seq, lead(seq) OVER (ORDER BY seq) AS next
+                   FROM {schema}.nous_events WHERE session = s.name
+               ) e WHERE e.next > e.seq + 1
+           ), (SELECT min(seq) FROM {schema}.nous_events WHERE session = s.name), 0)
+           WHERE s.count > (
+               SELECT count(*) FROM {schema}.nous_events e WHERE e.session = s.name
+           )""",
+    ),
+    2: (
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN created timestamptz NOT NULL DEFAULT now()",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN active timestamptz NOT NULL DEFAULT now()",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta jsonb",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta_seq bigint",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN owner text"
+        " GENERATED ALWAYS AS (meta ->> 'owner') STORED",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN app text"
+        " GENERATED ALWAYS AS (meta ->> 'app') STORED",
+        # Sessions from before get the times of their oldest and newest held event (the
+        # migration's time when they hold none of their own).
+        """UPDATE {schema}.nous_sessions s SET
+               created = coalesce((SELECT to_timestamp(
+                   (convert_from(record, 'UTF8')::jsonb ->> 3)::numeric / 1000000)
+                   FROM {schema}.nous_events WHERE session = s.name ORDER BY seq LIMIT 1), now()),
+               active = coalesce((SELECT to_timestamp(
+                   (convert_from(record, 'UTF8')::jsonb ->> 3)::numeric / 1000000)
+                   FROM {schema}.nous_events WHERE session = s.name ORDER BY seq DESC LIMIT 1),
+                   now())""",
+        "CREATE INDEX nous_sessions_owner_active ON {schema}.nous_sessions (owner, active, name)",
+        "CREATE INDEX nous_sessions_owner_created ON {schema}.nous_sessions (owner, created, name)",
+        "CREATE INDEX nous_sessions_active ON {schema}.nous_sessions (active, name)",
+        "CREATE INDEX nous_sessions_created ON {schema}.nous_sessions (created, name)",
+    ),
+}

@@ -1,0 +1,187 @@
+"""Reading a session's rows in SQLite through its sharing lineage, and giving a fork its
+own copy."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import Any, Final
+
+import attrs
+
+from nous_session._json import dumps
+from nous_session.codec import decode_rows
+from nous_session.errors import StoreError
+from nous_session.event import EventType
+from nous_session.stores.base import (
+    place,
+)
+
+_ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
+
+
+@attrs.frozen
+class _Row:
+    """A session's row of nous_sessions."""
+
+    id: int
+    count: int
+    held: int
+    horizon: int
+    parent: str | None
+    fork_point: int | None
+    shares: bool
+
+
+_ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares"
+
+
+def _make_row(found: Sequence[Any]) -> _Row:
+    sid, count, held, horizon, parent, fork_point, shares = found
+    return _Row(sid, count, held, horizon, parent, fork_point, bool(shares))
+
+
+def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
+    found = connection.execute(
+        f"SELECT {_ROW_COLUMNS} FROM nous_sessions WHERE name = ?", (session_id,)
+    ).fetchone()
+    return None if found is None else _make_row(found)
+
+
+def _ranges(connection: sqlite3.Connection, row: _Row) -> list[tuple[int, int, int | None]]:
+    """Where a session's events are: ``(sid, lowest seq, highest seq or None)`` per session
+    of its sharing lineage, oldest ancestor first (the ranges are disjoint and ascending)."""
+    ranges: list[tuple[int, int, int | None]] = []
+    upto: int | None = None
+    while row.shares and row.parent is not None and row.fork_point is not None:
+        ranges.append((row.id, row.fork_point + 1, upto))
+        upto = row.fork_point if upto is None else min(upto, row.fork_point)
+        parent = _row(connection, row.parent)
+        if parent is None:  # pragma: no cover - a delete gives its forks their copy first
+            raise StoreError(f"the parent {row.parent!r} of a fork is missing")
+        row = parent
+    ranges.append((row.id, 0, upto))
+    ranges.reverse()
+    return ranges
+
+
+def _rows(
+    connection: sqlite3.Connection, row: _Row, since: int, upto: int | None = None
+) -> list[tuple[int, bytes]]:
+    """The (seq, record) rows of a session's events with ``since <= seq <= upto``."""
+    if not row.shares and upto is None:
+        return connection.execute(
+            "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ? ORDER BY seq",
+            (row.id, since),
+        ).fetchall()
+    rows: list[tuple[int, bytes]] = []
+    for sid, low, high in _ranges(connection, row):
+        if upto is not None:
+            high = upto if high is None else min(high, upto)
+        if high is not None and high < max(low, since):
+            continue
+        rows.extend(
+            connection.execute(
+                "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ?"
+                " ORDER BY seq",
+                (sid, max(low, since), 2**63 - 1 if high is None else high),
+            ).fetchall()
+        )
+    return rows
+
+
+def _inherited(
+    connection: sqlite3.Connection, row: _Row, since: int
+) -> tuple[list[tuple[str, int, int]], list[tuple[int, bytes]]]:
+    """The idempotency keys (key, first seq, count) with first seq >= ``since``, and the kept
+    events, that a sharing fork answers from its lineage: each ancestor's within the range
+    of its rows the fork shares (a key only if all its events are). Looked up, not copied."""
+    keys: list[tuple[str, int, int]] = []
+    kept: list[tuple[int, bytes]] = []
+    if not row.shares:
+        return keys, kept
+    for sid, low, high in _ranges(connection, row)[:-1]:
+        bound = 2**63 - 1 if high is None else high
+        keys += connection.execute(
+            "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ? AND seq + n - 1 <= ?",
+            (sid, max(low, since), bound),
+        ).fetchall()
+        kept += connection.execute(
+            "SELECT seq, record FROM nous_kept WHERE sid = ? AND seq >= ? AND seq <= ?"
+            " ORDER BY seq",
+            (sid, low, bound),
+        ).fetchall()
+    return keys, kept
+
+
+def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
+    """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
+    events it inherits, and stop it sharing."""
+    copied = 0
+    keys, kept = _inherited(connection, row, 0)
+    connection.executemany(
+        "INSERT OR IGNORE INTO nous_keys (sid, key, seq, n) VALUES (?, ?, ?, ?)",
+        [(row.id, key, seq, n) for key, seq, n in keys],
+    )
+    connection.executemany(
+        "INSERT OR IGNORE INTO nous_kept (sid, seq, record) VALUES (?, ?, ?)",
+        [(row.id, seq, record) for seq, record in kept],
+    )
+    for sid, low, high in _ranges(connection, row)[:-1]:
+        before = connection.total_changes
+        connection.execute(
+            "INSERT INTO nous_events (sid, seq, record) SELECT ?, seq, record FROM nous_events"
+            " WHERE sid = ? AND seq >= ? AND seq <= ?",
+            (row.id, sid, low, 2**63 - 1 if high is None else high),
+        )
+        copied += connection.total_changes - before
+    connection.execute(
+        "UPDATE nous_sessions SET shares = 0, held = held + ? WHERE id = ?", (copied, row.id)
+    )
+
+
+def _release_shared(
+    connection: sqlite3.Connection, row: _Row, session_id: str, lowest: int
+) -> None:
+    """Before rows from seq ``lowest`` on are dropped from a session: its forks that share
+    any of them, and the session itself if it shares them from its parent, get copies."""
+    for (child_name,) in connection.execute(
+        "SELECT name FROM nous_sessions WHERE parent = ? AND shares AND fork_point >= ?",
+        (session_id, lowest),
+    ).fetchall():
+        child = _row(connection, child_name)
+        assert child is not None
+        _own_copy(connection, child)
+    if row.shares and row.fork_point is not None and lowest <= row.fork_point:
+        _own_copy(connection, row)
+
+
+def _metadata_at(
+    connection: sqlite3.Connection, parent: _Row, name: str, at: int, path: str
+) -> tuple[str | None, int | None]:
+    """The metadata record (JSON text) and its seq that the parent had at seq ``at``: its
+    current one unless it changed after ``at``; then the newest metadata event up to ``at``
+    (read back from ``at``: metadata events are rare, so this is the rare, slow case)."""
+    meta, meta_seq = connection.execute(
+        "SELECT meta, meta_seq FROM nous_sessions WHERE id = ?", (parent.id,)
+    ).fetchone()
+    if meta_seq is None or meta_seq <= at:
+        return meta, meta_seq
+    where = place(name, path)
+    for seq, record in reversed(_rows(connection, parent, 0, at)):
+        (event,) = decode_rows([(seq, record)], where)
+        if event.type is EventType.METADATA:
+            return dumps(event.data.get("metadata", {})).decode(), seq
+    return None, None
+
+
+def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
+    total = 0
+    for sid, low, high in _ranges(connection, row):
+        (number,) = connection.execute(
+            "SELECT count(*) FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ?",
+            (sid, low, 2**63 - 1 if high is None else high),
+        ).fetchone()
+        total += number
+    return total
