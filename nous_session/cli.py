@@ -59,9 +59,10 @@ from nous_session.codec import from_json, to_json
 from nous_session.erasure import Erasure, select_events
 from nous_session.errors import NousSessionError
 from nous_session.event import Event, EventType
+from nous_session.listing import SessionEntry, metadata_of
 from nous_session.log import Log
 from nous_session.message import Message
-from nous_session.metadata import SessionEntry, SessionMetadata, metadata_of
+from nous_session.metadata import SessionMetadata
 from nous_session.ops import Remove, Replace, Rewind, Uncompact
 from nous_session.retention import RetentionReport
 from nous_session.stores import Store, Stored, open_store

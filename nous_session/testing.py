@@ -39,9 +39,9 @@ import pytest
 from nous_session.actor import SessionActor
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, make_event
+from nous_session.listing import metadata_of
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
-from nous_session.metadata import metadata_of
 from nous_session.stores.base import (
     ForkingStore,
     ListingStore,

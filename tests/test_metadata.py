@@ -22,8 +22,9 @@ import pytest
 from nous_session import InvalidEventError, Message, SessionActor, Sessions
 from nous_session.codec import encode
 from nous_session.event import Event, EventType
+from nous_session.listing import ListQuery, metadata_of
 from nous_session.log import Log
-from nous_session.metadata import ListQuery, SessionMetadata, metadata_of
+from nous_session.metadata import SessionMetadata
 from nous_session.retention import apply, parse_duration
 from nous_session.stores import MemoryStore, Store
 from nous_session.stores.sqlite import SQLiteStore

@@ -29,7 +29,7 @@ import attrs
 
 from nous_session.errors import CorruptRecordError
 from nous_session.event import Event
-from nous_session.metadata import SessionPage
+from nous_session.listing import SessionPage
 
 if TYPE_CHECKING:
     from nous_session.erasure import Erasure

@@ -28,15 +28,15 @@ from nous_session.erasure import (
 )
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, EventType
-from nous_session.metadata import (
+from nous_session.listing import (
     ListQuery,
     SessionEntry,
-    SessionMetadata,
     SessionPage,
     from_micros,
     metadata_of,
     to_micros,
 )
+from nous_session.metadata import SessionMetadata
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,

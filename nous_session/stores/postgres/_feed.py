@@ -40,11 +40,10 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
 import orjson
 
 from nous_session._logging import get_logger
-from nous_session._loops import current_library
+from nous_session.stores._watch import ASK_AGAIN, HELD, HOLD_AT_MOST, UNSURE, Known, Watch, Watches
 
 if TYPE_CHECKING:
     import psycopg
@@ -56,13 +55,6 @@ _logger = get_logger("nous_session.postgres")
 _HAVE_POLL: Final = hasattr(select, "poll")
 _FIRST_BACKOFF: Final = 0.05
 _MAX_BACKOFF: Final = 2.0
-# How soon a head that came while its watcher's own commit was in flight is looked at again
-# (the commit has usually answered by then: the head is its own, and wakes nobody).
-ASK_AGAIN: Final = 0.005
-# The longest a head is held back for its owner's commits: an owner whose commits keep
-# failing without reading the store (a store error each time) would otherwise hold a head
-# another writer's commit made for as long as it keeps trying.
-HOLD_AT_MOST: Final = 0.25
 # The liveness check of an idle LISTEN connection (see the module docstring).
 PING_AFTER: Final = 2.0
 PING_TIMEOUT: Final = 2.0
@@ -84,85 +76,27 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _scheduler() -> Callable[[Callable[[], object]], object]:
-    """How a thread runs a callback on the calling task's event loop (asyncio or trio)."""
-    if current_library() == "trio":
-        import trio
-
-        return trio.lowlevel.current_trio_token().run_sync_soon
-    import asyncio
-
-    return asyncio.get_running_loop().call_soon_threadsafe
-
-
-Known = Callable[[], tuple[int, int, bool]]
-"""What a watcher holds, read from the listener's thread: its (count, horizon), and whether a
-commit of its own is in flight (see :meth:`PostgresStore.watch`)."""
-
-
-class _Watch:
-    """One session's watch: the heads the thread has for it, and how to wake its task."""
-
-    __slots__ = ("event", "heads", "known", "schedule", "session_id")
-
-    def __init__(self, session_id: str, known: Known | None = None) -> None:
-        self.session_id = session_id
-        self.schedule = _scheduler()
-        self.heads: list[int] = []  # what the thread dispatched, not yet taken; -1 = read all
-        self.event: anyio.Event | None = None  # set by the thread when it adds heads
-        # What the watcher holds: a head at or below its count is not pushed.
-        self.known = known
-
-    async def take(self, lock: threading.Lock) -> list[int]:
-        """The heads the thread has pushed since the last take, waiting while there are none
-        (``lock``: the one the thread pushes under)."""
-        while True:
-            with lock:
-                heads, self.heads = self.heads, []
-                if heads:
-                    return heads
-                event = self.event = anyio.Event()
-            await event.wait()
-
-    def push(self, head: int) -> None:
-        """Add ``head`` and wake the watching task (called with the listener's lock held)."""
-        self.heads.append(head)
-        event, self.event = self.event, None
-        if event is not None:
-            with suppress(RuntimeError):  # that event loop is gone, and its watch with it
-                self.schedule(event.set)
-
-
-class Listener:
+class Listener(Watches[tuple[int, float]]):
     """The LISTEN thread of one store's channel, and the watches it serves."""
 
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], poll: float) -> None:
+        super().__init__()
         self._connect = connect
         self._poll = poll
-        self._lock = threading.Lock()
-        self._watches: dict[str, list[_Watch]] = {}
         self._connected = False
         self._thread: threading.Thread | None = None  # None once it has decided to end
         self.connections = 0  # connections made (for tests)
-        self.pushes = 0  # heads pushed to a watch from notifications (for tests)
         # Watches whose owner was committing when a head it did not hold came: the head, to
         # offer again (see _offer) within ASK_AGAIN seconds, until that commit has answered,
         # and when it was first held back (it is pushed after HOLD_AT_MOST in any case).
-        self._unsure: dict[_Watch, tuple[int, float]] = {}
-
-    @property
-    def watching(self) -> int:
-        """How many watches are open."""
-        with self._lock:
-            return sum(len(watches) for watches in self._watches.values())
 
     async def watch(self, session_id: str, known: Known | None = None) -> AsyncGenerator[int, None]:
         """Yield ``-1`` once listening (and after every reconnection), then the session's
         heads as their notifications arrive; with ``known``, only the heads past the count
         it says the watcher holds (its own commits' heads, mostly, wake nobody)."""
-        watch = _Watch(session_id, known)
+        watch = Watch(session_id, known)
         with self._lock:
-            self._watches.setdefault(session_id, []).append(watch)
+            self._add(watch)
             if self._connected:
                 watch.heads.append(-1)
             if self._thread is None:
@@ -176,11 +110,7 @@ class Listener:
                     yield head
         finally:
             with self._lock:
-                watches = self._watches[session_id]
-                watches.remove(watch)
-                self._unsure.pop(watch, None)
-                if not watches:
-                    del self._watches[session_id]
+                self._remove(watch)
 
     # The thread's side ---------------------------------------------------------------------
 
@@ -298,7 +228,7 @@ class Listener:
                     for watch in self._watches.get(session_id, ()):
                         self._offer(watch, head)
 
-    def _offer(self, watch: _Watch, head: int) -> None:
+    def _offer(self, watch: Watch, head: int) -> None:
         """Push ``head`` to ``watch`` unless its owner holds it already, or keep it to offer
         again while the owner's own commit is in flight (the lock held).
 
@@ -310,19 +240,14 @@ class Listener:
         owner whose commits keep failing without reading the store would hold it for as
         long as it tries). A ``known`` that raises counts as none.
         """
-        known = watch.known
         held_back = self._unsure.pop(watch, None)
-        if known is not None and head >= 0:
+        if watch.known is not None and head >= 0:
             if held_back is not None:
                 head = max(head, held_back[0])
-            try:
-                count, _, committing = known()
-            except Exception as error:  # the owner's bug: it is woken, as with no known
-                _logger.debug("nous_session.listener_known_failed", error=_describe(error))
-                count, committing = -1, False
-            if head <= count:
+            verdict = watch.verdict(head)
+            if verdict == HELD:
                 return
-            if committing:
+            if verdict == UNSURE:
                 now = time.monotonic()
                 since = now if held_back is None else held_back[1]
                 if now - since < HOLD_AT_MOST:

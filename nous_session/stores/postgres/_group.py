@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from nous_session._requests import Done
+from nous_session._loops import Done
 from nous_session.codec import encode
 from nous_session.errors import ConflictError, OutcomeUnknownError, StoreError
 from nous_session.event import Event

@@ -39,14 +39,8 @@ from nous_session.errors import (
     StoreError,
 )
 from nous_session.event import Event, EventType
-from nous_session.metadata import (
-    ListQuery,
-    SessionEntry,
-    SessionMetadata,
-    SessionPage,
-    from_micros,
-    latest_metadata,
-)
+from nous_session.listing import ListQuery, SessionEntry, SessionPage, from_micros, latest_metadata
+from nous_session.metadata import SessionMetadata
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,

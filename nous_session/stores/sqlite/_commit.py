@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from nous_session.errors import ConflictError
@@ -75,7 +75,7 @@ class _CommitJob:
 
     def __call__(self, connection: sqlite3.Connection) -> None:
         try:
-            _commit(
+            write_commit(
                 connection,
                 self.session_id,
                 self.expected_count,
@@ -114,7 +114,7 @@ def _keep_id(ids: dict[str, int] | None, session_id: str, sid: int) -> None:
     ids[session_id] = sid
 
 
-def _commit(
+def write_commit(
     connection: sqlite3.Connection,
     session_id: str,
     expected_count: int,
@@ -264,3 +264,10 @@ def _commit(
             sid,
         ),
     )
+
+
+def instrument(wrap: Callable[[str, Callable[..., None]], Callable[..., None]]) -> None:
+    """A hook for benchmarks only (benchmarks/one_session_chain.py): replace the statements of
+    every commit job (``"statements"``) by ``wrap("statements", function)``, to time them."""
+    global write_commit
+    write_commit = wrap("statements", write_commit)

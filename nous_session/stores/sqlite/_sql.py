@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from nous_session.metadata import (
-    ListQuery,
-)
+from nous_session.listing import ListQuery
 
 # What a listing's order is on: the column, and the index that serves it with an owner.
 _ORDER_COLUMNS: Final = {"active": "active", "created": "created"}

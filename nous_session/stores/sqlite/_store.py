@@ -28,15 +28,15 @@ from nous_session.erasure import (
 )
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
-from nous_session.metadata import (
+from nous_session.listing import (
     ListQuery,
     SessionEntry,
-    SessionMetadata,
     SessionPage,
     from_micros,
     latest_metadata,
     to_micros,
 )
+from nous_session.metadata import SessionMetadata
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -50,7 +50,7 @@ from nous_session.stores.base import (
     moved_keys,
     place,
 )
-from nous_session.stores.sqlite._commit import _commit, _CommitJob, _now
+from nous_session.stores.sqlite._commit import _CommitJob, _now, write_commit
 from nous_session.stores.sqlite._erasure import _erase_rows, _scrub
 from nous_session.stores.sqlite._errors import _errors
 from nous_session.stores.sqlite._feed import DEFAULT_POLL, ChangeMonitor
@@ -69,7 +69,7 @@ from nous_session.stores.sqlite._schema import SCHEMA_VERSION, _File, _Opener
 from nous_session.stores.sqlite._sql import _listing
 from nous_session.stores.sqlite._writer import SQLiteWriter
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteStore", "writer_of"]
 
 
 T = TypeVar("T")
@@ -456,7 +456,7 @@ class SQLiteStore:
                 }
             placed = moved(listed, shift) if shift else listed
             records = [(event.seq, encode(event)) for event in placed]
-            _commit(
+            write_commit(
                 connection,
                 session_id,
                 stored,
@@ -855,3 +855,9 @@ class SQLiteStore:
             )
         if connection is not None:
             connection.close()
+
+
+def writer_of(store: SQLiteStore) -> SQLiteWriter:
+    """A hook for benchmarks only (benchmarks/suites/many.py): the store's writer (started if
+    it was not), to read its :meth:`~SQLiteWriter.statistics`."""
+    return store._writer_thread()
