@@ -10,7 +10,7 @@ How the layers stack (imports only point down):
     Log (log.py)  -- Transcript (transcript.py)
     Event (event.py)
     Message, ToolCall, content parts, messages helpers (message.py, parts.py, messages.py)
-    session metadata (metadata.py) and listing queries (listing.py), retention policies (retention.py)
+    session metadata (metadata.py), listing queries (listing.py), retention (retention.py)
     provider formats (formats/): Message lists <-> OpenAI, Anthropic and Gemini payloads
     telemetry (telemetry.py): OpenTelemetry spans and metrics, optional, resolved at actor open
 

@@ -34,6 +34,7 @@ from nous_session.testing import ListingConformance
 
 psycopg = pytest.importorskip("psycopg")
 from nous_session.stores.postgres import PostgresStore  # noqa: E402
+from nous_session.stores.postgres._sql import listing as pg_listing  # noqa: E402
 
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
 needs_postgres = pytest.mark.skipif(
@@ -238,8 +239,8 @@ async def test_postgres_serves_owner_newest_first_from_an_index(schema: str) -> 
                 ],
             )
         page = await store.list_sessions(where={"owner": "u1"}, limit=2)
-        statement, parameters = store._listing(
-            ListQuery.make(where={"owner": "u1"}, limit=2, cursor=page.cursor)
+        statement, parameters = pg_listing(
+            store._sql, ListQuery.make(where={"owner": "u1"}, limit=2, cursor=page.cursor)
         )
     with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
         # A table this small is cheaper to scan: forbid scans and sorts, and the plan must

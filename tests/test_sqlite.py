@@ -488,11 +488,11 @@ async def test_a_commit_between_the_count_and_the_rows_is_not_seen_by_the_read(
                     other.execute("BEGIN IMMEDIATE")
                     other.execute(
                         "INSERT INTO nous_events (sid, seq, record) VALUES (?, 2, ?)",
-                        (row.id, encode(late)),
+                        (row.key, encode(late)),
                     )
                     other.execute(
                         "UPDATE nous_sessions SET count = 3, held = held + 1 WHERE id = ?",
-                        (row.id,),
+                        (row.key,),
                     )
                     other.execute("COMMIT")
                 finally:

@@ -1,18 +1,102 @@
-"""Scrubbing PostgreSQL's tables after an erasure: the old row versions out of the pages."""
+"""Erasure in PostgreSQL: rewriting every stored copy (the steps are
+:mod:`nous_session.stores._erase`'s), then scrubbing the tables: the old row versions out of
+the pages."""
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Final
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Final
 
+import attrs
 import psycopg
 from psycopg import sql
 
-__all__ = ["scrub_tables"]
+from nous_session.codec import decode, encode
+from nous_session.erasure import Erasure
+from nous_session.event import Event
+from nous_session.stores._erase import erase_rows
+from nous_session.stores._lineage import SessionRow
+from nous_session.stores.base import place
+from nous_session.stores.postgres._rows import inherited, row_of, view
+from nous_session.stores.postgres._sql import Statements
+
+__all__ = ["erase_in_tables", "scrub_tables"]
 
 # What VACUUM FULL VERBOSE says of the dead row versions it copied (a snapshot may see them).
 DEAD_KEPT: Final = re.compile(r"(\d+) dead row versions cannot be removed yet")
+
+
+@attrs.frozen
+class _TableCopies:
+    """The copies of a session's events in the tables (see
+    :class:`~nous_session.stores._erase.Copies`): a copy is named by its table and session.
+    Every session row read is locked against a concurrent snapshot or delete copying it."""
+
+    connection: psycopg.Connection[Any]
+    statements: Statements
+    where: str
+
+    def row(self, name: str) -> SessionRow[str] | None:
+        return row_of(self.connection, self.statements, name, lock="FOR SHARE")
+
+    def held(self, row: SessionRow[Any], low: int) -> Iterable[int]:
+        connection, statements = self.connection, self.statements
+        yield from (seq for seq, _ in view(connection, statements, row, low))
+        yield from (seq for seq, _ in inherited(connection, statements, row, low)[1] if seq >= low)
+        yield from (seq for (seq,) in connection.execute(statements.own_kept_seqs, (row.key, low)))
+
+    def children(self, name: str) -> list[tuple[str, int | None]]:
+        return self.connection.execute(self.statements.children, (name,)).fetchall()
+
+    def copies(self, member: str, seq: int) -> list[tuple[tuple[str, str], Event]]:
+        copies: list[tuple[tuple[str, str], Event]] = []
+        for table, query in self.statements.erase_select.items():
+            found = self.connection.execute(query, (member, seq)).fetchone()
+            if found is not None:
+                event = decode(found[0], where=place(member, self.where)(seq))
+                copies.append(((table, member), event))
+        return copies
+
+    def write(self, where: tuple[str, str], event: Event) -> None:
+        table, member = where
+        self.connection.execute(
+            self.statements.erase_update[table], (encode(event), member, event.seq)
+        )
+
+    def forget(self, record: bytes, members: Sequence[str], seq: int) -> None:
+        for member in members:
+            self.connection.execute(self.statements.forget_metadata, (record.decode(), member, seq))
+
+
+def erase_in_tables(
+    connection: psycopg.Connection[Any],
+    statements: Statements,
+    where: str,
+    session_id: str,
+    wanted: Sequence[int] | None,
+    inherited: bool | None,
+    *,
+    reason: str,
+    at: datetime,
+    dry_run: bool,
+) -> tuple[Erasure, str]:
+    """Rewrite every stored copy of the events to erase in one transaction (rolled back for
+    a dry run); the result, and the transaction's id (for :func:`scrub_tables`)."""
+    with connection.transaction(force_rollback=dry_run):
+        done = erase_rows(
+            _TableCopies(connection, statements, where),
+            session_id,
+            wanted,
+            inherited,
+            reason=reason,
+            at=at,
+            dry_run=dry_run,
+        )
+        xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
+    return done, str(int(xid[0]) % 2**32) if xid else "0"
 
 
 def scrub_tables(

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from nous_session.errors import StoreError
+from nous_session.stores.postgres._errors import errors
+
+__all__ = ["SCHEMA_VERSION", "check_schema", "migrate"]
 
 SCHEMA_VERSION: Final = 3
 
@@ -79,3 +87,67 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX nous_sessions_created ON {schema}.nous_sessions (created, name)",
     ),
 }
+
+
+def migrate(connection: psycopg.Connection[Any], schema_name: str) -> None:
+    """Create or migrate the store's tables in ``schema_name`` to :data:`SCHEMA_VERSION`,
+    serialised across processes by an advisory lock."""
+    schema = sql.Identifier(schema_name)
+    with connection.transaction():
+        # Serialise migrations across processes; released at the end of the transaction.
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+        connection.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {}.nous_schema (version integer NOT NULL)").format(
+                schema
+            )
+        )
+        rows = connection.execute(
+            sql.SQL("SELECT version FROM {}.nous_schema").format(schema)
+        ).fetchall()
+        if len(rows) > 1:
+            raise StoreError(f"{schema_name}.nous_schema holds {len(rows)} rows; expected one")
+        version = rows[0][0] if rows else 0
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"schema {schema_name!r} has version {version}, newer than this nous_session "
+                f"understands ({SCHEMA_VERSION}); upgrade nous_session to open it"
+            )
+        for step in range(version, SCHEMA_VERSION):
+            for statement in _MIGRATIONS[step]:
+                connection.execute(sql.SQL(statement).format(schema=schema))
+        if not rows:
+            connection.execute(
+                sql.SQL("INSERT INTO {}.nous_schema (version) VALUES (%s)").format(schema),
+                (SCHEMA_VERSION,),
+            )
+        elif version != SCHEMA_VERSION:
+            connection.execute(
+                sql.SQL("UPDATE {}.nous_schema SET version = %s").format(schema),
+                (SCHEMA_VERSION,),
+            )
+
+
+def check_schema(connection: psycopg.Connection[Any], schema: str, described: str) -> None:
+    """For a read-only store: the schema must hold a current nous_session store
+    (``described``: the server, its password redacted, for errors)."""
+    with errors(f"cannot read {described}"):
+        found = connection.execute(
+            "SELECT 1 FROM information_schema.tables"
+            " WHERE table_schema = %s AND table_name = 'nous_schema'",
+            (schema,),
+        ).fetchone()
+        version = (
+            connection.execute(
+                sql.SQL("SELECT version FROM {}.nous_schema").format(sql.Identifier(schema))
+            ).fetchone()
+            if found
+            else None
+        )
+    if version is None:
+        raise StoreError(f"schema {schema!r} of {described} is not a nous_session store")
+    if version[0] != SCHEMA_VERSION:
+        raise StoreError(
+            f"schema {schema!r} has version {version[0]}; this nous_session reads"
+            f" version {SCHEMA_VERSION} (open it for writing once to migrate it)"
+        )

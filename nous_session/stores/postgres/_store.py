@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from operator import itemgetter
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -16,55 +16,64 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 import attrs
-import orjson
 import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from nous_session._json import dumps
 from nous_session._logging import get_logger
-from nous_session.codec import decode, decode_rows, encode
+from nous_session.codec import decode_rows
 from nous_session.erasure import (
     Erasure,
     check_reason,
     check_seqs,
-    erase_copies,
     erasure_time,
-    family,
-    forget_metadata,
 )
 from nous_session.errors import (
-    ConflictError,
     CorruptRecordError,
     StoreError,
 )
-from nous_session.event import Event, EventType
-from nous_session.listing import ListQuery, SessionEntry, SessionPage, from_micros, latest_metadata
+from nous_session.event import Event
+from nous_session.listing import ListQuery, SessionEntry, latest_metadata
 from nous_session.metadata import SessionMetadata
+from nous_session.stores._common import FeedStore
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
     Stored,
     check_commit_arguments,
-    check_commit_state,
-    check_fork_point,
-    check_held,
     check_rebase_arguments,
     check_session_id,
+    check_since,
     moved,
     place,
 )
-from nous_session.stores.postgres._erasure import scrub_tables
+from nous_session.stores.postgres._commit import (
+    Unmatched,
+    commit_alone,
+    commit_parameters,
+    conflict,
+    rebase,
+    refused,
+)
+from nous_session.stores.postgres._erasure import erase_in_tables, scrub_tables
 from nous_session.stores.postgres._errors import (
-    commit_errors,
     errors,
     one_line,
-    pipelined,
 )
 from nous_session.stores.postgres._feed import KEEPALIVE, Listener
 from nous_session.stores.postgres._group import GroupCommits, Grouped
-from nous_session.stores.postgres._schema import _MIGRATION_LOCK, _MIGRATIONS, SCHEMA_VERSION
-from nous_session.stores.postgres._sql import Statements
+from nous_session.stores.postgres._rows import (
+    delete_row,
+    fork_row,
+    read_stored,
+    row_of,
+    sessions_info,
+)
+from nous_session.stores.postgres._schema import (
+    check_schema,
+    migrate,
+)
+from nous_session.stores.postgres._sql import Statements, listing
 
 __all__ = ["PostgresStore"]
 
@@ -78,25 +87,7 @@ _SEQ_MAX: Final = 2**63 - 1
 _ROW_SEQ: Final[Callable[[Any], int]] = itemgetter(0)
 
 
-def _tail(event: Event) -> bytes:
-    """The event's record without its ``[1,<seq>`` head, for the database to renumber."""
-    record = encode(event)
-    head = b"[1,%d" % event.seq
-    if not record.startswith(head):  # pragma: no cover - the codec's envelope changed
-        raise AssertionError(f"unexpected record envelope {record[:16]!r}")
-    return record[len(head) :]
-
-
-def _check_since(since: object) -> None:
-    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
-        raise ValueError(f"since must be an int >= 0, got {since!r}")
-
-
-class _Unmatched(Exception):
-    """Internal: the commit statement matched no session row (a count or horizon conflict)."""
-
-
-class PostgresStore:
+class PostgresStore(FeedStore):
     """Sessions in a PostgreSQL database, shared by any number of processes.
 
     Args:
@@ -172,6 +163,7 @@ class PostgresStore:
         self._open_lock = threading.Lock()
         self._closed = False
         self._sql = Statements(schema)
+        self._where = f"schema {schema}"  # how errors name where a record is
         # The commits an event loop sends in one round, in one transaction.
         self._groups = GroupCommits(self._pool, self._sql, self._channel, self._run, max_size)
 
@@ -224,7 +216,7 @@ class PostgresStore:
             raise StoreError(f"cannot connect to {self._redacted()}: {one_line(error)}") from None
         try:
             if self.read_only:
-                self._check_schema(probe)
+                check_schema(probe, self.schema, self._redacted())
             else:
                 with errors(f"cannot set up the schema in {self._redacted()}"):
                     self._migrate(probe)
@@ -236,216 +228,12 @@ class PostgresStore:
             raise StoreError(f"cannot connect to {self._redacted()}: {one_line(error)}") from None
         self._opened = True
 
-    def _check_schema(self, connection: psycopg.Connection[Any]) -> None:
-        """For a read-only store: the schema must hold a current nous_session store."""
-        with errors(f"cannot read {self._redacted()}"):
-            found = connection.execute(
-                "SELECT 1 FROM information_schema.tables"
-                " WHERE table_schema = %s AND table_name = 'nous_schema'",
-                (self.schema,),
-            ).fetchone()
-            version = (
-                connection.execute(
-                    sql.SQL("SELECT version FROM {}.nous_schema").format(
-                        sql.Identifier(self.schema)
-                    )
-                ).fetchone()
-                if found
-                else None
-            )
-        if version is None:
-            raise StoreError(
-                f"schema {self.schema!r} of {self._redacted()} is not a nous_session store"
-            )
-        if version[0] != SCHEMA_VERSION:
-            raise StoreError(
-                f"schema {self.schema!r} has version {version[0]}; this nous_session reads"
-                f" version {SCHEMA_VERSION} (open it for writing once to migrate it)"
-            )
-
     def _check_writable(self) -> None:
         if self.read_only:
             raise StoreError(f"the store {self._redacted()} is open read-only")
 
     def _migrate(self, connection: psycopg.Connection[Any]) -> None:
-        schema = sql.Identifier(self.schema)
-        with connection.transaction():
-            # Serialise migrations across processes; released at the end of the transaction.
-            connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-            connection.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.nous_schema (version integer NOT NULL)"
-                ).format(schema)
-            )
-            rows = connection.execute(
-                sql.SQL("SELECT version FROM {}.nous_schema").format(schema)
-            ).fetchall()
-            if len(rows) > 1:
-                raise StoreError(f"{self.schema}.nous_schema holds {len(rows)} rows; expected one")
-            version = rows[0][0] if rows else 0
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"schema {self.schema!r} has version {version}, newer than this nous_session "
-                    f"understands ({SCHEMA_VERSION}); upgrade nous_session to open it"
-                )
-            for step in range(version, SCHEMA_VERSION):
-                for statement in _MIGRATIONS[step]:
-                    connection.execute(sql.SQL(statement).format(schema=schema))
-            if not rows:
-                connection.execute(
-                    sql.SQL("INSERT INTO {}.nous_schema (version) VALUES (%s)").format(schema),
-                    (SCHEMA_VERSION,),
-                )
-            elif version != SCHEMA_VERSION:
-                connection.execute(
-                    sql.SQL("UPDATE {}.nous_schema SET version = %s").format(schema),
-                    (SCHEMA_VERSION,),
-                )
-
-    # Reading views ----------------------------------------------------------------------------
-
-    def _row(
-        self, connection: psycopg.Connection[Any], session_id: str, *, lock: str = ""
-    ) -> tuple[int, int, str | None, int | None, bool] | None:
-        query = self._sql.row_query if not lock else self._sql.row_query + sql.SQL(" " + lock)
-        found = connection.execute(query, (session_id,)).fetchone()
-        return None if found is None else tuple(found)
-
-    def _ranges(
-        self, connection: psycopg.Connection[Any], session_id: str, row: tuple[Any, ...]
-    ) -> list[tuple[str, int, int]]:
-        """Where a session's events are: ``(session, lowest, highest seq)`` per session of its
-        sharing lineage, oldest first (disjoint, ascending)."""
-        ranges: list[tuple[str, int, int]] = []
-        upto = _SEQ_MAX
-        name = session_id
-        _, _, parent, fork_point, shares = row
-        while shares and parent is not None and fork_point is not None:
-            ranges.append((name, fork_point + 1, upto))
-            upto = min(upto, fork_point)
-            name = parent
-            found = self._row(connection, name)
-            if found is None:  # pragma: no cover - a delete gives its forks copies first
-                raise StoreError(f"the parent {name!r} of a fork is missing")
-            _, _, parent, fork_point, shares = found
-        ranges.append((name, 0, upto))
-        ranges.reverse()
-        return ranges
-
-    def _view(
-        self,
-        connection: psycopg.Connection[Any],
-        session_id: str,
-        row: tuple[Any, ...],
-        since: int,
-    ) -> list[Any]:
-        rows: list[Any] = []
-        for name, low, high in self._ranges(connection, session_id, row):
-            if high >= max(low, since):
-                rows.extend(
-                    connection.execute(
-                        self._sql.range_query, (name, max(low, since), high)
-                    ).fetchall()
-                )
-        return rows
-
-    def _inherited(
-        self,
-        connection: psycopg.Connection[Any],
-        session_id: str,
-        row: tuple[Any, ...],
-        since: int,
-    ) -> tuple[list[Any], list[Any]]:
-        """The idempotency keys (key, first seq, count) with first seq >= ``since``, and the
-        kept events, that a sharing fork answers from its lineage: each ancestor's within the
-        range of its rows the fork shares (a key only if all its events are). Looked up, not
-        copied."""
-        keys: list[Any] = []
-        kept: list[Any] = []
-        if not row[4]:
-            return keys, kept
-        for name, low, high in self._ranges(connection, session_id, row)[:-1]:
-            keys += connection.execute(
-                sql.SQL(
-                    "SELECT key, seq, n FROM {} WHERE session = %s AND seq >= %s"
-                    " AND seq + n - 1 <= %s"
-                ).format(self._sql.keys),
-                (name, max(low, since), high),
-            ).fetchall()
-            kept += connection.execute(
-                sql.SQL(
-                    "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s AND seq <= %s"
-                    " ORDER BY seq"
-                ).format(self._sql.kept),
-                (name, low, high),
-            ).fetchall()
-        return keys, kept
-
-    def _own_copy(self, connection: psycopg.Connection[Any], session_id: str) -> None:
-        """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
-        events it inherits, and stop it sharing."""
-        row = self._row(connection, session_id, lock="FOR UPDATE")
-        if row is None or not row[4]:
-            return
-        keys, kept = self._inherited(connection, session_id, row, 0)
-        if keys:
-            connection.execute(
-                sql.SQL(
-                    "INSERT INTO {} (session, key, seq, n) SELECT %s, k.key, k.seq, k.n"
-                    " FROM unnest(%s::text[], %s::bigint[], %s::int[]) AS k (key, seq, n)"
-                    " ON CONFLICT DO NOTHING"
-                ).format(self._sql.keys),
-                (
-                    session_id,
-                    [key for key, _, _ in keys],
-                    [seq for _, seq, _ in keys],
-                    [n for _, _, n in keys],
-                ),
-            )
-        if kept:
-            connection.execute(
-                sql.SQL(
-                    "INSERT INTO {} (session, seq, record) SELECT %s, k.seq, k.record"
-                    " FROM unnest(%s::bigint[], %s::bytea[]) AS k (seq, record)"
-                    " ON CONFLICT DO NOTHING"
-                ).format(self._sql.kept),
-                (session_id, [seq for seq, _ in kept], [record for _, record in kept]),
-            )
-        for name, low, high in self._ranges(connection, session_id, row)[:-1]:
-            connection.execute(
-                sql.SQL(
-                    "INSERT INTO {events} (session, seq, record) SELECT %s, seq, record"
-                    " FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
-                ).format(events=self._sql.events),
-                (session_id, name, low, high),
-            )
-        connection.execute(
-            sql.SQL("UPDATE {} SET shares = false WHERE name = %s").format(self._sql.sessions),
-            (session_id,),
-        )
-
-    def _release_shared(
-        self,
-        connection: psycopg.Connection[Any],
-        session_id: str,
-        row: tuple[Any, ...],
-        lowest: int,
-    ) -> None:
-        """Before rows from seq ``lowest`` on are dropped: the forks sharing any of them, and
-        the session itself if it shares them from its parent, get copies."""
-        children = connection.execute(
-            sql.SQL(
-                "SELECT name FROM {} WHERE parent = %s AND shares AND fork_point >= %s"
-                " ORDER BY name FOR UPDATE"
-            ).format(self._sql.sessions),
-            (session_id, lowest),
-        ).fetchall()
-        for (child,) in children:
-            self._own_copy(connection, child)
-        _, _, _, fork_point, shares = row
-        if shares and fork_point is not None and lowest <= fork_point:
-            self._own_copy(connection, session_id)
+        migrate(connection, self.schema)
 
     # The Store protocol -----------------------------------------------------------------------
 
@@ -456,37 +244,11 @@ class PostgresStore:
             CorruptRecordError: a row cannot be decoded (the error names session and seq).
             StoreError: the database cannot be read.
         """
-        _check_since(since)
-        query = sql.SQL(
-            "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s ORDER BY seq"
-        ).format(self._sql.events)
+        check_since(since)
 
-        def load() -> list[Event]:
-            with (
-                errors(f"cannot read session {session_id!r}"),
-                self._pool.connection() as connection,
-                # One snapshot for both statements: read committed would let a commit land
-                # between them, and the rows would not fit the count.
-                pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
-            ):
-                found = connection.execute(self._sql.row_query, (session_id,))
-                own = connection.execute(query, (session_id, since))
-                row = found.fetchone()
-                if row is not None and row[4]:  # a sharing fork: read through its parent
-                    rows = self._view(connection, session_id, row, since)
-                else:
-                    rows = own.fetchall()
-            if row is not None:
-                check_held(
-                    session_id,
-                    rows,
-                    count=row[0],
-                    horizon=row[1],
-                    since=since,
-                    where=f"schema {self.schema}",
-                    seq=_ROW_SEQ,
-                )
-            return decode_rows(rows, place(session_id, f"schema {self.schema}"))
+        def load() -> Sequence[Event]:
+            with errors(f"cannot read session {session_id!r}"), self._pool.connection() as c:
+                return read_stored(c, self._sql, self._where, session_id, since, full=False).events
 
         return await self._read(load)
 
@@ -498,59 +260,11 @@ class PostgresStore:
             CorruptRecordError: a row cannot be decoded (the error names session and seq).
             StoreError: the database cannot be read.
         """
-        _check_since(since)
-        events_query = sql.SQL(
-            "SELECT seq, record FROM {} WHERE session = %s AND seq >= %s ORDER BY seq"
-        ).format(self._sql.events)
-        keys_query = sql.SQL("SELECT key, seq, n FROM {} WHERE session = %s AND seq >= %s").format(
-            self._sql.keys
-        )
-        kept_query = sql.SQL("SELECT seq, record FROM {} WHERE session = %s ORDER BY seq").format(
-            self._sql.kept
-        )
+        check_since(since)
 
         def read() -> Stored:
-            with (
-                errors(f"cannot read session {session_id!r}"),
-                self._pool.connection() as connection,
-                pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
-            ):
-                found = connection.execute(self._sql.row_query, (session_id,))
-                own = connection.execute(events_query, (session_id, since))
-                keyed = connection.execute(keys_query, (session_id, since))
-                aside = connection.execute(kept_query, (session_id,)) if since == 0 else None
-                row = found.fetchone()
-                inherited: list[Any] = []
-                inherited_kept: list[Any] = []
-                if row is not None and row[4]:
-                    rows = self._view(connection, session_id, row, since)
-                    inherited, inherited_kept = self._inherited(connection, session_id, row, since)
-                else:
-                    rows = own.fetchall()
-                keys = inherited + keyed.fetchall()  # the fork's own keys come after
-                kept = [] if aside is None else sorted(inherited_kept + aside.fetchall())
-            if row is None:
-                return Stored((), 0)
-            count, horizon, parent, fork_point, _ = row
-            check_held(
-                session_id,
-                rows,
-                count=count,
-                horizon=horizon,
-                since=since,
-                where=f"schema {self.schema}",
-                seq=_ROW_SEQ,
-            )
-            where = place(session_id, f"schema {self.schema}")
-            return Stored(
-                decode_rows(rows, where),
-                count,
-                horizon,
-                MappingProxyType({key: (seq, n) for key, seq, n in keys}),
-                tuple(decode_rows(kept, where)),
-                parent,
-                fork_point,
-            )
+            with errors(f"cannot read session {session_id!r}"), self._pool.connection() as c:
+                return read_stored(c, self._sql, self._where, session_id, since, full=True)
 
         return await self._read(read)
 
@@ -594,28 +308,18 @@ class PostgresStore:
             horizon=horizon,
             expected_horizon=expected_horizon,
         )
-        count = rows[-1].seq + 1 if rows else expected_count
-        metadata = latest_metadata(rows)
-        parameters = {
-            "name": session_id,
-            "expected": expected_count,
-            "expected_horizon": expected_horizon,
-            "horizon": horizon,
-            "count": count,
-            "dropped": list(dropped),
-            "kept": list(kept),
-            "key_names": [key for key, _, _ in keys],
-            "key_seqs": [first for _, first, _ in keys],
-            "key_sizes": [size for _, _, size in keys],
-            "commit_id": commit_id,
-            "first": rows[0].seq if rows else expected_count,
-            "size": len(rows),
-            "channel": self._channel,
-            # orjson: a tenth of json.dumps's time, on every commit's path on the event loop.
-            "payload": orjson.dumps({"session": session_id, "head": count}).decode(),
-            "meta": None if metadata is None else metadata[1].decode(),
-            "meta_seq": None if metadata is None else metadata[0],
-        }
+        parameters = commit_parameters(
+            session_id,
+            expected_count,
+            rows,
+            dropped,
+            expected_horizon=expected_horizon,
+            horizon=horizon,
+            keys=keys,
+            kept=kept,
+            commit_id=commit_id,
+            channel=self._channel,
+        )
         statement = self._sql.first_commit if expected_count == 0 else self._sql.commit
         # A snapshot, or a horizon to check against the stored one, is committed under the
         # session's row lock (check_commit_state needs the stored horizon).
@@ -623,44 +327,22 @@ class PostgresStore:
         if not locked and self._group_commits:
             await self._groups.commit(Grouped(session_id, statement, parameters, rows))
             return
-
-        def commit() -> None:
-            parameters["seqs"] = [event.seq for event in rows]
-            parameters["records"] = [encode(event) for event in rows]
-            with commit_errors(session_id), self._pool.connection() as connection:
-                if locked:
-                    # A snapshot first gives the forks sharing what it drops their copies,
-                    # under the session's row lock, in the same transaction.
-                    with connection.transaction():
-                        row = self._row(connection, session_id, lock="FOR UPDATE")
-                        count, stored_horizon = (0, 0) if row is None else row[:2]
-                        if count == expected_count and expected_horizon in (None, stored_horizon):
-                            # A conflict is the statement's to report; only then this.
-                            parameters["horizon"] = check_commit_state(
-                                session_id,
-                                stored_horizon,
-                                dropped=dropped,
-                                horizon=horizon,
-                                expected_horizon=expected_horizon,
-                            )
-                        if row is not None and dropped:
-                            self._release_shared(connection, session_id, row, min(dropped))
-                        done = connection.execute(statement, parameters).fetchone()
-                        if done is None:
-                            raise _Unmatched
-                else:
-                    done = connection.execute(statement, parameters).fetchone()
-            if done is None:
-                raise _Unmatched
-
+        alone = functools.partial(
+            commit_alone,
+            self._pool,
+            self._sql,
+            statement,
+            parameters,
+            rows,
+            locked=locked,
+            dropped=dropped,
+            horizon=horizon,
+            expected_horizon=expected_horizon,
+        )
         try:
-            await self._run(commit)
-        except _Unmatched:
-            raise ConflictError(
-                f"session {session_id!r} does not have count {expected_count}"
-                + ("" if expected_horizon is None else f" and horizon {expected_horizon}")
-                + ": another writer committed first"
-            ) from None
+            await self._run(alone)
+        except Unmatched:
+            raise conflict(session_id, expected_count, expected_horizon) from None
 
     async def commit_rebased(
         self,
@@ -704,52 +386,17 @@ class PostgresStore:
             "meta": None if metadata is None else metadata[1].decode(),
             "meta_offset": None if metadata is None else metadata[0] - expected_count,
         }
-
-        def commit() -> tuple[Any, list[Any], list[Any]]:
-            parameters["tails"] = [_tail(event) for event in rows]
-            with commit_errors(session_id), self._pool.connection() as connection:
-                with pipelined(connection, begin="BEGIN"):
-                    if expected_count == 0:
-                        connection.execute(self._sql.ensure_row, parameters)
-                    connection.execute(self._sql.lock_row, parameters)
-                    counted = connection.execute(self._sql.rebased, parameters)
-                    others = connection.execute(self._sql.others, parameters)
-                    keyed = connection.execute(self._sql.others_keys, parameters)
-                return counted.fetchone(), others.fetchall(), keyed.fetchall()
-
-        def refused() -> BaseException:
-            """Why nothing moved: a count below the caller's, or rows missing."""
-            with (
-                errors(f"cannot read session {session_id!r}"),
-                self._pool.connection() as connection,
-            ):
-                found = connection.execute(self._sql.held_seqs, parameters).fetchall()
-            if found and found[0][0] >= expected_count:
-                count, horizon, low = found[0][0], found[0][1], found[0][2]
-                check_held(
-                    session_id,
-                    [seq for _, _, _, seq in found if seq is not None],
-                    count=count,
-                    horizon=horizon,
-                    since=low,
-                    where=f"schema {self.schema}",
-                    seq=int,
-                )
-                return ConflictError(
-                    f"session {session_id!r} changed while committing; nothing was written"
-                )
-            return ConflictError(
-                f"session {session_id!r} has a count below the expected {expected_count}"
-                " (deleted, or written by another store?); nothing was written"
-            )
-
-        done, others, keyed = await self._run(commit)
+        done, others, keyed = await self._run(
+            functools.partial(rebase, self._pool, self._sql, parameters, rows)
+        )
         if done is None:
-            raise await self._run(refused)
+            raise await self._run(
+                functools.partial(refused, self._pool, self._sql, parameters, self._where)
+            )
         base, horizon = done[0], done[1]
         shift = base - expected_count
         try:
-            between = decode_rows(others, place(session_id, f"schema {self.schema}"))
+            between = decode_rows(others, place(session_id, self._where))
         except CorruptRecordError as error:
             raise CorruptRecordError(
                 f"{error} (read while committing a batch, which was committed at seqs"
@@ -773,16 +420,10 @@ class PostgresStore:
         Raises:
             StoreError: the database cannot be read.
         """
-        query = sql.SQL("SELECT seq, n FROM {} WHERE session = %s AND commit_id = %s").format(
-            self._sql.commits
-        )
 
         def committed() -> tuple[int, int] | None:
-            with (
-                errors(f"cannot read session {session_id!r}"),
-                self._pool.connection() as connection,
-            ):
-                found = connection.execute(query, (session_id, commit_id)).fetchone()
+            with errors(f"cannot read session {session_id!r}"), self._pool.connection() as c:
+                found = c.execute(self._sql.committed, (session_id, commit_id)).fetchone()
             return None if found is None else (found[0], found[1])
 
         return await self._read(committed)
@@ -792,14 +433,6 @@ class PostgresStore:
         whatever the history's length (see :class:`~nous_session.stores.base.ForkingStore`)."""
         self._check_writable()
         check_session_id(new_session_id)
-        insert = sql.SQL(
-            "INSERT INTO {} (name, count, horizon, parent, fork_point, shares, meta, meta_seq)"
-            " VALUES (%s, %s, %s, %s, %s, true, %s::jsonb, %s)"
-            " ON CONFLICT (name) DO UPDATE SET count = excluded.count, horizon = excluded.horizon,"
-            " parent = excluded.parent, fork_point = excluded.fork_point, shares = true,"
-            " meta = excluded.meta, meta_seq = excluded.meta_seq, created = now(), active = now()"
-            " WHERE {}.count = 0 RETURNING 1"
-        ).format(self._sql.sessions, self._sql.sessions)
 
         def fork() -> None:
             with (
@@ -807,188 +440,44 @@ class PostgresStore:
                 self._pool.connection() as connection,
                 connection.transaction(),
             ):
-                # FOR SHARE: a snapshot of the parent (which locks its row to give its forks
-                # copies) waits for this fork, and then sees it.
-                parent = self._row(connection, session_id, lock="FOR SHARE")
-                if parent is None or parent[0] == 0:
-                    raise ValueError(f"no session {session_id!r} to fork")
-                check_fork_point(session_id, at, parent[0], parent[1])
-                meta, meta_seq = self._metadata_at(connection, session_id, parent, at)
-                made = connection.execute(
-                    insert, (new_session_id, at + 1, parent[1], session_id, at, meta, meta_seq)
-                ).fetchone()
-                if made is None:
-                    raise ValueError(f"session {new_session_id!r} exists already")
+                fork_row(connection, self._sql, self._where, session_id, new_session_id, at)
 
         await self._run(fork)
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session with a nonzero count, by id (held events counted: index scans, as
         fits an administrative listing; a fork's through its parent)."""
-        query = sql.SQL(
-            "SELECT s.name, s.count, s.horizon, s.parent, s.fork_point, s.shares,"
-            " (SELECT count(*) FROM {events} e WHERE e.session = s.name)"
-            ' FROM {sessions} s WHERE s.count > 0 ORDER BY s.name COLLATE "C"'
-        ).format(sessions=self._sql.sessions, events=self._sql.events)
-        count_range = sql.SQL(
-            "SELECT count(*) FROM {} WHERE session = %s AND seq >= %s AND seq <= %s"
-        ).format(self._sql.events)
 
         def sessions() -> list[SessionInfo]:
-            infos = []
             with errors("cannot list sessions"), self._pool.connection() as connection:
-                for name, count, horizon, parent, fork_point, shares, held in connection.execute(
-                    query
-                ).fetchall():
-                    if shares:
-                        row = (count, horizon, parent, fork_point, shares)
-                        held = sum(
-                            connection.execute(count_range, part).fetchone()[0]  # type: ignore[index]
-                            for part in self._ranges(connection, name, row)
-                        )
-                    infos.append(SessionInfo(name, count, held, horizon, parent, fork_point))
-            return infos
+                return sessions_info(connection, self._sql)
 
         return await self._read(sessions)
 
-    def _metadata_at(
-        self,
-        connection: psycopg.Connection[Any],
-        session_id: str,
-        row: tuple[Any, ...],
-        at: int,
-    ) -> tuple[str | None, int | None]:
-        """The metadata record (JSON text) and its seq that the session had at seq ``at``: its
-        current one unless it changed after ``at``; then the newest metadata event up to
-        ``at``, read back from ``at`` (metadata events are rare: the rare, slow case)."""
-        found = connection.execute(
-            sql.SQL("SELECT meta, meta_seq FROM {} WHERE name = %s").format(self._sql.sessions),
-            (session_id,),
-        ).fetchone()
-        assert found is not None
-        meta, meta_seq = found
-        if meta_seq is None or meta_seq <= at:
-            return (None if meta is None else json.dumps(meta)), meta_seq
-        where = place(session_id, f"schema {self.schema}")
-        held = [item for item in self._view(connection, session_id, row, 0) if item[0] <= at]
-        for seq, record in reversed(held):
-            (event,) = decode_rows([(seq, record)], where)
-            if event.type is EventType.METADATA:
-                return dumps(event.data.get("metadata", {})).decode(), seq
-        return None, None
+    async def _list(self, query: ListQuery) -> list[SessionEntry]:
+        statement, parameters = listing(self._sql, query)
 
-    async def list_sessions(
-        self,
-        *,
-        where: Mapping[str, Any] | None = None,
-        tags: Iterable[str] = (),
-        created_since: datetime | None = None,
-        created_before: datetime | None = None,
-        active_since: datetime | None = None,
-        active_before: datetime | None = None,
-        order: str = "active",
-        descending: bool = True,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> SessionPage:
-        """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`):
-        one query, its filter and order served by an index on (owner, time, name) or (time,
-        name).
-
-        Raises:
-            ValueError: a bad argument or cursor.
-            StoreError: the database cannot be read.
-        """
-        query = ListQuery.make(
-            where=where,
-            tags=tags,
-            created_since=created_since,
-            created_before=created_before,
-            active_since=active_since,
-            active_before=active_before,
-            order=order,
-            descending=descending,
-            limit=limit,
-            cursor=cursor,
-        )
-        statement, parameters = self._listing(query)
-
-        def listing() -> list[Any]:
+        def found() -> list[Any]:
             with errors("cannot list sessions"), self._pool.connection() as connection:
                 return connection.execute(statement, parameters).fetchall()
 
-        found = await self._read(listing)
-        return query.page(
-            [
-                SessionEntry(
-                    name,
-                    SessionMetadata() if meta is None else SessionMetadata.from_json(meta),
-                    created.astimezone(UTC),
-                    active.astimezone(UTC),
-                    count,
-                    parent,
-                )
-                for name, count, parent, meta, created, active in found
-            ]
-        )
-
-    def _listing(self, query: ListQuery) -> tuple[sql.Composed, list[Any]]:
-        """The SELECT (and its parameters) for a listing: one page and one more row, walking
-        the index (owner, time, name), or (time, name) with no owner, from the cursor; the
-        other filters are checked on the rows it yields."""
-        column = sql.Identifier(query.order)
-        clauses: list[sql.Composable] = [sql.SQL("count > 0")]
-        parameters: list[Any] = []
-        extra: dict[str, Any] = {}
-        for key, wanted in query.where:
-            if key in ("owner", "app"):
-                clauses.append(sql.SQL("{} = %s").format(sql.Identifier(key)))
-                parameters.append(wanted)
-            elif key == "title":
-                clauses.append(sql.SQL("meta ->> 'title' = %s"))
-                parameters.append(wanted)
-            else:
-                extra[key] = wanted
-        if extra:
-            # Containment is JSON equality for scalars (1 matches 1.0; a bool is no number).
-            clauses.append(sql.SQL("meta -> 'extra' @> %s::jsonb"))
-            parameters.append(json.dumps(extra))
-        if query.tags:
-            clauses.append(sql.SQL("meta -> 'tags' @> %s::jsonb"))
-            parameters.append(json.dumps(sorted(query.tags)))
-        for name, low, high in (
-            ("created", query.created_since, query.created_before),
-            ("active", query.active_since, query.active_before),
-        ):
-            if low is not None:
-                clauses.append(sql.SQL("{} >= %s").format(sql.Identifier(name)))
-                parameters.append(from_micros(low))
-            if high is not None:
-                clauses.append(sql.SQL("{} < %s").format(sql.Identifier(name)))
-                parameters.append(from_micros(high))
-        direction = sql.SQL("DESC" if query.descending else "ASC")
-        if query.after is not None:
-            clauses.append(
-                sql.SQL("({}, name) " + ("<" if query.descending else ">") + " (%s, %s)").format(
-                    column
-                )
+        return [
+            SessionEntry(
+                name,
+                SessionMetadata() if meta is None else SessionMetadata.from_json(meta),
+                created.astimezone(UTC),
+                active.astimezone(UTC),
+                count,
+                parent,
             )
-            parameters.extend((from_micros(query.after[0]), query.after[1]))
-        parameters.append(query.limit + 1)
-        statement = sql.SQL(
-            "SELECT name, count, parent, meta, created, active FROM {} WHERE {}"
-            " ORDER BY {} {}, name {} LIMIT %s"
-        ).format(self._sql.sessions, sql.SQL(" AND ").join(clauses), column, direction, direction)
-        return statement, parameters
+            for name, count, parent, meta, created, active in await self._read(found)
+        ]
 
     async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
         """Delete the session if its count and last-active time are still these, checked under
         its row lock in the deleting transaction (see
         :class:`~nous_session.stores.base.ListingStore`)."""
         self._check_writable()
-        check = sql.SQL("SELECT count, active FROM {} WHERE name = %s FOR UPDATE").format(
-            self._sql.sessions
-        )
 
         def delete() -> bool:
             with (
@@ -996,20 +485,12 @@ class PostgresStore:
                 self._pool.connection() as connection,
                 connection.transaction(),
             ):
-                found = connection.execute(check, (session_id,)).fetchone()
+                found = connection.execute(self._sql.idle, (session_id,)).fetchone()
                 if found is None or found[0] != count or found[1] != active:
                     return False
-                row = self._row(connection, session_id)
+                row = row_of(connection, self._sql, session_id)
                 assert row is not None
-                self._release_shared(connection, session_id, row, 0)
-                for table in (self._sql.events, self._sql.keys, self._sql.commits, self._sql.kept):
-                    connection.execute(
-                        sql.SQL("DELETE FROM {} WHERE session = %s").format(table), (session_id,)
-                    )
-                connection.execute(
-                    sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sql.sessions),
-                    (session_id,),
-                )
+                delete_row(connection, self._sql, row)
                 return True
 
         return await self._run(delete)
@@ -1025,19 +506,10 @@ class PostgresStore:
                 self._pool.connection() as connection,
                 connection.transaction(),
             ):
-                row = self._row(connection, session_id, lock="FOR UPDATE")
-                if row is None:
-                    return False
-                self._release_shared(connection, session_id, row, 0)
-                for table in (self._sql.events, self._sql.keys, self._sql.commits, self._sql.kept):
-                    connection.execute(
-                        sql.SQL("DELETE FROM {} WHERE session = %s").format(table), (session_id,)
-                    )
-                connection.execute(
-                    sql.SQL("DELETE FROM {} WHERE name = %s").format(self._sql.sessions),
-                    (session_id,),
-                )
-                return True
+                row = row_of(connection, self._sql, session_id, lock="FOR UPDATE")
+                if row is not None:
+                    delete_row(connection, self._sql, row)
+                return row is not None
 
         return await self._run(delete)
 
@@ -1121,104 +593,20 @@ class PostgresStore:
             self._check_writable()
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
             raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
-        tables = {"events": self._sql.events, "kept": self._sql.kept}  # (an Identifier cannot hash)
-        select = {
-            name: sql.SQL("SELECT record FROM {} WHERE session = %s AND seq = %s").format(table)
-            for name, table in tables.items()
-        }
-        update = {
-            name: sql.SQL("UPDATE {} SET record = %s WHERE session = %s AND seq = %s").format(table)
-            for name, table in tables.items()
-        }
-        children = sql.SQL(
-            "SELECT name, fork_point FROM {} WHERE parent = %s AND fork_point IS NOT NULL"
-            " ORDER BY name FOR SHARE"
-        ).format(self._sql.sessions)
-        own_kept = sql.SQL("SELECT seq FROM {} WHERE session = %s AND seq >= %s").format(
-            self._sql.kept
-        )
-        forget_meta = sql.SQL(
-            "UPDATE {} SET meta = %s::jsonb WHERE name = %s AND meta_seq = %s"
-        ).format(self._sql.sessions)
 
         def erase() -> tuple[Erasure, str]:
-            with (
-                errors(f"cannot erase from session {session_id!r}"),
-                self._pool.connection() as connection,
-                connection.transaction(force_rollback=dry_run),
-            ):
-                row = self._row(connection, session_id, lock="FOR SHARE")
-                if row is None or row[0] == 0:
-                    raise ValueError(f"no session {session_id!r} to erase")
-                if wanted is None:
-                    low = 0 if inherited or row[3] is None else row[3] + 1
-                    keys = {seq for seq, _ in self._view(connection, session_id, row, low)}
-                    kept = self._inherited(connection, session_id, row, low)[1]
-                    keys.update(seq for seq, _ in kept if seq >= low)
-                    keys.update(seq for (seq,) in connection.execute(own_kept, (session_id, low)))
-                    seqs: Sequence[int] = sorted(keys)
-                else:
-                    seqs = check_seqs(wanted, row[0], session_id=session_id)
-
-                def parent_of(name: str) -> tuple[str, int] | None:
-                    found = self._row(connection, name, lock="FOR SHARE")
-                    if found is None or found[2] is None or found[3] is None:
-                        return None
-                    if self._row(connection, found[2], lock="FOR SHARE") is None:
-                        return None
-                    return found[2], found[3]
-
-                forks: dict[str, list[Any]] = {}  # read (and locked) once per session
-
-                def children_of(name: str, seq: int) -> list[str]:
-                    if name not in forks:
-                        forks[name] = connection.execute(children, (name,)).fetchall()
-                    return [child for child, point in forks[name] if point >= seq]
-
-                def copies_of(
-                    members: Sequence[str], seq: int
-                ) -> list[tuple[tuple[str, str], Event]]:
-                    copies: list[tuple[tuple[str, str], Event]] = []
-                    for member in members:
-                        for table, query in select.items():
-                            found = connection.execute(query, (member, seq)).fetchone()
-                            if found is not None:
-                                where = place(member, f"schema {self.schema}")(seq)
-                                copies.append(((table, member), decode(found[0], where=where)))
-                    return copies
-
-                forgotten: dict[int, bytes] = {}  # erased metadata events: seq -> record
-
-                def write(where: tuple[str, str], event: Event) -> None:
-                    table, member = where
-                    connection.execute(update[table], (encode(event), member, event.seq))
-                    forget_metadata(event, forgotten)
-
-                erased, already, absent, others = erase_copies(
+            with errors(f"cannot erase from session {session_id!r}"), self._pool.connection() as c:
+                return erase_in_tables(
+                    c,
+                    self._sql,
+                    self._where,
                     session_id,
-                    seqs,
+                    wanted,
+                    inherited,
                     reason=reason,
                     at=at,
-                    members_of=lambda seq: family(session_id, seq, parent_of, children_of),
-                    copies_of=copies_of,
-                    write=None if dry_run else write,
+                    dry_run=dry_run,
                 )
-                # The sessions' copies of an erased metadata record go too.
-                for seq, record in forgotten.items():
-                    for member in family(session_id, seq, parent_of, children_of):
-                        connection.execute(forget_meta, (record.decode(), member, seq))
-                xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
-            done = Erasure(
-                session_id,
-                reason,
-                at,
-                tuple(erased),
-                tuple(already),
-                tuple(absent),
-                tuple(sorted(others)),
-                dry_run=dry_run,
-            )
-            return done, str(int(xid[0]) % 2**32) if xid else "0"
 
         done, xid = await self._run(erase)
         if dry_run:
@@ -1298,21 +686,6 @@ class PostgresStore:
             raise
         return connection
 
-    async def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
-        """Yield the session's events from ``since`` on, then each one committed later by any
-        process, in seq order and at most once, across listener reconnections."""
-        cursor = since
-        watcher = self.watch(session_id)
-        try:
-            async for head in watcher:
-                if head != -1 and head <= cursor:
-                    continue
-                for event in await self.load(session_id, since=cursor):
-                    cursor = event.seq + 1
-                    yield event
-        finally:
-            await watcher.aclose()
-
     # Lifecycle --------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
@@ -1321,17 +694,6 @@ class PostgresStore:
             return
         self._closed = True
         await anyio.to_thread.run_sync(self._pool.close)
-
-    async def __aenter__(self) -> PostgresStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _pop_schema(url: str) -> tuple[str, str | None]:

@@ -217,7 +217,7 @@ def write_commit(
         ).lastrowid
         assert sid is not None
     else:
-        sid = row.id
+        sid = row.key
     _keep_id(ids, session_id, sid)
     deleted = 0
     if dropped:

@@ -3,23 +3,68 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
+
+import attrs
 
 from nous_session.codec import decode, encode
 from nous_session.erasure import (
     Erasure,
-    check_seqs,
-    erase_copies,
-    family,
-    forget_metadata,
 )
 from nous_session.event import Event
+from nous_session.stores._erase import erase_rows
+from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import (
     place,
 )
 from nous_session.stores.sqlite._errors import _errors
 from nous_session.stores.sqlite._rows import _inherited, _row, _rows
+from nous_session.stores.sqlite._sql import CHILDREN, FORGET_METADATA, OWN_KEPT_SEQS
+
+
+@attrs.frozen
+class _FileCopies:
+    """The copies of a session's events in a SQLite file (see :class:`Copies`): a copy is
+    named by its table and session id."""
+
+    connection: sqlite3.Connection
+    path: str
+
+    def row(self, name: str) -> SessionRow[int] | None:
+        return _row(self.connection, name)
+
+    def held(self, row: SessionRow[Any], low: int) -> Iterable[int]:
+        yield from (seq for seq, _ in _rows(self.connection, row, low))
+        yield from (seq for seq, _ in _inherited(self.connection, row, low)[1] if seq >= low)
+        yield from (seq for (seq,) in self.connection.execute(OWN_KEPT_SEQS, (row.key, low)))
+
+    def children(self, name: str) -> list[tuple[str, int | None]]:
+        return self.connection.execute(CHILDREN, (name,)).fetchall()
+
+    def copies(self, member: str, seq: int) -> list[tuple[tuple[str, int], Event]]:
+        found = _row(self.connection, member)
+        assert found is not None
+        copies: list[tuple[tuple[str, int], Event]] = []
+        for table in ("nous_events", "nous_kept"):
+            record = self.connection.execute(
+                f"SELECT record FROM {table} WHERE sid = ? AND seq = ?", (found.key, seq)
+            ).fetchone()
+            if record is not None:
+                event = decode(record[0], where=place(member, self.path)(seq))
+                copies.append(((table, found.key), event))
+        return copies
+
+    def write(self, where: tuple[str, int], event: Event) -> None:
+        table, sid = where
+        self.connection.execute(
+            f"UPDATE {table} SET record = ? WHERE sid = ? AND seq = ?",
+            (encode(event), sid, event.seq),
+        )
+
+    def forget(self, record: bytes, members: Sequence[str], seq: int) -> None:
+        self.connection.executemany(FORGET_METADATA, [(record.decode(), m, seq) for m in members])
 
 
 def _erase_rows(
@@ -40,83 +85,15 @@ def _erase_rows(
     try:
         connection.execute("BEGIN" if dry_run else "BEGIN IMMEDIATE")
         try:
-            row = _row(connection, session_id)
-            if row is None or row.count == 0:
-                raise ValueError(f"no session {session_id!r} to erase")
-            if wanted is None:
-                low = 0 if inherited or row.fork_point is None else row.fork_point + 1
-                keys = {seq for seq, _ in _rows(connection, row, low)}
-                keys.update(seq for seq, _ in _inherited(connection, row, low)[1] if seq >= low)
-                keys.update(
-                    seq
-                    for (seq,) in connection.execute(
-                        "SELECT seq FROM nous_kept WHERE sid = ? AND seq >= ?", (row.id, low)
-                    )
-                )
-                seqs: Sequence[int] = sorted(keys)
-            else:
-                seqs = check_seqs(wanted, row.count, session_id=session_id)
-
-            def parent_of(name: str) -> tuple[str, int] | None:
-                found = _row(connection, name)
-                if found is None or found.parent is None or found.fork_point is None:
-                    return None
-                if _row(connection, found.parent) is None:
-                    return None
-                return found.parent, found.fork_point
-
-            forks: dict[str, list[tuple[str, int]]] = {}  # read once per session, not per seq
-
-            def children_of(name: str, seq: int) -> list[str]:
-                if name not in forks:
-                    forks[name] = connection.execute(
-                        "SELECT name, fork_point FROM nous_sessions WHERE parent = ?", (name,)
-                    ).fetchall()
-                return [child for child, point in forks[name] if point is not None and point >= seq]
-
-            def copies_of(members: Sequence[str], seq: int) -> list[tuple[tuple[str, int], Event]]:
-                copies: list[tuple[tuple[str, int], Event]] = []
-                for member in members:
-                    found = _row(connection, member)
-                    assert found is not None
-                    for table in ("nous_events", "nous_kept"):
-                        record = connection.execute(
-                            f"SELECT record FROM {table} WHERE sid = ? AND seq = ?",
-                            (found.id, seq),
-                        ).fetchone()
-                        if record is not None:
-                            event = decode(record[0], where=place(member, path)(seq))
-                            copies.append(((table, found.id), event))
-                return copies
-
-            forgotten: dict[int, bytes] = {}  # erased metadata events: seq -> their record
-
-            def write(where: tuple[str, int], event: Event) -> None:
-                table, sid = where
-                connection.execute(
-                    f"UPDATE {table} SET record = ? WHERE sid = ? AND seq = ?",
-                    (encode(event), sid, event.seq),
-                )
-                forget_metadata(event, forgotten)
-
-            erased, already, absent, others = erase_copies(
+            done = erase_rows(
+                _FileCopies(connection, path),
                 session_id,
-                seqs,
+                wanted,
+                inherited,
                 reason=reason,
                 at=at,
-                members_of=lambda seq: family(session_id, seq, parent_of, children_of),
-                copies_of=copies_of,
-                write=None if dry_run else write,
+                dry_run=dry_run,
             )
-            # The sessions' copies of an erased metadata record go too (see forget_metadata).
-            for seq, record in forgotten.items():
-                connection.executemany(
-                    "UPDATE nous_sessions SET meta = ? WHERE name = ? AND meta_seq = ?",
-                    [
-                        (record.decode(), member, seq)
-                        for member in family(session_id, seq, parent_of, children_of)
-                    ],
-                )
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
@@ -124,16 +101,7 @@ def _erase_rows(
         connection.execute("ROLLBACK" if dry_run else "COMMIT")
     finally:
         connection.execute(f"PRAGMA secure_delete = {int(secure)}")
-    return Erasure(
-        session_id,
-        reason,
-        at,
-        tuple(erased),
-        tuple(already),
-        tuple(absent),
-        tuple(sorted(others)),
-        dry_run=dry_run,
-    )
+    return done
 
 
 def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bool, str]:

@@ -8,12 +8,10 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, Final
 
-import attrs
-
 from nous_session._json import dumps
 from nous_session.codec import decode_rows
-from nous_session.errors import StoreError
 from nous_session.event import EventType
+from nous_session.stores._lineage import SessionRow, lineage
 from nous_session.stores.base import (
     place,
 )
@@ -21,25 +19,15 @@ from nous_session.stores.base import (
 _ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
 
 
-@attrs.frozen
-class _Row:
-    """A session's row of nous_sessions."""
-
-    id: int
-    count: int
-    held: int
-    horizon: int
-    parent: str | None
-    fork_point: int | None
-    shares: bool
-
-
 _ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares"
+
+
+_Row = SessionRow[int]
 
 
 def _make_row(found: Sequence[Any]) -> _Row:
     sid, count, held, horizon, parent, fork_point, shares = found
-    return _Row(sid, count, held, horizon, parent, fork_point, bool(shares))
+    return SessionRow(sid, count, horizon, parent, fork_point, bool(shares), held)
 
 
 def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
@@ -49,21 +37,10 @@ def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
     return None if found is None else _make_row(found)
 
 
-def _ranges(connection: sqlite3.Connection, row: _Row) -> list[tuple[int, int, int | None]]:
-    """Where a session's events are: ``(sid, lowest seq, highest seq or None)`` per session
-    of its sharing lineage, oldest ancestor first (the ranges are disjoint and ascending)."""
-    ranges: list[tuple[int, int, int | None]] = []
-    upto: int | None = None
-    while row.shares and row.parent is not None and row.fork_point is not None:
-        ranges.append((row.id, row.fork_point + 1, upto))
-        upto = row.fork_point if upto is None else min(upto, row.fork_point)
-        parent = _row(connection, row.parent)
-        if parent is None:  # pragma: no cover - a delete gives its forks their copy first
-            raise StoreError(f"the parent {row.parent!r} of a fork is missing")
-        row = parent
-    ranges.append((row.id, 0, upto))
-    ranges.reverse()
-    return ranges
+def _ranges(connection: sqlite3.Connection, row: _Row) -> list[tuple[int, int, int]]:
+    """Where a session's events are: ``(sid, lowest seq, highest seq)`` per session of its
+    sharing lineage, oldest ancestor first (see :func:`~nous_session.stores._lineage.lineage`)."""
+    return lineage(row, lambda name: _row(connection, name))
 
 
 def _rows(
@@ -73,19 +50,19 @@ def _rows(
     if not row.shares and upto is None:
         return connection.execute(
             "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ? ORDER BY seq",
-            (row.id, since),
+            (row.key, since),
         ).fetchall()
     rows: list[tuple[int, bytes]] = []
     for sid, low, high in _ranges(connection, row):
         if upto is not None:
-            high = upto if high is None else min(high, upto)
-        if high is not None and high < max(low, since):
+            high = min(high, upto)
+        if high < max(low, since):
             continue
         rows.extend(
             connection.execute(
                 "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ?"
                 " ORDER BY seq",
-                (sid, max(low, since), 2**63 - 1 if high is None else high),
+                (sid, max(low, since), high),
             ).fetchall()
         )
     return rows
@@ -102,15 +79,14 @@ def _inherited(
     if not row.shares:
         return keys, kept
     for sid, low, high in _ranges(connection, row)[:-1]:
-        bound = 2**63 - 1 if high is None else high
         keys += connection.execute(
             "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ? AND seq + n - 1 <= ?",
-            (sid, max(low, since), bound),
+            (sid, max(low, since), high),
         ).fetchall()
         kept += connection.execute(
             "SELECT seq, record FROM nous_kept WHERE sid = ? AND seq >= ? AND seq <= ?"
             " ORDER BY seq",
-            (sid, low, bound),
+            (sid, low, high),
         ).fetchall()
     return keys, kept
 
@@ -122,22 +98,22 @@ def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
     keys, kept = _inherited(connection, row, 0)
     connection.executemany(
         "INSERT OR IGNORE INTO nous_keys (sid, key, seq, n) VALUES (?, ?, ?, ?)",
-        [(row.id, key, seq, n) for key, seq, n in keys],
+        [(row.key, key, seq, n) for key, seq, n in keys],
     )
     connection.executemany(
         "INSERT OR IGNORE INTO nous_kept (sid, seq, record) VALUES (?, ?, ?)",
-        [(row.id, seq, record) for seq, record in kept],
+        [(row.key, seq, record) for seq, record in kept],
     )
     for sid, low, high in _ranges(connection, row)[:-1]:
         before = connection.total_changes
         connection.execute(
             "INSERT INTO nous_events (sid, seq, record) SELECT ?, seq, record FROM nous_events"
             " WHERE sid = ? AND seq >= ? AND seq <= ?",
-            (row.id, sid, low, 2**63 - 1 if high is None else high),
+            (row.key, sid, low, high),
         )
         copied += connection.total_changes - before
     connection.execute(
-        "UPDATE nous_sessions SET shares = 0, held = held + ? WHERE id = ?", (copied, row.id)
+        "UPDATE nous_sessions SET shares = 0, held = held + ? WHERE id = ?", (copied, row.key)
     )
 
 
@@ -164,7 +140,7 @@ def _metadata_at(
     current one unless it changed after ``at``; then the newest metadata event up to ``at``
     (read back from ``at``: metadata events are rare, so this is the rare, slow case)."""
     meta, meta_seq = connection.execute(
-        "SELECT meta, meta_seq FROM nous_sessions WHERE id = ?", (parent.id,)
+        "SELECT meta, meta_seq FROM nous_sessions WHERE id = ?", (parent.key,)
     ).fetchone()
     if meta_seq is None or meta_seq <= at:
         return meta, meta_seq
@@ -181,7 +157,7 @@ def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
     for sid, low, high in _ranges(connection, row):
         (number,) = connection.execute(
             "SELECT count(*) FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ?",
-            (sid, low, 2**63 - 1 if high is None else high),
+            (sid, low, high),
         ).fetchone()
         total += number
     return total

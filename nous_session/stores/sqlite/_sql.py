@@ -107,3 +107,9 @@ _ADVANCE_KNOWN_AT_HORIZON: Final = (
 
 
 _TOUCH: Final = "UPDATE nous_sessions SET active = ? WHERE id = ? AND active <= ?"
+
+
+# Erasure: a session's own kept seqs, its forks, and an erased metadata record's copies.
+OWN_KEPT_SEQS: Final = "SELECT seq FROM nous_kept WHERE sid = ? AND seq >= ?"
+CHILDREN: Final = "SELECT name, fork_point FROM nous_sessions WHERE parent = ?"
+FORGET_METADATA: Final = "UPDATE nous_sessions SET meta = ? WHERE name = ? AND meta_seq = ?"

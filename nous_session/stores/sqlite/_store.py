@@ -6,11 +6,11 @@ import os
 import sqlite3
 import threading
 import warnings
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeVar
 from urllib.parse import quote
 
@@ -31,12 +31,12 @@ from nous_session.event import Event
 from nous_session.listing import (
     ListQuery,
     SessionEntry,
-    SessionPage,
     from_micros,
     latest_metadata,
     to_micros,
 )
 from nous_session.metadata import SessionMetadata
+from nous_session.stores._common import FeedStore
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -46,6 +46,7 @@ from nous_session.stores.base import (
     check_held,
     check_rebase_arguments,
     check_session_id,
+    check_since,
     moved,
     moved_keys,
     place,
@@ -76,13 +77,8 @@ T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL", "OFF", "EXTRA"]
 
 
-def _check_since(since: object) -> None:
-    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
-        raise ValueError(f"since must be an int >= 0, got {since!r}")
-
-
 @attrs.define
-class SQLiteStore:
+class SQLiteStore(FeedStore):
     """Sessions in one SQLite file.
 
     Args:
@@ -258,7 +254,7 @@ class SQLiteStore:
             CorruptRecordError: a row cannot be decoded (the error names session and seq).
             StoreError: the file cannot be read.
         """
-        _check_since(since)
+        check_since(since)
 
         def load(connection: sqlite3.Connection) -> list[Event]:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
@@ -291,7 +287,7 @@ class SQLiteStore:
             CorruptRecordError: a row cannot be decoded (the error names session and seq).
             StoreError: the file cannot be read.
         """
-        _check_since(since)
+        check_since(since)
 
         def read(connection: sqlite3.Connection) -> Stored:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
@@ -303,12 +299,12 @@ class SQLiteStore:
                 rows = _rows(connection, row, since)
                 keys = connection.execute(
                     "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
-                    (row.id, since),
+                    (row.key, since),
                 ).fetchall()
                 kept = (
                     connection.execute(
                         "SELECT seq, record FROM nous_kept WHERE sid = ? ORDER BY seq",
-                        (row.id,),
+                        (row.key,),
                     ).fetchall()
                     if since == 0
                     else []
@@ -451,7 +447,7 @@ class SQLiteStore:
                     key: (seq, n)
                     for key, seq, n in connection.execute(
                         "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
-                        (row.id, expected_count),
+                        (row.key, expected_count),
                     )
                 }
             placed = moved(listed, shift) if shift else listed
@@ -505,7 +501,7 @@ class SQLiteStore:
             if existing is not None:
                 if existing.count:
                     raise ValueError(f"session {new_session_id!r} exists already")
-                connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.id,))
+                connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.key,))
             meta, meta_seq = _metadata_at(connection, parent, session_id, at, self.path)
             now = _now()
             connection.execute(
@@ -539,60 +535,24 @@ class SQLiteStore:
 
         return await self._run(sessions)
 
-    async def list_sessions(
-        self,
-        *,
-        where: Mapping[str, Any] | None = None,
-        tags: Iterable[str] = (),
-        created_since: datetime | None = None,
-        created_before: datetime | None = None,
-        active_since: datetime | None = None,
-        active_before: datetime | None = None,
-        order: str = "active",
-        descending: bool = True,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> SessionPage:
-        """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`):
-        one query, its filter and order served by an index on (owner, time, name) or (time,
-        name). Reading never writes (a read-only store lists too).
-
-        Raises:
-            ValueError: a bad argument or cursor.
-            StoreError: the file cannot be read.
-        """
-        query = ListQuery.make(
-            where=where,
-            tags=tags,
-            created_since=created_since,
-            created_before=created_before,
-            active_since=active_since,
-            active_before=active_before,
-            order=order,
-            descending=descending,
-            limit=limit,
-            cursor=cursor,
-        )
+    async def _list(self, query: ListQuery) -> list[SessionEntry]:
         statement, parameters = _listing(query)
 
         def listing(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
             with _errors(f"cannot list sessions in {self.path}"):
                 return connection.execute(statement, parameters).fetchall()
 
-        found = await self._run(listing)
-        return query.page(
-            [
-                SessionEntry(
-                    name,
-                    SessionMetadata() if meta is None else SessionMetadata.from_json(loads(meta)),
-                    from_micros(created),
-                    from_micros(active),
-                    count,
-                    parent,
-                )
-                for name, count, parent, meta, created, active in found
-            ]
-        )
+        return [
+            SessionEntry(
+                name,
+                SessionMetadata() if meta is None else SessionMetadata.from_json(loads(meta)),
+                from_micros(created),
+                from_micros(active),
+                count,
+                parent,
+            )
+            for name, count, parent, meta, created, active in await self._run(listing)
+        ]
 
     async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
         """Delete the session if its count and last-active time are still these, checked in
@@ -609,8 +569,8 @@ class SQLiteStore:
             assert row is not None
             _release_shared(connection, row, session_id, 0)
             for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
-                connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.id,))
-            connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.id,))
+                connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.key,))
+            connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.key,))
             return True
 
         return await self._write(delete, f"cannot delete session {session_id!r}")
@@ -625,8 +585,8 @@ class SQLiteStore:
                 return False
             _release_shared(connection, row, session_id, 0)
             for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
-                connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.id,))
-            connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.id,))
+                connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.key,))
+            connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.key,))
             return True
 
         return await self._write(delete, f"cannot delete session {session_id!r}")
@@ -788,25 +748,6 @@ class SQLiteStore:
             with anyio.CancelScope(shield=True):
                 await heads.aclose()
 
-    async def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
-        """Yield the session's events from ``since`` on, then each one committed later by any
-        process, in seq order and at most once (through :meth:`watch`)."""
-        _check_since(since)
-        cursor = since
-        watcher = self.watch(session_id)
-        try:
-            for event in await self.load(session_id, since=cursor):
-                cursor = event.seq + 1
-                yield event
-            async for head in watcher:
-                if head != -1 and head <= cursor:
-                    continue
-                for event in await self.load(session_id, since=cursor):
-                    cursor = event.seq + 1
-                    yield event
-        finally:
-            await watcher.aclose()
-
     # Lifecycle --------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
@@ -830,17 +771,6 @@ class SQLiteStore:
             else:
                 # Wait for the call in flight (if any) before closing under it.
                 await anyio.to_thread.run_sync(connection.close, limiter=self._limiter)
-
-    async def __aenter__(self) -> SQLiteStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __del__(self) -> None:
         connection = getattr(self, "_connection", None)
