@@ -8,16 +8,126 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
+import attrs
+
 from nous_session.event import Event
 from nous_session.listing import ListQuery, SessionEntry, SessionPage
-from nous_session.stores.base import check_since
+from nous_session.stores.base import (
+    Rebased,
+    check_commit_arguments,
+    check_rebase_arguments,
+    check_since,
+)
 
-__all__ = ["FeedStore", "StoreBase"]
+__all__ = ["Commit", "FeedStore", "StoreBase"]
+
+
+@attrs.frozen
+class Commit:
+    """A commit's arguments, checked (see :meth:`~nous_session.stores.base.Store.commit`):
+    what :meth:`StoreBase.commit` hands the store's own ``_commit``."""
+
+    session_id: str
+    expected_count: int
+    events: list[Event]
+    dropped: Sequence[int] = ()
+    expected_horizon: int | None = None
+    horizon: int | None = None
+    keys: Sequence[tuple[str, int, int]] = ()
+    kept: Sequence[int] = ()
+    commit_id: str | None = None
 
 
 class StoreBase:
-    """The base of every store here: a listing is checked into a :class:`ListQuery` in one
-    place, then answered by the store's :meth:`_list`; ``async with`` closes the store."""
+    """The base of every store here: a commit's and a listing's arguments are checked in one
+    place, then handed to the store's own ``_commit``, ``_commit_rebased`` and ``_list``;
+    ``async with`` closes the store."""
+
+    def _before_commit(self) -> None:
+        """What a store refuses before it looks at a commit's arguments (closed, read-only)."""
+
+    async def commit(
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        dropped: Sequence[int] = (),
+        expected_horizon: int | None = None,
+        horizon: int | None = None,
+        keys: Sequence[tuple[str, int, int]] = (),
+        kept: Sequence[int] = (),
+        commit_id: str | None = None,
+    ) -> None:
+        """Insert ``events`` and delete ``dropped`` atomically, durable on return (see
+        :meth:`~nous_session.stores.base.Store.commit`; each store's class doc says how).
+
+        Raises:
+            ConflictError: the stored count (or horizon) is not the expected one, or a key or
+                the commit id is taken; nothing was written.
+            OutcomeUnknownError: (PostgreSQL) the connection was lost: the commit may have
+                landed. Send it again with the same ``commit_id`` (exactly one of the two
+                lands).
+            StoreError: the store failed; nothing was written.
+        """
+        self._before_commit()
+        rows = check_commit_arguments(
+            session_id,
+            expected_count,
+            events,
+            dropped,
+            keys=keys,
+            kept=kept,
+            commit_id=commit_id,
+            horizon=horizon,
+            expected_horizon=expected_horizon,
+        )
+        await self._commit(
+            Commit(
+                session_id,
+                expected_count,
+                rows,
+                dropped,
+                expected_horizon,
+                horizon,
+                keys,
+                kept,
+                commit_id,
+            )
+        )
+
+    async def _commit(self, commit: Commit) -> None:
+        raise NotImplementedError
+
+    async def commit_rebased(
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        keys: Sequence[tuple[str, int, int]] = (),
+        commit_id: str | None = None,
+    ) -> Rebased:
+        """Append ``events`` after the session's current count (see
+        :class:`~nous_session.stores.base.RebasingStore`).
+
+        Raises:
+            ConflictError: the stored count is below ``expected_count``, or a key or the
+                commit id is taken; nothing was written.
+            CorruptRecordError: a record another writer stored in between cannot be decoded
+                (PostgreSQL: the batch itself was committed; the message says so and where).
+            OutcomeUnknownError, StoreError: as for :meth:`commit`.
+        """
+        self._before_commit()
+        rows = check_rebase_arguments(
+            session_id, expected_count, events, keys=keys, commit_id=commit_id
+        )
+        return await self._commit_rebased(
+            Commit(session_id, expected_count, rows, keys=keys, commit_id=commit_id)
+        )
+
+    async def _commit_rebased(self, commit: Commit) -> Rebased:
+        raise NotImplementedError
 
     async def list_sessions(
         self,

@@ -9,11 +9,10 @@ delete of the parent first gives the forks that share the affected history their
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any
 
 import attrs
 
@@ -31,22 +30,21 @@ from nous_session.event import Event, EventType
 from nous_session.listing import (
     ListQuery,
     SessionEntry,
-    SessionPage,
     from_micros,
     metadata_of,
     to_micros,
 )
 from nous_session.metadata import SessionMetadata
+from nous_session.stores._common import Commit, StoreBase
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
     Stored,
-    check_commit_arguments,
     check_commit_state,
     check_fork_point,
     check_held,
-    check_rebase_arguments,
     check_session_id,
+    check_since,
     moved,
     moved_keys,
 )
@@ -91,13 +89,8 @@ def _touch(session: _Session, events: Sequence[Event]) -> None:
                 break
 
 
-def _check_since(since: object) -> None:
-    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
-        raise ValueError(f"since must be an int >= 0, got {since!r}")
-
-
 @attrs.define
-class MemoryStore:
+class MemoryStore(StoreBase):
     """Sessions in a dict, in this process. Durable only as long as the process lives."""
 
     _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
@@ -156,7 +149,7 @@ class MemoryStore:
     async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
         """The held events with seq >= ``since``, in seq order."""
         self._check_open()
-        _check_since(since)
+        check_since(since)
         session = self._sessions.get(session_id)
         if session is None:
             return []
@@ -167,7 +160,7 @@ class MemoryStore:
     async def read(self, session_id: str, *, since: int = 0) -> Stored:
         """The session's events from ``since``, its count, horizon, keys and lineage."""
         self._check_open()
-        _check_since(since)
+        check_since(since)
         session = self._sessions.get(session_id)
         if session is None:
             return Stored((), 0)
@@ -187,32 +180,10 @@ class MemoryStore:
             session.fork_point,
         )
 
-    async def commit(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        dropped: Sequence[int] = (),
-        expected_horizon: int | None = None,
-        horizon: int | None = None,
-        keys: Sequence[tuple[str, int, int]] = (),
-        kept: Sequence[int] = (),
-        commit_id: str | None = None,
-    ) -> None:
-        """Append ``events`` and delete ``dropped`` atomically (nothing here can fail halfway)."""
-        self._check_open()
-        events = check_commit_arguments(
-            session_id,
-            expected_count,
-            events,
-            dropped,
-            keys=keys,
-            kept=kept,
-            commit_id=commit_id,
-            horizon=horizon,
-            expected_horizon=expected_horizon,
-        )
+    async def _commit(self, commit: Commit) -> None:
+        session_id, expected_count, events = commit.session_id, commit.expected_count, commit.events
+        dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
+        expected_horizon, horizon = commit.expected_horizon, commit.horizon
         session = self._sessions.get(session_id)
         if session is None:
             if expected_count != 0:
@@ -278,20 +249,9 @@ class MemoryStore:
                 remaining.append(event)
         session.events = remaining
 
-    async def commit_rebased(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        keys: Sequence[tuple[str, int, int]] = (),
-        commit_id: str | None = None,
-    ) -> Rebased:
-        """Append ``events`` after the session's current count (see :class:`RebasingStore`)."""
-        self._check_open()
-        events = check_rebase_arguments(
-            session_id, expected_count, events, keys=keys, commit_id=commit_id
-        )
+    async def _commit_rebased(self, commit: Commit) -> Rebased:
+        session_id, expected_count, events = commit.session_id, commit.expected_count, commit.events
+        keys, commit_id = commit.keys, commit.commit_id
         session = self._sessions.get(session_id)
         stored = 0 if session is None else session.count
         if stored < expected_count:
@@ -375,36 +335,8 @@ class MemoryStore:
             if session.count
         ]
 
-    async def list_sessions(
-        self,
-        *,
-        where: Mapping[str, Any] | None = None,
-        tags: Iterable[str] = (),
-        created_since: datetime | None = None,
-        created_before: datetime | None = None,
-        active_since: datetime | None = None,
-        active_before: datetime | None = None,
-        order: str = "active",
-        descending: bool = True,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> SessionPage:
-        """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`).
-
-        In memory there is no index: each call looks at every session.
-        """
-        query = ListQuery.make(
-            where=where,
-            tags=tags,
-            created_since=created_since,
-            created_before=created_before,
-            active_since=active_since,
-            active_before=active_before,
-            order=order,
-            descending=descending,
-            limit=limit,
-            cursor=cursor,
-        )
+    async def _list(self, query: ListQuery) -> list[SessionEntry]:
+        """In memory there is no index: each call looks at every session."""
         self._check_open()
         entries = [
             entry
@@ -412,7 +344,7 @@ class MemoryStore:
             if query.matches(entry)
         ]
         entries.sort(key=query.sort_key, reverse=query.descending)
-        return query.page(entries[: query.limit + 1])
+        return entries[: query.limit + 1]
 
     @staticmethod
     def _entry(session_id: str, session: _Session) -> SessionEntry:
@@ -569,15 +501,12 @@ class MemoryStore:
         """``memory:``: each MemoryStore is its own private space."""
         return "memory:"
 
-    async def __aenter__(self) -> MemoryStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Close the store; later calls raise StoreError."""
         self._closed = True
+
+    def _before_commit(self) -> None:
+        self._check_open()
 
     def _check_open(self) -> None:
         if self._closed:

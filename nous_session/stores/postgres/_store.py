@@ -35,13 +35,11 @@ from nous_session.errors import (
 from nous_session.event import Event
 from nous_session.listing import ListQuery, SessionEntry, latest_metadata
 from nous_session.metadata import SessionMetadata
-from nous_session.stores._common import FeedStore
+from nous_session.stores._common import Commit, FeedStore
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
     Stored,
-    check_commit_arguments,
-    check_rebase_arguments,
     check_session_id,
     check_since,
     moved,
@@ -228,6 +226,9 @@ class PostgresStore(FeedStore):
             raise StoreError(f"cannot connect to {self._redacted()}: {one_line(error)}") from None
         self._opened = True
 
+    def _before_commit(self) -> None:
+        self._check_writable()
+
     def _check_writable(self) -> None:
         if self.read_only:
             raise StoreError(f"the store {self._redacted()} is open read-only")
@@ -271,43 +272,10 @@ class PostgresStore(FeedStore):
     _group_commits: ClassVar[bool] = True
     """Whether a commit that drops nothing joins a round's group (a switch for benchmarks)."""
 
-    async def commit(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        dropped: Sequence[int] = (),
-        expected_horizon: int | None = None,
-        horizon: int | None = None,
-        keys: Sequence[tuple[str, int, int]] = (),
-        kept: Sequence[int] = (),
-        commit_id: str | None = None,
-    ) -> None:
-        """Insert ``events`` and delete ``dropped`` in one statement, then notify watchers.
-
-        A commit that drops nothing shares its transaction with the other commits sent in the
-        same round (see the module doc); its outcome is its own.
-
-        Raises:
-            ConflictError: the stored count (or horizon) is not the expected one, or a key or
-                the commit id is taken; nothing was written.
-            OutcomeUnknownError: the connection was lost: the commit may have landed. Send it
-                again with the same ``commit_id`` (exactly one of the two lands).
-            StoreError: the database failed; nothing was written.
-        """
-        self._check_writable()
-        rows = check_commit_arguments(
-            session_id,
-            expected_count,
-            events,
-            dropped,
-            keys=keys,
-            kept=kept,
-            commit_id=commit_id,
-            horizon=horizon,
-            expected_horizon=expected_horizon,
-        )
+    async def _commit(self, commit: Commit) -> None:
+        session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
+        dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
+        expected_horizon, horizon = commit.expected_horizon, commit.horizon
         parameters = commit_parameters(
             session_id,
             expected_count,
@@ -344,35 +312,9 @@ class PostgresStore(FeedStore):
         except Unmatched:
             raise conflict(session_id, expected_count, expected_horizon) from None
 
-    async def commit_rebased(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        keys: Sequence[tuple[str, int, int]] = (),
-        commit_id: str | None = None,
-    ) -> Rebased:
-        """Append ``events`` after the session's current count (see :class:`RebasingStore`).
-
-        One transaction, pipelined into one round trip: move the count by the batch's length
-        (which waits for the session's row lock, so concurrent writers queue up in the
-        database instead of failing), insert the batch after the old count, read what other
-        writers stored since ``expected_count``, notify watchers, commit.
-
-        Raises:
-            ConflictError: the stored count is below ``expected_count``, or a key or the
-                commit id is taken; nothing was written.
-            CorruptRecordError: a record another writer stored in between cannot be decoded.
-                The batch itself was committed (the records are read in the same round trip
-                as the commit); the message says so and where. The session cannot be loaded
-                either until that record is repaired.
-            OutcomeUnknownError, StoreError: as for :meth:`commit`.
-        """
-        self._check_writable()
-        rows = check_rebase_arguments(
-            session_id, expected_count, events, keys=keys, commit_id=commit_id
-        )
+    async def _commit_rebased(self, commit: Commit) -> Rebased:
+        session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
+        keys, commit_id = commit.keys, commit.commit_id
         metadata = latest_metadata(rows)
         parameters: dict[str, Any] = {
             "name": session_id,

@@ -5,14 +5,24 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from types import MappingProxyType
 from typing import Final
 
+from nous_session.codec import decode_rows, encode
 from nous_session.errors import ConflictError
+from nous_session.event import Event
+from nous_session.listing import latest_metadata
+from nous_session.stores._common import Commit
 from nous_session.stores.base import (
+    Rebased,
     check_commit_state,
+    check_held,
+    moved,
+    moved_keys,
+    place,
 )
 from nous_session.stores.sqlite._errors import _translated
-from nous_session.stores.sqlite._rows import _release_shared, _row
+from nous_session.stores.sqlite._rows import _ROW_SEQ, _release_shared, _row, _rows
 from nous_session.stores.sqlite._sql import (
     _ADVANCE,
     _ADVANCE_AT_HORIZON,
@@ -271,3 +281,58 @@ def instrument(wrap: Callable[[str, Callable[..., None]], Callable[..., None]]) 
     every commit job (``"statements"``) by ``wrap("statements", function)``, to time them."""
     global write_commit
     write_commit = wrap("statements", write_commit)
+
+
+def rebase_in(
+    connection: sqlite3.Connection, commit: Commit, ids: dict[str, int], path: str
+) -> Rebased:
+    """A rebasing commit in the writer's transaction: read the count and what other writers
+    stored since the caller's count, then write the events after it."""
+    session_id, expected_count, listed = commit.session_id, commit.expected_count, commit.events
+    keys, commit_id = commit.keys, commit.commit_id
+    row = _row(connection, session_id)
+    stored = 0 if row is None else row.count
+    if stored < expected_count:
+        raise ConflictError(
+            f"session {session_id!r} has count {stored}, below the expected {expected_count}"
+        )
+    shift = stored - expected_count
+    others: list[Event] = []
+    between: dict[str, tuple[int, int]] = {}
+    if shift and row is not None:
+        found = _rows(connection, row, expected_count)
+        # A rebase never writes past a hole: the batch would land after rows that
+        # are missing, and the session could not be opened again.
+        check_held(
+            session_id,
+            found,
+            count=stored,
+            horizon=row.horizon,
+            since=expected_count,
+            where=path,
+            seq=_ROW_SEQ,
+        )
+        others = decode_rows(found, place(session_id, path))
+        between = {
+            key: (seq, n)
+            for key, seq, n in connection.execute(
+                "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
+                (row.key, expected_count),
+            )
+        }
+    placed = moved(listed, shift) if shift else listed
+    records = [(event.seq, encode(event)) for event in placed]
+    write_commit(
+        connection,
+        session_id,
+        stored,
+        records,
+        (),
+        keys=moved_keys(keys, shift),
+        commit_id=commit_id,
+        metadata=latest_metadata(placed),
+        ids=ids,
+    )
+    return Rebased(
+        shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon
+    )

@@ -26,7 +26,7 @@ from nous_session.erasure import (
     check_seqs,
     erasure_time,
 )
-from nous_session.errors import ConflictError, StoreError
+from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.listing import (
     ListQuery,
@@ -36,22 +36,18 @@ from nous_session.listing import (
     to_micros,
 )
 from nous_session.metadata import SessionMetadata
-from nous_session.stores._common import FeedStore
+from nous_session.stores._common import Commit, FeedStore
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
     Stored,
-    check_commit_arguments,
     check_fork_point,
     check_held,
-    check_rebase_arguments,
     check_session_id,
     check_since,
-    moved,
-    moved_keys,
     place,
 )
-from nous_session.stores.sqlite._commit import _CommitJob, _now, write_commit
+from nous_session.stores.sqlite._commit import _CommitJob, _now, rebase_in
 from nous_session.stores.sqlite._erasure import _erase_rows, _scrub
 from nous_session.stores.sqlite._errors import _errors
 from nous_session.stores.sqlite._feed import DEFAULT_POLL, ChangeMonitor
@@ -337,38 +333,10 @@ class SQLiteStore(FeedStore):
 
         return await self._run(read)
 
-    async def commit(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        dropped: Sequence[int] = (),
-        expected_horizon: int | None = None,
-        horizon: int | None = None,
-        keys: Sequence[tuple[str, int, int]] = (),
-        kept: Sequence[int] = (),
-        commit_id: str | None = None,
-    ) -> None:
-        """Insert ``events`` and delete ``dropped`` in one transaction, durable on return.
-
-        Raises:
-            ConflictError: the stored count (or horizon) is not the expected one, or a key is
-                taken; nothing was written.
-            StoreError: SQLite failed (disk full, read-only file, locked database, the file
-                replaced under the store, ...); nothing was written.
-        """
-        rows = check_commit_arguments(
-            session_id,
-            expected_count,
-            events,
-            dropped,
-            keys=keys,
-            kept=kept,
-            commit_id=commit_id,
-            horizon=horizon,
-            expected_horizon=expected_horizon,
-        )
+    async def _commit(self, commit: Commit) -> None:
+        session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
+        dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
+        expected_horizon, horizon = commit.expected_horizon, commit.horizon
 
         records = [(event.seq, encode(event)) for event in rows]  # encoded before joining a group
         metadata = latest_metadata(rows)
@@ -394,80 +362,13 @@ class SQLiteStore(FeedStore):
             )
         )
 
-    async def commit_rebased(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        keys: Sequence[tuple[str, int, int]] = (),
-        commit_id: str | None = None,
-    ) -> Rebased:
-        """Append ``events`` after the session's current count (see :class:`RebasingStore`).
+    async def _commit_rebased(self, commit: Commit) -> Rebased:
+        session_id = commit.session_id
 
-        One transaction under SQLite's write lock: read the count and what other writers
-        stored since ``expected_count``, insert the events after it, commit.
+        def rebase(connection: sqlite3.Connection) -> Rebased:
+            return rebase_in(connection, commit, self._ids, self.path)
 
-        Raises:
-            ConflictError: the stored count is below ``expected_count``, or a key is taken;
-                nothing was written.
-            CorruptRecordError: another writer's record cannot be decoded; nothing was written.
-            StoreError: SQLite failed; nothing was written.
-        """
-        listed = check_rebase_arguments(
-            session_id, expected_count, events, keys=keys, commit_id=commit_id
-        )
-
-        def commit(connection: sqlite3.Connection) -> Rebased:
-            row = _row(connection, session_id)
-            stored = 0 if row is None else row.count
-            if stored < expected_count:
-                raise ConflictError(
-                    f"session {session_id!r} has count {stored},"
-                    f" below the expected {expected_count}"
-                )
-            shift = stored - expected_count
-            others: list[Event] = []
-            between: dict[str, tuple[int, int]] = {}
-            if shift and row is not None:
-                found = _rows(connection, row, expected_count)
-                # A rebase never writes past a hole: the batch would land after rows that
-                # are missing, and the session could not be opened again.
-                check_held(
-                    session_id,
-                    found,
-                    count=stored,
-                    horizon=row.horizon,
-                    since=expected_count,
-                    where=self.path,
-                    seq=_ROW_SEQ,
-                )
-                others = decode_rows(found, place(session_id, self.path))
-                between = {
-                    key: (seq, n)
-                    for key, seq, n in connection.execute(
-                        "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
-                        (row.key, expected_count),
-                    )
-                }
-            placed = moved(listed, shift) if shift else listed
-            records = [(event.seq, encode(event)) for event in placed]
-            write_commit(
-                connection,
-                session_id,
-                stored,
-                records,
-                (),
-                keys=moved_keys(keys, shift),
-                commit_id=commit_id,
-                metadata=latest_metadata(placed),
-                ids=self._ids,
-            )
-            return Rebased(
-                shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon
-            )
-
-        return await self._write(commit, f"commit to session {session_id!r} in {self.path}")
+        return await self._write(rebase, f"commit to session {session_id!r} in {self.path}")
 
     async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
         """Where the commit ``commit_id`` landed (first seq, events), or None.
