@@ -32,8 +32,8 @@ from nous_session.stores import open_store
 from nous_session.stores.memory import MemoryStore
 from nous_session.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 from nous_session.stores.sqlite import _commit as sqlite_commit
+from nous_session.stores.sqlite import _rows as sqlite_rows
 from nous_session.stores.sqlite import _schema as sqlite_schema
-from nous_session.stores.sqlite import _store as sqlite_store
 from nous_session.testing import sample_log
 
 HERE = Path(__file__).parent
@@ -437,7 +437,7 @@ async def test_a_failed_read_leaves_no_transaction_open_on_either_read_path(
     reader = SQLiteStore(path, read_only=True)
     try:
         await writer.commit("s", expected_count=0, events=events)
-        rows = sqlite_store._rows
+        rows = sqlite_rows._rows
         failing = {"on": True}
 
         def flaky(*args: Any, **kwargs: Any) -> Any:
@@ -445,7 +445,7 @@ async def test_a_failed_read_leaves_no_transaction_open_on_either_read_path(
                 raise sqlite3.OperationalError("disk I/O error")
             return rows(*args, **kwargs)
 
-        monkeypatch.setattr(sqlite_store, "_rows", flaky)
+        monkeypatch.setattr(sqlite_rows, "_rows", flaky)
         for store in (writer, reader):
             with pytest.raises(StoreError, match="disk I/O error"):
                 await store.load("s")
@@ -475,7 +475,7 @@ async def test_a_commit_between_the_count_and_the_rows_is_not_seen_by_the_read(
     reader = SQLiteStore(path, read_only=True) if read_only else writer
     try:
         await writer.commit("s", expected_count=0, events=events)
-        rows = sqlite_store._rows
+        rows = sqlite_rows._rows
         between = {"on": True}
 
         def another_process_commits_first(
@@ -499,7 +499,7 @@ async def test_a_commit_between_the_count_and_the_rows_is_not_seen_by_the_read(
                     other.close()
             return rows(connection, row, *args)
 
-        monkeypatch.setattr(sqlite_store, "_rows", another_process_commits_first)
+        monkeypatch.setattr(sqlite_rows, "_rows", another_process_commits_first)
         assert [event.seq for event in await reader.load("s")] == [0, 1]
         assert not between["on"]  # the commit did land between the two queries
         # The next read sees it, whole.

@@ -53,7 +53,7 @@ class Copies(Protocol, Generic[Where]):
 def erase_rows(
     store: Copies[Where],
     session_id: str,
-    wanted: Sequence[int] | None,
+    wanted: Iterable[int] | None,
     inherited: bool | None,
     *,
     reason: str,

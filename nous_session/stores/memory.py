@@ -13,17 +13,14 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
 from nous_session.erasure import (
     Erasure,
     check_reason,
-    check_seqs,
-    erase_copies,
     erasure_time,
-    family,
-    forget_metadata,
 )
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, EventType
@@ -36,6 +33,8 @@ from nous_session.listing import (
 )
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, StoreBase
+from nous_session.stores._erase import erase_rows
+from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -393,13 +392,7 @@ class MemoryStore(StoreBase):
             ValueError: a bad seq or reason, or no such session; nothing was changed.
         """
         self._check_open()
-        reason = check_reason(reason)
-        when = erasure_time(at)
-        session = self._sessions.get(session_id)
-        if session is None or session.count == 0:
-            raise ValueError(f"no session {session_id!r} to erase")
-        wanted = check_seqs(seqs, session.count, session_id=session_id)
-        return self._erase(session_id, wanted, reason, when, dry_run)
+        return self._erase(session_id, seqs, None, check_reason(reason), erasure_time(at), dry_run)
 
     async def erase_session(
         self,
@@ -418,83 +411,28 @@ class MemoryStore(StoreBase):
         """
         self._check_open()
         reason = check_reason(reason)
-        session = self._sessions.get(session_id)
-        if session is None or session.count == 0:
-            raise ValueError(f"no session {session_id!r} to erase")
-        low = 0 if inherited or session.fork_point is None else session.fork_point + 1
-        wanted = sorted(
-            {event.seq for event in self._view(session, low)}
-            | {seq for seq in self._inherited(session)[1] if seq >= low}
-            | {seq for seq in session.kept if seq >= low}
-        )
-        return self._erase(session_id, wanted, reason, erasure_time(None), dry_run)
+        return self._erase(session_id, None, inherited, reason, erasure_time(None), dry_run)
 
     def _erase(
-        self, session_id: str, wanted: Sequence[int], reason: str, at: datetime, dry_run: bool
+        self,
+        session_id: str,
+        wanted: Iterable[int] | None,
+        inherited: bool | None,
+        reason: str,
+        at: datetime,
+        dry_run: bool,
     ) -> Erasure:
-        def parent_of(name: str) -> tuple[str, int] | None:
-            found = self._sessions.get(name)
-            if found is None or found.parent is None or found.fork_point is None:
-                return None
-            return (found.parent, found.fork_point) if found.parent in self._sessions else None
-
-        def children_of(name: str, seq: int) -> list[str]:
-            return [
-                child
-                for child, found in self._sessions.items()
-                if found.parent == name and found.fork_point is not None and found.fork_point >= seq
-            ]
-
-        def copies_of(members: Sequence[str], seq: int) -> list[tuple[tuple[str, bool], Event]]:
-            copies: list[tuple[tuple[str, bool], Event]] = []
-            for member in members:
-                found = self._sessions[member]
-                index = bisect_left(found.events, seq, key=_SEQ)
-                if index < len(found.events) and found.events[index].seq == seq:
-                    copies.append(((member, False), found.events[index]))
-                if seq in found.kept:
-                    copies.append(((member, True), found.kept[seq]))
-            return copies
-
-        forgotten: dict[int, bytes] = {}  # erased metadata events: seq -> their record
-
-        def write(where: tuple[str, bool], event: Event) -> None:
-            member, kept = where
-            found = self._sessions[member]
-            if kept:
-                found.kept[event.seq] = event
-            else:
-                found.events[bisect_left(found.events, event.seq, key=_SEQ)] = event
-            forget_metadata(event, forgotten)
-
-        erased, already, absent, others = erase_copies(
+        done = erase_rows(
+            _MemoryCopies(self),
             session_id,
             wanted,
+            inherited,
             reason=reason,
             at=at,
-            members_of=lambda seq: family(session_id, seq, parent_of, children_of),
-            copies_of=copies_of,
-            write=None if dry_run else write,
-        )
-        for seq in forgotten:  # the sessions' copies of an erased metadata record go too
-            for member in family(session_id, seq, parent_of, children_of):
-                held = self._sessions[member]
-                if held.meta_seq == seq:
-                    held.metadata = SessionMetadata()
-        return Erasure(
-            session_id,
-            reason,
-            at,
-            tuple(erased),
-            tuple(already),
-            tuple(absent),
-            tuple(sorted(others)),
-            proven=False,
-            detail="dry run: nothing was changed"
-            if dry_run
-            else "in process memory: the old values were released, not overwritten",
             dry_run=dry_run,
         )
+        detail = "in process memory: the old values were released, not overwritten"
+        return attrs.evolve(done, detail="dry run: nothing was changed" if dry_run else detail)
 
     @property
     def url(self) -> str:
@@ -511,3 +449,55 @@ class MemoryStore(StoreBase):
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("the store is closed")
+
+
+@attrs.frozen
+class _MemoryCopies:
+    """The copies of a session's events in a MemoryStore (see
+    :class:`~nous_session.stores._erase.Copies`): a copy is named by its session and whether
+    it is a kept one."""
+
+    store: MemoryStore
+
+    def row(self, name: str) -> SessionRow[str] | None:
+        found = self.store._sessions.get(name)
+        if found is None:
+            return None
+        return SessionRow(
+            name, found.count, found.horizon, found.parent, found.fork_point, found.shares
+        )
+
+    def held(self, row: SessionRow[Any], low: int) -> Iterable[int]:
+        session = self.store._sessions[row.key]
+        yield from (event.seq for event in self.store._view(session, low))
+        yield from (seq for seq in self.store._inherited(session)[1] if seq >= low)
+        yield from (seq for seq in session.kept if seq >= low)
+
+    def children(self, name: str) -> list[tuple[str, int | None]]:
+        return [
+            (child, s.fork_point) for child, s in self.store._sessions.items() if s.parent == name
+        ]
+
+    def copies(self, member: str, seq: int) -> list[tuple[tuple[str, bool], Event]]:
+        found = self.store._sessions[member]
+        copies: list[tuple[tuple[str, bool], Event]] = []
+        index = bisect_left(found.events, seq, key=_SEQ)
+        if index < len(found.events) and found.events[index].seq == seq:
+            copies.append(((member, False), found.events[index]))
+        if seq in found.kept:
+            copies.append(((member, True), found.kept[seq]))
+        return copies
+
+    def write(self, where: tuple[str, bool], event: Event) -> None:
+        member, kept = where
+        found = self.store._sessions[member]
+        if kept:
+            found.kept[event.seq] = event
+        else:
+            found.events[bisect_left(found.events, event.seq, key=_SEQ)] = event
+
+    def forget(self, record: bytes, members: Sequence[str], seq: int) -> None:
+        for member in members:
+            held = self.store._sessions[member]
+            if held.meta_seq == seq:
+                held.metadata = SessionMetadata()

@@ -6,24 +6,28 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 import psycopg
 from psycopg import sql
+from psycopg_pool import ConnectionPool
 
 from nous_session.codec import decode, encode
-from nous_session.erasure import Erasure
+from nous_session.erasure import Erasure, check_reason, check_seqs, erasure_time
 from nous_session.event import Event
 from nous_session.stores._erase import erase_rows
 from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import place
+from nous_session.stores.postgres._errors import errors
 from nous_session.stores.postgres._rows import inherited, row_of, view
-from nous_session.stores.postgres._sql import Statements
+from nous_session.stores.postgres._sql import APPLICATION, Statements
 
-__all__ = ["erase_in_tables", "scrub_tables"]
+T = TypeVar("T")
+
+__all__ = ["ErasingTables", "erase_in_tables", "scrub_tables"]
 
 # What VACUUM FULL VERBOSE says of the dead row versions it copied (a snapshot may see them).
 DEAD_KEPT: Final = re.compile(r"(\d+) dead row versions cannot be removed yet")
@@ -200,3 +204,133 @@ def scrub_tables(
         " keeping no dead row version"
     )
     return not blocking, "; ".join(done)
+
+
+class ErasingTables:
+    """:class:`~nous_session.stores.postgres.PostgresStore`'s erasure: the rows rewritten in
+    one transaction, then the tables scrubbed."""
+
+    url: str
+    _sql: Statements
+    _where: str
+    _pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
+    _connect_timeout: float
+
+    async def _run(self, function: Callable[[], T]) -> T:
+        raise NotImplementedError
+
+    def _check_writable(self) -> None:
+        raise NotImplementedError
+
+    async def erase(
+        self,
+        session_id: str,
+        seqs: Iterable[int],
+        *,
+        reason: str,
+        at: datetime | None = None,
+        dry_run: bool = False,
+        rewrite: bool = True,
+        lock_timeout: float = 60.0,
+    ) -> Erasure:
+        """Replace the events at ``seqs`` by their erased form wherever the tables hold them
+        (see :class:`~nous_session.stores.base.ErasingStore`), then scrub the tables.
+
+        The rows are updated in one transaction (the sessions involved are locked against
+        a concurrent snapshot or delete copying them meanwhile; commits to them wait for it).
+        An UPDATE leaves the old row version in its page, and a plain ``VACUUM`` only marks
+        it free: its bytes stay in the page's free space until something is written over
+        them. So, with ``rewrite`` (the default), ``VACUUM FULL`` then rewrites the events
+        and kept tables (and their TOAST tables) into new files: it takes an ACCESS
+        EXCLUSIVE lock on each, so every read and commit of every session in this schema
+        waits for it, and it costs time and disk in proportion to the table. It waits at
+        most ``lock_timeout`` seconds for its lock. It copies a dead row version that some
+        transaction's snapshot may still see: the result is proven only when no snapshot
+        older than the erasure was open (checked for up to ``lock_timeout`` seconds, in
+        ``pg_stat_activity``, prepared transactions and replication slots) and the
+        ``VACUUM FULL`` ran. Without ``rewrite``, a plain ``VACUUM`` runs and the result is
+        not proven.
+
+        Raises:
+            ValueError: a bad seq or reason, or no such session; nothing was changed.
+            StoreError: the database failed; nothing was changed (or, if only the scrub
+                failed, the rows were erased and the result says so).
+        """
+        reason = check_reason(reason)
+        when = erasure_time(at)
+        wanted = check_seqs(seqs)
+        return await self._erase(
+            session_id, wanted, None, reason, when, dry_run, rewrite, lock_timeout
+        )
+
+    async def erase_session(
+        self,
+        session_id: str,
+        *,
+        reason: str,
+        inherited: bool = False,
+        dry_run: bool = False,
+        rewrite: bool = True,
+        lock_timeout: float = 60.0,
+    ) -> Erasure:
+        """Erase every event the session wrote itself (with ``inherited``, also what it took
+        from the session it was forked from), then scrub as :meth:`erase` does.
+
+        Raises:
+            ValueError: a bad reason, or no such session; nothing was changed.
+            StoreError: the database failed; nothing was changed.
+        """
+        reason = check_reason(reason)
+        return await self._erase(
+            session_id, None, inherited, reason, erasure_time(None), dry_run, rewrite, lock_timeout
+        )
+
+    async def _erase(
+        self,
+        session_id: str,
+        wanted: Sequence[int] | None,
+        inherited: bool | None,
+        reason: str,
+        at: datetime,
+        dry_run: bool,
+        rewrite: bool,
+        lock_timeout: float,
+    ) -> Erasure:
+        if not dry_run:
+            self._check_writable()
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
+            raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
+
+        def erase() -> tuple[Erasure, str]:
+            with errors(f"cannot erase from session {session_id!r}"), self._pool.connection() as c:
+                return erase_in_tables(
+                    c,
+                    self._sql,
+                    self._where,
+                    session_id,
+                    wanted,
+                    inherited,
+                    reason=reason,
+                    at=at,
+                    dry_run=dry_run,
+                )
+
+        done, xid = await self._run(erase)
+        if dry_run:
+            return attrs.evolve(done, detail="dry run: nothing was changed")
+        proven, detail = await self._run(lambda: self._scrub(xid, rewrite, lock_timeout))
+        return attrs.evolve(done, proven=proven, detail=detail)
+
+    def _scrub(self, xid: str, rewrite: bool, lock_timeout: float) -> tuple[bool, str]:
+        """After an erasing commit (transaction ``xid``), the tables scrubbed (see
+        :func:`~nous_session.stores.postgres._erasure.scrub_tables`)."""
+        with errors("the events were erased, but scrubbing the tables failed"):
+            return scrub_tables(
+                self.url,
+                (self._sql.events, self._sql.kept),
+                xid,
+                rewrite=rewrite,
+                lock_timeout=lock_timeout,
+                connect_timeout=self._connect_timeout,
+                application_name=APPLICATION,
+            )

@@ -38,17 +38,20 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, ClassVar, Final, TypeVar
 
+import anyio
 import orjson
+import psycopg
+from psycopg import sql
 
 from nous_session._logging import get_logger
 from nous_session.stores._watch import ASK_AGAIN, HELD, HOLD_AT_MOST, UNSURE, Known, Watch, Watches
+from nous_session.stores.postgres._sql import APPLICATION
 
-if TYPE_CHECKING:
-    import psycopg
+__all__ = ["KEEPALIVE", "Listener", "ListenerFeed", "ListenerStalled"]
 
-__all__ = ["KEEPALIVE", "Listener", "ListenerStalled"]
+T = TypeVar("T")
 
 _logger = get_logger("nous_session.postgres")
 
@@ -293,3 +296,73 @@ def _head(payload: str | bytes) -> tuple[str, int] | None:
         return str(value["session"]), int(value["head"])
     except (ValueError, KeyError, TypeError):  # orjson.JSONDecodeError is a ValueError
         return None
+
+
+class ListenerFeed:
+    """:class:`~nous_session.stores.postgres.PostgresStore`'s change feed: every watch of one
+    store shares one :class:`Listener`."""
+
+    url: str
+    _channel: str
+    _connect_timeout: float
+    _listener: Listener | None
+    _listener_lock: threading.Lock
+
+    async def _run(self, function: Callable[[], T]) -> T:
+        raise NotImplementedError
+
+    # The follower passes ``known`` (see nous_session._follower): a head it holds, such as
+    # its own commit's, does not wake it.
+    watch_takes_known: ClassVar[bool] = True
+
+    async def watch(
+        self,
+        session_id: str,
+        *,
+        poll: float = 0.25,
+        known: Callable[[], tuple[int, int, bool]] | None = None,
+    ) -> AsyncGenerator[int, None]:
+        """Yield the session's new head whenever a commit (from any process) lands.
+
+        The first value, ``-1``, is yielded as soon as the store is listening, and again
+        after every reconnection: the caller should read what it has missed then
+        (``load(since=...)``). Each notification's head follows; a lost listener reconnects
+        with a backoff. With ``known``, a callable that returns what the watcher holds as
+        (count, horizon) and whether a commit of its own is in flight, a head at or below
+        that count is not yielded, and one that comes while that commit is in flight is
+        asked about again every few milliseconds until it has answered: the watcher's own
+        commits do not wake it. ``known`` is called from the listener's thread, so it must
+        only read.
+
+        Every watch of one store shares one LISTEN connection and one thread (``poll``, the
+        seconds that thread waits for notifications before it checks whether any watch is
+        left, is the first watch's). Close the generator (``aclosing``) to leave it; the
+        thread ends once no watch is left.
+        """
+        await self._run(lambda: None)  # connect and migrate first
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = Listener(self._listen, poll)
+            listener = self._listener
+        heads = listener.watch(session_id, known)
+        try:
+            async for head in heads:
+                yield head
+        finally:
+            with anyio.CancelScope(shield=True):
+                await heads.aclose()
+
+    def _listen(self) -> psycopg.Connection[Any]:
+        connection = psycopg.connect(
+            self.url,
+            autocommit=True,
+            application_name=APPLICATION + " listener",
+            connect_timeout=max(1, int(self._connect_timeout)),
+            **KEEPALIVE,
+        )
+        try:
+            connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        except BaseException:
+            connection.close()
+            raise
+        return connection

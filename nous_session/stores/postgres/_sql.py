@@ -4,13 +4,17 @@ schema: the tables' identifiers and the statements of its commits and reads."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 from psycopg import sql
 
 from nous_session.listing import ListQuery, from_micros
 
-__all__ = ["Statements", "listing"]
+__all__ = ["APPLICATION", "Statements", "listing"]
+
+APPLICATION: Final = "nous_session"
+"""The ``application_name`` of the store's connections (its LISTEN connection adds
+``" listener"``)."""
 
 
 class Statements:

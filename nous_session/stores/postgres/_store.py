@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from operator import itemgetter
 from types import MappingProxyType
@@ -15,19 +15,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-import attrs
 import psycopg
-from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from nous_session._logging import get_logger
 from nous_session.codec import decode_rows
-from nous_session.erasure import (
-    Erasure,
-    check_reason,
-    check_seqs,
-    erasure_time,
-)
 from nous_session.errors import (
     CorruptRecordError,
     StoreError,
@@ -53,12 +45,12 @@ from nous_session.stores.postgres._commit import (
     rebase,
     refused,
 )
-from nous_session.stores.postgres._erasure import erase_in_tables, scrub_tables
+from nous_session.stores.postgres._erasure import ErasingTables
 from nous_session.stores.postgres._errors import (
     errors,
     one_line,
 )
-from nous_session.stores.postgres._feed import KEEPALIVE, Listener
+from nous_session.stores.postgres._feed import Listener, ListenerFeed
 from nous_session.stores.postgres._group import GroupCommits, Grouped
 from nous_session.stores.postgres._rows import (
     delete_row,
@@ -71,7 +63,7 @@ from nous_session.stores.postgres._schema import (
     check_schema,
     migrate,
 )
-from nous_session.stores.postgres._sql import Statements, listing
+from nous_session.stores.postgres._sql import APPLICATION, Statements, listing
 
 __all__ = ["PostgresStore"]
 
@@ -79,13 +71,11 @@ T = TypeVar("T")
 
 _logger = get_logger("nous_session.postgres")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_APPLICATION = "nous_session"
-_LISTENER_APPLICATION = "nous_session listener"
 _SEQ_MAX: Final = 2**63 - 1
 _ROW_SEQ: Final[Callable[[Any], int]] = itemgetter(0)
 
 
-class PostgresStore(FeedStore):
+class PostgresStore(ErasingTables, ListenerFeed, FeedStore):
     """Sessions in a PostgreSQL database, shared by any number of processes.
 
     Args:
@@ -146,7 +136,7 @@ class PostgresStore(FeedStore):
             timeout=connect_timeout,
             kwargs={
                 "autocommit": True,
-                "application_name": _APPLICATION,
+                "application_name": APPLICATION,
                 "connect_timeout": max(1, int(connect_timeout)),
                 **({"options": "-c default_transaction_read_only=on"} if read_only else {}),
             },
@@ -207,7 +197,7 @@ class PostgresStore(FeedStore):
             probe = psycopg.connect(
                 self.url,
                 autocommit=True,
-                application_name=_APPLICATION,
+                application_name=APPLICATION,
                 connect_timeout=max(1, int(self._connect_timeout)),
             )
         except psycopg.Error as error:
@@ -454,179 +444,6 @@ class PostgresStore(FeedStore):
                 return row is not None
 
         return await self._run(delete)
-
-    # Erasure ----------------------------------------------------------------------------------
-
-    async def erase(
-        self,
-        session_id: str,
-        seqs: Iterable[int],
-        *,
-        reason: str,
-        at: datetime | None = None,
-        dry_run: bool = False,
-        rewrite: bool = True,
-        lock_timeout: float = 60.0,
-    ) -> Erasure:
-        """Replace the events at ``seqs`` by their erased form wherever the tables hold them
-        (see :class:`~nous_session.stores.base.ErasingStore`), then scrub the tables.
-
-        The rows are updated in one transaction (the sessions involved are locked against
-        a concurrent snapshot or delete copying them meanwhile; commits to them wait for it).
-        An UPDATE leaves the old row version in its page, and a plain ``VACUUM`` only marks
-        it free: its bytes stay in the page's free space until something is written over
-        them. So, with ``rewrite`` (the default), ``VACUUM FULL`` then rewrites the events
-        and kept tables (and their TOAST tables) into new files: it takes an ACCESS
-        EXCLUSIVE lock on each, so every read and commit of every session in this schema
-        waits for it, and it costs time and disk in proportion to the table. It waits at
-        most ``lock_timeout`` seconds for its lock. It copies a dead row version that some
-        transaction's snapshot may still see: the result is proven only when no snapshot
-        older than the erasure was open (checked for up to ``lock_timeout`` seconds, in
-        ``pg_stat_activity``, prepared transactions and replication slots) and the
-        ``VACUUM FULL`` ran. Without ``rewrite``, a plain ``VACUUM`` runs and the result is
-        not proven.
-
-        Raises:
-            ValueError: a bad seq or reason, or no such session; nothing was changed.
-            StoreError: the database failed; nothing was changed (or, if only the scrub
-                failed, the rows were erased and the result says so).
-        """
-        reason = check_reason(reason)
-        when = erasure_time(at)
-        wanted = check_seqs(seqs)
-        return await self._erase(
-            session_id, wanted, None, reason, when, dry_run, rewrite, lock_timeout
-        )
-
-    async def erase_session(
-        self,
-        session_id: str,
-        *,
-        reason: str,
-        inherited: bool = False,
-        dry_run: bool = False,
-        rewrite: bool = True,
-        lock_timeout: float = 60.0,
-    ) -> Erasure:
-        """Erase every event the session wrote itself (with ``inherited``, also what it took
-        from the session it was forked from), then scrub as :meth:`erase` does.
-
-        Raises:
-            ValueError: a bad reason, or no such session; nothing was changed.
-            StoreError: the database failed; nothing was changed.
-        """
-        reason = check_reason(reason)
-        return await self._erase(
-            session_id, None, inherited, reason, erasure_time(None), dry_run, rewrite, lock_timeout
-        )
-
-    async def _erase(
-        self,
-        session_id: str,
-        wanted: Sequence[int] | None,
-        inherited: bool | None,
-        reason: str,
-        at: datetime,
-        dry_run: bool,
-        rewrite: bool,
-        lock_timeout: float,
-    ) -> Erasure:
-        if not dry_run:
-            self._check_writable()
-        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
-            raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
-
-        def erase() -> tuple[Erasure, str]:
-            with errors(f"cannot erase from session {session_id!r}"), self._pool.connection() as c:
-                return erase_in_tables(
-                    c,
-                    self._sql,
-                    self._where,
-                    session_id,
-                    wanted,
-                    inherited,
-                    reason=reason,
-                    at=at,
-                    dry_run=dry_run,
-                )
-
-        done, xid = await self._run(erase)
-        if dry_run:
-            return attrs.evolve(done, detail="dry run: nothing was changed")
-        proven, detail = await self._run(lambda: self._scrub(xid, rewrite, lock_timeout))
-        return attrs.evolve(done, proven=proven, detail=detail)
-
-    def _scrub(self, xid: str, rewrite: bool, lock_timeout: float) -> tuple[bool, str]:
-        """After an erasing commit (transaction ``xid``), the tables scrubbed (see
-        :func:`~nous_session.stores.postgres._erasure.scrub_tables`)."""
-        with errors("the events were erased, but scrubbing the tables failed"):
-            return scrub_tables(
-                self.url,
-                (self._sql.events, self._sql.kept),
-                xid,
-                rewrite=rewrite,
-                lock_timeout=lock_timeout,
-                connect_timeout=self._connect_timeout,
-                application_name=_APPLICATION,
-            )
-
-    # The change feed --------------------------------------------------------------------------
-
-    # The follower passes ``known`` (see nous_session._follower): a head it holds, such as
-    # its own commit's, does not wake it.
-    watch_takes_known: ClassVar[bool] = True
-
-    async def watch(
-        self,
-        session_id: str,
-        *,
-        poll: float = 0.25,
-        known: Callable[[], tuple[int, int, bool]] | None = None,
-    ) -> AsyncGenerator[int, None]:
-        """Yield the session's new head whenever a commit (from any process) lands.
-
-        The first value, ``-1``, is yielded as soon as the store is listening, and again
-        after every reconnection: the caller should read what it has missed then
-        (``load(since=...)``). Each notification's head follows; a lost listener reconnects
-        with a backoff. With ``known``, a callable that returns what the watcher holds as
-        (count, horizon) and whether a commit of its own is in flight, a head at or below
-        that count is not yielded, and one that comes while that commit is in flight is
-        asked about again every few milliseconds until it has answered: the watcher's own
-        commits do not wake it. ``known`` is called from the listener's thread, so it must
-        only read.
-
-        Every watch of one store shares one LISTEN connection and one thread (``poll``, the
-        seconds that thread waits for notifications before it checks whether any watch is
-        left, is the first watch's). Close the generator (``aclosing``) to leave it; the
-        thread ends once no watch is left.
-        """
-        await self._run(lambda: None)  # connect and migrate first
-        with self._listener_lock:
-            if self._listener is None:
-                self._listener = Listener(self._listen, poll)
-            listener = self._listener
-        heads = listener.watch(session_id, known)
-        try:
-            async for head in heads:
-                yield head
-        finally:
-            with anyio.CancelScope(shield=True):
-                await heads.aclose()
-
-    def _listen(self) -> psycopg.Connection[Any]:
-        connection = psycopg.connect(
-            self.url,
-            autocommit=True,
-            application_name=_LISTENER_APPLICATION,
-            connect_timeout=max(1, int(self._connect_timeout)),
-            **KEEPALIVE,
-        )
-        try:
-            connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-        except BaseException:
-            connection.close()
-            raise
-        return connection
 
     # Lifecycle --------------------------------------------------------------------------------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import Final
@@ -22,7 +21,7 @@ from nous_session.stores.base import (
     place,
 )
 from nous_session.stores.sqlite._errors import _translated
-from nous_session.stores.sqlite._rows import _ROW_SEQ, _release_shared, _row, _rows
+from nous_session.stores.sqlite._rows import _ROW_SEQ, _now, _release_shared, _row, _rows
 from nous_session.stores.sqlite._sql import (
     _ADVANCE,
     _ADVANCE_AT_HORIZON,
@@ -108,11 +107,6 @@ _ACTIVE_STEP: Final = 1_000_000  # microseconds: how far behind the last-active 
 
 
 _IDS_AT_MOST: Final = 65_536  # session ids a store keeps for its commits (then it starts over)
-
-
-def _now() -> int:
-    """The store's clock: microseconds since the epoch."""
-    return time.time_ns() // 1000
 
 
 def _keep_id(ids: dict[str, int] | None, session_id: str, sid: int) -> None:

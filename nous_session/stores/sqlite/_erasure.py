@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from nous_session.codec import decode, encode
 from nous_session.erasure import (
     Erasure,
+    check_reason,
+    check_seqs,
+    erasure_time,
 )
+from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.stores._erase import erase_rows
 from nous_session.stores._lineage import SessionRow
@@ -22,6 +26,8 @@ from nous_session.stores.base import (
 from nous_session.stores.sqlite._errors import _errors
 from nous_session.stores.sqlite._rows import _inherited, _row, _rows
 from nous_session.stores.sqlite._sql import CHILDREN, FORGET_METADATA, OWN_KEPT_SEQS
+
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -131,3 +137,121 @@ def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bo
             "no VACUUM: free pages and stale copies from earlier writes may remain (not proven)"
         )
     return rewrite, "; ".join(done)
+
+
+class FileErasure:
+    """:class:`~nous_session.stores.sqlite.SQLiteStore`'s erasure and vacuum: rows rewritten
+    with ``secure_delete`` on, then the file rebuilt and its WAL truncated."""
+
+    path: str
+    read_only: bool
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    async def _run(self, function: Callable[[sqlite3.Connection], T]) -> T:
+        raise NotImplementedError
+
+    def _check_file(self) -> None:
+        raise NotImplementedError
+
+    async def vacuum(self) -> None:
+        """Give the space of deleted events back to the file system (after a snapshot)."""
+
+        if self.read_only:
+            raise StoreError(f"the store {self.url} is open read-only")
+
+        def vacuum(connection: sqlite3.Connection) -> None:
+            # Outside any transaction (VACUUM cannot run in one): the writer's read path.
+            self._check_file()
+            with _errors(f"cannot vacuum {self.path}"):
+                connection.execute("VACUUM")
+                connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+        await self._run(vacuum)
+
+    async def erase(
+        self,
+        session_id: str,
+        seqs: Iterable[int],
+        *,
+        reason: str,
+        at: datetime | None = None,
+        dry_run: bool = False,
+        rewrite: bool = True,
+    ) -> Erasure:
+        """Replace the events at ``seqs`` by their erased form wherever the file holds them
+        (see :class:`~nous_session.stores.base.ErasingStore`), then scrub the file.
+
+        The rows are rewritten in one transaction with ``PRAGMA secure_delete`` on, so
+        SQLite zeroes the space the old records took. Then, with ``rewrite`` (the default),
+        ``VACUUM`` rebuilds the whole file (temporary data in memory), so no free page and no
+        stale copy an earlier page split or snapshot left behind survives; and a ``TRUNCATE``
+        checkpoint copies the WAL into the file and empties it. The result is proven only
+        when both happened: a reader in another connection holding an old snapshot makes the
+        checkpoint give up after ``busy_timeout`` (the WAL may then still hold old pages;
+        erase again, with the same seqs, once it is done). Without ``rewrite`` the result is
+        not proven. ``VACUUM`` costs time in proportion to the file and holds the write lock
+        meanwhile: every other commit to this file waits for it.
+
+        Raises:
+            ValueError: a bad seq or reason, or no such session; nothing was changed.
+            StoreError: SQLite failed; nothing was changed (or, if only the scrub failed,
+                the rows were erased and the error says so).
+        """
+        reason = check_reason(reason)
+        when = erasure_time(at)
+        wanted = check_seqs(seqs)
+        return await self._erase(session_id, wanted, None, reason, when, dry_run, rewrite)
+
+    async def erase_session(
+        self,
+        session_id: str,
+        *,
+        reason: str,
+        inherited: bool = False,
+        dry_run: bool = False,
+        rewrite: bool = True,
+    ) -> Erasure:
+        """Erase every event the session wrote itself (with ``inherited``, also what it took
+        from the session it was forked from), then scrub the file as :meth:`erase` does.
+
+        Raises:
+            ValueError: a bad reason, or no such session; nothing was changed.
+            StoreError: SQLite failed; nothing was changed.
+        """
+        reason = check_reason(reason)
+        return await self._erase(
+            session_id, None, inherited, reason, erasure_time(None), dry_run, rewrite
+        )
+
+    async def _erase(
+        self,
+        session_id: str,
+        wanted: Sequence[int] | None,
+        inherited: bool | None,
+        reason: str,
+        at: datetime,
+        dry_run: bool,
+        rewrite: bool,
+    ) -> Erasure:
+        if self.read_only and not dry_run:
+            raise StoreError(f"the store {self.url} is open read-only")
+        what = f"cannot erase from session {session_id!r} in {self.path}"
+
+        def erase(connection: sqlite3.Connection) -> Erasure:
+            if not dry_run:
+                self._check_file()
+            with _errors(what):
+                done = _erase_rows(
+                    connection, session_id, wanted, inherited, reason, at, dry_run, self.path
+                )
+            if dry_run:
+                return attrs.evolve(done, detail="dry run: nothing was changed")
+            proven, detail = _scrub(connection, rewrite, self.path)
+            return attrs.evolve(done, proven=proven, detail=detail)
+
+        # On the writer's thread outside its transactions (VACUUM cannot run in one): it runs
+        # between two of its commits, so it is serialised with every write to this file.
+        return await self._run(erase)

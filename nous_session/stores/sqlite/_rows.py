@@ -4,8 +4,10 @@ own copy."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from operator import itemgetter
+from types import MappingProxyType
 from typing import Any, Final
 
 from nous_session._json import dumps
@@ -13,8 +15,13 @@ from nous_session.codec import decode_rows
 from nous_session.event import EventType
 from nous_session.stores._lineage import SessionRow, lineage
 from nous_session.stores.base import (
+    SessionInfo,
+    Stored,
+    check_fork_point,
+    check_held,
     place,
 )
+from nous_session.stores.sqlite._sql import FORK, KEPT_OF, KEYS_FROM
 
 _ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
 
@@ -23,6 +30,11 @@ _ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares"
 
 
 _Row = SessionRow[int]
+
+
+def _now() -> int:
+    """The store's clock: microseconds since the epoch."""
+    return time.time_ns() // 1000
 
 
 def _make_row(found: Sequence[Any]) -> _Row:
@@ -161,3 +173,91 @@ def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
         ).fetchone()
         total += number
     return total
+
+
+def read_stored(
+    connection: sqlite3.Connection, session_id: str, since: int, where: str, *, full: bool
+) -> Stored:
+    """The session's events from ``since`` (with ``full``, also its keys and kept events), in
+    one read transaction: the count and the rows agree. A query that fails leaves the
+    transaction to whoever runs reads (the writer thread, or a read-only store's call): they
+    roll back what a read left open.
+
+    Raises:
+        CorruptRecordError: a row cannot be decoded (the error names session and seq).
+    """
+    connection.execute("BEGIN")  # one snapshot of the file for every query
+    row = _row(connection, session_id)
+    if row is None:
+        connection.execute("COMMIT")
+        return Stored((), 0) if full else Stored([], 0)
+    rows = _rows(connection, row, since)
+    keys: list[tuple[str, int, int]] = []
+    kept: list[tuple[int, bytes]] = []
+    if full:
+        keys = connection.execute(KEYS_FROM, (row.key, since)).fetchall()
+        kept = connection.execute(KEPT_OF, (row.key,)).fetchall() if since == 0 else []
+        if row.shares:
+            inherited, inherited_kept = _inherited(connection, row, since)
+            keys = inherited + keys  # the fork's own keys come after
+            if since == 0:
+                kept = sorted(inherited_kept + kept)
+    connection.execute("COMMIT")
+    check_held(
+        session_id,
+        rows,
+        count=row.count,
+        horizon=row.horizon,
+        since=since,
+        where=where,
+        seq=_ROW_SEQ,
+    )
+    named = place(session_id, where)
+    return Stored(
+        decode_rows(rows, named),
+        row.count,
+        row.horizon,
+        MappingProxyType({key: (seq, n) for key, seq, n in keys}),
+        tuple(decode_rows(kept, named)),
+        row.parent,
+        row.fork_point,
+    )
+
+
+def fork_row(
+    connection: sqlite3.Connection, session_id: str, new_session_id: str, at: int, where: str
+) -> None:
+    """Insert the row of a fork sharing ``session_id``'s rows up to ``at`` (in the writer's
+    transaction).
+
+    Raises:
+        ValueError: no such session, a bad fork point, or the new session exists.
+    """
+    parent = _row(connection, session_id)
+    if parent is None or parent.count == 0:
+        raise ValueError(f"no session {session_id!r} to fork")
+    check_fork_point(session_id, at, parent.count, parent.horizon)
+    existing = _row(connection, new_session_id)
+    if existing is not None:
+        if existing.count:
+            raise ValueError(f"session {new_session_id!r} exists already")
+        connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.key,))
+    meta, meta_seq = _metadata_at(connection, parent, session_id, at, where)
+    now = _now()
+    connection.execute(
+        FORK,
+        (new_session_id, at + 1, parent.horizon, session_id, at, now, now, meta, meta_seq),
+    )
+
+
+def sessions_info(connection: sqlite3.Connection) -> list[SessionInfo]:
+    """Every session with a nonzero count, by id, a sharing fork's held events counted
+    through its lineage."""
+    infos = []
+    for name, *fields in connection.execute(
+        f"SELECT name, {_ROW_COLUMNS} FROM nous_sessions WHERE count > 0 ORDER BY name"
+    ).fetchall():
+        row = _make_row(fields)
+        held = _count_rows(connection, row) if row.shares else row.held
+        infos.append(SessionInfo(name, row.count, held, row.horizon, row.parent, row.fork_point))
+    return infos

@@ -8,6 +8,7 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Final
+from urllib.parse import quote
 
 import attrs
 
@@ -250,3 +251,51 @@ def _set_horizons(connection: sqlite3.Connection) -> None:
                 break
             expected -= 1
         connection.execute("UPDATE nous_sessions SET horizon = ? WHERE id = ?", (expected + 1, sid))
+
+
+def open_read_only(path: str, busy_timeout: float) -> tuple[sqlite3.Connection, bool]:
+    """Open the store file read-only: the connection, and whether the file is read as
+    immutable (no writer had it open: the next read must look again).
+
+    Raises:
+        StoreError: no such file, or not a nous_session store of this schema version.
+    """
+    if path == ":memory:" or not Path(path).is_file():
+        raise StoreError(f"no store file at {path}")
+    # A WAL database read while no connection has it open would get its -wal and -shm
+    # files created (and left behind). With no -wal file there is no writer (the last
+    # connection to close removes it), so the file is read as immutable: nothing made.
+    immutable = not Path(f"{path}-wal").exists()
+    flags = "mode=ro&immutable=1" if immutable else "mode=ro"
+    with _errors(f"cannot open {path}"):
+        connection = sqlite3.connect(
+            f"file:{quote(os.path.abspath(path))}?{flags}",
+            uri=True,
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+    try:
+        with _errors(f"cannot read {path}"):
+            tables = {
+                name
+                for (name,) in connection.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                )
+            }
+            version = (
+                connection.execute("SELECT version FROM nous_schema").fetchone()
+                if "nous_schema" in tables
+                else None
+            )
+        if version is None:
+            raise StoreError(f"{path} is not a nous_session store")
+        if version[0] != SCHEMA_VERSION:
+            raise StoreError(
+                f"{path} has schema version {version[0]}; this nous_session reads"
+                f" version {SCHEMA_VERSION} (open it for writing once to migrate it)"
+            )
+    except BaseException:
+        connection.close()
+        raise
+    return connection, immutable

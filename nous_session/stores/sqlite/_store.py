@@ -6,26 +6,17 @@ import os
 import sqlite3
 import threading
 import warnings
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import suppress
 from datetime import datetime
-from pathlib import Path
-from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeVar
-from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
 import attrs
 
 from nous_session._json import loads
-from nous_session.codec import decode_rows, encode
-from nous_session.erasure import (
-    Erasure,
-    check_reason,
-    check_seqs,
-    erasure_time,
-)
+from nous_session.codec import encode
 from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.listing import (
@@ -41,28 +32,21 @@ from nous_session.stores.base import (
     Rebased,
     SessionInfo,
     Stored,
-    check_fork_point,
-    check_held,
     check_session_id,
     check_since,
-    place,
 )
-from nous_session.stores.sqlite._commit import _CommitJob, _now, rebase_in
-from nous_session.stores.sqlite._erasure import _erase_rows, _scrub
+from nous_session.stores.sqlite._commit import _CommitJob, rebase_in
+from nous_session.stores.sqlite._erasure import FileErasure
 from nous_session.stores.sqlite._errors import _errors
 from nous_session.stores.sqlite._feed import DEFAULT_POLL, ChangeMonitor
 from nous_session.stores.sqlite._rows import (
-    _ROW_COLUMNS,
-    _ROW_SEQ,
-    _count_rows,
-    _inherited,
-    _make_row,
-    _metadata_at,
     _release_shared,
     _row,
-    _rows,
+    fork_row,
+    read_stored,
+    sessions_info,
 )
-from nous_session.stores.sqlite._schema import SCHEMA_VERSION, _File, _Opener
+from nous_session.stores.sqlite._schema import _File, _Opener, open_read_only
 from nous_session.stores.sqlite._sql import _listing
 from nous_session.stores.sqlite._writer import SQLiteWriter
 
@@ -74,7 +58,7 @@ Synchronous = Literal["FULL", "NORMAL", "OFF", "EXTRA"]
 
 
 @attrs.define
-class SQLiteStore(FeedStore):
+class SQLiteStore(FileErasure, FeedStore):
     """Sessions in one SQLite file.
 
     Args:
@@ -192,49 +176,9 @@ class SQLiteStore(FeedStore):
 
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
-            return self._connect_read_only()
+            connection, self._immutable = open_read_only(self.path, self.busy_timeout)
+            return connection
         return _Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)()
-
-    def _connect_read_only(self) -> sqlite3.Connection:
-        if self.path == ":memory:" or not Path(self.path).is_file():
-            raise StoreError(f"no store file at {self.path}")
-        # A WAL database read while no connection has it open would get its -wal and -shm
-        # files created (and left behind). With no -wal file there is no writer (the last
-        # connection to close removes it), so the file is read as immutable: nothing made.
-        self._immutable = not Path(f"{self.path}-wal").exists()
-        flags = "mode=ro&immutable=1" if self._immutable else "mode=ro"
-        with _errors(f"cannot open {self.path}"):
-            connection = sqlite3.connect(
-                f"file:{quote(os.path.abspath(self.path))}?{flags}",
-                uri=True,
-                timeout=self.busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-        try:
-            with _errors(f"cannot read {self.path}"):
-                tables = {
-                    name
-                    for (name,) in connection.execute(
-                        "SELECT name FROM sqlite_master WHERE type = 'table'"
-                    )
-                }
-                version = (
-                    connection.execute("SELECT version FROM nous_schema").fetchone()
-                    if "nous_schema" in tables
-                    else None
-                )
-            if version is None:
-                raise StoreError(f"{self.path} is not a nous_session store")
-            if version[0] != SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path} has schema version {version[0]}; this nous_session reads"
-                    f" version {SCHEMA_VERSION} (open it for writing once to migrate it)"
-                )
-        except BaseException:
-            connection.close()
-            raise
-        return connection
 
     def _check_file(self) -> None:
         """Refuse to write once the path no longer names the file this store opened: the
@@ -252,26 +196,9 @@ class SQLiteStore(FeedStore):
         """
         check_since(since)
 
-        def load(connection: sqlite3.Connection) -> list[Event]:
+        def load(connection: sqlite3.Connection) -> Sequence[Event]:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
-                # One snapshot: the count and the rows agree. A query that fails leaves the
-                # transaction to whoever runs reads (the writer thread, or _call): they roll
-                # back what a read left open.
-                connection.execute("BEGIN")
-                row = _row(connection, session_id)
-                rows = [] if row is None else _rows(connection, row, since)
-                connection.execute("COMMIT")
-            if row is not None:
-                check_held(
-                    session_id,
-                    rows,
-                    count=row.count,
-                    horizon=row.horizon,
-                    since=since,
-                    where=self.path,
-                    seq=_ROW_SEQ,
-                )
-            return decode_rows(rows, place(session_id, self.path))
+                return read_stored(connection, session_id, since, self.path, full=False).events
 
         return await self._run(load)
 
@@ -287,49 +214,7 @@ class SQLiteStore(FeedStore):
 
         def read(connection: sqlite3.Connection) -> Stored:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
-                connection.execute("BEGIN")  # one snapshot of the file for every query
-                row = _row(connection, session_id)
-                if row is None:
-                    connection.execute("COMMIT")
-                    return Stored((), 0)
-                rows = _rows(connection, row, since)
-                keys = connection.execute(
-                    "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
-                    (row.key, since),
-                ).fetchall()
-                kept = (
-                    connection.execute(
-                        "SELECT seq, record FROM nous_kept WHERE sid = ? ORDER BY seq",
-                        (row.key,),
-                    ).fetchall()
-                    if since == 0
-                    else []
-                )
-                if row.shares:
-                    inherited, inherited_kept = _inherited(connection, row, since)
-                    keys = inherited + keys  # the fork's own keys come after
-                    if since == 0:
-                        kept = sorted(inherited_kept + kept)
-                connection.execute("COMMIT")
-            check_held(
-                session_id,
-                rows,
-                count=row.count,
-                horizon=row.horizon,
-                since=since,
-                where=self.path,
-                seq=_ROW_SEQ,
-            )
-            where = place(session_id, self.path)
-            return Stored(
-                decode_rows(rows, where),
-                row.count,
-                row.horizon,
-                MappingProxyType({key: (seq, n) for key, seq, n in keys}),
-                tuple(decode_rows(kept, where)),
-                row.parent,
-                row.fork_point,
-            )
+                return read_stored(connection, session_id, since, self.path, full=True)
 
         return await self._run(read)
 
@@ -394,23 +279,7 @@ class SQLiteStore(FeedStore):
         check_session_id(new_session_id)
 
         def fork(connection: sqlite3.Connection) -> None:
-            parent = _row(connection, session_id)
-            if parent is None or parent.count == 0:
-                raise ValueError(f"no session {session_id!r} to fork")
-            check_fork_point(session_id, at, parent.count, parent.horizon)
-            existing = _row(connection, new_session_id)
-            if existing is not None:
-                if existing.count:
-                    raise ValueError(f"session {new_session_id!r} exists already")
-                connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.key,))
-            meta, meta_seq = _metadata_at(connection, parent, session_id, at, self.path)
-            now = _now()
-            connection.execute(
-                "INSERT INTO nous_sessions (name, count, held, horizon, parent, fork_point,"
-                " shares, created, active, meta, meta_seq)"
-                " VALUES (?, ?, 0, ?, ?, ?, 1, ?, ?, ?, ?)",
-                (new_session_id, at + 1, parent.horizon, session_id, at, now, now, meta, meta_seq),
-            )
+            fork_row(connection, session_id, new_session_id, at, self.path)
 
         await self._write(fork, f"cannot fork session {session_id!r}")
 
@@ -420,19 +289,7 @@ class SQLiteStore(FeedStore):
 
         def sessions(connection: sqlite3.Connection) -> list[SessionInfo]:
             with _errors(f"cannot list sessions in {self.path}"):
-                found = connection.execute(
-                    f"SELECT name, {_ROW_COLUMNS} FROM nous_sessions WHERE count > 0 ORDER BY name"
-                ).fetchall()
-                infos = []
-                for name, *fields in found:
-                    row = _make_row(fields)
-                    held = row.held
-                    if row.shares:
-                        held = _count_rows(connection, row)
-                    infos.append(
-                        SessionInfo(name, row.count, held, row.horizon, row.parent, row.fork_point)
-                    )
-            return infos
+                return sessions_info(connection)
 
         return await self._run(sessions)
 
@@ -491,106 +348,6 @@ class SQLiteStore(FeedStore):
             return True
 
         return await self._write(delete, f"cannot delete session {session_id!r}")
-
-    async def vacuum(self) -> None:
-        """Give the space of deleted events back to the file system (after a snapshot)."""
-
-        if self.read_only:
-            raise StoreError(f"the store {self.url} is open read-only")
-
-        def vacuum(connection: sqlite3.Connection) -> None:
-            # Outside any transaction (VACUUM cannot run in one): the writer's read path.
-            self._check_file()
-            with _errors(f"cannot vacuum {self.path}"):
-                connection.execute("VACUUM")
-                connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
-        await self._run(vacuum)
-
-    async def erase(
-        self,
-        session_id: str,
-        seqs: Iterable[int],
-        *,
-        reason: str,
-        at: datetime | None = None,
-        dry_run: bool = False,
-        rewrite: bool = True,
-    ) -> Erasure:
-        """Replace the events at ``seqs`` by their erased form wherever the file holds them
-        (see :class:`~nous_session.stores.base.ErasingStore`), then scrub the file.
-
-        The rows are rewritten in one transaction with ``PRAGMA secure_delete`` on, so
-        SQLite zeroes the space the old records took. Then, with ``rewrite`` (the default),
-        ``VACUUM`` rebuilds the whole file (temporary data in memory), so no free page and no
-        stale copy an earlier page split or snapshot left behind survives; and a ``TRUNCATE``
-        checkpoint copies the WAL into the file and empties it. The result is proven only
-        when both happened: a reader in another connection holding an old snapshot makes the
-        checkpoint give up after ``busy_timeout`` (the WAL may then still hold old pages;
-        erase again, with the same seqs, once it is done). Without ``rewrite`` the result is
-        not proven. ``VACUUM`` costs time in proportion to the file and holds the write lock
-        meanwhile: every other commit to this file waits for it.
-
-        Raises:
-            ValueError: a bad seq or reason, or no such session; nothing was changed.
-            StoreError: SQLite failed; nothing was changed (or, if only the scrub failed,
-                the rows were erased and the error says so).
-        """
-        reason = check_reason(reason)
-        when = erasure_time(at)
-        wanted = check_seqs(seqs)
-        return await self._erase(session_id, wanted, None, reason, when, dry_run, rewrite)
-
-    async def erase_session(
-        self,
-        session_id: str,
-        *,
-        reason: str,
-        inherited: bool = False,
-        dry_run: bool = False,
-        rewrite: bool = True,
-    ) -> Erasure:
-        """Erase every event the session wrote itself (with ``inherited``, also what it took
-        from the session it was forked from), then scrub the file as :meth:`erase` does.
-
-        Raises:
-            ValueError: a bad reason, or no such session; nothing was changed.
-            StoreError: SQLite failed; nothing was changed.
-        """
-        reason = check_reason(reason)
-        return await self._erase(
-            session_id, None, inherited, reason, erasure_time(None), dry_run, rewrite
-        )
-
-    async def _erase(
-        self,
-        session_id: str,
-        wanted: Sequence[int] | None,
-        inherited: bool | None,
-        reason: str,
-        at: datetime,
-        dry_run: bool,
-        rewrite: bool,
-    ) -> Erasure:
-        if self.read_only and not dry_run:
-            raise StoreError(f"the store {self.url} is open read-only")
-        what = f"cannot erase from session {session_id!r} in {self.path}"
-
-        def erase(connection: sqlite3.Connection) -> Erasure:
-            if not dry_run:
-                self._check_file()
-            with _errors(what):
-                done = _erase_rows(
-                    connection, session_id, wanted, inherited, reason, at, dry_run, self.path
-                )
-            if dry_run:
-                return attrs.evolve(done, detail="dry run: nothing was changed")
-            proven, detail = _scrub(connection, rewrite, self.path)
-            return attrs.evolve(done, proven=proven, detail=detail)
-
-        # On the writer's thread outside its transactions (VACUUM cannot run in one): it runs
-        # between two of its commits, so it is serialised with every write to this file.
-        return await self._run(erase)
 
     # The change feed --------------------------------------------------------------------------
 
