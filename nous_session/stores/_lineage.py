@@ -4,19 +4,24 @@ point instead of holding copies)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final, Generic, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
+from types import MappingProxyType
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
+from nous_session.codec import decode_rows
 from nous_session.errors import StoreError
+from nous_session.stores.base import Stored, check_held, place
 
-__all__ = ["SEQ_MAX", "SessionRow", "lineage"]
+__all__ = ["SEQ_MAX", "SessionRow", "lineage", "stored"]
 
 SEQ_MAX: Final = 2**63 - 1
 """The highest seq a table can hold: the upper bound of a range that has none."""
 
 Key = TypeVar("Key", int, str)
+_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
 
 
 @attrs.frozen
@@ -74,3 +79,36 @@ def lineage(
     ranges.append((row.key, 0, upto))
     ranges.reverse()
     return ranges
+
+
+def stored(
+    session_id: str,
+    row: SessionRow[Any],
+    rows: Sequence[tuple[int, bytes]],
+    since: int,
+    where: str,
+    *,
+    keys: Iterable[tuple[str, int, int]] = (),
+    kept: Sequence[tuple[int, bytes]] = (),
+) -> Stored:
+    """What a read of a session gives: its (seq, record) ``rows`` from ``since`` checked to be
+    whole (see :func:`~nous_session.stores.base.check_held`) and decoded, with its row's
+    count, horizon and lineage, its idempotency ``keys`` and ``kept`` events.
+
+    Raises:
+        CorruptRecordError: a row is missing or cannot be decoded (the error names session,
+            seq and ``where``: the file or schema).
+    """
+    check_held(
+        session_id, rows, count=row.count, horizon=row.horizon, since=since, where=where, seq=_SEQ
+    )
+    named = place(session_id, where)
+    return Stored(
+        decode_rows(rows, named),
+        row.count,
+        row.horizon,
+        MappingProxyType({key: (seq, n) for key, seq, n in keys}),
+        tuple(decode_rows(kept, named)),
+        row.parent,
+        row.fork_point,
+    )

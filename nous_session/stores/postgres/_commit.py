@@ -14,6 +14,7 @@ from nous_session.codec import encode
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.listing import latest_metadata
+from nous_session.stores._common import Commit
 from nous_session.stores.base import check_commit_state, check_held
 from nous_session.stores.postgres._errors import commit_errors, errors, pipelined
 from nous_session.stores.postgres._rows import release_shared, row_of
@@ -34,30 +35,20 @@ class Unmatched(Exception):
     """Internal: the commit statement matched no session row (a count or horizon conflict)."""
 
 
-def commit_parameters(
-    session_id: str,
-    expected_count: int,
-    rows: Sequence[Event],
-    dropped: Sequence[int],
-    *,
-    expected_horizon: int | None,
-    horizon: int | None,
-    keys: Sequence[tuple[str, int, int]],
-    kept: Sequence[int],
-    commit_id: str | None,
-    channel: str,
-) -> dict[str, Any]:
+def commit_parameters(commit: Commit, channel: str) -> dict[str, Any]:
     """The named parameters of a commit statement (see :class:`Statements`)."""
+    session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
+    keys, commit_id, horizon = commit.keys, commit.commit_id, commit.horizon
     count = rows[-1].seq + 1 if rows else expected_count
     metadata = latest_metadata(rows)
     return {
         "name": session_id,
         "expected": expected_count,
-        "expected_horizon": expected_horizon,
+        "expected_horizon": commit.expected_horizon,
         "horizon": horizon,
         "count": count,
-        "dropped": list(dropped),
-        "kept": list(kept),
+        "dropped": list(commit.dropped),
+        "kept": list(commit.kept),
         "key_names": [key for key, _, _ in keys],
         "key_seqs": [first for _, first, _ in keys],
         "key_sizes": [size for _, _, size in keys],

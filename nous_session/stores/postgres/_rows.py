@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from types import MappingProxyType
 from typing import Any, Final
 
 import psycopg
@@ -15,8 +14,8 @@ from psycopg import sql
 from nous_session._json import dumps
 from nous_session.codec import decode_rows
 from nous_session.event import EventType
-from nous_session.stores._lineage import SessionRow, lineage
-from nous_session.stores.base import SessionInfo, Stored, check_fork_point, check_held, place
+from nous_session.stores._lineage import SessionRow, lineage, stored
+from nous_session.stores.base import SessionInfo, Stored, check_fork_point, place
 from nous_session.stores.postgres._errors import pipelined
 from nous_session.stores.postgres._sql import Statements
 
@@ -179,21 +178,9 @@ def read_stored(
             rows = own.fetchall()
         keys = inherited_keys + ([] if keyed is None else keyed.fetchall())  # the fork's after
         kept = [] if aside is None else sorted(inherited_kept + aside.fetchall())
-    named = place(session_id, where)
     if row is None:
-        return Stored((), 0) if full else Stored(decode_rows(rows, named), 0)
-    check_held(
-        session_id, rows, count=row.count, horizon=row.horizon, since=since, where=where, seq=_SEQ
-    )
-    return Stored(
-        decode_rows(rows, named),
-        row.count,
-        row.horizon,
-        MappingProxyType({key: (seq, n) for key, seq, n in keys}),
-        tuple(decode_rows(kept, named)),
-        row.parent,
-        row.fork_point,
-    )
+        return Stored((), 0) if full else Stored(decode_rows(rows, place(session_id, where)), 0)
+    return stored(session_id, row, rows, since, where, keys=keys, kept=kept)
 
 
 def fork_row(

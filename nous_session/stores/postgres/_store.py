@@ -264,20 +264,8 @@ class PostgresStore(ErasingTables, ListenerFeed, FeedStore):
 
     async def _commit(self, commit: Commit) -> None:
         session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
-        dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
-        expected_horizon, horizon = commit.expected_horizon, commit.horizon
-        parameters = commit_parameters(
-            session_id,
-            expected_count,
-            rows,
-            dropped,
-            expected_horizon=expected_horizon,
-            horizon=horizon,
-            keys=keys,
-            kept=kept,
-            commit_id=commit_id,
-            channel=self._channel,
-        )
+        dropped, expected_horizon, horizon = commit.dropped, commit.expected_horizon, commit.horizon
+        parameters = commit_parameters(commit, self._channel)
         statement = self._sql.first_commit if expected_count == 0 else self._sql.commit
         # A snapshot, or a horizon to check against the stored one, is committed under the
         # session's row lock (check_commit_state needs the stored horizon).

@@ -7,18 +7,16 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from types import MappingProxyType
 from typing import Any, Final
 
 from nous_session._json import dumps
 from nous_session.codec import decode_rows
 from nous_session.event import EventType
-from nous_session.stores._lineage import SessionRow, lineage
+from nous_session.stores._lineage import SessionRow, lineage, stored
 from nous_session.stores.base import (
     SessionInfo,
     Stored,
     check_fork_point,
-    check_held,
     place,
 )
 from nous_session.stores.sqlite._sql import FORK, KEPT_OF, KEYS_FROM
@@ -203,25 +201,7 @@ def read_stored(
             if since == 0:
                 kept = sorted(inherited_kept + kept)
     connection.execute("COMMIT")
-    check_held(
-        session_id,
-        rows,
-        count=row.count,
-        horizon=row.horizon,
-        since=since,
-        where=where,
-        seq=_ROW_SEQ,
-    )
-    named = place(session_id, where)
-    return Stored(
-        decode_rows(rows, named),
-        row.count,
-        row.horizon,
-        MappingProxyType({key: (seq, n) for key, seq, n in keys}),
-        tuple(decode_rows(kept, named)),
-        row.parent,
-        row.fork_point,
-    )
+    return stored(session_id, row, rows, since, where, keys=keys, kept=kept)
 
 
 def fork_row(
@@ -261,3 +241,12 @@ def sessions_info(connection: sqlite3.Connection) -> list[SessionInfo]:
         held = _count_rows(connection, row) if row.shares else row.held
         infos.append(SessionInfo(name, row.count, held, row.horizon, row.parent, row.fork_point))
     return infos
+
+
+def delete_row(connection: sqlite3.Connection, row: _Row, session_id: str) -> None:
+    """Delete a session and its rows (its forks get their own copy first), in the writer's
+    transaction."""
+    _release_shared(connection, row, session_id, 0)
+    for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
+        connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.key,))
+    connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.key,))

@@ -40,8 +40,8 @@ from nous_session.stores.sqlite._erasure import FileErasure
 from nous_session.stores.sqlite._errors import _errors
 from nous_session.stores.sqlite._feed import DEFAULT_POLL, ChangeMonitor
 from nous_session.stores.sqlite._rows import (
-    _release_shared,
     _row,
+    delete_row,
     fork_row,
     read_stored,
     sessions_info,
@@ -325,10 +325,7 @@ class SQLiteStore(FileErasure, FeedStore):
                 return False
             row = _row(connection, session_id)
             assert row is not None
-            _release_shared(connection, row, session_id, 0)
-            for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
-                connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.key,))
-            connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.key,))
+            delete_row(connection, row, session_id)
             return True
 
         return await self._write(delete, f"cannot delete session {session_id!r}")
@@ -339,13 +336,9 @@ class SQLiteStore(FileErasure, FeedStore):
 
         def delete(connection: sqlite3.Connection) -> bool:
             row = _row(connection, session_id)
-            if row is None:
-                return False
-            _release_shared(connection, row, session_id, 0)
-            for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
-                connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.key,))
-            connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.key,))
-            return True
+            if row is not None:
+                delete_row(connection, row, session_id)
+            return row is not None
 
         return await self._write(delete, f"cannot delete session {session_id!r}")
 
