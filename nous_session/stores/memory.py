@@ -103,10 +103,10 @@ class MemoryStore(StoreBase):
         low = bisect_left(own, since, key=_SEQ)
         high = len(own) if upto is None else bisect_right(own, upto, key=_SEQ)
         mine = own[low:high]
-        if session.shares and session.fork_point is not None and since <= session.fork_point:
-            parent = self._sessions[session.parent]  # type: ignore[index]
-            limit = session.fork_point if upto is None else min(upto, session.fork_point)
-            return [*self._view(parent, since, limit), *mine]
+        parent_id, point = session.parent, session.fork_point
+        if session.shares and parent_id is not None and point is not None and since <= point:
+            limit = point if upto is None else min(upto, point)
+            return [*self._view(self._sessions[parent_id], since, limit), *mine]
         return mine
 
     def _inherited(self, session: _Session) -> tuple[dict[str, tuple[int, int]], dict[int, Event]]:

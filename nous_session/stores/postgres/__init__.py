@@ -62,3 +62,6 @@ from nous_session.stores.postgres._schema import SCHEMA_VERSION
 from nous_session.stores.postgres._store import PostgresStore
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+# The class's public home (where reprs, pickles and telemetry's store kind look), not _store.
+PostgresStore.__module__ = __name__

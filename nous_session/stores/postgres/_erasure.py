@@ -144,7 +144,8 @@ def scrub_tables(
         deadline = time.monotonic() + lock_timeout
         pause = 0.01
         while True:
-            (blocking,) = connection.execute(older, {"xid": xid}).fetchone()  # type: ignore[misc]
+            found = connection.execute(older, {"xid": xid}).fetchone()
+            blocking = 0 if found is None else found[0]  # one row of counts: never None
             if not blocking or time.monotonic() >= deadline:
                 break
             time.sleep(pause)  # in a worker thread, never the event loop

@@ -47,3 +47,6 @@ from nous_session.stores.sqlite._schema import SCHEMA_VERSION
 from nous_session.stores.sqlite._store import SQLiteStore
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+# The class's public home (where reprs, pickles and telemetry's store kind look), not _store.
+SQLiteStore.__module__ = __name__
