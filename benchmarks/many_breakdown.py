@@ -48,8 +48,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from nous_session import EventType, SessionActor  # noqa: E402
-from nous_session.stores import MemoryStore, Store, _writer  # noqa: E402
+from nous_session.stores import MemoryStore, Store  # noqa: E402
 from nous_session.stores.sqlite import SQLiteStore  # noqa: E402
+from nous_session.stores.sqlite._writer import instrument  # noqa: E402
 
 PAYLOAD = {"content": "x" * 200}
 EACH = 20
@@ -59,39 +60,41 @@ _spent: dict[str, float] = dict.fromkeys(WRITER, 0.0)
 
 def _instrument() -> None:
     """Wrap the writer's methods to add up where its thread spends its time."""
-    engine = _writer._Engine
-    write_group, run_write, execute, deliver = (
-        engine.write_group,
-        engine.run_write,
-        engine.execute,
-        engine.deliver,
-    )
+    originals: dict[str, Callable[..., Any]] = {}
 
     def timed_group(self: Any, connection: Any, calls: Any) -> None:
         cpu = time.thread_time()
-        write_group(self, connection, calls)
+        originals["write_group"](self, connection, calls)
         _spent["cpu"] += time.thread_time() - cpu
 
     def timed_write(self: Any, connection: Any, call: Any) -> None:
         start = time.perf_counter()
-        run_write(self, connection, call)
+        originals["run_write"](self, connection, call)
         _spent["jobs"] += time.perf_counter() - start
 
     def timed_execute(cursor: Any, sql: str, what: str) -> None:
         start = time.perf_counter()
-        execute(cursor, sql, what)
+        originals["execute"](cursor, sql, what)
         _spent["commit" if sql == "COMMIT" else "begin"] += time.perf_counter() - start
 
     def timed_deliver(self: Any, calls: Any) -> None:
         start, cpu = time.perf_counter(), time.thread_time()
-        deliver(self, calls)
+        originals["deliver"](self, calls)
         _spent["wakeups"] += time.perf_counter() - start
         _spent["cpu"] += time.thread_time() - cpu
 
-    engine.write_group = timed_group  # type: ignore[method-assign]
-    engine.run_write = timed_write  # type: ignore[method-assign]
-    engine.execute = staticmethod(timed_execute)  # type: ignore[method-assign,assignment]
-    engine.deliver = timed_deliver  # type: ignore[method-assign]
+    timed: dict[str, Callable[..., Any]] = {
+        "write_group": timed_group,
+        "run_write": timed_write,
+        "execute": timed_execute,
+        "deliver": timed_deliver,
+    }
+
+    def wrap(step: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        originals[step] = function
+        return timed.get(step, function)
+
+    instrument(wrap)
 
 
 async def _run(

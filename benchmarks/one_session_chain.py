@@ -49,8 +49,8 @@ from nous_session import SessionActor
 from nous_session._engine import Engine
 from nous_session.codec import encode
 from nous_session.event import EventType, make_event
-from nous_session.stores import _writer
-from nous_session.stores import sqlite as sqlite_store
+from nous_session.stores.sqlite import SQLiteStore, _writer
+from nous_session.stores.sqlite import _commit as sqlite_commit
 
 DATA = {"content": "hello there, " * 18}
 WARMUP = 200
@@ -142,14 +142,15 @@ def instrument() -> None:
     # The actor's documented benchmarking hook (see Engine.commit_segment).
     engine_commit = Engine.commit_segment
     Engine.commit_segment = _wrapped(engine_commit, "taken", "answered")  # type: ignore[method-assign]
-    flush = _writer._Engine.flush
-    _writer._Engine.flush = _wrapped(flush, None, "handed")  # type: ignore[method-assign]
-    write_group = _writer._Engine.write_group
-    _writer._Engine.write_group = _timed_transaction(write_group)  # type: ignore[method-assign]
-    statements = sqlite_store._commit
-    sqlite_store._commit = _wrapped(statements, "statements", "written")
-    set_futures = _writer._set_futures
-    _writer._set_futures = _wrapped(set_futures, "woken", None)
+    stamps = {"flush": (None, "handed"), "set_futures": ("woken", None)}
+
+    def writer_step(step: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        if step == "write_group":
+            return _timed_transaction(function)
+        return _wrapped(function, *stamps[step]) if step in stamps else function
+
+    _writer.instrument(writer_step)
+    sqlite_commit.instrument(lambda _, function: _wrapped(function, "statements", "written"))
     # The floor's side: RawThread answers through floors._answer on the loop.
     floors._answer = _wrapped(floors._answer, "woken", None)
 
@@ -216,7 +217,7 @@ async def _run(side: str, path: Path, appends: int) -> Round:
             thread.close()
         return out
     async with (
-        sqlite_store.SQLiteStore(path) as store,
+        SQLiteStore(path) as store,
         SessionActor.open(session_id="one", store=store) as actor,
     ):
 
@@ -234,7 +235,7 @@ def isolated(directory: Path, appends: int) -> dict[str, dict[str, float]]:
     ours_path, floor_path = directory / "isolated-ours.db", directory / "isolated-floor.db"
 
     async def create() -> None:
-        async with sqlite_store.SQLiteStore(ours_path) as store:
+        async with SQLiteStore(ours_path) as store:
             await store.sessions()  # the file and its tables
 
     asyncio.run(create())
@@ -246,7 +247,7 @@ def isolated(directory: Path, appends: int) -> dict[str, dict[str, float]]:
     ids: dict[str, int] = {}  # as the store keeps them
 
     def ours_statements(connection: sqlite3.Connection, seq: int) -> None:
-        sqlite_store._commit(connection, "one", seq, [(seq, records[seq])], (), ids=ids)
+        sqlite_commit.write_commit(connection, "one", seq, [(seq, records[seq])], (), ids=ids)
 
     def floor_statements(connection: sqlite3.Connection, seq: int) -> None:
         connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", ("one", seq, records[seq]))

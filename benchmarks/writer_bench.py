@@ -54,7 +54,7 @@ if sys.path and Path(sys.path[0]).resolve() == ROOT / "benchmarks":
 elif str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from nous_session.stores._writer import SQLiteWriter  # noqa: E402
+from nous_session.stores.sqlite._writer import SQLiteWriter  # noqa: E402
 
 SLICE = 100  # rows per slice of a sequential side
 RECORD = b"x" * 200

@@ -10,7 +10,7 @@ How the layers stack (imports only point down):
     Log (log.py)  -- Transcript (transcript.py)
     Event (event.py)
     Message, ToolCall, content parts, messages helpers (message.py, parts.py, messages.py)
-    session metadata and listing queries (metadata.py), retention policies (retention.py)
+    session metadata (metadata.py), listing queries (listing.py), retention (retention.py)
     provider formats (formats/): Message lists <-> OpenAI, Anthropic and Gemini payloads
     telemetry (telemetry.py): OpenTelemetry spans and metrics, optional, resolved at actor open
 
@@ -35,9 +35,10 @@ from nous_session.errors import (
 )
 from nous_session.event import SURFACE_TYPES, Event, EventType
 from nous_session.formats import Conversion
+from nous_session.listing import ListQuery, SessionEntry, SessionPage
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
-from nous_session.metadata import ListQuery, SessionEntry, SessionMetadata, SessionPage
+from nous_session.metadata import SessionMetadata
 from nous_session.ops import Remove, Replace, Rewind, SurfaceOp, Uncompact
 from nous_session.parts import (
     ImagePart,

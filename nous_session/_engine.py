@@ -23,7 +23,8 @@ import anyio.abc
 
 from nous_session._commits import Segment, commit_plain, commit_rebased
 from nous_session._follower import Follower
-from nous_session._requests import Append, Applied, Reload, Request, Waiter, new_waiter, wake
+from nous_session._loops import Waiter, new_waiter, wake
+from nous_session._requests import Append, Applied, Reload, Request
 from nous_session._state import SessionState, closed_error, wrong_loop_error
 from nous_session.errors import (
     ConflictError,

@@ -37,9 +37,10 @@ from nous_session._state import SessionState, restored
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import InvalidEventError
 from nous_session.event import Event, EventType, message_event, prepare
+from nous_session.listing import metadata_of
 from nous_session.log import Log
 from nous_session.message import Message
-from nous_session.metadata import SessionMetadata, metadata_of
+from nous_session.metadata import SessionMetadata
 from nous_session.stores import open_store
 from nous_session.stores.base import (
     ChangeFeedStore,

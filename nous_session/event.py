@@ -21,6 +21,7 @@ import attrs
 from nous_session._json import JSON, NotJSONError, check_text, copy_json
 from nous_session.errors import InvalidEventError
 from nous_session.message import Message, Role, ToolCall, _trusted_message, utc_datetime
+from nous_session.metadata import SessionMetadata
 from nous_session.ops import (
     OP_KEY,
     OpError,
@@ -372,8 +373,6 @@ def _check_rules(event_type: EventType | str, data: dict[str, JSON], seq: int | 
 
 def _check_metadata(data: dict[str, JSON]) -> None:
     """A metadata event holds one valid record under ``metadata`` (stores index it)."""
-    from nous_session.metadata import SessionMetadata  # it builds on this module
-
     # An erased one also holds the record of its erasure ("erased", see nous_session.erasure).
     if set(data) not in ({"metadata"}, {"metadata", "erased"}):
         raise _Refusal('a session_metadata event holds exactly {"metadata": {...}}')

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import attrs
 
 from nous_session.errors import ConflictError
-from nous_session.metadata import SessionEntry
+from nous_session.listing import SessionEntry
 from nous_session.stores.base import ListingStore, Store, supports
 
 __all__ = ["RetentionReport", "apply", "parse_duration"]

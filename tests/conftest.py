@@ -74,6 +74,14 @@ def _database_per_worker() -> None:
             " (TEST_WORKERS=0, or pytest without -n)"
         ) from None
     os.environ["NOUS_SESSION_TEST_POSTGRES"] = urlunsplit(parts._replace(path=f"/{quote(name)}"))
+    # PgBouncer (``NOUS_SESSION_TEST_PGBOUNCER``, in front of the same server) reaches the same
+    # database of this worker by name.
+    pooled = os.environ.get("NOUS_SESSION_TEST_PGBOUNCER")
+    if pooled:
+        pooled_parts = urlsplit(pooled)
+        os.environ["NOUS_SESSION_TEST_PGBOUNCER"] = urlunsplit(
+            pooled_parts._replace(path=f"/{quote(name)}")
+        )
 
 
 @pytest.fixture(scope="session")

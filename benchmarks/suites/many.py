@@ -63,8 +63,9 @@ from nous_session import EventType, SessionActor
 from nous_session.codec import encode
 from nous_session.event import make_event
 from nous_session.stores import MemoryStore
-from nous_session.stores._writer import SQLiteWriter
 from nous_session.stores.sqlite import SQLiteStore
+from nous_session.stores.sqlite._store import writer_of
+from nous_session.stores.sqlite._writer import SQLiteWriter
 
 ISSUE_11 = "issue 11"
 USER = EventType.USER_MESSAGE
@@ -80,7 +81,7 @@ async def _sessions(path: Path, count: int, each: int) -> tuple[float, float]:
             await stack.enter_async_context(SessionActor.open(session_id=f"s{i}", store=store))
             for i in range(count)
         ]
-        writer = store._writer_thread()
+        writer = writer_of(store)
         before = writer.statistics()
 
         async def produce(session: SessionActor) -> None:

@@ -31,8 +31,9 @@ from nous_session.cli._common import (
 )
 from nous_session.codec import to_json
 from nous_session.event import Event, EventType
+from nous_session.listing import SessionEntry, metadata_of
 from nous_session.log import Log
-from nous_session.metadata import SessionEntry, SessionMetadata, metadata_of
+from nous_session.metadata import SessionMetadata
 from nous_session.ops import Remove, Replace, Rewind, Uncompact
 from nous_session.retention import RetentionReport
 from nous_session.stores import Store

@@ -116,10 +116,12 @@ def open_store(url: str | None = None, *, read_only: bool = False, **options: ob
             )
         from nous_session.stores.sqlite import SQLiteStore
 
+        # The options are the store's own keyword arguments, checked by its constructor.
         return SQLiteStore(rest[3:], read_only=read_only, **options)  # type: ignore[arg-type]
     if scheme in ("postgresql", "postgres"):
         from nous_session.stores.postgres import PostgresStore
 
+        # As for SQLite: the constructor checks the options.
         return PostgresStore(url, read_only=read_only, **options)  # type: ignore[arg-type]
     raise ValueError(
         f"unknown store URL scheme {scheme!r} in {url!r}; known: memory:, sqlite:///, postgresql://"

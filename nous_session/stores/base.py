@@ -29,7 +29,7 @@ import attrs
 
 from nous_session.errors import CorruptRecordError
 from nous_session.event import Event
-from nous_session.metadata import SessionPage
+from nous_session.listing import SessionPage
 
 if TYPE_CHECKING:
     from nous_session.erasure import Erasure
@@ -56,6 +56,7 @@ __all__ = [
     "check_key",
     "check_rebase_arguments",
     "check_session_id",
+    "check_since",
     "moved",
     "moved_keys",
     "place",
@@ -432,7 +433,7 @@ class ListingStore(Store, Protocol):
             order: ``"active"`` (last activity) or ``"created"``.
             descending: newest first (the default).
             limit: the page size, 1..1000.
-            cursor: the previous page's :attr:`~nous_session.metadata.SessionPage.cursor`,
+            cursor: the previous page's :attr:`~nous_session.listing.SessionPage.cursor`,
                 with the same query.
 
         Raises:
@@ -599,6 +600,12 @@ def moved(events: Sequence[Event], shift: int) -> list[Event]:
 def moved_keys(keys: Sequence[tuple[str, int, int]], shift: int) -> list[tuple[str, int, int]]:
     """``keys`` with their first seqs moved by ``shift`` (as their events were)."""
     return [(key, first + shift, size) for key, first, size in keys]
+
+
+def check_since(since: object) -> None:
+    """Refuse a ``since`` that is not an int >= 0 (a bool is no int here)."""
+    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+        raise ValueError(f"since must be an int >= 0, got {since!r}")
 
 
 def place(session_id: str, where: str) -> Callable[[int], str]:

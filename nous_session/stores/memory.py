@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import MappingProxyType
@@ -21,34 +21,31 @@ import attrs
 from nous_session.erasure import (
     Erasure,
     check_reason,
-    check_seqs,
-    erase_copies,
     erasure_time,
-    family,
-    forget_metadata,
 )
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, EventType
-from nous_session.metadata import (
+from nous_session.listing import (
     ListQuery,
     SessionEntry,
-    SessionMetadata,
-    SessionPage,
     from_micros,
     metadata_of,
     to_micros,
 )
+from nous_session.metadata import SessionMetadata
+from nous_session.stores._common import Commit, StoreBase
+from nous_session.stores._erase import erase_rows
+from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
     Stored,
-    check_commit_arguments,
     check_commit_state,
     check_fork_point,
     check_held,
     check_lease,
-    check_rebase_arguments,
     check_session_id,
+    check_since,
     moved,
     moved_keys,
 )
@@ -93,13 +90,8 @@ def _touch(session: _Session, events: Sequence[Event]) -> None:
                 break
 
 
-def _check_since(since: object) -> None:
-    if not isinstance(since, int) or isinstance(since, bool) or since < 0:
-        raise ValueError(f"since must be an int >= 0, got {since!r}")
-
-
 @attrs.define
-class MemoryStore:
+class MemoryStore(StoreBase):
     """Sessions in a dict, in this process. Durable only as long as the process lives."""
 
     _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
@@ -135,10 +127,10 @@ class MemoryStore:
         low = bisect_left(own, since, key=_SEQ)
         high = len(own) if upto is None else bisect_right(own, upto, key=_SEQ)
         mine = own[low:high]
-        if session.shares and session.fork_point is not None and since <= session.fork_point:
-            parent = self._sessions[session.parent]  # type: ignore[index]
-            limit = session.fork_point if upto is None else min(upto, session.fork_point)
-            return [*self._view(parent, since, limit), *mine]
+        parent_id, point = session.parent, session.fork_point
+        if session.shares and parent_id is not None and point is not None and since <= point:
+            limit = point if upto is None else min(upto, point)
+            return [*self._view(self._sessions[parent_id], since, limit), *mine]
         return mine
 
     def _inherited(self, session: _Session) -> tuple[dict[str, tuple[int, int]], dict[int, Event]]:
@@ -180,7 +172,7 @@ class MemoryStore:
     async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
         """The held events with seq >= ``since``, in seq order."""
         self._check_open()
-        _check_since(since)
+        check_since(since)
         session = self._sessions.get(session_id)
         if session is None:
             return []
@@ -191,7 +183,7 @@ class MemoryStore:
     async def read(self, session_id: str, *, since: int = 0) -> Stored:
         """The session's events from ``since``, its count, horizon, keys and lineage."""
         self._check_open()
-        _check_since(since)
+        check_since(since)
         session = self._sessions.get(session_id)
         if session is None:
             return Stored((), 0)
@@ -211,32 +203,10 @@ class MemoryStore:
             session.fork_point,
         )
 
-    async def commit(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        dropped: Sequence[int] = (),
-        expected_horizon: int | None = None,
-        horizon: int | None = None,
-        keys: Sequence[tuple[str, int, int]] = (),
-        kept: Sequence[int] = (),
-        commit_id: str | None = None,
-    ) -> None:
-        """Append ``events`` and delete ``dropped`` atomically (nothing here can fail halfway)."""
-        self._check_open()
-        events = check_commit_arguments(
-            session_id,
-            expected_count,
-            events,
-            dropped,
-            keys=keys,
-            kept=kept,
-            commit_id=commit_id,
-            horizon=horizon,
-            expected_horizon=expected_horizon,
-        )
+    async def _commit(self, commit: Commit) -> None:
+        session_id, expected_count, events = commit.session_id, commit.expected_count, commit.events
+        dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
+        expected_horizon, horizon = commit.expected_horizon, commit.horizon
         session = self._sessions.get(session_id)
         if session is None:
             if expected_count != 0:
@@ -302,20 +272,9 @@ class MemoryStore:
                 remaining.append(event)
         session.events = remaining
 
-    async def commit_rebased(
-        self,
-        session_id: str,
-        *,
-        expected_count: int,
-        events: Sequence[Event],
-        keys: Sequence[tuple[str, int, int]] = (),
-        commit_id: str | None = None,
-    ) -> Rebased:
-        """Append ``events`` after the session's current count (see :class:`RebasingStore`)."""
-        self._check_open()
-        events = check_rebase_arguments(
-            session_id, expected_count, events, keys=keys, commit_id=commit_id
-        )
+    async def _commit_rebased(self, commit: Commit) -> Rebased:
+        session_id, expected_count, events = commit.session_id, commit.expected_count, commit.events
+        keys, commit_id = commit.keys, commit.commit_id
         session = self._sessions.get(session_id)
         stored = 0 if session is None else session.count
         if stored < expected_count:
@@ -399,36 +358,8 @@ class MemoryStore:
             if session.count
         ]
 
-    async def list_sessions(
-        self,
-        *,
-        where: Mapping[str, Any] | None = None,
-        tags: Iterable[str] = (),
-        created_since: datetime | None = None,
-        created_before: datetime | None = None,
-        active_since: datetime | None = None,
-        active_before: datetime | None = None,
-        order: str = "active",
-        descending: bool = True,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> SessionPage:
-        """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`).
-
-        In memory there is no index: each call looks at every session.
-        """
-        query = ListQuery.make(
-            where=where,
-            tags=tags,
-            created_since=created_since,
-            created_before=created_before,
-            active_since=active_since,
-            active_before=active_before,
-            order=order,
-            descending=descending,
-            limit=limit,
-            cursor=cursor,
-        )
+    async def _list(self, query: ListQuery) -> list[SessionEntry]:
+        """In memory there is no index: each call looks at every session."""
         self._check_open()
         entries = [
             entry
@@ -436,7 +367,7 @@ class MemoryStore:
             if query.matches(entry)
         ]
         entries.sort(key=query.sort_key, reverse=query.descending)
-        return query.page(entries[: query.limit + 1])
+        return entries[: query.limit + 1]
 
     @staticmethod
     def _entry(session_id: str, session: _Session) -> SessionEntry:
@@ -485,13 +416,7 @@ class MemoryStore:
             ValueError: a bad seq or reason, or no such session; nothing was changed.
         """
         self._check_open()
-        reason = check_reason(reason)
-        when = erasure_time(at)
-        session = self._sessions.get(session_id)
-        if session is None or session.count == 0:
-            raise ValueError(f"no session {session_id!r} to erase")
-        wanted = check_seqs(seqs, session.count, session_id=session_id)
-        return self._erase(session_id, wanted, reason, when, dry_run)
+        return self._erase(session_id, seqs, None, check_reason(reason), erasure_time(at), dry_run)
 
     async def erase_session(
         self,
@@ -510,99 +435,93 @@ class MemoryStore:
         """
         self._check_open()
         reason = check_reason(reason)
-        session = self._sessions.get(session_id)
-        if session is None or session.count == 0:
-            raise ValueError(f"no session {session_id!r} to erase")
-        low = 0 if inherited or session.fork_point is None else session.fork_point + 1
-        wanted = sorted(
-            {event.seq for event in self._view(session, low)}
-            | {seq for seq in self._inherited(session)[1] if seq >= low}
-            | {seq for seq in session.kept if seq >= low}
-        )
-        return self._erase(session_id, wanted, reason, erasure_time(None), dry_run)
+        return self._erase(session_id, None, inherited, reason, erasure_time(None), dry_run)
 
     def _erase(
-        self, session_id: str, wanted: Sequence[int], reason: str, at: datetime, dry_run: bool
+        self,
+        session_id: str,
+        wanted: Iterable[int] | None,
+        inherited: bool | None,
+        reason: str,
+        at: datetime,
+        dry_run: bool,
     ) -> Erasure:
-        def parent_of(name: str) -> tuple[str, int] | None:
-            found = self._sessions.get(name)
-            if found is None or found.parent is None or found.fork_point is None:
-                return None
-            return (found.parent, found.fork_point) if found.parent in self._sessions else None
-
-        def children_of(name: str, seq: int) -> list[str]:
-            return [
-                child
-                for child, found in self._sessions.items()
-                if found.parent == name and found.fork_point is not None and found.fork_point >= seq
-            ]
-
-        def copies_of(members: Sequence[str], seq: int) -> list[tuple[tuple[str, bool], Event]]:
-            copies: list[tuple[tuple[str, bool], Event]] = []
-            for member in members:
-                found = self._sessions[member]
-                index = bisect_left(found.events, seq, key=_SEQ)
-                if index < len(found.events) and found.events[index].seq == seq:
-                    copies.append(((member, False), found.events[index]))
-                if seq in found.kept:
-                    copies.append(((member, True), found.kept[seq]))
-            return copies
-
-        forgotten: dict[int, bytes] = {}  # erased metadata events: seq -> their record
-
-        def write(where: tuple[str, bool], event: Event) -> None:
-            member, kept = where
-            found = self._sessions[member]
-            if kept:
-                found.kept[event.seq] = event
-            else:
-                found.events[bisect_left(found.events, event.seq, key=_SEQ)] = event
-            forget_metadata(event, forgotten)
-
-        erased, already, absent, others = erase_copies(
+        done = erase_rows(
+            _MemoryCopies(self),
             session_id,
             wanted,
+            inherited,
             reason=reason,
             at=at,
-            members_of=lambda seq: family(session_id, seq, parent_of, children_of),
-            copies_of=copies_of,
-            write=None if dry_run else write,
-        )
-        for seq in forgotten:  # the sessions' copies of an erased metadata record go too
-            for member in family(session_id, seq, parent_of, children_of):
-                held = self._sessions[member]
-                if held.meta_seq == seq:
-                    held.metadata = SessionMetadata()
-        return Erasure(
-            session_id,
-            reason,
-            at,
-            tuple(erased),
-            tuple(already),
-            tuple(absent),
-            tuple(sorted(others)),
-            proven=False,
-            detail="dry run: nothing was changed"
-            if dry_run
-            else "in process memory: the old values were released, not overwritten",
             dry_run=dry_run,
         )
+        detail = "in process memory: the old values were released, not overwritten"
+        return attrs.evolve(done, detail="dry run: nothing was changed" if dry_run else detail)
 
     @property
     def url(self) -> str:
         """``memory:``: each MemoryStore is its own private space."""
         return "memory:"
 
-    async def __aenter__(self) -> MemoryStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Close the store; later calls raise StoreError."""
         self._closed = True
 
+    def _before_commit(self) -> None:
+        self._check_open()
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("the store is closed")
+
+
+@attrs.frozen
+class _MemoryCopies:
+    """The copies of a session's events in a MemoryStore (see
+    :class:`~nous_session.stores._erase.Copies`): a copy is named by its session and whether
+    it is a kept one."""
+
+    store: MemoryStore
+
+    def row(self, name: str) -> SessionRow[str] | None:
+        found = self.store._sessions.get(name)
+        if found is None:
+            return None
+        return SessionRow(
+            name, found.count, found.horizon, found.parent, found.fork_point, found.shares
+        )
+
+    def held(self, row: SessionRow[Any], low: int) -> Iterable[int]:
+        session = self.store._sessions[row.key]
+        yield from (event.seq for event in self.store._view(session, low))
+        yield from (seq for seq in self.store._inherited(session)[1] if seq >= low)
+        yield from (seq for seq in session.kept if seq >= low)
+
+    def children(self, name: str) -> list[tuple[str, int | None]]:
+        return [
+            (child, s.fork_point) for child, s in self.store._sessions.items() if s.parent == name
+        ]
+
+    def copies(self, member: str, seq: int) -> list[tuple[tuple[str, bool], Event]]:
+        found = self.store._sessions[member]
+        copies: list[tuple[tuple[str, bool], Event]] = []
+        index = bisect_left(found.events, seq, key=_SEQ)
+        if index < len(found.events) and found.events[index].seq == seq:
+            copies.append(((member, False), found.events[index]))
+        if seq in found.kept:
+            copies.append(((member, True), found.kept[seq]))
+        return copies
+
+    def write(self, where: tuple[str, bool], event: Event) -> None:
+        member, kept = where
+        found = self.store._sessions[member]
+        if kept:
+            found.kept[event.seq] = event
+        else:
+            found.events[bisect_left(found.events, event.seq, key=_SEQ)] = event
+
+    def forget(self, record: bytes, members: Sequence[str], seq: int) -> None:
+        for member in members:
+            held = self.store._sessions[member]
+            if held.meta_seq == seq:
+                held.metadata = SessionMetadata()

@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from nous_session.actor import SessionActor
+from nous_session.listing import metadata_of
 from nous_session.message import Message
-from nous_session.metadata import metadata_of
 from nous_session.stores.base import ForkingStore, ListingStore, Store, supports
 
 

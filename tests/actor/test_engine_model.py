@@ -70,6 +70,8 @@ from nous_session.stores.sqlite import SQLiteStore
 from tests.support.tallies import Tallies
 
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
+# PgBouncer in transaction pooling mode in front of the same server (.ci/pgbouncer).
+PGBOUNCER_URL = os.environ.get("NOUS_SESSION_TEST_PGBOUNCER")
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 
 # dev: a quick loop (about 200 steps a combination); ci: about 900 a combination, 5,500 in all;
@@ -791,12 +793,20 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
 
         schema = f"m_{uuid.uuid4().hex[:12]}"
         gated_postgres = gated(PostgresStore)
-        yield lambda: gated_postgres(POSTGRES_URL, schema=schema)
+        if kind == "pgbouncer":  # commits and reads through a transaction pooler
+            if not PGBOUNCER_URL:
+                pytest.skip("no PgBouncer: set NOUS_SESSION_TEST_PGBOUNCER")
+            url = PGBOUNCER_URL
+            yield lambda: gated_postgres(url, schema=schema, pooled=True, direct_url=POSTGRES_URL)
+        else:
+            yield lambda: gated_postgres(POSTGRES_URL, schema=schema)
         with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
             connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-@pytest.mark.parametrize("store_factory", ["memory", "sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize(
+    "store_factory", ["memory", "sqlite", "postgres", "pgbouncer"], indirect=True
+)
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_a_batch_commits_as_if_one_by_one(
     backend: str,

@@ -14,8 +14,8 @@ import pytest
 from nous_session import Message, SessionActor
 
 psycopg = pytest.importorskip("psycopg")
-from nous_session.stores._listener import PING_AFTER, PING_TIMEOUT  # noqa: E402
 from nous_session.stores.postgres import PostgresStore  # noqa: E402
+from nous_session.stores.postgres._feed import PING_AFTER, PING_TIMEOUT  # noqa: E402
 from tests.support.faultkit import ReplyDroppingProxy  # noqa: E402
 
 URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES", "")

@@ -31,7 +31,7 @@ from nous_session import (
 )
 from nous_session.formats import PROVIDERS, convert, from_provider, to_provider
 from nous_session.formats._common import same
-from nous_session.formats._tool_calls import arrange
+from nous_session.formats._tool_calls import arrange, named_from_calls
 from tests.support.message_strategies import T0
 from tests.support.sdk_validation import validate
 
@@ -322,7 +322,11 @@ def no_adjacent_assistants(messages: list[Message]) -> bool:
 def round_trip(messages: list[Message], provider: Any) -> None:
     payload = to_provider(messages, provider, strict=True)
     validate(provider, payload)
-    assert from_provider(payload, provider, created_at=T0) == messages
+    expected = messages
+    if provider in ("openai-chat", "anthropic"):
+        # Results go by call id alone there: the reader gives each its call's name.
+        expected = named_from_calls(messages)
+    assert from_provider(payload, provider, created_at=T0) == expected
 
 
 @given(conversations(chat_messages))

@@ -40,7 +40,7 @@ from nous_session import (
     Store,
     StoreError,
 )
-from nous_session._requests import Done
+from nous_session._loops import Done
 from nous_session.event import message_event
 from nous_session.stores import MemoryStore
 from nous_session.stores.sqlite import SQLiteStore

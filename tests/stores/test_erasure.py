@@ -534,7 +534,7 @@ async def test_sqlite_without_vacuum_a_copy_an_earlier_delete_left_survives(
     default, though some builds turn it on), a row deleted before the erasure (here by a
     snapshot, after giving a fork its own copy) leaves its bytes in free space, which only
     a rebuild removes."""
-    import nous_session.stores.sqlite as sqlite_module
+    import nous_session.stores.sqlite._schema as sqlite_module
 
     opened = sqlite_module._wal
 

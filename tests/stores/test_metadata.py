@@ -22,15 +22,19 @@ import pytest
 from nous_session import InvalidEventError, Message, SessionActor, Sessions
 from nous_session.codec import encode
 from nous_session.event import Event, EventType
+from nous_session.listing import ListQuery, metadata_of
 from nous_session.log import Log
-from nous_session.metadata import ListQuery, SessionMetadata, metadata_of
+from nous_session.metadata import SessionMetadata
 from nous_session.retention import apply, parse_duration
 from nous_session.stores import MemoryStore, Store
-from nous_session.stores.sqlite import _MIGRATIONS, SQLiteStore, _listing
+from nous_session.stores.sqlite import SQLiteStore
+from nous_session.stores.sqlite._schema import _MIGRATIONS
+from nous_session.stores.sqlite._sql import _listing
 from nous_session.testing import ListingConformance
 
 psycopg = pytest.importorskip("psycopg")
 from nous_session.stores.postgres import PostgresStore  # noqa: E402
+from nous_session.stores.postgres._sql import listing as pg_listing  # noqa: E402
 
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
 needs_postgres = pytest.mark.skipif(
@@ -235,8 +239,8 @@ async def test_postgres_serves_owner_newest_first_from_an_index(schema: str) -> 
                 ],
             )
         page = await store.list_sessions(where={"owner": "u1"}, limit=2)
-        statement, parameters = store._listing(
-            ListQuery.make(where={"owner": "u1"}, limit=2, cursor=page.cursor)
+        statement, parameters = pg_listing(
+            store._sql, ListQuery.make(where={"owner": "u1"}, limit=2, cursor=page.cursor)
         )
     with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
         # A table this small is cheaper to scan: forbid scans and sorts, and the plan must
@@ -509,7 +513,7 @@ async def test_a_metadata_event_must_hold_a_valid_record() -> None:
 def test_a_version_2_postgres_schema_gets_times_from_its_events(schema: str) -> None:
     from psycopg import sql
 
-    from nous_session.stores.postgres import _MIGRATIONS as PG_MIGRATIONS
+    from nous_session.stores.postgres._schema import _MIGRATIONS as PG_MIGRATIONS
 
     first = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
     last = first + timedelta(days=3)

@@ -28,9 +28,11 @@ from nous_session import (
 from nous_session.codec import encode
 from nous_session.event import make_event
 from nous_session.stores import open_store
-from nous_session.stores import sqlite as sqlite_store
 from nous_session.stores.memory import MemoryStore
 from nous_session.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from nous_session.stores.sqlite import _commit as sqlite_commit
+from nous_session.stores.sqlite import _rows as sqlite_rows
+from nous_session.stores.sqlite import _schema as sqlite_schema
 from nous_session.testing import sample_log
 from tests.support.processes import check_shared_session, ending, run_writers
 
@@ -351,7 +353,7 @@ def test_switching_to_wal_waits_for_another_process_like_the_busy_handler(tmp_pa
 
     connection = sqlite3.connect(path, timeout=0, isolation_level=None, factory=Counting)
     try:
-        sqlite_store._wal(connection, busy_timeout=30)
+        sqlite_schema._wal(connection, busy_timeout=30)
         assert len(attempts) == 3
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
@@ -366,7 +368,7 @@ def test_switching_to_wal_gives_up_at_the_busy_timeout(tmp_path: Path) -> None:
     connection = sqlite3.connect(path, timeout=0, isolation_level=None)
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
-            sqlite_store._wal(connection, busy_timeout=0.05)
+            sqlite_schema._wal(connection, busy_timeout=0.05)
     finally:
         connection.close()
         holder.execute("COMMIT")
@@ -435,7 +437,7 @@ async def test_a_failed_read_leaves_no_transaction_open_on_either_read_path(
     reader = SQLiteStore(path, read_only=True)
     try:
         await writer.commit("s", expected_count=0, events=events)
-        rows = sqlite_store._rows
+        rows = sqlite_rows._rows
         failing = {"on": True}
 
         def flaky(*args: Any, **kwargs: Any) -> Any:
@@ -443,7 +445,7 @@ async def test_a_failed_read_leaves_no_transaction_open_on_either_read_path(
                 raise sqlite3.OperationalError("disk I/O error")
             return rows(*args, **kwargs)
 
-        monkeypatch.setattr(sqlite_store, "_rows", flaky)
+        monkeypatch.setattr(sqlite_rows, "_rows", flaky)
         for store in (writer, reader):
             with pytest.raises(StoreError, match="disk I/O error"):
                 await store.load("s")
@@ -473,7 +475,7 @@ async def test_a_commit_between_the_count_and_the_rows_is_not_seen_by_the_read(
     reader = SQLiteStore(path, read_only=True) if read_only else writer
     try:
         await writer.commit("s", expected_count=0, events=events)
-        rows = sqlite_store._rows
+        rows = sqlite_rows._rows
         between = {"on": True}
 
         def another_process_commits_first(
@@ -486,18 +488,18 @@ async def test_a_commit_between_the_count_and_the_rows_is_not_seen_by_the_read(
                     other.execute("BEGIN IMMEDIATE")
                     other.execute(
                         "INSERT INTO nous_events (sid, seq, record) VALUES (?, 2, ?)",
-                        (row.id, encode(late)),
+                        (row.key, encode(late)),
                     )
                     other.execute(
                         "UPDATE nous_sessions SET count = 3, held = held + 1 WHERE id = ?",
-                        (row.id,),
+                        (row.key,),
                     )
                     other.execute("COMMIT")
                 finally:
                     other.close()
             return rows(connection, row, *args)
 
-        monkeypatch.setattr(sqlite_store, "_rows", another_process_commits_first)
+        monkeypatch.setattr(sqlite_rows, "_rows", another_process_commits_first)
         assert [event.seq for event in await reader.load("s")] == [0, 1]
         assert not between["on"]  # the commit did land between the two queries
         # The next read sees it, whole.
@@ -571,7 +573,7 @@ async def test_a_session_made_again_by_another_store_is_written_where_it_now_is(
 async def test_the_session_ids_a_store_keeps_are_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "_IDS_AT_MOST", 2)
+    monkeypatch.setattr(sqlite_commit, "_IDS_AT_MOST", 2)
     async with SQLiteStore(tmp_path / "ids.sqlite3") as store:
         for round_ in range(3):
             for name in ("a", "b", "c"):

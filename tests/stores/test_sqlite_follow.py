@@ -12,8 +12,8 @@ import pytest
 from nous_session import ConflictError, Message, SessionActor
 from nous_session.event import make_event
 from nous_session.stores import follow
-from nous_session.stores._sqlite_feed import DEFAULT_POLL
 from nous_session.stores.sqlite import SQLiteStore
+from nous_session.stores.sqlite._feed import DEFAULT_POLL
 from tests.support.processes import Lines, spawn_worker
 
 pytestmark = pytest.mark.anyio

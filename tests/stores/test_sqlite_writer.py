@@ -22,7 +22,7 @@ import anyio.to_thread
 import pytest
 
 from nous_session.errors import StoreError
-from nous_session.stores._writer import SQLiteWriter, WriterStatistics
+from nous_session.stores.sqlite._writer import SQLiteWriter, WriterStatistics
 
 THREAD_PREFIX = "nous_session-sqlite-writer"
 ROOT = Path(__file__).resolve().parents[2]
@@ -681,7 +681,7 @@ def test_an_unused_writer_collects_silently(tmp_path: Path) -> None:
 
 FORGOTTEN = """
 import logging, sqlite3, sys, anyio
-from nous_session.stores._writer import SQLiteWriter
+from nous_session.stores.sqlite._writer import SQLiteWriter
 # The library logs through the standard library: let its debug events reach stdout here.
 logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%(message)s")
 

@@ -1,42 +1,11 @@
-"""The SQLite store's change feed: one cheap change check per store, shared by its watches.
+"""The SQLite store's change feed: one ``PRAGMA data_version`` poller per store, shared by its
+watches (:class:`ChangeMonitor`).
 
-SQLite has no LISTEN/NOTIFY. What it has is ``PRAGMA data_version``: a number that changes,
-for one connection, whenever *another* connection (of this process or any other) commits to
-the file. Reading it touches no table and costs a few microseconds.
-
-So one thread per store, started by the first watch and ended with the last, owns one
-connection of its own and asks it for ``data_version`` every ``poll`` seconds. Only when the
-number moves does it read anything: the count and horizon of the sessions being watched (one
-indexed read of ``nous_sessions``), and each session whose count or horizon changed since the
-last look gets its new head pushed to its watches, whose event loops the thread wakes itself
-(``loop.call_soon_threadsafe`` on asyncio, ``TrioToken.run_sync_soon`` on trio: the watch
-objects of the PostgreSQL listener, shared). A new watch is told its session's head as the
-thread first sees it, so a commit that landed between the watcher's own read and its watch is
-not missed. If the connection fails, the thread opens a new one and every watch gets ``-1``
-(read whatever you may have missed).
-
-While every change the thread reads is one its watchers hold already (a process whose actors
-are the file's only writers: each read finds its own commits), it polls less often: each such
-read doubles the wait, up to :data:`BACK_OFF_AT_MOST` polls; a read that wakes a watcher, a
-quiet file, a new watch or a commit in flight brings it back to one poll. Following a file
-one writes alone then costs a few reads a second instead of one every poll: one session's
-awaited appends ran 0.81x-0.88x as fast following as not, and 0.96x-0.98x with the back-off
-(alternating in one process, two runs).
-
-The thread only reads, through its own connection: it never holds the write lock and never
-blocks the store's writer (WAL readers do not block writers). A store nobody watches starts no
-thread and pays nothing. The store's own writer is another connection, so its commits reach
-the watches the same way, within a poll.
-
-A file with no ``-wal`` has no writer (the last connection to close removes it): a read-only
-store (another process's viewer), or one that has not written yet. The thread then checks,
-every poll, whether a writer has appeared, and opens its connection once it has (a connection
-that opened the file as immutable would never see a change). A writer may also come and go
-between two polls (open, commit, close, its WAL checkpointed into the file and removed): so
-while there is no writer the thread also reads the watched heads from the file itself,
-through a short-lived immutable connection, whenever the file's stat changes, while that stat
-is too recent to prove nothing changed since (``_racy``), when a watch is new, and every
-``_CHECK_EVERY`` polls in any case.
+SQLite has no LISTEN/NOTIFY; ``data_version`` changes for one connection whenever another
+commits to the file, and costs microseconds to read. One thread per store polls it, reads the
+watched sessions' heads only when it moved, backs off while every change it reads is its own
+watchers' commits, and watches for a writer to appear on a file that has none. The design and
+its measurements: docs/internals.md, "Change feeds".
 """
 
 from __future__ import annotations
@@ -45,13 +14,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from contextlib import suppress
 from typing import Final, TypeAlias
 from urllib.parse import quote
 
 from nous_session._logging import get_logger
-from nous_session.stores._listener import HOLD_AT_MOST, _Watch
+from nous_session.stores._watch import HELD, HOLD_AT_MOST, UNSURE, WAKE, Known, Watch, Watches
 
 __all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor"]
 
@@ -65,41 +34,7 @@ watchers hold already: another writer's commit is then seen within this many pol
 _logger = get_logger("nous_session.sqlite")
 
 
-Known = Callable[[], tuple[int, int, bool]]
-"""What a watcher holds already, read from the feed's thread: its (count, horizon), and whether
-a commit of its own is in flight (then a head it does not hold yet may be that commit's)."""
-
-_HELD, _UNSURE, _WAKE = 0, 1, 2
-
-
-class _KnownWatch(_Watch):
-    """A watch whose owner can say what it already holds: a head it holds is not pushed."""
-
-    __slots__ = ("known",)
-
-    def __init__(self, session_id: str, known: Known | None) -> None:
-        super().__init__(session_id)
-        self.known = known
-
-    def verdict(self, head: tuple[int, int]) -> int:
-        """Whether the owner holds ``head`` (count and horizon) already (:data:`_HELD`: waking
-        it would only make it compare and sleep again; an actor's own commit is the common
-        case), cannot say yet (:data:`_UNSURE`: its own commit is in flight, and may be this
-        head), or must be woken (:data:`_WAKE`)."""
-        known = self.known
-        if known is None:
-            return _WAKE
-        try:
-            count, horizon, committing = known()
-        except Exception as error:  # the owner's bug: it is woken, as with no known
-            _logger.debug("nous_session.sqlite_feed_known_failed", error=repr(error))
-            return _WAKE
-        if count >= head[0] and horizon == head[1]:
-            return _HELD
-        return _UNSURE if committing else _WAKE
-
-
-class ChangeMonitor:
+class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
     """The change-check thread of one SQLite file, and the watches it serves.
 
     Args:
@@ -108,17 +43,15 @@ class ChangeMonitor:
     """
 
     def __init__(self, path: str, poll: float) -> None:
+        super().__init__()
         self._path = path
         self._poll = poll
-        self._lock = threading.Lock()
-        self._watches: dict[str, list[_KnownWatch]] = {}
         self._fresh: set[str] = set()  # sessions with a watch that has not had its head yet
         self._heads: dict[str, tuple[int, int]] = {}  # (count, horizon) the thread last saw
         # Watches whose owner was committing when a head it did not hold came: what to push
         # (and the head it stands for), asked again every poll until the commit has answered.
         # With when it was first held back: it is pushed after HOLD_AT_MOST in any case (an
         # owner whose commits keep failing without reading the store is always committing).
-        self._unsure: dict[_KnownWatch, tuple[int, tuple[int, int], float]] = {}
         self._thread: threading.Thread | None = None  # None once it has decided to end
         self._stopped = False  # the store is closing: the thread ends, none starts
         # Set by stop() and by a new watch: the thread's sleep ends at once.
@@ -126,21 +59,14 @@ class ChangeMonitor:
         self._membership = False  # a session was first watched or left: relist them
         self.checks = 0  # change checks made (for tests)
         self.reads = 0  # head reads made after a change (for tests)
-        self.pushes = 0  # heads pushed to a watch (for tests)
-
-    @property
-    def watching(self) -> int:
-        """How many watches are open."""
-        with self._lock:
-            return sum(len(watches) for watches in self._watches.values())
 
     async def watch(self, session_id: str, known: Known | None = None) -> AsyncGenerator[int, None]:
         """Yield the session's head as the thread first sees it, then each new head (and
         ``-1`` after the thread had to reopen its connection). With ``known`` (what the
         watcher holds, as (count, horizon)), a head it already holds is not yielded."""
-        watch = _KnownWatch(session_id, known)
+        watch = Watch(session_id, known)
         with self._lock:
-            self._watches.setdefault(session_id, []).append(watch)
+            self._add(watch)
             self._fresh.add(session_id)
             self._membership = True
             if self._thread is None and not self._stopped:
@@ -156,11 +82,7 @@ class ChangeMonitor:
                     yield head
         finally:
             with self._lock:
-                watches = self._watches[session_id]
-                watches.remove(watch)
-                self._unsure.pop(watch, None)
-                if not watches:
-                    del self._watches[session_id]
+                if self._remove(watch):
                     self._heads.pop(session_id, None)
                     self._fresh.discard(session_id)
                     self._membership = True
@@ -345,19 +267,19 @@ class ChangeMonitor:
                     self._offer(watch, current[0], current, False)
             return self.pushes != pushed_before
 
-    def _offer(self, watch: _KnownWatch, pushed: int, head: tuple[int, int], always: bool) -> None:
+    def _offer(self, watch: Watch, pushed: int, head: tuple[int, int], always: bool) -> None:
         """Push ``pushed`` (standing for ``head``) to ``watch`` unless its owner holds it, or
         keep it to ask again while the owner's own commit is in flight (lock held), for
         ``HOLD_AT_MOST`` seconds at most."""
         held = self._unsure.pop(watch, None)
-        verdict = _WAKE if always else watch.verdict(head)
-        if verdict == _UNSURE:
+        verdict = WAKE if always else watch.verdict(*head)
+        if verdict == UNSURE:
             now = time.monotonic()
             since = now if held is None else held[2]
             if now - since < HOLD_AT_MOST:
                 self._unsure[watch] = (pushed, head, since)
                 return
-        if verdict != _HELD:
+        if verdict != HELD:
             watch.push(pushed)
             self.pushes += 1
 

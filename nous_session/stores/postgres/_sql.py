@@ -3,9 +3,18 @@ schema: the tables' identifiers and the statements of its commits and reads."""
 
 from __future__ import annotations
 
+import json
+from typing import Any, Final
+
 from psycopg import sql
 
-__all__ = ["Statements"]
+from nous_session.listing import ListQuery, from_micros
+
+__all__ = ["APPLICATION", "Statements", "listing"]
+
+APPLICATION: Final = "nous_session"
+"""The ``application_name`` of the store's connections (its LISTEN connection adds
+``" listener"``)."""
 
 
 class Statements:
@@ -227,3 +236,144 @@ class Statements:
             "SELECT seq, record FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
             " ORDER BY seq"
         ).format(**tables)
+        # Reads.
+        self.events_from = sql.SQL(
+            "SELECT seq, record FROM {events} WHERE session = %s AND seq >= %s ORDER BY seq"
+        ).format(**tables)
+        self.keys_from = sql.SQL(
+            "SELECT key, seq, n FROM {keys} WHERE session = %s AND seq >= %s"
+        ).format(**tables)
+        self.kept_of = sql.SQL(
+            "SELECT seq, record FROM {kept} WHERE session = %s ORDER BY seq"
+        ).format(**tables)
+        self.committed = sql.SQL(
+            "SELECT seq, n FROM {commits} WHERE session = %s AND commit_id = %s"
+        ).format(**tables)
+        self.metadata = sql.SQL("SELECT meta, meta_seq FROM {sessions} WHERE name = %s").format(
+            **tables
+        )
+        self.sessions_held = sql.SQL(
+            "SELECT s.name, s.count, s.horizon, s.parent, s.fork_point, s.shares,"
+            " (SELECT count(*) FROM {events} e WHERE e.session = s.name)"
+            ' FROM {sessions} s WHERE s.count > 0 ORDER BY s.name COLLATE "C"'
+        ).format(**tables)
+        self.count_range = sql.SQL(
+            "SELECT count(*) FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
+        ).format(**tables)
+        # A sharing fork's lineage, and its own copy.
+        self.inherited_keys = sql.SQL(
+            "SELECT key, seq, n FROM {keys} WHERE session = %s AND seq >= %s AND seq + n - 1 <= %s"
+        ).format(**tables)
+        self.inherited_kept = sql.SQL(
+            "SELECT seq, record FROM {kept} WHERE session = %s AND seq >= %s AND seq <= %s"
+            " ORDER BY seq"
+        ).format(**tables)
+        self.copy_keys = sql.SQL(
+            "INSERT INTO {keys} (session, key, seq, n) SELECT %s, k.key, k.seq, k.n"
+            " FROM unnest(%s::text[], %s::bigint[], %s::int[]) AS k (key, seq, n)"
+            " ON CONFLICT DO NOTHING"
+        ).format(**tables)
+        self.copy_kept = sql.SQL(
+            "INSERT INTO {kept} (session, seq, record) SELECT %s, k.seq, k.record"
+            " FROM unnest(%s::bigint[], %s::bytea[]) AS k (seq, record)"
+            " ON CONFLICT DO NOTHING"
+        ).format(**tables)
+        self.copy_events = sql.SQL(
+            "INSERT INTO {events} (session, seq, record) SELECT %s, seq, record"
+            " FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
+        ).format(**tables)
+        self.stop_sharing = sql.SQL("UPDATE {sessions} SET shares = false WHERE name = %s").format(
+            **tables
+        )
+        self.sharing_children = sql.SQL(
+            "SELECT name FROM {sessions} WHERE parent = %s AND shares AND fork_point >= %s"
+            " ORDER BY name FOR UPDATE"
+        ).format(**tables)
+        # Forks and deletes.
+        self.fork = sql.SQL(
+            "INSERT INTO {sessions} (name, count, horizon, parent, fork_point, shares, meta,"
+            " meta_seq) VALUES (%s, %s, %s, %s, %s, true, %s::jsonb, %s)"
+            " ON CONFLICT (name) DO UPDATE SET count = excluded.count, horizon = excluded.horizon,"
+            " parent = excluded.parent, fork_point = excluded.fork_point, shares = true,"
+            " meta = excluded.meta, meta_seq = excluded.meta_seq, created = now(), active = now()"
+            " WHERE {sessions}.count = 0 RETURNING 1"
+        ).format(**tables)
+        self.idle = sql.SQL(
+            "SELECT count, active FROM {sessions} WHERE name = %s FOR UPDATE"
+        ).format(**tables)
+        self.deletes = (
+            *(
+                sql.SQL("DELETE FROM {} WHERE session = %s").format(table)
+                for table in (self.events, self.keys, self.commits, self.kept)
+            ),
+            sql.SQL("DELETE FROM {sessions} WHERE name = %s").format(**tables),
+        )
+        # Erasure: a copy of an event in the events or kept table, read and rewritten; a
+        # session's forks (locked against a snapshot copying them meanwhile); its own kept
+        # seqs; an erased metadata record's copies.
+        self.erase_select = {
+            name: sql.SQL("SELECT record FROM {} WHERE session = %s AND seq = %s").format(table)
+            for name, table in (("events", self.events), ("kept", self.kept))
+        }
+        self.erase_update = {
+            name: sql.SQL("UPDATE {} SET record = %s WHERE session = %s AND seq = %s").format(table)
+            for name, table in (("events", self.events), ("kept", self.kept))
+        }
+        self.children = sql.SQL(
+            "SELECT name, fork_point FROM {sessions} WHERE parent = %s AND fork_point IS NOT NULL"
+            " ORDER BY name FOR SHARE"
+        ).format(**tables)
+        self.own_kept_seqs = sql.SQL(
+            "SELECT seq FROM {kept} WHERE session = %s AND seq >= %s"
+        ).format(**tables)
+        self.forget_metadata = sql.SQL(
+            "UPDATE {sessions} SET meta = %s::jsonb WHERE name = %s AND meta_seq = %s"
+        ).format(**tables)
+
+
+def listing(statements: Statements, query: ListQuery) -> tuple[sql.Composed, list[Any]]:
+    """The SELECT (and its parameters) for a listing: one page and one more row, walking
+    the index (owner, time, name), or (time, name) with no owner, from the cursor; the
+    other filters are checked on the rows it yields."""
+    column = sql.Identifier(query.order)
+    clauses: list[sql.Composable] = [sql.SQL("count > 0")]
+    parameters: list[Any] = []
+    extra: dict[str, Any] = {}
+    for key, wanted in query.where:
+        if key in ("owner", "app"):
+            clauses.append(sql.SQL("{} = %s").format(sql.Identifier(key)))
+            parameters.append(wanted)
+        elif key == "title":
+            clauses.append(sql.SQL("meta ->> 'title' = %s"))
+            parameters.append(wanted)
+        else:
+            extra[key] = wanted
+    if extra:
+        # Containment is JSON equality for scalars (1 matches 1.0; a bool is no number).
+        clauses.append(sql.SQL("meta -> 'extra' @> %s::jsonb"))
+        parameters.append(json.dumps(extra))
+    if query.tags:
+        clauses.append(sql.SQL("meta -> 'tags' @> %s::jsonb"))
+        parameters.append(json.dumps(sorted(query.tags)))
+    for name, low, high in (
+        ("created", query.created_since, query.created_before),
+        ("active", query.active_since, query.active_before),
+    ):
+        if low is not None:
+            clauses.append(sql.SQL("{} >= %s").format(sql.Identifier(name)))
+            parameters.append(from_micros(low))
+        if high is not None:
+            clauses.append(sql.SQL("{} < %s").format(sql.Identifier(name)))
+            parameters.append(from_micros(high))
+    direction = sql.SQL("DESC" if query.descending else "ASC")
+    if query.after is not None:
+        clauses.append(
+            sql.SQL("({}, name) " + ("<" if query.descending else ">") + " (%s, %s)").format(column)
+        )
+        parameters.extend((from_micros(query.after[0]), query.after[1]))
+    parameters.append(query.limit + 1)
+    statement = sql.SQL(
+        "SELECT name, count, parent, meta, created, active FROM {} WHERE {}"
+        " ORDER BY {} {}, name {} LIMIT %s"
+    ).format(statements.sessions, sql.SQL(" AND ").join(clauses), column, direction, direction)
+    return statement, parameters

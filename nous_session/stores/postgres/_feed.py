@@ -1,34 +1,11 @@
-"""One LISTEN connection per PostgresStore, shared by every session it watches.
+"""One LISTEN connection per PostgresStore, shared by every session it watches
+(:class:`Listener`), and the store's ``watch`` built on it (:class:`ListenerFeed`).
 
-Each watched session used to hold a LISTEN connection of its own and a worker thread of
-anyio's default limiter, blocked in ``notifies()`` for up to ``poll`` seconds at a time. With
-many followed sessions in one process that exhausts both: at 100 the application's own
-``anyio.to_thread.run_sync`` waited about 0.36 s for a thread, and at 320 the server refused
-connections ("too many clients"), so those followers never heard of a commit.
-
-Here one daemon thread per store owns one connection. It dispatches each notification to the
-watches of its session, waking each watch's event loop itself (``loop.call_soon_threadsafe``
-on asyncio, ``TrioToken.run_sync_soon`` on trio). A watch may say what its owner holds (an
-actor's follower does): a head it holds is not pushed, and one that comes while the owner's
-own commit is in flight (its own commit's notification, mostly: it reaches this connection
-before the commit has answered the actor) is asked about again every ``ASK_AGAIN`` seconds
-until that commit has answered (``HOLD_AT_MOST`` at most). An actor's own commits then wake
-nothing.
-
-After it connects, and again after every reconnection, every watch gets ``-1``: read whatever
-you may have missed. A watch registered while the thread is connected gets ``-1`` at once
-(LISTEN is active, so nothing after it is missed). The thread ends once its last watch has
-left (within one poll; it decides under the lock a new watch takes, so a watch never joins a
-thread that is ending), and a later watch starts a new one.
-
-A connection can die silently: a NAT or firewall that forgets an idle flow sends neither FIN
-nor RST, and a LISTEN connection only ever waits, so it would wait until the operating
-system's keepalive gives up (about two hours). The connection is opened with TCP keepalives
-(``KEEPALIVE``), and the thread checks it itself: after ``PING_AFTER`` seconds without a
-notification it sends ``SELECT 1`` and waits at most ``PING_TIMEOUT`` seconds for the answer.
-No answer counts as a lost connection: the thread reconnects and every watch gets ``-1``. So
-followers catch up within about ``PING_AFTER + PING_TIMEOUT + poll`` seconds of a silent drop
-(about 4.5 s with the defaults).
+One daemon thread owns the connection and dispatches each notification to its session's
+watches, waking their event loops from the thread; a head a watch's owner holds already wakes
+nothing. After a (re)connection every watch is told to read what it may have missed; a
+connection that dies silently is found by a ping after ``PING_AFTER`` seconds of silence. Why,
+and what it costs: docs/internals.md, "Change feeds".
 """
 
 from __future__ import annotations
@@ -38,31 +15,26 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, ClassVar, Final, TypeVar
 
 import anyio
 import orjson
+import psycopg
+from psycopg import sql
 
 from nous_session._logging import get_logger
-from nous_session._loops import current_library
+from nous_session.stores._watch import ASK_AGAIN, HELD, HOLD_AT_MOST, UNSURE, Known, Watch, Watches
+from nous_session.stores.postgres._sql import APPLICATION
 
-if TYPE_CHECKING:
-    import psycopg
+__all__ = ["KEEPALIVE", "Listener", "ListenerFeed", "ListenerStalled"]
 
-__all__ = ["KEEPALIVE", "Listener", "ListenerStalled"]
+T = TypeVar("T")
 
 _logger = get_logger("nous_session.postgres")
 
 _HAVE_POLL: Final = hasattr(select, "poll")
 _FIRST_BACKOFF: Final = 0.05
 _MAX_BACKOFF: Final = 2.0
-# How soon a head that came while its watcher's own commit was in flight is looked at again
-# (the commit has usually answered by then: the head is its own, and wakes nobody).
-ASK_AGAIN: Final = 0.005
-# The longest a head is held back for its owner's commits: an owner whose commits keep
-# failing without reading the store (a store error each time) would otherwise hold a head
-# another writer's commit made for as long as it keeps trying.
-HOLD_AT_MOST: Final = 0.25
 # The liveness check of an idle LISTEN connection (see the module docstring).
 PING_AFTER: Final = 2.0
 PING_TIMEOUT: Final = 2.0
@@ -84,85 +56,27 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _scheduler() -> Callable[[Callable[[], object]], object]:
-    """How a thread runs a callback on the calling task's event loop (asyncio or trio)."""
-    if current_library() == "trio":
-        import trio
-
-        return trio.lowlevel.current_trio_token().run_sync_soon
-    import asyncio
-
-    return asyncio.get_running_loop().call_soon_threadsafe
-
-
-Known = Callable[[], tuple[int, int, bool]]
-"""What a watcher holds, read from the listener's thread: its (count, horizon), and whether a
-commit of its own is in flight (see :meth:`PostgresStore.watch`)."""
-
-
-class _Watch:
-    """One session's watch: the heads the thread has for it, and how to wake its task."""
-
-    __slots__ = ("event", "heads", "known", "schedule", "session_id")
-
-    def __init__(self, session_id: str, known: Known | None = None) -> None:
-        self.session_id = session_id
-        self.schedule = _scheduler()
-        self.heads: list[int] = []  # what the thread dispatched, not yet taken; -1 = read all
-        self.event: anyio.Event | None = None  # set by the thread when it adds heads
-        # What the watcher holds: a head at or below its count is not pushed.
-        self.known = known
-
-    async def take(self, lock: threading.Lock) -> list[int]:
-        """The heads the thread has pushed since the last take, waiting while there are none
-        (``lock``: the one the thread pushes under)."""
-        while True:
-            with lock:
-                heads, self.heads = self.heads, []
-                if heads:
-                    return heads
-                event = self.event = anyio.Event()
-            await event.wait()
-
-    def push(self, head: int) -> None:
-        """Add ``head`` and wake the watching task (called with the listener's lock held)."""
-        self.heads.append(head)
-        event, self.event = self.event, None
-        if event is not None:
-            with suppress(RuntimeError):  # that event loop is gone, and its watch with it
-                self.schedule(event.set)
-
-
-class Listener:
+class Listener(Watches[tuple[int, float]]):
     """The LISTEN thread of one store's channel, and the watches it serves."""
 
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], poll: float) -> None:
+        super().__init__()
         self._connect = connect
         self._poll = poll
-        self._lock = threading.Lock()
-        self._watches: dict[str, list[_Watch]] = {}
         self._connected = False
         self._thread: threading.Thread | None = None  # None once it has decided to end
         self.connections = 0  # connections made (for tests)
-        self.pushes = 0  # heads pushed to a watch from notifications (for tests)
         # Watches whose owner was committing when a head it did not hold came: the head, to
         # offer again (see _offer) within ASK_AGAIN seconds, until that commit has answered,
         # and when it was first held back (it is pushed after HOLD_AT_MOST in any case).
-        self._unsure: dict[_Watch, tuple[int, float]] = {}
-
-    @property
-    def watching(self) -> int:
-        """How many watches are open."""
-        with self._lock:
-            return sum(len(watches) for watches in self._watches.values())
 
     async def watch(self, session_id: str, known: Known | None = None) -> AsyncGenerator[int, None]:
         """Yield ``-1`` once listening (and after every reconnection), then the session's
         heads as their notifications arrive; with ``known``, only the heads past the count
         it says the watcher holds (its own commits' heads, mostly, wake nobody)."""
-        watch = _Watch(session_id, known)
+        watch = Watch(session_id, known)
         with self._lock:
-            self._watches.setdefault(session_id, []).append(watch)
+            self._add(watch)
             if self._connected:
                 watch.heads.append(-1)
             if self._thread is None:
@@ -176,11 +90,7 @@ class Listener:
                     yield head
         finally:
             with self._lock:
-                watches = self._watches[session_id]
-                watches.remove(watch)
-                self._unsure.pop(watch, None)
-                if not watches:
-                    del self._watches[session_id]
+                self._remove(watch)
 
     # The thread's side ---------------------------------------------------------------------
 
@@ -298,7 +208,7 @@ class Listener:
                     for watch in self._watches.get(session_id, ()):
                         self._offer(watch, head)
 
-    def _offer(self, watch: _Watch, head: int) -> None:
+    def _offer(self, watch: Watch, head: int) -> None:
         """Push ``head`` to ``watch`` unless its owner holds it already, or keep it to offer
         again while the owner's own commit is in flight (the lock held).
 
@@ -310,19 +220,14 @@ class Listener:
         owner whose commits keep failing without reading the store would hold it for as
         long as it tries). A ``known`` that raises counts as none.
         """
-        known = watch.known
         held_back = self._unsure.pop(watch, None)
-        if known is not None and head >= 0:
+        if watch.known is not None and head >= 0:
             if held_back is not None:
                 head = max(head, held_back[0])
-            try:
-                count, _, committing = known()
-            except Exception as error:  # the owner's bug: it is woken, as with no known
-                _logger.debug("nous_session.listener_known_failed", error=_describe(error))
-                count, committing = -1, False
-            if head <= count:
+            verdict = watch.verdict(head)
+            if verdict == HELD:
                 return
-            if committing:
+            if verdict == UNSURE:
                 now = time.monotonic()
                 since = now if held_back is None else held_back[1]
                 if now - since < HOLD_AT_MOST:
@@ -368,3 +273,74 @@ def _head(payload: str | bytes) -> tuple[str, int] | None:
         return str(value["session"]), int(value["head"])
     except (ValueError, KeyError, TypeError):  # orjson.JSONDecodeError is a ValueError
         return None
+
+
+class ListenerFeed:
+    """:class:`~nous_session.stores.postgres.PostgresStore`'s change feed: every watch of one
+    store shares one :class:`Listener`."""
+
+    url: str
+    direct_url: str
+    _channel: str
+    _connect_timeout: float
+    _listener: Listener | None
+    _listener_lock: threading.Lock
+
+    async def _run(self, function: Callable[[], T]) -> T:
+        raise NotImplementedError
+
+    # The follower passes ``known`` (see nous_session._follower): a head it holds, such as
+    # its own commit's, does not wake it.
+    watch_takes_known: ClassVar[bool] = True
+
+    async def watch(
+        self,
+        session_id: str,
+        *,
+        poll: float = 0.25,
+        known: Callable[[], tuple[int, int, bool]] | None = None,
+    ) -> AsyncGenerator[int, None]:
+        """Yield the session's new head whenever a commit (from any process) lands.
+
+        The first value, ``-1``, is yielded as soon as the store is listening, and again
+        after every reconnection: the caller should read what it has missed then
+        (``load(since=...)``). Each notification's head follows; a lost listener reconnects
+        with a backoff. With ``known``, a callable that returns what the watcher holds as
+        (count, horizon) and whether a commit of its own is in flight, a head at or below
+        that count is not yielded, and one that comes while that commit is in flight is
+        asked about again every few milliseconds until it has answered: the watcher's own
+        commits do not wake it. ``known`` is called from the listener's thread, so it must
+        only read.
+
+        Every watch of one store shares one LISTEN connection and one thread (``poll``, the
+        seconds that thread waits for notifications before it checks whether any watch is
+        left, is the first watch's). Close the generator (``aclosing``) to leave it; the
+        thread ends once no watch is left.
+        """
+        await self._run(lambda: None)  # connect and migrate first
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = Listener(self._listen, poll)
+            listener = self._listener
+        heads = listener.watch(session_id, known)
+        try:
+            async for head in heads:
+                yield head
+        finally:
+            with anyio.CancelScope(shield=True):
+                await heads.aclose()
+
+    def _listen(self) -> psycopg.Connection[Any]:
+        connection = psycopg.connect(
+            self.direct_url,  # LISTEN needs a session of its own: never through a pooler
+            autocommit=True,
+            application_name=APPLICATION + " listener",
+            connect_timeout=max(1, int(self._connect_timeout)),
+            **KEEPALIVE,
+        )
+        try:
+            connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        except BaseException:
+            connection.close()
+            raise
+        return connection

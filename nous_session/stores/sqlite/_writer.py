@@ -1,31 +1,11 @@
 """SQLiteWriter: one thread owns a SQLite connection and group-commits the writes sent to it.
 
-The store's calls used to hop into a worker thread each (``anyio.to_thread.run_sync`` behind a
-limiter of one) and commit one by one: one thread hand-off and one fsync per call. Here one
-long-lived thread owns the connection and serves a queue:
-
-* every write job waiting in the queue (up to ``group_cap``) runs in ONE transaction, each in
-  its own ``SAVEPOINT`` so a job that raises undoes only itself, and one ``COMMIT`` makes them
-  all durable with one fsync; while that fsync is on disk the next group accumulates;
-* read jobs run on the same thread, outside any write transaction, after the writes taken
-  with them;
-* the answer goes straight back to the awaiting task: the thread completes a per-call waiter
-  and wakes the caller's event loop itself (``loop.call_soon_threadsafe`` on asyncio,
-  ``TrioToken.run_sync_soon`` on trio), once per group per event loop, never through another
-  thread;
-* calls reach the thread in rounds: the calls an event loop's ready tasks send before the
-  round's hand-over runs (a ``loop.call_soon`` callback on asyncio; on trio, once the round's
-  first caller has yielded once) go over as one list. Tasks woken by one commit then
-  form the next group together, instead of the first one starting a transaction alone while
-  the rest pile up behind it.
-
-The event loop never touches the disk; the thread never touches the event loop's objects
-except through those thread-safe wake-ups.
-
-The thread is not a daemon (a daemon could be killed mid-commit at exit). So that a writer
-nobody closed cannot keep the interpreter from exiting, the idle thread closes the writer
-itself once the main thread has finished; calls after that get :class:`StoreError`, like
-``concurrent.futures`` refusing work after interpreter shutdown.
+Every write job waiting while the previous transaction is on disk runs in one transaction (each
+in a savepoint of its own), and one ``COMMIT`` makes them durable with one fsync; reads run on
+the same thread between transactions; answers wake each caller's event loop from the thread
+(``_loops.set_futures`` / ``set_events``). Why it is built this way, the rounds in which calls
+reach the thread, and why the thread is not a daemon: docs/internals.md, "SQLite: one writer
+thread, group commit".
 """
 
 from __future__ import annotations
@@ -45,13 +25,13 @@ import anyio.lowlevel
 import attrs
 
 from nous_session._logging import get_logger
-from nous_session._loops import current_library
+from nous_session._loops import current_library, set_events, set_futures
 from nous_session.errors import StoreError
 
 if TYPE_CHECKING:
     import trio
 
-__all__ = ["DEFAULT_GROUP_CAP", "SQLiteWriter", "WriterStatistics"]
+__all__ = ["DEFAULT_GROUP_CAP", "SQLiteWriter", "WriterStatistics", "instrument"]
 
 T = TypeVar("T")
 
@@ -117,22 +97,26 @@ class WriterStatistics:
         return self.writes + self.reads
 
 
-def _set_futures(futures: list[asyncio.Future[None]]) -> None:
-    """On the event loop: complete the waiters of one group (cancelled ones are left alone)."""
-    for future in futures:
-        if not future.done():
-            future.set_result(None)
+BENCHMARKED_STEPS: Final = ("flush", "write_group", "run_write", "execute", "deliver")
+"""The steps of the writer's thread that :func:`instrument` wraps (and ``"set_futures"``)."""
 
 
-def _set_events(events: list[trio.Event]) -> None:
-    """In the trio run: complete the waiters of one group."""
-    for event in events:
-        event.set()
+def instrument(wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]]) -> None:
+    """A hook for benchmarks only (benchmarks/one_session_chain.py, many_breakdown.py): replace
+    each step of the group committer (:data:`BENCHMARKED_STEPS`) and the asyncio wake-up
+    (``"set_futures"``) by ``wrap(step, function)``, to time them. ``execute`` is a static
+    method: ``wrap`` gets and returns a plain function. Call it before the first writer is
+    made (a loop's wake-up is bound then); it cannot be undone."""
+    global set_futures
+    for step in BENCHMARKED_STEPS:
+        wrapped = wrap(step, getattr(_GroupCommitter, step))
+        setattr(_GroupCommitter, step, staticmethod(wrapped) if step == "execute" else wrapped)
+    set_futures = wrap("set_futures", set_futures)
 
 
 class _Waker:
     """How the writer's thread wakes one event loop (or trio run), and how a round of calls is
-    handed over there; one per loop, shared by its calls (see :meth:`_Engine.waker`).
+    handed over there; one per loop, shared by its calls (see :meth:`_GroupCommitter.waker`).
 
     The thread wakes the loop with ``schedule(setter, [signal, ...])``. On asyncio ``defer`` is
     ``loop.call_soon``: it runs the round's hand-over after the tasks ready now, without
@@ -179,7 +163,7 @@ class _Call(Generic[T]):
         self.waker: _Waker | None = None
         self.signal: asyncio.Future[None] | trio.Event | None = None
 
-    def arm(self, engine: _Engine) -> None:
+    def arm(self, committer: _GroupCommitter) -> None:
         """Capture the calling task's event loop, so the thread can wake this task on it.
 
         Raises:
@@ -189,17 +173,17 @@ class _Call(Generic[T]):
         if library == "trio":
             import trio
 
-            self.waker = engine.waker(trio.lowlevel.current_trio_token())
+            self.waker = committer.waker(trio.lowlevel.current_trio_token())
             self.signal = trio.Event()
         elif library == "asyncio":
             loop = asyncio.get_running_loop()
-            self.waker = engine.waker(loop)
+            self.waker = committer.waker(loop)
             self.signal = loop.create_future()
         else:
             raise RuntimeError(f"SQLiteWriter runs on asyncio or trio, not {library}")
 
-    async def call(self, engine: _Engine) -> T:
-        """Hand the call to ``engine`` with the calls other tasks send in this same round, wait
+    async def call(self, committer: _GroupCommitter) -> T:
+        """Hand the call to ``committer`` with the calls other tasks send in this same round, wait
         for the thread's answer, and return it (or raise its error).
 
         The round's hand-over waits until every task its event loop has ready now (typically
@@ -213,9 +197,9 @@ class _Call(Generic[T]):
         """
         waker = self.waker
         assert waker is not None
-        if engine.submit(self):  # this call opened the round: hand it over
+        if committer.submit(self):  # this call opened the round: hand it over
             if waker.defer is not None:
-                waker.defer(engine.flush, waker)
+                waker.defer(committer.flush, waker)
             else:
                 assert waker.pause is not None
                 try:
@@ -224,7 +208,7 @@ class _Call(Generic[T]):
                     self.abandoned = True
                     raise
                 finally:
-                    engine.flush(waker)
+                    committer.flush(waker)
         await self.wait()
         return self.outcome()
 
@@ -259,8 +243,9 @@ class _GroupFailed(Exception):
         self.cause = cause
 
 
-class _Engine:
-    """The writer's state and its thread's loop; the thread references this, not the writer.
+class _GroupCommitter:
+    """Group commit: the writer's state and its thread's loop, which takes every write waiting
+    into one transaction (the thread references this, not the writer).
 
     Keeping the thread off the :class:`SQLiteWriter` itself lets an unclosed writer be garbage
     collected (and warn) while its thread still runs.
@@ -314,12 +299,12 @@ class _Engine:
         if last is not None and last[0] is key:
             return last[1]
         if isinstance(key, asyncio.AbstractEventLoop):
-            waker = _Waker(key, key.call_soon_threadsafe, _set_futures, key.call_soon, None)
+            waker = _Waker(key, key.call_soon_threadsafe, set_futures, key.call_soon, None)
         else:
             import trio
 
             token = cast(trio.lowlevel.TrioToken, key)
-            waker = _Waker(key, token.run_sync_soon, _set_events, None, trio.lowlevel.checkpoint)
+            waker = _Waker(key, token.run_sync_soon, set_events, None, trio.lowlevel.checkpoint)
         self.last_waker = (key, waker)
         return waker
 
@@ -691,10 +676,10 @@ class SQLiteWriter:
         default=DEFAULT_GROUP_CAP, kw_only=True, alias="group_cap", validator=_check_group_cap
     )
     _check: Callable[[], None] | None = attrs.field(default=None, kw_only=True, alias="check")
-    _engine: _Engine = attrs.field(init=False)
+    _committer: _GroupCommitter = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._engine = _Engine(self._connect, self._group_cap, self._check)
+        self._committer = _GroupCommitter(self._connect, self._group_cap, self._check)
 
     async def write(self, job: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``job(connection)`` in a write transaction shared with other waiting writes.
@@ -720,17 +705,17 @@ class SQLiteWriter:
                 committed; or the job ended the transaction itself.
             Exception: whatever ``job`` raised (its changes were rolled back).
         """
-        engine = self._engine
+        committer = self._committer
         call: _Call[T] = _Call(_WRITE, job)
-        call.arm(engine)
+        call.arm(committer)
         waker = call.waker
         assert waker is not None
         if waker.defer is None:
-            return await call.call(engine)
+            return await call.call(committer)
         # Every commit's path on asyncio: _Call.call and _Call.wait written out, two coroutine
         # objects fewer alive per write in flight.
-        if engine.submit(call):
-            waker.defer(engine.flush, waker)
+        if committer.submit(call):
+            waker.defer(committer.flush, waker)
         try:
             await cast("asyncio.Future[None]", call.signal)
         except BaseException:
@@ -761,17 +746,17 @@ class SQLiteWriter:
         # A caller cancelled already sends nothing (on trio its wait would raise only after the
         # thread may have taken the job: too late to skip it).
         await anyio.lowlevel.checkpoint_if_cancelled()
-        engine = self._engine
+        committer = self._committer
         call: _Call[T] = _Call(_READ, job)
-        call.arm(engine)
+        call.arm(committer)
         waker = call.waker
         assert waker is not None
         if waker.defer is None:
-            return await call.call(engine)
+            return await call.call(committer)
         # Every read's path on asyncio, written out as in write(): a store's tail read is
         # mostly this round trip, and two coroutine frames fewer is a measurable part of it.
-        if engine.submit(call):
-            waker.defer(engine.flush, waker)
+        if committer.submit(call):
+            waker.defer(committer.flush, waker)
         try:
             await cast("asyncio.Future[None]", call.signal)
         except BaseException:
@@ -785,20 +770,20 @@ class SQLiteWriter:
         Returns:
             A snapshot; it already counts the transaction of every call that has returned.
         """
-        engine = self._engine
+        committer = self._committer
         return WriterStatistics(
-            transactions=engine.transactions,
-            failed_transactions=engine.failed_transactions,
-            writes=engine.writes,
-            reads=engine.reads,
-            max_group=engine.max_group,
-            wakeups=engine.wakeups,
+            transactions=committer.transactions,
+            failed_transactions=committer.failed_transactions,
+            writes=committer.writes,
+            reads=committer.reads,
+            max_group=committer.max_group,
+            wakeups=committer.wakeups,
         )
 
     @property
     def closed(self) -> bool:
         """True once :meth:`aclose` was called: no job is accepted any more."""
-        return self._engine.closed
+        return self._committer.closed
 
     async def aclose(self) -> None:
         """Run every job already queued, close the connection and stop the thread. Idempotent.
@@ -807,8 +792,8 @@ class SQLiteWriter:
         either way). Jobs sent after this is called are refused with :class:`StoreError`.
         """
         call: _Call[None] = _Call(_CLOSE, None)
-        call.arm(self._engine)
-        thread = self._engine.request_close(call)
+        call.arm(self._committer)
+        thread = self._committer.request_close(call)
         if thread is None:
             return
         if call.waker is not None:
@@ -834,15 +819,15 @@ class SQLiteWriter:
 
         The writes already sent are still committed, then the thread ends.
         """
-        engine: _Engine | None = getattr(self, "_engine", None)
-        if engine is None or engine.thread is None or engine.closed:
+        committer: _GroupCommitter | None = getattr(self, "_committer", None)
+        if committer is None or committer.thread is None or committer.closed:
             return False
-        engine.request_close(_Call(_CLOSE, None))
+        committer.request_close(_Call(_CLOSE, None))
         return True
 
     def __del__(self) -> None:
-        engine: _Engine | None = getattr(self, "_engine", None)
-        if engine is None or engine.thread is None or engine.closed:
+        committer: _GroupCommitter | None = getattr(self, "_committer", None)
+        if committer is None or committer.thread is None or committer.closed:
             return
         warnings.warn(
             "SQLiteWriter was not closed; call aclose()",
@@ -851,4 +836,4 @@ class SQLiteWriter:
             source=self,
         )
         # Never join here: this may run on any thread, even the writer's own.
-        engine.request_close(_Call(_CLOSE, None))
+        committer.request_close(_Call(_CLOSE, None))

@@ -14,12 +14,12 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from nous_session._requests import Done
+from nous_session._loops import Done
 from nous_session.codec import encode
 from nous_session.errors import ConflictError, OutcomeUnknownError, StoreError
 from nous_session.event import Event
-from nous_session.stores._pg_errors import commit_errors, commit_failure, describe, pipelined
-from nous_session.stores._pg_sql import Statements
+from nous_session.stores.postgres._errors import commit_errors, commit_failure, describe, pipelined
+from nous_session.stores.postgres._sql import Statements
 
 __all__ = ["GroupCommits", "Grouped"]
 

@@ -1,0 +1,219 @@
+"""What the stores share beyond the contract: the listing signature written once, and the
+change-feed reader of the SQL stores (see docs/internals.md, "Stores")."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+
+from nous_session.event import Event
+from nous_session.listing import ListQuery, SessionEntry, SessionPage
+from nous_session.stores.base import (
+    Rebased,
+    check_commit_arguments,
+    check_rebase_arguments,
+    check_since,
+)
+
+__all__ = ["Commit", "FeedStore", "StoreBase"]
+
+
+@attrs.frozen
+class Commit:
+    """A commit's arguments, checked (see :meth:`~nous_session.stores.base.Store.commit`):
+    what :meth:`StoreBase.commit` hands the store's own ``_commit``."""
+
+    session_id: str
+    expected_count: int
+    events: list[Event]
+    dropped: Sequence[int] = ()
+    expected_horizon: int | None = None
+    horizon: int | None = None
+    keys: Sequence[tuple[str, int, int]] = ()
+    kept: Sequence[int] = ()
+    commit_id: str | None = None
+
+
+class StoreBase:
+    """The base of every store here: a commit's and a listing's arguments are checked in one
+    place, then handed to the store's own ``_commit``, ``_commit_rebased`` and ``_list``;
+    ``async with`` closes the store."""
+
+    def _before_commit(self) -> None:
+        """What a store refuses before it looks at a commit's arguments (closed, read-only)."""
+
+    async def commit(
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        dropped: Sequence[int] = (),
+        expected_horizon: int | None = None,
+        horizon: int | None = None,
+        keys: Sequence[tuple[str, int, int]] = (),
+        kept: Sequence[int] = (),
+        commit_id: str | None = None,
+    ) -> None:
+        """Insert ``events`` and delete ``dropped`` atomically, durable on return (see
+        :meth:`~nous_session.stores.base.Store.commit`; each store's class doc says how).
+
+        Raises:
+            ConflictError: the stored count (or horizon) is not the expected one, or a key or
+                the commit id is taken; nothing was written.
+            OutcomeUnknownError: (PostgreSQL) the connection was lost: the commit may have
+                landed. Send it again with the same ``commit_id`` (exactly one of the two
+                lands).
+            StoreError: the store failed; nothing was written.
+        """
+        self._before_commit()
+        rows = check_commit_arguments(
+            session_id,
+            expected_count,
+            events,
+            dropped,
+            keys=keys,
+            kept=kept,
+            commit_id=commit_id,
+            horizon=horizon,
+            expected_horizon=expected_horizon,
+        )
+        await self._commit(
+            Commit(
+                session_id,
+                expected_count,
+                rows,
+                dropped,
+                expected_horizon,
+                horizon,
+                keys,
+                kept,
+                commit_id,
+            )
+        )
+
+    async def _commit(self, commit: Commit) -> None:
+        raise NotImplementedError
+
+    async def commit_rebased(
+        self,
+        session_id: str,
+        *,
+        expected_count: int,
+        events: Sequence[Event],
+        keys: Sequence[tuple[str, int, int]] = (),
+        commit_id: str | None = None,
+    ) -> Rebased:
+        """Append ``events`` after the session's current count (see
+        :class:`~nous_session.stores.base.RebasingStore`).
+
+        Raises:
+            ConflictError: the stored count is below ``expected_count``, or a key or the
+                commit id is taken; nothing was written.
+            CorruptRecordError: a record another writer stored in between cannot be decoded
+                (PostgreSQL: the batch itself was committed; the message says so and where).
+            OutcomeUnknownError, StoreError: as for :meth:`commit`.
+        """
+        self._before_commit()
+        rows = check_rebase_arguments(
+            session_id, expected_count, events, keys=keys, commit_id=commit_id
+        )
+        return await self._commit_rebased(
+            Commit(session_id, expected_count, rows, keys=keys, commit_id=commit_id)
+        )
+
+    async def _commit_rebased(self, commit: Commit) -> Rebased:
+        raise NotImplementedError
+
+    async def list_sessions(
+        self,
+        *,
+        where: Mapping[str, Any] | None = None,
+        tags: Iterable[str] = (),
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
+        active_since: datetime | None = None,
+        active_before: datetime | None = None,
+        order: str = "active",
+        descending: bool = True,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`).
+
+        SQLite and PostgreSQL answer it with one query, its filter and order served by an
+        index on (owner, time, name) or (time, name); in memory each call looks at every
+        session. Reading never writes (a read-only store lists too).
+
+        Raises:
+            ValueError: a bad argument or cursor.
+            StoreError: the store cannot be read.
+        """
+        query = ListQuery.make(
+            where=where,
+            tags=tags,
+            created_since=created_since,
+            created_before=created_before,
+            active_since=active_since,
+            active_before=active_before,
+            order=order,
+            descending=descending,
+            limit=limit,
+            cursor=cursor,
+        )
+        return query.page(await self._list(query))
+
+    async def _list(self, query: ListQuery) -> Sequence[SessionEntry]:
+        """Up to ``query.limit + 1`` matching entries, in the query's order."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Close the store. Idempotent."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class FeedStore(StoreBase):
+    """A store with a change feed (``watch``): :meth:`follow` reads through it."""
+
+    def watch(self, session_id: str) -> AsyncGenerator[int, None]:
+        """The session's heads as commits land (see the store's own ``watch``)."""
+        raise NotImplementedError
+
+    async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
+        """The session's held events with seq >= ``since`` (see the store's own ``load``)."""
+        raise NotImplementedError
+
+    async def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
+        """Yield the session's events from ``since`` on, then each one committed later by any
+        process, in seq order and at most once (through :meth:`watch`, across its
+        reconnections: a head of ``-1`` means read everything since the last event)."""
+        check_since(since)
+        cursor = since
+        watcher = self.watch(session_id)
+        try:
+            for event in await self.load(session_id, since=cursor):
+                cursor = event.seq + 1
+                yield event
+            async for head in watcher:
+                if head != -1 and head <= cursor:
+                    continue
+                for event in await self.load(session_id, since=cursor):
+                    cursor = event.seq + 1
+                    yield event
+        finally:
+            await watcher.aclose()

@@ -1,0 +1,114 @@
+"""A session's row as both SQL stores read it, and where a sharing fork's events are (see
+docs/internals.md, "Stores": a fork that shares reads its parent's rows up to its fork
+point instead of holding copies)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
+from types import MappingProxyType
+from typing import Any, Final, Generic, TypeVar
+
+import attrs
+
+from nous_session.codec import decode_rows
+from nous_session.errors import StoreError
+from nous_session.stores.base import Stored, check_held, place
+
+__all__ = ["SEQ_MAX", "SessionRow", "lineage", "stored"]
+
+SEQ_MAX: Final = 2**63 - 1
+"""The highest seq a table can hold: the upper bound of a range that has none."""
+
+Key = TypeVar("Key", int, str)
+_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
+
+
+@attrs.frozen
+class SessionRow(Generic[Key]):
+    """A session's row of nous_sessions.
+
+    Attributes:
+        key: what its rows in the other tables are keyed by (SQLite: the row's integer id;
+            PostgreSQL: the session's name).
+        count: its next seq.
+        horizon: the lowest seq it may still hold.
+        parent: the session it was forked from, or None.
+        fork_point: the parent's last seq it took, or None.
+        shares: it reads its parent's rows up to ``fork_point`` instead of holding copies.
+        held: the rows it holds itself (SQLite keeps the number; PostgreSQL does not).
+    """
+
+    key: Key
+    count: int
+    horizon: int
+    parent: str | None
+    fork_point: int | None
+    shares: bool
+    held: int = 0
+
+    def shared_from(self) -> tuple[str, int] | None:
+        """The parent and fork point it shares rows from, or None when it shares none."""
+        if self.shares and self.parent is not None and self.fork_point is not None:
+            return self.parent, self.fork_point
+        return None
+
+
+def lineage(
+    row: SessionRow[Key], row_of: Callable[[str], SessionRow[Key] | None]
+) -> list[tuple[Key, int, int]]:
+    """Where a session's events are: ``(key, lowest seq, highest seq)`` per session of its
+    sharing lineage, oldest ancestor first (the ranges are disjoint and ascending; the last
+    one, the session's own, ends at :data:`SEQ_MAX`).
+
+    Raises:
+        StoreError: a parent is missing (a delete gives its forks their copy first).
+    """
+    ranges: list[tuple[Key, int, int]] = []
+    upto = SEQ_MAX
+    shared = row.shared_from()
+    while shared is not None:
+        parent, fork_point = shared
+        ranges.append((row.key, fork_point + 1, upto))
+        upto = min(upto, fork_point)
+        found = row_of(parent)
+        if found is None:  # pragma: no cover - a delete gives its forks their copy first
+            raise StoreError(f"the parent {parent!r} of a fork is missing")
+        row = found
+        shared = row.shared_from()
+    ranges.append((row.key, 0, upto))
+    ranges.reverse()
+    return ranges
+
+
+def stored(
+    session_id: str,
+    row: SessionRow[Any],
+    rows: Sequence[tuple[int, bytes]],
+    since: int,
+    where: str,
+    *,
+    keys: Iterable[tuple[str, int, int]] = (),
+    kept: Sequence[tuple[int, bytes]] = (),
+) -> Stored:
+    """What a read of a session gives: its (seq, record) ``rows`` from ``since`` checked to be
+    whole (see :func:`~nous_session.stores.base.check_held`) and decoded, with its row's
+    count, horizon and lineage, its idempotency ``keys`` and ``kept`` events.
+
+    Raises:
+        CorruptRecordError: a row is missing or cannot be decoded (the error names session,
+            seq and ``where``: the file or schema).
+    """
+    check_held(
+        session_id, rows, count=row.count, horizon=row.horizon, since=since, where=where, seq=_SEQ
+    )
+    named = place(session_id, where)
+    return Stored(
+        decode_rows(rows, named),
+        row.count,
+        row.horizon,
+        MappingProxyType({key: (seq, n) for key, seq, n in keys}),
+        tuple(decode_rows(kept, named)),
+        row.parent,
+        row.fork_point,
+    )

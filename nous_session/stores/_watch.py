@@ -1,0 +1,119 @@
+"""The watch registry both change feeds share (the SQLite poller and the PostgreSQL
+listener): one :class:`Watch` per watching task, the heads a feed's thread pushes to it, and
+whether its owner holds a head already (see docs/internals.md, "Stores")."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Final, Generic, TypeVar
+
+import anyio
+
+from nous_session._logging import get_logger
+from nous_session._loops import scheduler
+
+__all__ = ["ASK_AGAIN", "HELD", "HOLD_AT_MOST", "UNSURE", "WAKE", "Known", "Watch", "Watches"]
+
+_logger = get_logger("nous_session.stores")
+
+# How soon a head that came while its watcher's own commit was in flight is looked at again
+# (the commit has usually answered by then: the head is its own, and wakes nobody).
+ASK_AGAIN: Final = 0.005
+# The longest a head is held back for its owner's commits: an owner whose commits keep
+# failing without reading the store (a store error each time) would otherwise hold a head
+# another writer's commit made for as long as it keeps trying.
+HOLD_AT_MOST: Final = 0.25
+
+Known = Callable[[], tuple[int, int, bool]]
+"""What a watcher holds already, read from the feed's thread: its (count, horizon), and whether
+a commit of its own is in flight (then a head it does not hold yet may be that commit's)."""
+
+HELD, UNSURE, WAKE = 0, 1, 2
+"""A :meth:`Watch.verdict`: the owner holds the head, cannot say yet, or must be woken."""
+
+
+class Watch:
+    """One session's watch: the heads the thread has for it, and how to wake its task."""
+
+    __slots__ = ("event", "heads", "known", "schedule", "session_id")
+
+    def __init__(self, session_id: str, known: Known | None = None) -> None:
+        self.session_id = session_id
+        self.schedule = scheduler()
+        self.heads: list[int] = []  # what the thread dispatched, not yet taken; -1 = read all
+        self.event: anyio.Event | None = None  # set by the thread when it adds heads
+        # What the watcher holds: a head at or below its count is not pushed.
+        self.known = known
+
+    def verdict(self, count: int, horizon: int | None = None) -> int:
+        """Whether the owner holds the head ``count`` (with ``horizon``, when the feed knows
+        it) already (:data:`HELD`: waking it would only make it compare and sleep again; an
+        actor's own commit is the common case), cannot say yet (:data:`UNSURE`: its own
+        commit is in flight, and may be this head), or must be woken (:data:`WAKE`). A
+        ``known`` that raises counts as none."""
+        known = self.known
+        if known is None:
+            return WAKE
+        try:
+            held, held_horizon, committing = known()
+        except Exception as error:  # the owner's bug: it is woken, as with no known
+            _logger.debug("nous_session.watch_known_failed", error=repr(error))
+            return WAKE
+        if held >= count and (horizon is None or held_horizon == horizon):
+            return HELD
+        return UNSURE if committing else WAKE
+
+    async def take(self, lock: threading.Lock) -> list[int]:
+        """The heads the thread has pushed since the last take, waiting while there are none
+        (``lock``: the one the thread pushes under)."""
+        while True:
+            with lock:
+                heads, self.heads = self.heads, []
+                if heads:
+                    return heads
+                event = self.event = anyio.Event()
+            await event.wait()
+
+    def push(self, head: int) -> None:
+        """Add ``head`` and wake the watching task (called with the feed's lock held)."""
+        self.heads.append(head)
+        event, self.event = self.event, None
+        if event is not None:
+            with suppress(RuntimeError):  # that event loop is gone, and its watch with it
+                self.schedule(event.set)
+
+
+Held = TypeVar("Held")
+
+
+class Watches(Generic[Held]):
+    """A feed's watches by session, under the lock its thread pushes under, and the heads it
+    holds back (``Held``: what it keeps for each) while their owners' commits are in flight."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watches: dict[str, list[Watch]] = {}
+        self._unsure: dict[Watch, Held] = {}
+        self.pushes = 0  # heads pushed to a watch (for tests)
+
+    @property
+    def watching(self) -> int:
+        """How many watches are open."""
+        with self._lock:
+            return sum(len(watches) for watches in self._watches.values())
+
+    def _add(self, watch: Watch) -> None:
+        """Register ``watch`` (the lock held)."""
+        self._watches.setdefault(watch.session_id, []).append(watch)
+
+    def _remove(self, watch: Watch) -> bool:
+        """Unregister ``watch`` (the lock held); True when its session has no watch left."""
+        watches = self._watches[watch.session_id]
+        watches.remove(watch)
+        self._unsure.pop(watch, None)
+        if watches:
+            return False
+        del self._watches[watch.session_id]
+        return True

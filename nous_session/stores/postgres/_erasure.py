@@ -1,0 +1,338 @@
+"""Erasure in PostgreSQL: rewriting every stored copy (the steps are
+:mod:`nous_session.stores._erase`'s), then scrubbing the tables: the old row versions out of
+the pages."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, Final, TypeVar
+
+import attrs
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from nous_session.codec import decode, encode
+from nous_session.erasure import Erasure, check_reason, check_seqs, erasure_time
+from nous_session.event import Event
+from nous_session.stores._erase import erase_rows
+from nous_session.stores._lineage import SessionRow
+from nous_session.stores.base import place
+from nous_session.stores.postgres._errors import errors
+from nous_session.stores.postgres._rows import inherited, row_of, view
+from nous_session.stores.postgres._sql import APPLICATION, Statements
+
+T = TypeVar("T")
+
+__all__ = ["ErasingTables", "erase_in_tables", "scrub_tables"]
+
+# What VACUUM FULL VERBOSE says of the dead row versions it copied (a snapshot may see them).
+DEAD_KEPT: Final = re.compile(r"(\d+) dead row versions cannot be removed yet")
+
+
+@attrs.frozen
+class _TableCopies:
+    """The copies of a session's events in the tables (see
+    :class:`~nous_session.stores._erase.Copies`): a copy is named by its table and session.
+    Every session row read is locked against a concurrent snapshot or delete copying it."""
+
+    connection: psycopg.Connection[Any]
+    statements: Statements
+    where: str
+
+    def row(self, name: str) -> SessionRow[str] | None:
+        return row_of(self.connection, self.statements, name, lock="FOR SHARE")
+
+    def held(self, row: SessionRow[Any], low: int) -> Iterable[int]:
+        connection, statements = self.connection, self.statements
+        yield from (seq for seq, _ in view(connection, statements, row, low))
+        yield from (seq for seq, _ in inherited(connection, statements, row, low)[1] if seq >= low)
+        yield from (seq for (seq,) in connection.execute(statements.own_kept_seqs, (row.key, low)))
+
+    def children(self, name: str) -> list[tuple[str, int | None]]:
+        return self.connection.execute(self.statements.children, (name,)).fetchall()
+
+    def copies(self, member: str, seq: int) -> list[tuple[tuple[str, str], Event]]:
+        copies: list[tuple[tuple[str, str], Event]] = []
+        for table, query in self.statements.erase_select.items():
+            found = self.connection.execute(query, (member, seq)).fetchone()
+            if found is not None:
+                event = decode(found[0], where=place(member, self.where)(seq))
+                copies.append(((table, member), event))
+        return copies
+
+    def write(self, where: tuple[str, str], event: Event) -> None:
+        table, member = where
+        self.connection.execute(
+            self.statements.erase_update[table], (encode(event), member, event.seq)
+        )
+
+    def forget(self, record: bytes, members: Sequence[str], seq: int) -> None:
+        for member in members:
+            self.connection.execute(self.statements.forget_metadata, (record.decode(), member, seq))
+
+
+def erase_in_tables(
+    connection: psycopg.Connection[Any],
+    statements: Statements,
+    where: str,
+    session_id: str,
+    wanted: Sequence[int] | None,
+    inherited: bool | None,
+    *,
+    reason: str,
+    at: datetime,
+    dry_run: bool,
+) -> tuple[Erasure, str]:
+    """Rewrite every stored copy of the events to erase in one transaction (rolled back for
+    a dry run); the result, and the transaction's id (for :func:`scrub_tables`)."""
+    with connection.transaction(force_rollback=dry_run):
+        done = erase_rows(
+            _TableCopies(connection, statements, where),
+            session_id,
+            wanted,
+            inherited,
+            reason=reason,
+            at=at,
+            dry_run=dry_run,
+        )
+        xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
+    return done, str(int(xid[0]) % 2**32) if xid else "0"
+
+
+def scrub_tables(
+    url: str,
+    tables: tuple[sql.Identifier, sql.Identifier],
+    xid: str,
+    *,
+    rewrite: bool,
+    lock_timeout: float,
+    connect_timeout: float,
+    application_name: str,
+) -> tuple[bool, str]:
+    """After an erasing commit (transaction ``xid``): wait for older transactions to end,
+    then rewrite the tables (``VACUUM FULL``) or vacuum them. Returns whether no old row
+    version can remain, and what was done.
+
+    A transaction still running that began before the erasure committed, in any database
+    of the server, keeps every snapshot's horizon (VACUUM's own included) at or before
+    it, so VACUUM FULL would copy the erased rows' old versions as "recently dead". So
+    the server's own report decides: VACUUM FULL VERBOSE says how many dead row versions
+    it could not remove yet, and any makes the result unproven.
+    """
+    older = sql.SQL(
+        "SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+        " AND ((backend_xid IS NOT NULL AND age(backend_xid) >= age(%(xid)s::xid))"
+        " OR (datname = current_database() AND backend_xmin IS NOT NULL"
+        " AND age(backend_xmin) >= age(%(xid)s::xid))))"
+        " + (SELECT count(*) FROM pg_prepared_xacts"
+        " WHERE age(transaction) >= age(%(xid)s::xid))"
+        " + (SELECT count(*) FROM pg_replication_slots WHERE (xmin IS NOT NULL"
+        " AND age(xmin) >= age(%(xid)s::xid)) OR (catalog_xmin IS NOT NULL"
+        " AND age(catalog_xmin) >= age(%(xid)s::xid)))"
+    )
+    done: list[str] = []
+    with psycopg.connect(
+        url,
+        autocommit=True,
+        application_name=application_name,
+        connect_timeout=max(1, int(connect_timeout)),
+    ) as connection:
+        deadline = time.monotonic() + lock_timeout
+        pause = 0.01
+        while True:
+            found = connection.execute(older, {"xid": xid}).fetchone()
+            blocking = 0 if found is None else found[0]  # one row of counts: never None
+            if not blocking or time.monotonic() >= deadline:
+                break
+            time.sleep(pause)  # in a worker thread, never the event loop
+            pause = min(pause * 2, 0.5)
+        if blocking:
+            done.append(
+                f"{blocking} transaction(s) or slot(s) older than the erasure were still"
+                " open: the old row versions may survive the vacuum"
+            )
+        connection.execute(
+            sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{int(lock_timeout * 1000)}ms"))
+        )
+        verb = "VACUUM FULL" if rewrite else "VACUUM"
+        # The server reports through notices: a VACUUM it will not run (a role that does
+        # not own the tables) is only a WARNING, and VERBOSE's INFO says what it kept.
+        notices: list[tuple[str, str]] = []
+        connection.add_notice_handler(
+            lambda notice: notices.append(
+                (notice.message_primary or "", notice.message_detail or "")
+            )
+        )
+        try:
+            connection.execute(sql.SQL(verb + " VERBOSE {}, {}").format(*tables))
+        except psycopg.errors.LockNotAvailable:
+            done.append(
+                f"{verb} did not get its lock within {lock_timeout} s: the old row versions"
+                " remain in the tables' pages (erase again when the tables are quieter)"
+            )
+            return False, "; ".join(done)
+    skipped = [primary for primary, _ in notices if primary.startswith("skipping")]
+    if skipped:
+        done.append(f"{verb} did not run: {'; '.join(skipped)}")
+        return False, "; ".join(done)
+    if not rewrite:
+        done.append(
+            "VACUUM freed the old row versions, but their bytes stay in the pages'"
+            " free space until overwritten (not proven)"
+        )
+        return False, "; ".join(done)
+    reports = [DEAD_KEPT.search(detail) for _, detail in notices]
+    kept = sum(int(found.group(1)) for found in reports if found is not None)
+    if sum(found is not None for found in reports) < 2:
+        done.append(
+            "VACUUM FULL rewrote the tables, but its report could not be read (is"
+            " lc_messages English?): not proven"
+        )
+        return False, "; ".join(done)
+    if kept:
+        done.append(
+            f"VACUUM FULL rewrote the tables but had to keep {kept} dead row version(s)"
+            " that a transaction older than the erasure might still see: not proven"
+            " (erase again once long transactions, in any database of the server, end)"
+        )
+        return False, "; ".join(done)
+    done.append(
+        "VACUUM FULL rewrote the events and kept tables (and their TOAST tables),"
+        " keeping no dead row version"
+    )
+    return not blocking, "; ".join(done)
+
+
+class ErasingTables:
+    """:class:`~nous_session.stores.postgres.PostgresStore`'s erasure: the rows rewritten in
+    one transaction, then the tables scrubbed."""
+
+    url: str
+    direct_url: str
+    _sql: Statements
+    _where: str
+    _pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
+    _connect_timeout: float
+
+    async def _run(self, function: Callable[[], T]) -> T:
+        raise NotImplementedError
+
+    def _check_writable(self) -> None:
+        raise NotImplementedError
+
+    async def erase(
+        self,
+        session_id: str,
+        seqs: Iterable[int],
+        *,
+        reason: str,
+        at: datetime | None = None,
+        dry_run: bool = False,
+        rewrite: bool = True,
+        lock_timeout: float = 60.0,
+    ) -> Erasure:
+        """Replace the events at ``seqs`` by their erased form wherever the tables hold them
+        (see :class:`~nous_session.stores.base.ErasingStore`), then scrub the tables.
+
+        The rows are updated in one transaction (the sessions involved are locked against
+        a concurrent snapshot or delete copying them meanwhile; commits to them wait for it).
+        An UPDATE leaves the old row version in its page, and a plain ``VACUUM`` only marks
+        it free: its bytes stay in the page's free space until something is written over
+        them. So, with ``rewrite`` (the default), ``VACUUM FULL`` then rewrites the events
+        and kept tables (and their TOAST tables) into new files: it takes an ACCESS
+        EXCLUSIVE lock on each, so every read and commit of every session in this schema
+        waits for it, and it costs time and disk in proportion to the table. It waits at
+        most ``lock_timeout`` seconds for its lock. It copies a dead row version that some
+        transaction's snapshot may still see: the result is proven only when no snapshot
+        older than the erasure was open (checked for up to ``lock_timeout`` seconds, in
+        ``pg_stat_activity``, prepared transactions and replication slots) and the
+        ``VACUUM FULL`` ran. Without ``rewrite``, a plain ``VACUUM`` runs and the result is
+        not proven.
+
+        Raises:
+            ValueError: a bad seq or reason, or no such session; nothing was changed.
+            StoreError: the database failed; nothing was changed (or, if only the scrub
+                failed, the rows were erased and the result says so).
+        """
+        reason = check_reason(reason)
+        when = erasure_time(at)
+        wanted = check_seqs(seqs)
+        return await self._erase(
+            session_id, wanted, None, reason, when, dry_run, rewrite, lock_timeout
+        )
+
+    async def erase_session(
+        self,
+        session_id: str,
+        *,
+        reason: str,
+        inherited: bool = False,
+        dry_run: bool = False,
+        rewrite: bool = True,
+        lock_timeout: float = 60.0,
+    ) -> Erasure:
+        """Erase every event the session wrote itself (with ``inherited``, also what it took
+        from the session it was forked from), then scrub as :meth:`erase` does.
+
+        Raises:
+            ValueError: a bad reason, or no such session; nothing was changed.
+            StoreError: the database failed; nothing was changed.
+        """
+        reason = check_reason(reason)
+        return await self._erase(
+            session_id, None, inherited, reason, erasure_time(None), dry_run, rewrite, lock_timeout
+        )
+
+    async def _erase(
+        self,
+        session_id: str,
+        wanted: Sequence[int] | None,
+        inherited: bool | None,
+        reason: str,
+        at: datetime,
+        dry_run: bool,
+        rewrite: bool,
+        lock_timeout: float,
+    ) -> Erasure:
+        if not dry_run:
+            self._check_writable()
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
+            raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
+
+        def erase() -> tuple[Erasure, str]:
+            with errors(f"cannot erase from session {session_id!r}"), self._pool.connection() as c:
+                return erase_in_tables(
+                    c,
+                    self._sql,
+                    self._where,
+                    session_id,
+                    wanted,
+                    inherited,
+                    reason=reason,
+                    at=at,
+                    dry_run=dry_run,
+                )
+
+        done, xid = await self._run(erase)
+        if dry_run:
+            return attrs.evolve(done, detail="dry run: nothing was changed")
+        proven, detail = await self._run(lambda: self._scrub(xid, rewrite, lock_timeout))
+        return attrs.evolve(done, proven=proven, detail=detail)
+
+    def _scrub(self, xid: str, rewrite: bool, lock_timeout: float) -> tuple[bool, str]:
+        """After an erasing commit (transaction ``xid``), the tables scrubbed (see
+        :func:`~nous_session.stores.postgres._erasure.scrub_tables`)."""
+        with errors("the events were erased, but scrubbing the tables failed"):
+            return scrub_tables(
+                self.direct_url,  # a session of its own (lock_timeout, VACUUM): no pooler
+                (self._sql.events, self._sql.kept),
+                xid,
+                rewrite=rewrite,
+                lock_timeout=lock_timeout,
+                connect_timeout=self._connect_timeout,
+                application_name=APPLICATION,
+            )

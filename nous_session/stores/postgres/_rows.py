@@ -1,0 +1,236 @@
+"""Reading a session's rows in PostgreSQL through its sharing lineage, and giving a fork its
+own copy (the typed row and the lineage are :mod:`nous_session.stores._lineage`'s)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from nous_session._json import dumps
+from nous_session.codec import decode_rows
+from nous_session.event import EventType
+from nous_session.stores._lineage import SessionRow, lineage, stored
+from nous_session.stores.base import SessionInfo, Stored, check_fork_point, place
+from nous_session.stores.postgres._errors import pipelined
+from nous_session.stores.postgres._sql import Statements
+
+__all__ = [
+    "delete_row",
+    "fork_row",
+    "inherited",
+    "make_row",
+    "metadata_at",
+    "ranges",
+    "read_stored",
+    "release_shared",
+    "row_of",
+    "sessions_info",
+    "view",
+]
+
+Connection = psycopg.Connection[Any]
+_SEQ: Final[Callable[[Any], int]] = itemgetter(0)
+
+
+def make_row(name: str, found: Sequence[Any]) -> SessionRow[str]:
+    """The typed row of ``found``, a result of :attr:`Statements.row_query`."""
+    count, horizon, parent, fork_point, shares = found
+    return SessionRow(name, count, horizon, parent, fork_point, bool(shares))
+
+
+def row_of(
+    connection: Connection, statements: Statements, name: str, *, lock: str = ""
+) -> SessionRow[str] | None:
+    """The session's row (``lock``: a locking clause such as ``FOR UPDATE``), or None."""
+    query = statements.row_query if not lock else statements.row_query + sql.SQL(" " + lock)
+    found = connection.execute(query, (name,)).fetchone()
+    return None if found is None else make_row(name, found)
+
+
+def ranges(
+    connection: Connection, statements: Statements, row: SessionRow[str]
+) -> list[tuple[str, int, int]]:
+    """Where a session's events are: ``(session, lowest, highest seq)`` per session of its
+    sharing lineage, oldest first (disjoint, ascending)."""
+    return lineage(row, lambda name: row_of(connection, statements, name))
+
+
+def view(
+    connection: Connection, statements: Statements, row: SessionRow[str], since: int
+) -> list[Any]:
+    """The (seq, record) rows of a session's events from ``since`` on, through its lineage."""
+    rows: list[Any] = []
+    for name, low, high in ranges(connection, statements, row):
+        if high >= max(low, since):
+            rows.extend(connection.execute(statements.range_query, (name, max(low, since), high)))
+    return rows
+
+
+def inherited(
+    connection: Connection, statements: Statements, row: SessionRow[str], since: int
+) -> tuple[list[Any], list[Any]]:
+    """The idempotency keys (key, first seq, count) with first seq >= ``since``, and the
+    kept events, that a sharing fork answers from its lineage: each ancestor's within the
+    range of its rows the fork shares (a key only if all its events are). Looked up, not
+    copied."""
+    keys: list[Any] = []
+    kept: list[Any] = []
+    if not row.shares:
+        return keys, kept
+    for name, low, high in ranges(connection, statements, row)[:-1]:
+        keys += connection.execute(statements.inherited_keys, (name, max(low, since), high))
+        kept += connection.execute(statements.inherited_kept, (name, low, high))
+    return keys, kept
+
+
+def _own_copy(connection: Connection, statements: Statements, name: str) -> None:
+    """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
+    events it inherits, and stop it sharing."""
+    row = row_of(connection, statements, name, lock="FOR UPDATE")
+    if row is None or not row.shares:
+        return
+    keys, kept = inherited(connection, statements, row, 0)
+    if keys:
+        connection.execute(
+            statements.copy_keys,
+            (name, [key for key, _, _ in keys], [seq for _, seq, _ in keys], [n for *_, n in keys]),
+        )
+    if kept:
+        connection.execute(
+            statements.copy_kept,
+            (name, [seq for seq, _ in kept], [record for _, record in kept]),
+        )
+    for source, low, high in ranges(connection, statements, row)[:-1]:
+        connection.execute(statements.copy_events, (name, source, low, high))
+    connection.execute(statements.stop_sharing, (name,))
+
+
+def release_shared(
+    connection: Connection, statements: Statements, row: SessionRow[str], lowest: int
+) -> None:
+    """Before rows from seq ``lowest`` on are dropped: the forks sharing any of them, and
+    the session itself if it shares them from its parent, get copies."""
+    children = connection.execute(statements.sharing_children, (row.key, lowest)).fetchall()
+    for (child,) in children:
+        _own_copy(connection, statements, child)
+    if row.shares and row.fork_point is not None and lowest <= row.fork_point:
+        _own_copy(connection, statements, row.key)
+
+
+def metadata_at(
+    connection: Connection, statements: Statements, row: SessionRow[str], at: int, where: str
+) -> tuple[str | None, int | None]:
+    """The metadata record (JSON text) and its seq that the session had at seq ``at``: its
+    current one unless it changed after ``at``; then the newest metadata event up to
+    ``at``, read back from ``at`` (metadata events are rare: the rare, slow case)."""
+    found = connection.execute(statements.metadata, (row.key,)).fetchone()
+    assert found is not None
+    meta, meta_seq = found
+    if meta_seq is None or meta_seq <= at:
+        return (None if meta is None else json.dumps(meta)), meta_seq
+    named = place(row.key, where)
+    held = [item for item in view(connection, statements, row, 0) if item[0] <= at]
+    for seq, record in reversed(held):
+        (event,) = decode_rows([(seq, record)], named)
+        if event.type is EventType.METADATA:
+            return dumps(event.data.get("metadata", {})).decode(), seq
+    return None, None
+
+
+def read_stored(
+    connection: Connection,
+    statements: Statements,
+    where: str,
+    session_id: str,
+    since: int,
+    *,
+    full: bool,
+) -> Stored:
+    """The session's events from ``since`` (with ``full``, also its keys and kept events), in
+    one repeatable-read transaction: one round trip unless the session is a sharing fork.
+    Read committed would let a commit land between the statements, and the rows would not
+    fit the count.
+
+    Raises:
+        CorruptRecordError: a row cannot be decoded (the error names session and seq).
+    """
+    with pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"):
+        found = connection.execute(statements.row_query, (session_id,))
+        own = connection.execute(statements.events_from, (session_id, since))
+        keyed = connection.execute(statements.keys_from, (session_id, since)) if full else None
+        aside = (
+            connection.execute(statements.kept_of, (session_id,)) if full and not since else None
+        )
+        fetched = found.fetchone()
+        row = None if fetched is None else make_row(session_id, fetched)
+        inherited_keys: list[Any] = []
+        inherited_kept: list[Any] = []
+        if row is not None and row.shares:  # a sharing fork: read through its parent
+            rows = view(connection, statements, row, since)
+            if full:
+                inherited_keys, inherited_kept = inherited(connection, statements, row, since)
+        else:
+            rows = own.fetchall()
+        keys = inherited_keys + ([] if keyed is None else keyed.fetchall())  # the fork's after
+        kept = [] if aside is None else sorted(inherited_kept + aside.fetchall())
+    if row is None:
+        return Stored((), 0) if full else Stored(decode_rows(rows, place(session_id, where)), 0)
+    return stored(session_id, row, rows, since, where, keys=keys, kept=kept)
+
+
+def fork_row(
+    connection: Connection,
+    statements: Statements,
+    where: str,
+    session_id: str,
+    new_session_id: str,
+    at: int,
+) -> None:
+    """Insert the row of a fork sharing ``session_id``'s rows up to ``at`` (in the caller's
+    transaction).
+
+    Raises:
+        ValueError: no such session, a bad fork point, or the new session exists.
+    """
+    # FOR SHARE: a snapshot of the parent (which locks its row to give its forks copies)
+    # waits for this fork, and then sees it.
+    parent = row_of(connection, statements, session_id, lock="FOR SHARE")
+    if parent is None or parent.count == 0:
+        raise ValueError(f"no session {session_id!r} to fork")
+    check_fork_point(session_id, at, parent.count, parent.horizon)
+    meta, meta_seq = metadata_at(connection, statements, parent, at, where)
+    made = connection.execute(
+        statements.fork, (new_session_id, at + 1, parent.horizon, session_id, at, meta, meta_seq)
+    ).fetchone()
+    if made is None:
+        raise ValueError(f"session {new_session_id!r} exists already")
+
+
+def sessions_info(connection: Connection, statements: Statements) -> list[SessionInfo]:
+    """Every session with a nonzero count, by id, its held events counted (a sharing fork's
+    through its lineage)."""
+    infos = []
+    for name, count, horizon, parent, fork_point, shares, held in connection.execute(
+        statements.sessions_held
+    ).fetchall():
+        if shares:
+            row = SessionRow(name, count, horizon, parent, fork_point, True)
+            held = 0
+            for part in ranges(connection, statements, row):
+                (number,) = connection.execute(statements.count_range, part).fetchone() or (0,)
+                held += number
+        infos.append(SessionInfo(name, count, held, horizon, parent, fork_point))
+    return infos
+
+
+def delete_row(connection: Connection, statements: Statements, row: SessionRow[str]) -> None:
+    """Delete a session and its rows (its forks get their own copy first), in the caller's
+    transaction."""
+    release_shared(connection, statements, row, 0)
+    for statement in statements.deletes:
+        connection.execute(statement, (row.key,))

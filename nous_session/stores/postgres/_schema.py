@@ -1,0 +1,156 @@
+"""The PostgreSQL store's schema and its migrations."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from nous_session.errors import StoreError
+from nous_session.stores.postgres._errors import errors
+from nous_session.stores.postgres._leases import LEASES_TABLE
+
+__all__ = ["SCHEMA_VERSION", "check_schema", "migrate"]
+
+SCHEMA_VERSION: Final = 3
+
+
+# Any 64-bit key works; it only has to be the same for every process migrating this schema.
+_MIGRATION_LOCK: Final = 0x6E6F7573  # "nous"
+
+
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    0: (
+        """CREATE TABLE {schema}.nous_sessions (
+               name  text PRIMARY KEY,
+               count bigint NOT NULL
+           )""",
+        """CREATE TABLE {schema}.nous_events (
+               session text NOT NULL,
+               seq     bigint NOT NULL,
+               record  bytea NOT NULL,
+               PRIMARY KEY (session, seq)
+           )""",
+    ),
+    1: (
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN horizon bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN parent text",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN fork_point bigint",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN shares boolean NOT NULL DEFAULT false",
+        "CREATE INDEX nous_sessions_parent ON {schema}.nous_sessions (parent) WHERE shares",
+        """CREATE TABLE {schema}.nous_keys (
+               session text NOT NULL, key text NOT NULL, seq bigint NOT NULL, n integer NOT NULL,
+               PRIMARY KEY (session, key)
+           )""",
+        """CREATE TABLE {schema}.nous_commits (
+               session text NOT NULL, commit_id text NOT NULL, seq bigint NOT NULL,
+               n integer NOT NULL, PRIMARY KEY (session, commit_id)
+           )""",
+        """CREATE TABLE {schema}.nous_kept (
+               session text NOT NULL, seq bigint NOT NULL, record bytea NOT NULL,
+               PRIMARY KEY (session, seq)
+           )""",
+        # Version 1 kept no horizon: a session with gaps gets one past its highest missing
+        # seq (every event after it is held).
+        """UPDATE {schema}.nous_sessions s SET horizon = coalesce((
+               SELECT max(e.next) FROM (
+                   SELECT seq, lead(seq) OVER (ORDER BY seq) AS next
+                   FROM {schema}.nous_events WHERE session = s.name
+               ) e WHERE e.next > e.seq + 1
+           ), (SELECT min(seq) FROM {schema}.nous_events WHERE session = s.name), 0)
+           WHERE s.count > (
+               SELECT count(*) FROM {schema}.nous_events e WHERE e.session = s.name
+           )""",
+    ),
+    2: (
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN created timestamptz NOT NULL DEFAULT now()",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN active timestamptz NOT NULL DEFAULT now()",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta jsonb",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN meta_seq bigint",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN owner text"
+        " GENERATED ALWAYS AS (meta ->> 'owner') STORED",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN app text"
+        " GENERATED ALWAYS AS (meta ->> 'app') STORED",
+        # Sessions from before get the times of their oldest and newest held event (the
+        # migration's time when they hold none of their own).
+        """UPDATE {schema}.nous_sessions s SET
+               created = coalesce((SELECT to_timestamp(
+                   (convert_from(record, 'UTF8')::jsonb ->> 3)::numeric / 1000000)
+                   FROM {schema}.nous_events WHERE session = s.name ORDER BY seq LIMIT 1), now()),
+               active = coalesce((SELECT to_timestamp(
+                   (convert_from(record, 'UTF8')::jsonb ->> 3)::numeric / 1000000)
+                   FROM {schema}.nous_events WHERE session = s.name ORDER BY seq DESC LIMIT 1),
+                   now())""",
+        "CREATE INDEX nous_sessions_owner_active ON {schema}.nous_sessions (owner, active, name)",
+        "CREATE INDEX nous_sessions_owner_created ON {schema}.nous_sessions (owner, created, name)",
+        "CREATE INDEX nous_sessions_active ON {schema}.nous_sessions (active, name)",
+        "CREATE INDEX nous_sessions_created ON {schema}.nous_sessions (created, name)",
+    ),
+}
+
+
+def migrate(connection: psycopg.Connection[Any], schema_name: str) -> None:
+    """Create or migrate the store's tables in ``schema_name`` to :data:`SCHEMA_VERSION`,
+    serialised across processes by an advisory lock."""
+    schema = sql.Identifier(schema_name)
+    with connection.transaction():
+        # Serialise migrations across processes; released at the end of the transaction.
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+        connection.execute(
+            sql.SQL("CREATE TABLE IF NOT EXISTS {}.nous_schema (version integer NOT NULL)").format(
+                schema
+            )
+        )
+        rows = connection.execute(
+            sql.SQL("SELECT version FROM {}.nous_schema").format(schema)
+        ).fetchall()
+        if len(rows) > 1:
+            raise StoreError(f"{schema_name}.nous_schema holds {len(rows)} rows; expected one")
+        version = rows[0][0] if rows else 0
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"schema {schema_name!r} has version {version}, newer than this nous_session "
+                f"understands ({SCHEMA_VERSION}); upgrade nous_session to open it"
+            )
+        for step in range(version, SCHEMA_VERSION):
+            for statement in _MIGRATIONS[step]:
+                connection.execute(sql.SQL(statement).format(schema=schema))
+        # Leases live apart from the sessions' history: a table any version may add.
+        connection.execute(sql.SQL(LEASES_TABLE).format(schema=schema))
+        if not rows:
+            connection.execute(
+                sql.SQL("INSERT INTO {}.nous_schema (version) VALUES (%s)").format(schema),
+                (SCHEMA_VERSION,),
+            )
+        elif version != SCHEMA_VERSION:
+            connection.execute(
+                sql.SQL("UPDATE {}.nous_schema SET version = %s").format(schema),
+                (SCHEMA_VERSION,),
+            )
+
+
+def check_schema(connection: psycopg.Connection[Any], schema: str, described: str) -> None:
+    """For a read-only store: the schema must hold a current nous_session store
+    (``described``: the server, its password redacted, for errors)."""
+    with errors(f"cannot read {described}"):
+        found = connection.execute(
+            "SELECT 1 FROM information_schema.tables"
+            " WHERE table_schema = %s AND table_name = 'nous_schema'",
+            (schema,),
+        ).fetchone()
+        version = (
+            connection.execute(
+                sql.SQL("SELECT version FROM {}.nous_schema").format(sql.Identifier(schema))
+            ).fetchone()
+            if found
+            else None
+        )
+    if version is None:
+        raise StoreError(f"schema {schema!r} of {described} is not a nous_session store")
+    if version[0] != SCHEMA_VERSION:
+        raise StoreError(
+            f"schema {schema!r} has version {version[0]}; this nous_session reads"
+            f" version {SCHEMA_VERSION} (open it for writing once to migrate it)"
+        )

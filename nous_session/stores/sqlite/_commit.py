@@ -1,0 +1,332 @@
+"""One commit in the SQLite writer's transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from types import MappingProxyType
+from typing import Final
+
+from nous_session.codec import decode_rows, encode
+from nous_session.errors import ConflictError
+from nous_session.event import Event
+from nous_session.listing import latest_metadata
+from nous_session.stores._common import Commit
+from nous_session.stores.base import (
+    Rebased,
+    check_commit_state,
+    check_held,
+    moved,
+    moved_keys,
+    place,
+)
+from nous_session.stores.sqlite._errors import _translated
+from nous_session.stores.sqlite._rows import _ROW_SEQ, _now, _release_shared, _row, _rows
+from nous_session.stores.sqlite._sql import (
+    _ADVANCE,
+    _ADVANCE_AT_HORIZON,
+    _ADVANCE_KNOWN,
+    _ADVANCE_KNOWN_AT_HORIZON,
+    _TOUCH,
+)
+
+
+class _CommitJob:
+    """A commit's write job: one object where a closure would hold a cell per argument.
+
+    Hundreds of sessions' commits wait in the writer at once, and every object alive then is
+    one more for the garbage collector to look at. It translates sqlite3's errors itself (what
+    :meth:`SQLiteStore._write` wraps around other jobs), naming the commit only on error.
+    """
+
+    __slots__ = (
+        "commit_id",
+        "dropped",
+        "expected_count",
+        "expected_horizon",
+        "horizon",
+        "ids",
+        "kept",
+        "keys",
+        "metadata",
+        "path",
+        "records",
+        "session_id",
+    )
+
+    def __init__(
+        self,
+        path: str,
+        session_id: str,
+        expected_count: int,
+        records: list[tuple[int, bytes]],
+        dropped: Sequence[int],
+        expected_horizon: int | None,
+        horizon: int | None,
+        keys: Sequence[tuple[str, int, int]],
+        kept: Sequence[int],
+        commit_id: str | None,
+        metadata: tuple[int, bytes] | None = None,
+        ids: dict[str, int] | None = None,
+    ) -> None:
+        self.path = path
+        self.ids = ids
+        self.session_id = session_id
+        self.expected_count = expected_count
+        self.records = records
+        self.dropped = dropped
+        self.expected_horizon = expected_horizon
+        self.horizon = horizon
+        self.keys = keys
+        self.kept = kept
+        self.commit_id = commit_id
+        self.metadata = metadata
+
+    def __call__(self, connection: sqlite3.Connection) -> None:
+        try:
+            write_commit(
+                connection,
+                self.session_id,
+                self.expected_count,
+                self.records,
+                self.dropped,
+                expected_horizon=self.expected_horizon,
+                horizon=self.horizon,
+                keys=self.keys,
+                kept=self.kept,
+                commit_id=self.commit_id,
+                metadata=self.metadata,
+                ids=self.ids,
+            )
+        except sqlite3.Error as error:
+            what = f"commit to session {self.session_id!r} in {self.path}"
+            raise _translated(error, what) from error
+
+
+_ACTIVE_STEP: Final = 1_000_000  # microseconds: how far behind the last-active time may lag
+
+
+_IDS_AT_MOST: Final = 65_536  # session ids a store keeps for its commits (then it starts over)
+
+
+def _keep_id(ids: dict[str, int] | None, session_id: str, sid: int) -> None:
+    """Remember ``sid`` as the id of ``session_id`` (a bounded memory: full, it starts over)."""
+    if ids is None:
+        return
+    if len(ids) >= _IDS_AT_MOST and session_id not in ids:
+        ids.clear()
+    ids[session_id] = sid
+
+
+def write_commit(
+    connection: sqlite3.Connection,
+    session_id: str,
+    expected_count: int,
+    records: list[tuple[int, bytes]],
+    dropped: Sequence[int],
+    *,
+    expected_horizon: int | None = None,
+    horizon: int | None = None,
+    keys: Sequence[tuple[str, int, int]] = (),
+    kept: Sequence[int] = (),
+    commit_id: str | None = None,
+    metadata: tuple[int, bytes] | None = None,
+    ids: dict[str, int] | None = None,
+) -> None:
+    """Write one commit in the caller's transaction.
+
+    Args:
+        ids: the ids of sessions this store has written, by name (read and filled here, on
+            the writer's thread only); a stale one is harmless, as the row it names must
+            still have the session's name.
+
+    Raises:
+        ConflictError: the stored count (or horizon) is not the expected one.
+        sqlite3.Error: SQLite failed.
+    """
+    if (
+        records
+        and expected_count
+        and not (dropped or keys or kept)
+        and commit_id is None
+        and horizon is None
+        and metadata is None
+    ):
+        # The common commit (new events to an existing session): the conditional UPDATE is
+        # the conflict check.
+        count = records[-1][0] + 1
+        sid = None if ids is None else ids.get(session_id)
+        moved = False
+        if sid is not None:
+            moved = (
+                connection.execute(
+                    _ADVANCE_KNOWN if expected_horizon is None else _ADVANCE_KNOWN_AT_HORIZON,
+                    (count, len(records), sid, session_id, expected_count)
+                    if expected_horizon is None
+                    else (count, len(records), sid, session_id, expected_count, expected_horizon),
+                ).rowcount
+                == 1
+            )
+        else:
+            found = connection.execute(
+                _ADVANCE if expected_horizon is None else _ADVANCE_AT_HORIZON,
+                (count, len(records), session_id, expected_count)
+                if expected_horizon is None
+                else (count, len(records), session_id, expected_count, expected_horizon),
+            ).fetchone()
+            if found is not None:
+                moved = True
+                (sid,) = found
+                _keep_id(ids, session_id, sid)
+        if moved:
+            now = _now()
+            connection.execute(_TOUCH, (now, sid, now - _ACTIVE_STEP))
+            if len(records) == 1:
+                connection.execute(
+                    "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
+                    (sid, *records[0]),
+                )
+            else:
+                connection.executemany(
+                    "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
+                    [(sid, seq, record) for seq, record in records],
+                )
+            return
+        # No row moved: the full path below says what the conflict is.
+    row = _row(connection, session_id)
+    stored = 0 if row is None else row.count
+    if stored != expected_count:
+        raise ConflictError(
+            f"session {session_id!r} has count {stored}, expected {expected_count}:"
+            " another writer committed first"
+        )
+    stored_horizon = 0 if row is None else row.horizon
+    if expected_horizon is not None and stored_horizon != expected_horizon:
+        raise ConflictError(
+            f"session {session_id!r} has horizon {stored_horizon}, expected {expected_horizon}:"
+            " another writer took a snapshot"
+        )
+    horizon = check_commit_state(
+        session_id,
+        stored_horizon,
+        dropped=dropped,
+        horizon=horizon,
+        expected_horizon=expected_horizon,
+    )
+    now = _now()
+    if row is None:
+        sid = connection.execute(
+            "INSERT INTO nous_sessions (name, count, held, created, active) VALUES (?, 0, 0, ?, ?)",
+            (session_id, now, now),
+        ).lastrowid
+        assert sid is not None
+    else:
+        sid = row.key
+    _keep_id(ids, session_id, sid)
+    deleted = 0
+    if dropped:
+        if row is not None:
+            _release_shared(connection, row, session_id, min(dropped))
+        if kept:
+            connection.executemany(
+                "INSERT INTO nous_kept (sid, seq, record) SELECT sid, seq, record"
+                " FROM nous_events WHERE sid = ? AND seq = ?",
+                [(sid, seq) for seq in kept],
+            )
+        before = connection.total_changes
+        connection.executemany(
+            "DELETE FROM nous_events WHERE sid = ? AND seq = ?", [(sid, seq) for seq in dropped]
+        )
+        deleted = connection.total_changes - before
+    if records:
+        connection.executemany(
+            "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
+            [(sid, seq, record) for seq, record in records],
+        )
+    if keys:
+        connection.executemany(
+            "INSERT INTO nous_keys (sid, key, seq, n) VALUES (?, ?, ?, ?)",
+            [(sid, key, first, size) for key, first, size in keys],
+        )
+    if commit_id is not None:
+        connection.execute(
+            "INSERT INTO nous_commits (sid, commit_id, seq, n) VALUES (?, ?, ?, ?)",
+            (sid, commit_id, records[0][0] if records else expected_count, len(records)),
+        )
+    count = records[-1][0] + 1 if records else stored
+    connection.execute(
+        "UPDATE nous_sessions SET count = ?, held = held + ?, horizon = coalesce(?, horizon),"
+        " active = max(active, coalesce(?, active)), meta = coalesce(?, meta),"
+        " meta_seq = coalesce(?, meta_seq) WHERE id = ?",
+        (
+            count,
+            len(records) - deleted,
+            horizon,
+            now if records else None,
+            None if metadata is None else metadata[1].decode(),
+            None if metadata is None else metadata[0],
+            sid,
+        ),
+    )
+
+
+def instrument(wrap: Callable[[str, Callable[..., None]], Callable[..., None]]) -> None:
+    """A hook for benchmarks only (benchmarks/one_session_chain.py): replace the statements of
+    every commit job (``"statements"``) by ``wrap("statements", function)``, to time them."""
+    global write_commit
+    write_commit = wrap("statements", write_commit)
+
+
+def rebase_in(
+    connection: sqlite3.Connection, commit: Commit, ids: dict[str, int], path: str
+) -> Rebased:
+    """A rebasing commit in the writer's transaction: read the count and what other writers
+    stored since the caller's count, then write the events after it."""
+    session_id, expected_count, listed = commit.session_id, commit.expected_count, commit.events
+    keys, commit_id = commit.keys, commit.commit_id
+    row = _row(connection, session_id)
+    stored = 0 if row is None else row.count
+    if stored < expected_count:
+        raise ConflictError(
+            f"session {session_id!r} has count {stored}, below the expected {expected_count}"
+        )
+    shift = stored - expected_count
+    others: list[Event] = []
+    between: dict[str, tuple[int, int]] = {}
+    if shift and row is not None:
+        found = _rows(connection, row, expected_count)
+        # A rebase never writes past a hole: the batch would land after rows that
+        # are missing, and the session could not be opened again.
+        check_held(
+            session_id,
+            found,
+            count=stored,
+            horizon=row.horizon,
+            since=expected_count,
+            where=path,
+            seq=_ROW_SEQ,
+        )
+        others = decode_rows(found, place(session_id, path))
+        between = {
+            key: (seq, n)
+            for key, seq, n in connection.execute(
+                "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?",
+                (row.key, expected_count),
+            )
+        }
+    placed = moved(listed, shift) if shift else listed
+    records = [(event.seq, encode(event)) for event in placed]
+    write_commit(
+        connection,
+        session_id,
+        stored,
+        records,
+        (),
+        keys=moved_keys(keys, shift),
+        commit_id=commit_id,
+        metadata=latest_metadata(placed),
+        ids=ids,
+    )
+    return Rebased(
+        shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon
+    )

@@ -1,0 +1,252 @@
+"""Reading a session's rows in SQLite through its sharing lineage, and giving a fork its
+own copy."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import Any, Final
+
+from nous_session._json import dumps
+from nous_session.codec import decode_rows
+from nous_session.event import EventType
+from nous_session.stores._lineage import SessionRow, lineage, stored
+from nous_session.stores.base import (
+    SessionInfo,
+    Stored,
+    check_fork_point,
+    place,
+)
+from nous_session.stores.sqlite._sql import FORK, KEPT_OF, KEYS_FROM
+
+_ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
+
+
+_ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares"
+
+
+_Row = SessionRow[int]
+
+
+def _now() -> int:
+    """The store's clock: microseconds since the epoch."""
+    return time.time_ns() // 1000
+
+
+def _make_row(found: Sequence[Any]) -> _Row:
+    sid, count, held, horizon, parent, fork_point, shares = found
+    return SessionRow(sid, count, horizon, parent, fork_point, bool(shares), held)
+
+
+def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
+    found = connection.execute(
+        f"SELECT {_ROW_COLUMNS} FROM nous_sessions WHERE name = ?", (session_id,)
+    ).fetchone()
+    return None if found is None else _make_row(found)
+
+
+def _ranges(connection: sqlite3.Connection, row: _Row) -> list[tuple[int, int, int]]:
+    """Where a session's events are: ``(sid, lowest seq, highest seq)`` per session of its
+    sharing lineage, oldest ancestor first (see :func:`~nous_session.stores._lineage.lineage`)."""
+    return lineage(row, lambda name: _row(connection, name))
+
+
+def _rows(
+    connection: sqlite3.Connection, row: _Row, since: int, upto: int | None = None
+) -> list[tuple[int, bytes]]:
+    """The (seq, record) rows of a session's events with ``since <= seq <= upto``."""
+    if not row.shares and upto is None:
+        return connection.execute(
+            "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ? ORDER BY seq",
+            (row.key, since),
+        ).fetchall()
+    rows: list[tuple[int, bytes]] = []
+    for sid, low, high in _ranges(connection, row):
+        if upto is not None:
+            high = min(high, upto)
+        if high < max(low, since):
+            continue
+        rows.extend(
+            connection.execute(
+                "SELECT seq, record FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ?"
+                " ORDER BY seq",
+                (sid, max(low, since), high),
+            ).fetchall()
+        )
+    return rows
+
+
+def _inherited(
+    connection: sqlite3.Connection, row: _Row, since: int
+) -> tuple[list[tuple[str, int, int]], list[tuple[int, bytes]]]:
+    """The idempotency keys (key, first seq, count) with first seq >= ``since``, and the kept
+    events, that a sharing fork answers from its lineage: each ancestor's within the range
+    of its rows the fork shares (a key only if all its events are). Looked up, not copied."""
+    keys: list[tuple[str, int, int]] = []
+    kept: list[tuple[int, bytes]] = []
+    if not row.shares:
+        return keys, kept
+    for sid, low, high in _ranges(connection, row)[:-1]:
+        keys += connection.execute(
+            "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ? AND seq + n - 1 <= ?",
+            (sid, max(low, since), high),
+        ).fetchall()
+        kept += connection.execute(
+            "SELECT seq, record FROM nous_kept WHERE sid = ? AND seq >= ? AND seq <= ?"
+            " ORDER BY seq",
+            (sid, low, high),
+        ).fetchall()
+    return keys, kept
+
+
+def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
+    """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
+    events it inherits, and stop it sharing."""
+    copied = 0
+    keys, kept = _inherited(connection, row, 0)
+    connection.executemany(
+        "INSERT OR IGNORE INTO nous_keys (sid, key, seq, n) VALUES (?, ?, ?, ?)",
+        [(row.key, key, seq, n) for key, seq, n in keys],
+    )
+    connection.executemany(
+        "INSERT OR IGNORE INTO nous_kept (sid, seq, record) VALUES (?, ?, ?)",
+        [(row.key, seq, record) for seq, record in kept],
+    )
+    for sid, low, high in _ranges(connection, row)[:-1]:
+        before = connection.total_changes
+        connection.execute(
+            "INSERT INTO nous_events (sid, seq, record) SELECT ?, seq, record FROM nous_events"
+            " WHERE sid = ? AND seq >= ? AND seq <= ?",
+            (row.key, sid, low, high),
+        )
+        copied += connection.total_changes - before
+    connection.execute(
+        "UPDATE nous_sessions SET shares = 0, held = held + ? WHERE id = ?", (copied, row.key)
+    )
+
+
+def _release_shared(
+    connection: sqlite3.Connection, row: _Row, session_id: str, lowest: int
+) -> None:
+    """Before rows from seq ``lowest`` on are dropped from a session: its forks that share
+    any of them, and the session itself if it shares them from its parent, get copies."""
+    for (child_name,) in connection.execute(
+        "SELECT name FROM nous_sessions WHERE parent = ? AND shares AND fork_point >= ?",
+        (session_id, lowest),
+    ).fetchall():
+        child = _row(connection, child_name)
+        assert child is not None
+        _own_copy(connection, child)
+    if row.shares and row.fork_point is not None and lowest <= row.fork_point:
+        _own_copy(connection, row)
+
+
+def _metadata_at(
+    connection: sqlite3.Connection, parent: _Row, name: str, at: int, path: str
+) -> tuple[str | None, int | None]:
+    """The metadata record (JSON text) and its seq that the parent had at seq ``at``: its
+    current one unless it changed after ``at``; then the newest metadata event up to ``at``
+    (read back from ``at``: metadata events are rare, so this is the rare, slow case)."""
+    meta, meta_seq = connection.execute(
+        "SELECT meta, meta_seq FROM nous_sessions WHERE id = ?", (parent.key,)
+    ).fetchone()
+    if meta_seq is None or meta_seq <= at:
+        return meta, meta_seq
+    where = place(name, path)
+    for seq, record in reversed(_rows(connection, parent, 0, at)):
+        (event,) = decode_rows([(seq, record)], where)
+        if event.type is EventType.METADATA:
+            return dumps(event.data.get("metadata", {})).decode(), seq
+    return None, None
+
+
+def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
+    total = 0
+    for sid, low, high in _ranges(connection, row):
+        (number,) = connection.execute(
+            "SELECT count(*) FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ?",
+            (sid, low, high),
+        ).fetchone()
+        total += number
+    return total
+
+
+def read_stored(
+    connection: sqlite3.Connection, session_id: str, since: int, where: str, *, full: bool
+) -> Stored:
+    """The session's events from ``since`` (with ``full``, also its keys and kept events), in
+    one read transaction: the count and the rows agree. A query that fails leaves the
+    transaction to whoever runs reads (the writer thread, or a read-only store's call): they
+    roll back what a read left open.
+
+    Raises:
+        CorruptRecordError: a row cannot be decoded (the error names session and seq).
+    """
+    connection.execute("BEGIN")  # one snapshot of the file for every query
+    row = _row(connection, session_id)
+    if row is None:
+        connection.execute("COMMIT")
+        return Stored((), 0) if full else Stored([], 0)
+    rows = _rows(connection, row, since)
+    keys: list[tuple[str, int, int]] = []
+    kept: list[tuple[int, bytes]] = []
+    if full:
+        keys = connection.execute(KEYS_FROM, (row.key, since)).fetchall()
+        kept = connection.execute(KEPT_OF, (row.key,)).fetchall() if since == 0 else []
+        if row.shares:
+            inherited, inherited_kept = _inherited(connection, row, since)
+            keys = inherited + keys  # the fork's own keys come after
+            if since == 0:
+                kept = sorted(inherited_kept + kept)
+    connection.execute("COMMIT")
+    return stored(session_id, row, rows, since, where, keys=keys, kept=kept)
+
+
+def fork_row(
+    connection: sqlite3.Connection, session_id: str, new_session_id: str, at: int, where: str
+) -> None:
+    """Insert the row of a fork sharing ``session_id``'s rows up to ``at`` (in the writer's
+    transaction).
+
+    Raises:
+        ValueError: no such session, a bad fork point, or the new session exists.
+    """
+    parent = _row(connection, session_id)
+    if parent is None or parent.count == 0:
+        raise ValueError(f"no session {session_id!r} to fork")
+    check_fork_point(session_id, at, parent.count, parent.horizon)
+    existing = _row(connection, new_session_id)
+    if existing is not None:
+        if existing.count:
+            raise ValueError(f"session {new_session_id!r} exists already")
+        connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.key,))
+    meta, meta_seq = _metadata_at(connection, parent, session_id, at, where)
+    now = _now()
+    connection.execute(
+        FORK,
+        (new_session_id, at + 1, parent.horizon, session_id, at, now, now, meta, meta_seq),
+    )
+
+
+def sessions_info(connection: sqlite3.Connection) -> list[SessionInfo]:
+    """Every session with a nonzero count, by id, a sharing fork's held events counted
+    through its lineage."""
+    infos = []
+    for name, *fields in connection.execute(
+        f"SELECT name, {_ROW_COLUMNS} FROM nous_sessions WHERE count > 0 ORDER BY name"
+    ).fetchall():
+        row = _make_row(fields)
+        held = _count_rows(connection, row) if row.shares else row.held
+        infos.append(SessionInfo(name, row.count, held, row.horizon, row.parent, row.fork_point))
+    return infos
+
+
+def delete_row(connection: sqlite3.Connection, row: _Row, session_id: str) -> None:
+    """Delete a session and its rows (its forks get their own copy first), in the writer's
+    transaction."""
+    _release_shared(connection, row, session_id, 0)
+    for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
+        connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.key,))
+    connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.key,))
