@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from nous_session._loops import Done
 from nous_session.erasure import Erasure
@@ -19,9 +19,6 @@ from nous_session.event import Event, EventType, replace_data, to_message
 from nous_session.log import Log
 from nous_session.message import Message
 
-if TYPE_CHECKING:
-    from nous_session._follower import Follower
-
 __all__ = [
     "INTERRUPTED",
     "Append",
@@ -29,12 +26,22 @@ __all__ = [
     "Call",
     "Edit",
     "Erase",
+    "Follower",
     "Recover",
     "Reload",
     "Request",
     "Snapshot",
     "check_expectation",
 ]
+
+class Follower(Protocol):
+    """What a barrier needs of the actor's part that reads the store (the follower, in
+    ``_follower.py``, which imports this module: named here by what it does, not imported)."""
+
+    async def reload(self, request: Reload | None) -> BaseException | None: ...
+
+    async def erase(self, request: Erase) -> None: ...
+
 
 INTERRUPTED = "Tool call was interrupted and not executed. Please retry if needed."
 """The result :class:`Recover` gives every tool call left without one."""
