@@ -34,6 +34,7 @@ __all__ = [
     "check_expectation",
 ]
 
+
 class Follower(Protocol):
     """What a barrier needs of the actor's part that reads the store (the follower, in
     ``_follower.py``, which imports this module: named here by what it does, not imported)."""
