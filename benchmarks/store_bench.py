@@ -81,6 +81,7 @@ from benchmarks.workloads import chat_messages  # noqa: E402
 from nous_session import Event, SessionActor  # noqa: E402
 from nous_session.event import make_event  # noqa: E402
 from nous_session.stores.sqlite import SQLiteStore  # noqa: E402
+from nous_session.stores.sqlite._store import writer_of  # noqa: E402
 
 try:
     from benchmarks.peers import eventsourcing_peer
@@ -376,7 +377,7 @@ def _tail_sides(
             yield None
             for _ in range(reads):
                 started = time.perf_counter()
-                await opened._run(_nothing)
+                await writer_of(opened).read(_nothing)
                 yield time.perf_counter() - started
         _remove(path)
 

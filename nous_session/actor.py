@@ -550,3 +550,9 @@ def _key(key: object) -> str | None:
         return check_key(key)
     except ValueError as error:
         raise InvalidEventError(str(error)) from None
+
+
+def engine_traced(actor: SessionActor) -> bool:
+    """A hook for benchmarks only (benchmarks/suites/telemetry.py): whether telemetry wraps
+    the actor's commit of a segment (``Engine.traced``)."""
+    return actor._engine.traced

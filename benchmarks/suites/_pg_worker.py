@@ -66,6 +66,7 @@ from nous_session import ConflictError, Event, EventType, SessionActor  # noqa: 
 from nous_session.codec import encode  # noqa: E402
 from nous_session.event import make_event  # noqa: E402
 from nous_session.stores.postgres import PostgresStore  # noqa: E402
+from nous_session.stores.postgres._store import group_counts  # noqa: E402
 
 USER = EventType.USER_MESSAGE
 FILLER = (
@@ -264,7 +265,7 @@ async def many(url: str, schema: str, name: str, sessions: int, writes: int, poo
             go.set()
         cpu = time.process_time() - cpu
         finished = last[0]
-        transactions, sent = store._groups.transactions, store._groups.commits_sent
+        transactions, sent = group_counts(store)
     say(
         "result "
         + json.dumps(

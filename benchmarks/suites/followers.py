@@ -25,6 +25,7 @@ from benchmarks.harness import Context, Measurement, Target, expect, interleave,
 from benchmarks.workloads import content
 from nous_session import EventType, SessionActor
 from nous_session.stores.sqlite import SQLiteStore
+from nous_session.stores.sqlite._store import feed_running
 
 SOURCE = "issue 21"
 RATE = 1_000.0
@@ -122,7 +123,7 @@ async def _sessions(path: Path, count: int, each: int, follow: bool | None) -> f
                 task_group.start_soon(produce, session)
         elapsed = time.perf_counter() - start
         expect(all(s.log.count == each for s in sessions), "an append is lost")
-        started = store._monitor is not None
+        started = feed_running(store)
         expect(started == (follow is not False), f"follow={follow}: feed thread {started}")
     return count * each / elapsed
 

@@ -40,6 +40,7 @@ from benchmarks.harness import (
 )
 from benchmarks.workloads import chat_data
 from nous_session import EventType, SessionActor, telemetry
+from nous_session.actor import engine_traced
 
 USER = EventType.USER_MESSAGE
 US = 1e6
@@ -113,11 +114,9 @@ async def _open_sides(stack: AsyncExitStack) -> tuple[dict[str, SessionActor], A
     actors["sdk"] = await stack.enter_async_context(SessionActor.open(session_id="sdk"))
     telemetry.reset()
     for name in ("absent", "no_provider"):
-        engine = actors[name]._engine
-        expect(not engine.traced, f"{name}: the engine's commit is wrapped")
+        expect(not engine_traced(actors[name]), f"{name}: the engine's commit is wrapped")
     for name in ("enabled_no_provider", "sdk"):
-        engine = actors[name]._engine
-        expect(engine.traced, f"{name}: the engine's commit is plain")
+        expect(engine_traced(actors[name]), f"{name}: the engine's commit is plain")
     stack.callback(tracer_provider.shutdown)
     stack.callback(meter_provider.shutdown)
     return actors, exporter, reader

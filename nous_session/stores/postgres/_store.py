@@ -491,3 +491,9 @@ def _pop_ours(url: str) -> tuple[str, dict[str, str]]:
         return url, {}
     rest = urlencode([(key, value) for key, value in query if key not in _OURS])
     return urlunsplit(parts._replace(query=rest)), ours
+
+
+def group_counts(store: PostgresStore) -> tuple[int, int]:
+    """A hook for benchmarks only (benchmarks/suites/_pg_worker.py): how many group
+    transactions of more than one commit the store sent, and the commits they held."""
+    return store._groups.transactions, store._groups.commits_sent

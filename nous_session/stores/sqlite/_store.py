@@ -443,3 +443,9 @@ def writer_of(store: SQLiteStore) -> SQLiteWriter:
     """A hook for benchmarks only (benchmarks/suites/many.py): the store's writer (started if
     it was not), to read its :meth:`~SQLiteWriter.statistics`."""
     return store._writer_thread()
+
+
+def feed_running(store: SQLiteStore) -> bool:
+    """A hook for benchmarks only (benchmarks/suites/followers.py): whether the store's change
+    feed thread has started (it starts with the first watch)."""
+    return store._monitor is not None
