@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from urllib.parse import quote
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,6 +81,23 @@ def postgres_url() -> Iterator[str]:
 
 def test_fleet_soak_postgres(postgres_url: str) -> None:
     result = run_fleet(postgres_url, SHORT, restart=RESTART)
+    check(result)
+    if RESTART:
+        assert result.restart_seconds is not None, "the server was not restarted"
+
+
+def test_fleet_soak_through_pgbouncer(postgres_url: str) -> None:
+    """The same fleet with every commit and read going through PgBouncer in transaction
+    pooling mode (``NOUS_SESSION_TEST_PGBOUNCER``, started by ``.ci/pgbouncer``), the change
+    feed on the direct URL; the server restarted under it too when the environment says how."""
+    pgbouncer = os.environ.get("NOUS_SESSION_TEST_PGBOUNCER")
+    if not pgbouncer:
+        pytest.skip("no PgBouncer: set NOUS_SESSION_TEST_PGBOUNCER=postgresql://...")
+    schema = postgres_url.rsplit("schema=", 1)[1]
+    direct = quote(str(POSTGRES_URL), safe="")
+    separator = "&" if "?" in pgbouncer else "?"
+    url = f"{pgbouncer}{separator}schema={schema}&pooled=true&direct_url={direct}"
+    result = run_fleet(url, SHORT, restart=RESTART)
     check(result)
     if RESTART:
         assert result.restart_seconds is not None, "the server was not restarted"
