@@ -71,12 +71,12 @@ from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
 from nous_session.errors import ConflictError, InvalidEventError, StoreError
 from nous_session.event import EventType, message_event
+from nous_session.integrations._common import StoreHost, missing_extra, opened_store
 from nous_session.integrations._listing import listed_ids
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
 from nous_session.metadata import SessionMetadata
 from nous_session.registry import Sessions
-from nous_session.stores import open_store
 from nous_session.stores.base import Store
 
 try:
@@ -99,10 +99,7 @@ try:
         UserPromptPart,
     )
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "nous_session.integrations.pydantic_ai needs pydantic-ai: "
-        "pip install 'nous_session[pydantic-ai]'"
-    ) from error
+    raise missing_extra(__name__, "pydantic-ai", "pydantic-ai") from error
 
 __all__ = [
     "DELETED_EVENT",
@@ -332,7 +329,7 @@ def _record(seq: int, data: Mapping[str, Any]) -> ConversationRecord:
 # The store --------------------------------------------------------------------------------------
 
 
-class NousConversationStore(ConversationStore):
+class NousConversationStore(StoreHost, ConversationStore):
     """A pydantic-ai ``ConversationStore`` over a nous_session store; see the module's docstring.
 
     Open it with :meth:`open` (an ``async with`` block): it runs one actor per conversation in
@@ -388,36 +385,24 @@ class NousConversationStore(ConversationStore):
             raise ValueError(f"session_prefix must be a str, got {session_prefix!r}")
         if type(max_open) is not int or max_open < 1:
             raise ValueError(f"max_open must be an int >= 1, got {max_open!r}")
-        owned = store is None or isinstance(store, str)
-        resolved: Store = (
-            open_store("memory:")
-            if store is None
-            else (open_store(store) if isinstance(store, str) else store)
-        )
-        try:
-            # follow=False: an actor's count moves only with our commits and reloads, so a
-            # write's check and its commit see the same count (another process's commit in
-            # between is the store's ConflictError, never a silent catch-up).
-            async with Sessions(resolved, follow=False, max_open=max_open) as sessions:
-                conversations = cls(
-                    _OPEN_KEY,
-                    store=resolved,
-                    sessions=sessions,
-                    session_prefix=session_prefix,
-                    max_open=max_open,
-                )
-                try:
-                    yield conversations
-                finally:
-                    conversations._closed = True
-        finally:
-            if owned:
-                await resolved.aclose()
-
-    @property
-    def store(self) -> Store:
-        """The nous_session store the conversations are kept in."""
-        return self._store
+        # follow=False: an actor's count moves only with our commits and reloads, so a
+        # write's check and its commit see the same count (another process's commit in
+        # between is the store's ConflictError, never a silent catch-up).
+        async with (
+            opened_store(store) as resolved,
+            Sessions(resolved, follow=False, max_open=max_open) as sessions,
+        ):
+            conversations = cls(
+                _OPEN_KEY,
+                store=resolved,
+                sessions=sessions,
+                session_prefix=session_prefix,
+                max_open=max_open,
+            )
+            try:
+                yield conversations
+            finally:
+                conversations._closed = True
 
     def session_id(self, conversation_id: str) -> str:
         """The id of the session that holds ``conversation_id``."""
