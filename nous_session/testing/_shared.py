@@ -6,13 +6,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+import pytest
 
 from nous_session.event import Event, make_event
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
-from nous_session.stores.base import Store
+from nous_session.stores.base import Store, supports
 
-__all__ = ["ODD_SESSION_IDS", "T0", "reopened", "sample_log", "user_event"]
+_T = TypeVar("_T")
+
+__all__ = ["ODD_SESSION_IDS", "T0", "capable", "reopened", "sample_log", "user_event"]
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -25,6 +30,15 @@ ODD_SESSION_IDS = (
     "ü" * 128,  # as long, in two-byte characters
     "with\nnewline and\ttab",
 )
+
+
+def capable(store: Store, capability: Callable[..., _T], missing: str) -> _T:
+    """``store`` as the capability a test class is about, as the engine checks it
+    (:func:`~nous_session.stores.base.supports`); the test is skipped on a store without it
+    (``missing`` says what the store lacks)."""
+    if not supports(store, capability):
+        pytest.skip(f"{type(store).__name__} {missing}")
+    return store
 
 
 def sample_log(size: int = 12, *, start: datetime = T0) -> Log:
