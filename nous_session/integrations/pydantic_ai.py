@@ -164,32 +164,24 @@ def entry_messages(message: ModelMessage, entry_id: str | None = None) -> list[M
             out.append(Message.system(part.content, metadata=metadata, created_at=created))
         elif isinstance(part, UserPromptPart):
             out.append(Message.user(_prompt_text(part), metadata=metadata, created_at=created))
-        elif isinstance(part, ToolReturnPart):
+        elif isinstance(part, RetryPromptPart) and part.tool_name is None:
+            out.append(Message.user(part.model_response(), metadata=metadata, created_at=created))
+        elif isinstance(part, ToolReturnPart | RetryPromptPart):
+            # A retry prompt naming a tool is that tool's failed result.
             out.append(
                 Message.tool(
                     part.tool_call_id,
-                    part.model_response_str(),
+                    (
+                        part.model_response()
+                        if isinstance(part, RetryPromptPart)
+                        else part.model_response_str()
+                    ),
                     name=part.tool_name,
+                    is_error=isinstance(part, RetryPromptPart),
                     metadata=metadata,
                     created_at=created,
                 )
             )
-        elif isinstance(part, RetryPromptPart):
-            if part.tool_name is None:
-                out.append(
-                    Message.user(part.model_response(), metadata=metadata, created_at=created)
-                )
-            else:
-                out.append(
-                    Message.tool(
-                        part.tool_call_id,
-                        part.model_response(),
-                        name=part.tool_name,
-                        is_error=True,
-                        metadata=metadata,
-                        created_at=created,
-                    )
-                )
     return out
 
 
