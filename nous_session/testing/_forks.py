@@ -8,17 +8,12 @@ import pytest
 
 from nous_session.actor import SessionActor
 from nous_session.stores.base import ForkingStore, SessionInfo, Store
-from nous_session.testing._shared import capable, reopened, sample_log, user_event
+from nous_session.testing._shared import Capabilities, reopened, sample_log, user_event
 
 
-class ForkConformance:
+class ForkConformance(Capabilities):
     """``fork``: a session that starts as its parent's history up to a point; skipped on
     stores that cannot fork."""
-
-    @pytest.fixture
-    def forking(self, store: Store) -> ForkingStore:
-        """The store under test, as a ForkingStore (the test is skipped on others)."""
-        return capable(store, ForkingStore, "cannot fork")
 
     @pytest.mark.anyio
     async def test_a_fork_has_the_parents_history_up_to_its_point_and_then_its_own(

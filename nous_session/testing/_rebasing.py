@@ -10,17 +10,12 @@ import pytest
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.stores.base import RebasingStore, SessionInfo, Store
-from nous_session.testing._shared import capable, sample_log, user_event
+from nous_session.testing._shared import Capabilities, sample_log, user_event
 
 
-class RebasingConformance:
+class RebasingConformance(Capabilities):
     """``commit_rebased``: a commit that lands after whatever other writers stored; skipped on
     stores that have none."""
-
-    @pytest.fixture
-    def rebasing(self, store: Store) -> RebasingStore:
-        """The store under test, as a RebasingStore (the test is skipped on others)."""
-        return capable(store, RebasingStore, "has no commit_rebased")
 
     @pytest.mark.anyio
     async def test_a_rebasing_commit_with_no_other_writer_lands_where_asked(

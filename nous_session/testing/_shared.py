@@ -13,11 +13,11 @@ import pytest
 from nous_session.event import Event, make_event
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
-from nous_session.stores.base import Store, supports
+from nous_session.stores.base import ForkingStore, RebasingStore, Store, supports
 
 _T = TypeVar("_T")
 
-__all__ = ["ODD_SESSION_IDS", "T0", "capable", "reopened", "sample_log", "user_event"]
+__all__ = ["ODD_SESSION_IDS", "T0", "Capabilities", "reopened", "sample_log", "user_event"]
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -32,10 +32,23 @@ ODD_SESSION_IDS = (
 )
 
 
-def capable(store: Store, capability: Callable[..., _T], missing: str) -> _T:
-    """``store`` as the capability a test class is about, as the engine checks it
-    (:func:`~nous_session.stores.base.supports`); the test is skipped on a store without it
-    (``missing`` says what the store lacks)."""
+class Capabilities:
+    """The fixtures of the store under test as an optional capability, checked as the engine
+    checks it (:func:`~nous_session.stores.base.supports`): a test that asks for one is
+    skipped on a store without it."""
+
+    @pytest.fixture
+    def forking(self, store: Store) -> ForkingStore:
+        """The store under test, as a ForkingStore."""
+        return _capable(store, ForkingStore, "cannot fork")
+
+    @pytest.fixture
+    def rebasing(self, store: Store) -> RebasingStore:
+        """The store under test, as a RebasingStore."""
+        return _capable(store, RebasingStore, "has no commit_rebased")
+
+
+def _capable(store: Store, capability: Callable[..., _T], missing: str) -> _T:
     if not supports(store, capability):
         pytest.skip(f"{type(store).__name__} {missing}")
     return store
