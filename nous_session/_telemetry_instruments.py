@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -32,14 +32,11 @@ OUTCOME: Final = "nous_session.commit.outcome"
 COMPACTION_OUTCOME: Final = "nous_session.compaction.outcome"
 ERROR_TYPE: Final = "error.type"
 
-# Commit outcomes.
-COMMITTED: Final = "committed"
-CONFLICT: Final = "conflict"
-STORE_ERROR: Final = "store_error"
-UNKNOWN: Final = "unknown"
-NO_OP: Final = "no_op"
-ERROR: Final = "error"
-CANCELLED: Final = "cancelled"
+# The outcome of a commit or a store call (mypy checks every value written against it): a
+# store call that is not a commit succeeds as "ok".
+Outcome: TypeAlias = Literal[
+    "committed", "conflict", "store_error", "unknown", "no_op", "error", "cancelled", "ok"
+]
 
 _DURATION_BUCKETS: Final = (
     0.0001,
