@@ -35,6 +35,7 @@ from nous_session.message import Message
 from nous_session.transcript import SUMMARY_METADATA, SummaryBuilder, summary_covers
 
 if TYPE_CHECKING:
+    from nous_session._state import SessionState
     from nous_session.stores.base import LeasingStore
     from nous_session.telemetry import SessionTelemetry
 
@@ -139,9 +140,8 @@ class CompactionRunner:
         policy: when and how to compact.
         post: sends a request to the actor and returns its result (raises
             :class:`SessionClosedError` once the session is closing).
-        current: the latest committed Log.
-        task_group: where the compaction task runs.
-        logger: the session's bound logger (the session id is on it).
+        state: the session's state: its latest committed Log, the task group the compaction
+            task runs in, and its bound logger (the session id is on it).
         telemetry: the session's telemetry (a span per compaction), or None when it is off.
         turn: whose turn it is to compact, across every holder of the session (None: the
             store has no leases, and this runner compacts whenever the policy says).
@@ -149,7 +149,6 @@ class CompactionRunner:
 
     __slots__ = (
         "_closing",
-        "_current",
         "_done",
         "_logger",
         "_meter",
@@ -157,7 +156,7 @@ class CompactionRunner:
         "_post",
         "_retry_at",
         "_scope",
-        "_task_group",
+        "_state",
         "_telemetry",
         "_turn",
         "_warnings",
@@ -171,22 +170,19 @@ class CompactionRunner:
     def __init__(
         self,
         policy: CompactionPolicy,
+        state: SessionState,
         *,
         post: Call,
-        current: Callable[[], Log],
-        task_group: anyio.abc.TaskGroup,
-        logger: Any,
         telemetry: SessionTelemetry | None = None,
         turn: CompactionTurn | None = None,
     ) -> None:
         self._policy = policy
+        self._meter = TokenMeter(policy.token_counter)
+        self._state = state
+        self._logger = state.logger
+        self._post = post
         self._telemetry = telemetry
         self._turn = turn
-        self._post = post
-        self._current = current
-        self._task_group = task_group
-        self._logger = logger
-        self._meter = TokenMeter(policy.token_counter)
         self._warnings = Throttle()
         self._closing = False
         self._scope: anyio.CancelScope | None = None
@@ -215,7 +211,7 @@ class CompactionRunner:
             self._done = anyio.Event()
             # The scope exists from now on, so a close before the task first runs cancels it.
             self._scope = anyio.CancelScope()
-            self._task_group.start_soon(self._compact, self._scope, log, len(surface), tokens)
+            self._state.task_group.start_soon(self._compact, self._scope, log, len(surface), tokens)
 
     def close(self) -> None:
         """Start no more compactions, and cancel the running one."""
@@ -258,14 +254,16 @@ class CompactionRunner:
                 telemetry.compaction_finished(traced, outcome)
         if outcome in ("applied", "pruned, summary stale"):
             self.run += 1
-            logger.info("nous_session.compaction_finished", new_count=self._current().count)
+            logger.info(
+                "nous_session.compaction_finished", new_count=self._state.published.log.count
+            )
         if outcome in ("stale", "pruned, summary stale"):
             self.stale += 1
         elif outcome == "failed":
             self.failed += 1
         elif outcome == "deferred":
             self.deferred += 1
-        surface = self._current().surface()
+        surface = self._state.published.log.surface()
         if outcome in ("failed", "nothing"):
             # Do not retry on every commit: wait until the surface has grown.
             self._retry_at = size + 1
@@ -289,7 +287,7 @@ class CompactionRunner:
             else:
                 self._retry_at = 0  # an earlier wait for the tail to scroll is over
         if outcome != "cancelled":
-            self.committed(self._current(), rebuilt=False)
+            self.committed(self._state.published.log, rebuilt=False)
 
     async def _compaction(self, log: Log) -> str:
         """Take the session's turn to compact (when the store keeps turns), then prune and
@@ -323,7 +321,7 @@ class CompactionRunner:
             if replacements:
                 outcome: list[bool] = await self._post(Compaction(replacements, self._logger))
                 pruned = any(outcome)
-                log = self._current()
+                log = self._state.published.log
                 # The commit above brought the meter up to date.
                 if pruned and not policy.triggered(len(log.surface()), self._meter.total):
                     return "applied"  # pruning was enough

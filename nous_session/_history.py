@@ -115,14 +115,7 @@ class HistoryOperations:
             StoreError, OutcomeUnknownError, SessionClosedError: as
                 :meth:`~nous_session.actor.SessionActor.append`.
         """
-        try:
-            op = Rewind(to)
-        except ValueError as error:
-            raise InvalidEventError(f"rewind: {error}") from None
-        events = await self._call(
-            Append((prepare(EventType.REWIND, {"surface_op": op.to_json()}),))
-        )
-        return events[0]
+        return await self._append_op(EventType.REWIND, Rewind, to)
 
     async def uncompact(self, summary_seq: int) -> Event:
         """Undo the replace at ``summary_seq`` (a compaction's summary, say): the range it
@@ -134,13 +127,18 @@ class HistoryOperations:
             StoreError, OutcomeUnknownError, SessionClosedError: as
                 :meth:`~nous_session.actor.SessionActor.append`.
         """
+        return await self._append_op(EventType.UNCOMPACT, Uncompact, summary_seq)
+
+    async def _append_op(
+        self, event_type: EventType, kind: type[Rewind] | type[Uncompact], seq: int
+    ) -> Event:
+        """Append the event of a surface operation on one seq, checked in the caller (its
+        error is an InvalidEventError)."""
         try:
-            op = Uncompact(summary_seq)
+            op = kind(seq)
         except ValueError as error:
-            raise InvalidEventError(f"uncompact: {error}") from None
-        events = await self._call(
-            Append((prepare(EventType.UNCOMPACT, {"surface_op": op.to_json()}),))
-        )
+            raise InvalidEventError(f"{kind.name}: {error}") from None
+        events = await self._call(Append((prepare(event_type, {"surface_op": op.to_json()}),)))
         return events[0]
 
     async def recover_open_turn(self) -> tuple[Event, ...]:

@@ -6,9 +6,10 @@ See :mod:`nous_session.telemetry`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -31,14 +32,11 @@ OUTCOME: Final = "nous_session.commit.outcome"
 COMPACTION_OUTCOME: Final = "nous_session.compaction.outcome"
 ERROR_TYPE: Final = "error.type"
 
-# Commit outcomes.
-COMMITTED: Final = "committed"
-CONFLICT: Final = "conflict"
-STORE_ERROR: Final = "store_error"
-UNKNOWN: Final = "unknown"
-NO_OP: Final = "no_op"
-ERROR: Final = "error"
-CANCELLED: Final = "cancelled"
+# The outcome of a commit or a store call (mypy checks every value written against it): a
+# store call that is not a commit succeeds as "ok".
+Outcome: TypeAlias = Literal[
+    "committed", "conflict", "store_error", "unknown", "no_op", "error", "cancelled", "ok"
+]
 
 _DURATION_BUCKETS: Final = (
     0.0001,
@@ -143,11 +141,13 @@ class Instruments:
         self.api = api
         self.tracer = tracer_provider.get_tracer(SCOPE, version)
         meter = meter_provider.get_meter(SCOPE, version)
-        self.commit_duration = meter.create_histogram(
+        # Every duration is in seconds, with the same buckets.
+        duration = functools.partial(
+            meter.create_histogram, unit="s", explicit_bucket_boundaries_advisory=_DURATION_BUCKETS
+        )
+        self.commit_duration = duration(
             "nous_session.commit.duration",
-            unit="s",
             description="Time to commit one batch segment, from applying it to answering it.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
         self.batch_size = meter.create_histogram(
             "nous_session.commit.batch.size",
@@ -155,17 +155,12 @@ class Instruments:
             description="Requests in one committed batch segment.",
             explicit_bucket_boundaries_advisory=_SIZE_BUCKETS,
         )
-        self.compaction_duration = meter.create_histogram(
+        self.compaction_duration = duration(
             "nous_session.compaction.duration",
-            unit="s",
             description="Time one background compaction took, by outcome.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
-        self.store_duration = meter.create_histogram(
-            "nous_session.store.duration",
-            unit="s",
-            description="Time one store call took, by operation.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        self.store_duration = duration(
+            "nous_session.store.duration", description="Time one store call took, by operation."
         )
         self.sessions = meter.create_up_down_counter(
             "nous_session.session.count",

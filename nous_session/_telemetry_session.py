@@ -24,21 +24,15 @@ from nous_session._telemetry_instruments import (
     _TRACED,
     ATTEMPTS,
     BATCH_SIZE,
-    CANCELLED,
-    COMMITTED,
     COMPACTION_OUTCOME,
-    CONFLICT,
-    ERROR,
     ERROR_TYPE,
     EVENTS,
-    NO_OP,
     OPERATION,
     OUTCOME,
     SESSION_ID,
-    STORE_ERROR,
     STORE_KIND,
-    UNKNOWN,
     Instruments,
+    Outcome,
     store_kind,
 )
 
@@ -87,7 +81,7 @@ class SessionTelemetry:
         self._published: Published | None = None
         # Set by the traced store: how the last store commit call ended, and how many were
         # made, since the engine's commit began.
-        self.last_commit: tuple[str, str | None] | None = None
+        self.last_commit: tuple[Outcome, str | None] | None = None
         self.store_commits = 0
         self.store: Any = _traced_store(store, self)
 
@@ -161,7 +155,7 @@ class SessionTelemetry:
             attributes[BATCH_SIZE] = len(requests)
             span = tracer.start_span("nous_session.commit", attributes=attributes)
             started = time.perf_counter()
-            outcome = ERROR
+            outcome: Outcome = "error"
             error_type: str | None = None
             try:
                 with use_span(span, record_exception=False, set_status_on_exception=False):
@@ -171,14 +165,14 @@ class SessionTelemetry:
                     error_type = type(error).__qualname__
                     span.record_exception(error)
                 else:
-                    outcome = CANCELLED
+                    outcome = "cancelled"
                 raise
             else:
                 last = self.last_commit
                 if state.batches != batches:
-                    outcome = COMMITTED
+                    outcome = "committed"
                 elif last is None:
-                    outcome = NO_OP  # every request was invalid, or answered by its key
+                    outcome = "no_op"  # every request was invalid, or answered by its key
                 else:
                     outcome, error_type = last
             finally:
@@ -199,7 +193,7 @@ class SessionTelemetry:
         self.last_commit = None
         self.store_commits = 0
 
-    def _outcome(self, outcome: str) -> dict[str, Any]:
+    def _outcome(self, outcome: Outcome) -> dict[str, Any]:
         attributes = self._outcome_attributes.get(outcome)
         if attributes is None:
             attributes = self._outcome_attributes[outcome] = {
@@ -257,7 +251,7 @@ class SessionTelemetry:
             f"nous_session.store.{operation}", attributes=attributes
         )
         started = time.perf_counter()
-        outcome = ERROR
+        outcome: Outcome = "error"
         try:
             with api.trace.use_span(span, record_exception=False, set_status_on_exception=False):
                 result = await call(*args, **kwargs)
@@ -271,12 +265,12 @@ class SessionTelemetry:
                 self.last_commit = (outcome, name)
             raise
         except BaseException:
-            outcome = CANCELLED
+            outcome = "cancelled"
             raise
         else:
-            outcome = COMMITTED if commit else "ok"
+            outcome = "committed" if commit else "ok"
             if commit:
-                self.last_commit = (COMMITTED, None)
+                self.last_commit = ("committed", None)
             return result
         finally:
             span.end()
@@ -284,7 +278,7 @@ class SessionTelemetry:
                 time.perf_counter() - started, self._store_metric_attributes(operation, outcome)
             )
 
-    def _store_metric_attributes(self, operation: str, outcome: str) -> dict[str, Any]:
+    def _store_metric_attributes(self, operation: str, outcome: Outcome) -> dict[str, Any]:
         key = (operation, outcome)
         attributes = self._store_attributes.get(key)
         if attributes is None:
@@ -296,12 +290,12 @@ class SessionTelemetry:
         return attributes
 
 
-def _error_outcome(error: BaseException) -> str:
+def _error_outcome(error: BaseException) -> Outcome:
     if isinstance(error, OutcomeUnknownError):
-        return UNKNOWN
+        return "unknown"
     if isinstance(error, ConflictError):
-        return CONFLICT
-    return STORE_ERROR
+        return "conflict"
+    return "store_error"
 
 
 # The traced store -----------------------------------------------------------------------------

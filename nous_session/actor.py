@@ -133,10 +133,8 @@ class SessionActor(HistoryOperations):
         if compaction is not None:
             state.compaction = CompactionRunner(
                 compaction,
+                state,
                 post=engine.call,
-                current=lambda: state.published.log,
-                task_group=task_group,
-                logger=state.logger,
                 telemetry=telemetry,
                 turn=(
                     CompactionTurn(store, session_id, compaction.turn_ttl, state.logger)
@@ -214,12 +212,7 @@ class SessionActor(HistoryOperations):
             check_session_id(session_id)
         except ValueError as error:
             raise ValueError(f"bad session_id: {error}") from None
-        if not isinstance(queue_size, int) or isinstance(queue_size, bool) or queue_size < 1:
-            raise ValueError(f"queue_size must be an int >= 1, got {queue_size!r}")
-        if on_conflict not in ("raise", "rebase"):
-            raise ValueError(f'on_conflict must be "raise" or "rebase", got {on_conflict!r}')
-        if compaction is not None and not isinstance(compaction, CompactionPolicy):
-            raise ValueError(f"compaction must be a CompactionPolicy, got {compaction!r}")
+        check_options(queue_size, on_conflict, compaction)
         record = None if metadata is None else SessionMetadata.coerce(metadata)
         owned = store is None or isinstance(store, str)
         if store is None:
@@ -540,6 +533,21 @@ async def _load(store: Store, session_id: str, *, fold: bool) -> tuple[Log, Stor
         # on the event loop at the first commit.
         await anyio.to_thread.run_sync(log.surface)
     return log, stored
+
+
+def check_options(queue_size: object, on_conflict: object, compaction: object) -> None:
+    """Check, in the caller, the options an actor runs with (the registry checks them once for
+    every actor it opens).
+
+    Raises:
+        ValueError: a bad option.
+    """
+    if not isinstance(queue_size, int) or isinstance(queue_size, bool) or queue_size < 1:
+        raise ValueError(f"queue_size must be an int >= 1, got {queue_size!r}")
+    if on_conflict not in ("raise", "rebase"):
+        raise ValueError(f'on_conflict must be "raise" or "rebase", got {on_conflict!r}')
+    if compaction is not None and not isinstance(compaction, CompactionPolicy):
+        raise ValueError(f"compaction must be a CompactionPolicy, got {compaction!r}")
 
 
 def _key(key: object) -> str | None:

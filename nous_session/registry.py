@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import inspect
 import threading
 import weakref
@@ -51,7 +52,7 @@ import attrs
 
 from nous_session._logging import get_logger
 from nous_session._loops import current_clock
-from nous_session.actor import SessionActor
+from nous_session.actor import SessionActor, check_options
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import SessionClosedError
 from nous_session.metadata import SessionMetadata
@@ -231,20 +232,20 @@ class Sessions:
             raise ValueError(f"idle_timeout must be a number > 0, got {idle_timeout!r}")
         if not isinstance(max_open, int) or isinstance(max_open, bool) or max_open < 1:
             raise ValueError(f"max_open must be an int >= 1, got {max_open!r}")
-        if on_conflict not in ("raise", "rebase"):
-            raise ValueError(f'on_conflict must be "raise" or "rebase", got {on_conflict!r}')
-        if compaction is not None and not isinstance(compaction, CompactionPolicy):
-            raise ValueError(f"compaction must be a CompactionPolicy, got {compaction!r}")
-        if not isinstance(queue_size, int) or isinstance(queue_size, bool) or queue_size < 1:
-            raise ValueError(f"queue_size must be an int >= 1, got {queue_size!r}")
-        self._compaction = compaction
-        self._idle_timeout = float(idle_timeout)
-        self._max_open = max_open
-        self._on_conflict: Literal["raise", "rebase"] = on_conflict
-        self._queue_size = queue_size
+        check_options(queue_size, on_conflict, compaction)
         if follow not in (None, True, False):
             raise ValueError(f"follow must be None, True or False, got {follow!r}")
-        self._follow = follow
+        self._idle_timeout = float(idle_timeout)
+        self._max_open = max_open
+        # How every session's actor opens, but for its session id.
+        self._open_actor = functools.partial(
+            SessionActor.open,
+            store=self._store,
+            compaction=compaction,
+            queue_size=queue_size,
+            on_conflict=on_conflict,
+            follow=follow,
+        )
         # Every session's current entry: opening, open or closing (one actor per session).
         self._entries: dict[str, _Entry] = {}
         # The open, unleased entries not told to close, least recently used first: eviction
@@ -476,14 +477,7 @@ class Sessions:
         it would close every other session.
         """
         try:
-            async with SessionActor.open(
-                session_id=entry.session_id,
-                store=self._store,
-                compaction=self._compaction,
-                queue_size=self._queue_size,
-                on_conflict=self._on_conflict,
-                follow=self._follow,
-            ) as actor:
+            async with self._open_actor(session_id=entry.session_id) as actor:
                 entry.actor = actor
                 entry.used_at = self._now()
                 self._opened += 1

@@ -10,6 +10,10 @@ from nous_session._json import loads
 
 T = TypeVar("T")
 
+# The help of a verb's --json flag, by what it prints.
+_JSON_LINES = "one JSON object per line"
+_JSON_OBJECT = "as one JSON object"
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -31,13 +35,21 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_parser = commands.add_parser
 
-    def verb(name: str, **options: Any) -> argparse.ArgumentParser:
+    def verb(
+        name: str, *, session: bool = False, json: str | None = None, **options: Any
+    ) -> argparse.ArgumentParser:
         """A verb's parser: it takes --store, and its --help describes it (its one-line help
-        as a sentence when it has no longer description)."""
+        as a sentence when it has no longer description); ``session``: it takes the session
+        first, ``json``: it has a --json flag, with that help."""
         if "description" not in options and "help" in options:
             text = str(options["help"])
             options["description"] = text[:1].upper() + text[1:] + "."
-        return add_parser(name, parents=[after_verb], **options)
+        parsed = add_parser(name, parents=[after_verb], **options)
+        if session:
+            parsed.add_argument("session")
+        if json is not None:
+            parsed.add_argument("--json", action="store_true", help=json)
+        return parsed
 
     sessions = verb(
         "sessions",
@@ -45,8 +57,8 @@ def _parser() -> argparse.ArgumentParser:
         description="List the stored sessions. Plain, every session by id with its counts; "
         "with --where, --tag, --order, --limit or --cursor, one page of the sessions that match, "
         "newest first, with their metadata and times, and the cursor of the next page.",
+        json=_JSON_LINES,
     )
-    sessions.add_argument("--json", action="store_true", help="one JSON object per line")
     _listing_arguments(sessions)
     sessions.add_argument(
         "--order", choices=("active", "created"), default=None, help="default: active"
@@ -58,8 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     metadata = verb(
         "metadata",
         help="print a session's metadata, or change it (--set or --update: a metadata event)",
+        session=True,
+        json=_JSON_OBJECT,
     )
-    metadata.add_argument("session")
     changes = metadata.add_mutually_exclusive_group()
     changes.add_argument(
         "--set",
@@ -75,7 +88,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help="change only the fields given (the others keep their values)",
     )
-    metadata.add_argument("--json", action="store_true", help="as one JSON object")
 
     retain = verb(
         "retain",
@@ -84,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         "and/or created longer ago than --older-than, and delete them (the default) or snapshot "
         "them. Without --yes, list what would be done and how many, and change nothing. A "
         "session written to after the selection is kept.",
+        json=_JSON_LINES,
     )
     retain.add_argument("--idle-for", default=None, metavar="DURATION", help="like 90d, 12h, 2w")
     retain.add_argument("--older-than", default=None, metavar="DURATION", help="like 365d")
@@ -92,34 +105,33 @@ def _parser() -> argparse.ArgumentParser:
     action.add_argument("--snapshot", dest="action", action="store_const", const="snapshot")
     _listing_arguments(retain)
     retain.add_argument("--yes", action="store_true", help="really do it")
-    retain.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    events = verb("events", help="print a session's events")
-    events.add_argument("session")
+    events = verb("events", help="print a session's events", session=True, json=_JSON_LINES)
     events.add_argument("--since", type=_seq, default=0, metavar="SEQ")
-    events.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    messages = verb("messages", help="print the messages the model sees")
-    messages.add_argument("session")
+    messages = verb(
+        "messages", help="print the messages the model sees", session=True, json=_JSON_LINES
+    )
     messages.add_argument(
         "--as-of", type=_seq, default=None, metavar="SEQ", help="as they were when SEQ was newest"
     )
-    messages.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    history = verb("history", help="the surface operations of a session, with their seqs and times")
-    history.add_argument("session")
-    history.add_argument("--json", action="store_true", help="one JSON object per line")
+    verb(
+        "history",
+        help="the surface operations of a session, with their seqs and times",
+        session=True,
+        json=_JSON_LINES,
+    )
 
-    tail = verb("tail", help="follow a live session until interrupted")
-    tail.add_argument("session")
+    tail = verb(
+        "tail", help="follow a live session until interrupted", session=True, json=_JSON_LINES
+    )
     tail.add_argument("--since", type=_seq, default=None, metavar="SEQ", help="default: last 10")
-    tail.add_argument("--json", action="store_true", help="one JSON object per line")
     tail.add_argument(
         "--interval", type=_positive, default=0.2, help="poll interval in seconds (SQLite)"
     )
 
-    export = verb("export", help="write a session's events as JSON lines")
-    export.add_argument("session")
+    export = verb("export", help="write a session's events as JSON lines", session=True)
     export.add_argument("--output", "-o", metavar="FILE", help="default: standard output")
 
     fork = verb(
@@ -128,8 +140,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Make NEW_SESSION a new, independent session whose history is SESSION's "
         "up to and including --at (default: all of it). The history is shared, not copied; "
         "the fork records its parent and fork point (see `sessions` and `history`).",
+        session=True,
     )
-    fork.add_argument("session")
     fork.add_argument("new_session")
     fork.add_argument("--at", type=_seq, default=None, metavar="SEQ", help="default: the newest")
 
@@ -139,21 +151,21 @@ def _parser() -> argparse.ArgumentParser:
         description="Make SESSION's surface what it was when TO_SEQ was its newest event "
         "(-1: empty). Nothing is deleted: a rewind event records it, the later history stays in "
         "the log, and another rewind (to the seq just before this one) brings it back.",
+        session=True,
+        json="print the rewind event as JSON",
     )
-    rewind.add_argument("session")
     rewind.add_argument("to", type=_rewind_target, metavar="TO_SEQ")
-    rewind.add_argument("--json", action="store_true", help="print the rewind event as JSON")
 
     remove = verb(
         "remove",
         help="take messages off the surface (an event records it)",
         description="Take the messages FIRST..LAST (indexes as `messages` prints them) off "
         "SESSION's surface. The events stay in the log; a remove event records the operation.",
+        session=True,
+        json="print the remove event as JSON",
     )
-    remove.add_argument("session")
     remove.add_argument("first", type=_seq, metavar="FIRST")
     remove.add_argument("last", type=_seq, nargs="?", default=None, metavar="LAST")
-    remove.add_argument("--json", action="store_true", help="print the remove event as JSON")
 
     imported = verb(
         "import",
@@ -168,14 +180,16 @@ def _parser() -> argparse.ArgumentParser:
         "--metadata", default=None, metavar="JSON", help="then set the session's metadata"
     )
 
-    snapshot = verb("snapshot", help="drop what a session's surface no longer needs")
-    snapshot.add_argument("session")
+    snapshot = verb(
+        "snapshot",
+        help="drop what a session's surface no longer needs",
+        session=True,
+        json=_JSON_OBJECT,
+    )
     snapshot.add_argument("--yes", action="store_true", help="really drop them")
     snapshot.add_argument("--vacuum", action="store_true", help="then give the space back")
-    snapshot.add_argument("--json", action="store_true", help="as one JSON object")
 
-    delete = verb("delete", help="delete a session and its events")
-    delete.add_argument("session")
+    delete = verb("delete", help="delete a session and its events", session=True)
     delete.add_argument("--yes", action="store_true", help="really delete it")
 
     erase = verb(
@@ -184,8 +198,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Replace the content of chosen events by a record of their erasure, in"
         " the session and in every fork holding them, and scrub the store's files or tables."
         " Without --yes, only says what it would erase.",
+        session=True,
+        json=_JSON_OBJECT,
     )
-    erase.add_argument("session")
     erase.add_argument("seqs", nargs="*", type=_seq, metavar="SEQ", help="the events to erase")
     erase.add_argument("--role", help="erase the messages of this role (user, assistant, ...)")
     erase.add_argument("--name", help="erase the messages with this name (an author)")
@@ -199,11 +214,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     erase.add_argument("--reason", required=True, help="why: recorded in every erased event")
     erase.add_argument("--yes", action="store_true", help="really erase")
-    erase.add_argument("--json", action="store_true", help="as one JSON object")
 
-    stats = verb("stats", help="figures about one session")
-    stats.add_argument("session")
-    stats.add_argument("--json", action="store_true", help="as one JSON object")
+    verb("stats", help="figures about one session", session=True, json=_JSON_OBJECT)
 
     demo = verb(
         "demo",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -26,6 +26,17 @@ from nous_session.integrations._langgraph_threads import Threads
 
 _T = TypeVar("_T")
 
+_AWAITED_ON_LOOP_THREAD = (
+    "NousSessionSaver was awaited from another event loop on the thread of the loop it was "
+    "opened in, which is therefore not running: use the saver from its own loop, or from a "
+    "loop in another thread while its own runs"
+)
+_SYNC_ON_LOOP_THREAD = (
+    "NousSessionSaver's synchronous methods run on its event loop from another thread; on the "
+    "loop's own thread they would deadlock: use the async ones (graph.ainvoke, graph.astream, "
+    "saver.aget_tuple, ...)"
+)
+
 
 class SyncSaver(BaseCheckpointSaver[str]):
     """The part of :class:`~nous_session.integrations.langgraph.NousSessionSaver` that
@@ -36,7 +47,7 @@ class SyncSaver(BaseCheckpointSaver[str]):
     _loop_thread: int  # the id of the thread the saver's loop runs on
 
     async def _from_other_loop(
-        self, function: Callable[..., Awaitable[_T]], *args: Any, **kwargs: Any
+        self, function: Callable[..., Coroutine[Any, Any, _T]], *args: Any, **kwargs: Any
     ) -> _T:
         """Run ``function`` on the saver's event loop for a task of another loop: a worker
         thread of the caller's loop waits for it (a cancelled caller waits too, so a write
@@ -48,34 +59,27 @@ class SyncSaver(BaseCheckpointSaver[str]):
         """
         if self._threads.closed:
             raise RuntimeError("the NousSessionSaver is closed")
-        if threading.get_ident() == self._loop_thread:
-            raise RuntimeError(
-                "NousSessionSaver was awaited from another event loop on the thread of the "
-                "loop it was opened in, which is therefore not running: use the saver from "
-                "its own loop, or from a loop in another thread while its own runs"
-            )
-
-        async def call() -> _T:
-            return await function(*args, **kwargs)
-
+        self._refuse_on_loop_thread(_AWAITED_ON_LOOP_THREAD)
+        call = functools.partial(function, *args, **kwargs)
         return await anyio.to_thread.run_sync(
             functools.partial(anyio.from_thread.run, call, token=self._token)
         )
 
+    def _refuse_on_loop_thread(self, why: str) -> None:
+        """Raise RuntimeError(``why``) on the thread of the saver's loop, where a call
+        waiting for that loop would never be answered."""
+        if threading.get_ident() == self._loop_thread:
+            raise RuntimeError(why)
+
     # The sync interface -----------------------------------------------------------------------
 
-    def _sync(self, function: Callable[..., Awaitable[_T]], *args: Any, **kwargs: Any) -> _T:
-        if threading.get_ident() == self._loop_thread:
-            raise RuntimeError(
-                "NousSessionSaver's synchronous methods run on its event loop from another "
-                "thread; on the loop's own thread they would deadlock: use the async ones "
-                "(graph.ainvoke, graph.astream, saver.aget_tuple, ...)"
-            )
-
-        async def call() -> _T:
-            return await function(*args, **kwargs)
-
-        return anyio.from_thread.run(call, token=self._token)
+    def _sync(
+        self, function: Callable[..., Coroutine[Any, Any, _T]], *args: Any, **kwargs: Any
+    ) -> _T:
+        self._refuse_on_loop_thread(_SYNC_ON_LOOP_THREAD)
+        return anyio.from_thread.run(
+            functools.partial(function, *args, **kwargs), token=self._token
+        )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """:meth:`aget_tuple`, from a thread other than the saver's event loop."""

@@ -79,6 +79,7 @@ from nous_session._logging import get_logger
 from nous_session.errors import ConflictError, FormatError
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider
+from nous_session.integrations._common import missing_extra
 from nous_session.integrations._listing import listed_ids
 from nous_session.message import Message
 from nous_session.metadata import SessionMetadata
@@ -99,10 +100,7 @@ try:
     from google.adk.sessions.session import Session
     from google.adk.sessions.state import State
 except ImportError as error:  # pragma: no cover - the extra is installed for the tests
-    raise ImportError(
-        "nous_session.integrations.google_adk needs Google ADK: "
-        "pip install 'nous_session[google-adk]'"
-    ) from error
+    raise missing_extra(__name__, "Google ADK", "google-adk") from error
 
 if TYPE_CHECKING:
     from nous_session.actor import SessionActor

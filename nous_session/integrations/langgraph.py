@@ -73,6 +73,8 @@ import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
 
+from nous_session.integrations._common import StoreHost, missing_extra, opened_store
+
 try:
     from langchain_core.messages import (
         AIMessage,
@@ -95,9 +97,7 @@ try:
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
 except ImportError as error:  # pragma: no cover - the extra is installed for the tests
-    raise ImportError(
-        "nous_session.integrations.langgraph needs LangGraph: pip install 'nous_session[langgraph]'"
-    ) from error
+    raise missing_extra(__name__, "LangGraph", "langgraph") from error
 
 from nous_session._json import JSON
 from nous_session._logging import get_logger
@@ -117,7 +117,6 @@ from nous_session.integrations._langgraph_threads import (
 from nous_session.integrations._listing import listed_ids
 from nous_session.message import Message, ToolCall
 from nous_session.metadata import SessionMetadata
-from nous_session.stores import open_store
 from nous_session.stores.base import Store
 
 __all__ = [
@@ -154,7 +153,7 @@ def _any_loop(
     return call
 
 
-class NousSessionSaver(SyncSaver):
+class NousSessionSaver(StoreHost, SyncSaver):
     """A LangGraph checkpointer over a nous_session store; see the module's docstring.
 
     Open it with :meth:`open` (an ``async with`` block): it owns one task per thread in use,
@@ -226,36 +225,21 @@ class NousSessionSaver(SyncSaver):
         """
         if type(max_open_threads) is not int or max_open_threads < 1:
             raise ValueError(f"max_open_threads must be an int >= 1, got {max_open_threads!r}")
-        owned = store is None or isinstance(store, str)
-        resolved: Store = (
-            open_store("memory:")
-            if store is None
-            else (open_store(store) if isinstance(store, str) else store)
-        )
-        try:
-            async with anyio.create_task_group() as task_group:
-                saver = cls(
-                    _OPEN_KEY,
-                    store=resolved,
-                    task_group=task_group,
-                    serde=serde,
-                    session_prefix=session_prefix,
-                    messages_channel=messages_channel,
-                    max_open_threads=max_open_threads,
-                    catch_up=catch_up,
-                )
-                try:
-                    yield saver
-                finally:
-                    saver._threads.close()
-        finally:
-            if owned:
-                await resolved.aclose()
-
-    @property
-    def store(self) -> Store:
-        """The store the sessions are kept in."""
-        return self._store
+        async with opened_store(store) as resolved, anyio.create_task_group() as task_group:
+            saver = cls(
+                _OPEN_KEY,
+                store=resolved,
+                task_group=task_group,
+                serde=serde,
+                session_prefix=session_prefix,
+                messages_channel=messages_channel,
+                max_open_threads=max_open_threads,
+                catch_up=catch_up,
+            )
+            try:
+                yield saver
+            finally:
+                saver._threads.close()
 
     def session_id(self, thread_id: object) -> str:
         """The id of the session that holds ``thread_id``."""

@@ -60,6 +60,7 @@ from nous_session._logging import get_logger
 from nous_session.errors import ConflictError, FormatError, InvalidEventError, SessionClosedError
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider, to_provider
+from nous_session.integrations._common import missing_extra
 from nous_session.integrations._openai_agents_hosts import (
     _LoopSessions,
     _run_by_asyncio_runner,
@@ -82,10 +83,7 @@ try:
     )
     from agents.memory.sqlite_session import SQLiteSession
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "nous_session.integrations.openai_agents needs the openai-agents SDK: "
-        "pip install 'nous_session[openai-agents]'"
-    ) from error
+    raise missing_extra(__name__, "the openai-agents SDK", "openai-agents") from error
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

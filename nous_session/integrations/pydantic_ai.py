@@ -71,12 +71,12 @@ from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
 from nous_session.errors import ConflictError, InvalidEventError, StoreError
 from nous_session.event import EventType, message_event
+from nous_session.integrations._common import StoreHost, missing_extra, opened_store
 from nous_session.integrations._listing import listed_ids
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
 from nous_session.metadata import SessionMetadata
 from nous_session.registry import Sessions
-from nous_session.stores import open_store
 from nous_session.stores.base import Store
 
 try:
@@ -99,10 +99,7 @@ try:
         UserPromptPart,
     )
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "nous_session.integrations.pydantic_ai needs pydantic-ai: "
-        "pip install 'nous_session[pydantic-ai]'"
-    ) from error
+    raise missing_extra(__name__, "pydantic-ai", "pydantic-ai") from error
 
 __all__ = [
     "DELETED_EVENT",
@@ -167,32 +164,24 @@ def entry_messages(message: ModelMessage, entry_id: str | None = None) -> list[M
             out.append(Message.system(part.content, metadata=metadata, created_at=created))
         elif isinstance(part, UserPromptPart):
             out.append(Message.user(_prompt_text(part), metadata=metadata, created_at=created))
-        elif isinstance(part, ToolReturnPart):
+        elif isinstance(part, RetryPromptPart) and part.tool_name is None:
+            out.append(Message.user(part.model_response(), metadata=metadata, created_at=created))
+        elif isinstance(part, ToolReturnPart | RetryPromptPart):
+            # A retry prompt naming a tool is that tool's failed result.
             out.append(
                 Message.tool(
                     part.tool_call_id,
-                    part.model_response_str(),
+                    (
+                        part.model_response()
+                        if isinstance(part, RetryPromptPart)
+                        else part.model_response_str()
+                    ),
                     name=part.tool_name,
+                    is_error=isinstance(part, RetryPromptPart),
                     metadata=metadata,
                     created_at=created,
                 )
             )
-        elif isinstance(part, RetryPromptPart):
-            if part.tool_name is None:
-                out.append(
-                    Message.user(part.model_response(), metadata=metadata, created_at=created)
-                )
-            else:
-                out.append(
-                    Message.tool(
-                        part.tool_call_id,
-                        part.model_response(),
-                        name=part.tool_name,
-                        is_error=True,
-                        metadata=metadata,
-                        created_at=created,
-                    )
-                )
     return out
 
 
@@ -332,7 +321,7 @@ def _record(seq: int, data: Mapping[str, Any]) -> ConversationRecord:
 # The store --------------------------------------------------------------------------------------
 
 
-class NousConversationStore(ConversationStore):
+class NousConversationStore(StoreHost, ConversationStore):
     """A pydantic-ai ``ConversationStore`` over a nous_session store; see the module's docstring.
 
     Open it with :meth:`open` (an ``async with`` block): it runs one actor per conversation in
@@ -388,36 +377,24 @@ class NousConversationStore(ConversationStore):
             raise ValueError(f"session_prefix must be a str, got {session_prefix!r}")
         if type(max_open) is not int or max_open < 1:
             raise ValueError(f"max_open must be an int >= 1, got {max_open!r}")
-        owned = store is None or isinstance(store, str)
-        resolved: Store = (
-            open_store("memory:")
-            if store is None
-            else (open_store(store) if isinstance(store, str) else store)
-        )
-        try:
-            # follow=False: an actor's count moves only with our commits and reloads, so a
-            # write's check and its commit see the same count (another process's commit in
-            # between is the store's ConflictError, never a silent catch-up).
-            async with Sessions(resolved, follow=False, max_open=max_open) as sessions:
-                conversations = cls(
-                    _OPEN_KEY,
-                    store=resolved,
-                    sessions=sessions,
-                    session_prefix=session_prefix,
-                    max_open=max_open,
-                )
-                try:
-                    yield conversations
-                finally:
-                    conversations._closed = True
-        finally:
-            if owned:
-                await resolved.aclose()
-
-    @property
-    def store(self) -> Store:
-        """The nous_session store the conversations are kept in."""
-        return self._store
+        # follow=False: an actor's count moves only with our commits and reloads, so a
+        # write's check and its commit see the same count (another process's commit in
+        # between is the store's ConflictError, never a silent catch-up).
+        async with (
+            opened_store(store) as resolved,
+            Sessions(resolved, follow=False, max_open=max_open) as sessions,
+        ):
+            conversations = cls(
+                _OPEN_KEY,
+                store=resolved,
+                sessions=sessions,
+                session_prefix=session_prefix,
+                max_open=max_open,
+            )
+            try:
+                yield conversations
+            finally:
+                conversations._closed = True
 
     def session_id(self, conversation_id: str) -> str:
         """The id of the session that holds ``conversation_id``."""

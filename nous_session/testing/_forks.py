@@ -7,25 +7,18 @@ from collections.abc import Callable
 import pytest
 
 from nous_session.actor import SessionActor
-from nous_session.stores.base import ForkingStore, SessionInfo, Store, supports
-from nous_session.testing._shared import reopened, sample_log, user_event
+from nous_session.stores.base import ForkingStore, SessionInfo, Store
+from nous_session.testing._shared import Capabilities, reopened, sample_log, user_event
 
 
-class ForkConformance:
+class ForkConformance(Capabilities):
     """``fork``: a session that starts as its parent's history up to a point; skipped on
     stores that cannot fork."""
 
-    @staticmethod
-    def _forking(store: Store) -> ForkingStore:
-        if not supports(store, ForkingStore):
-            pytest.skip(f"{type(store).__name__} cannot fork")
-        return store
-
     @pytest.mark.anyio
     async def test_a_fork_has_the_parents_history_up_to_its_point_and_then_its_own(
-        self, store: Store, reopen: Callable[[], Store]
+        self, store: Store, forking: ForkingStore, reopen: Callable[[], Store]
     ) -> None:
-        forking = self._forking(store)
         log = sample_log(10)
         await store.commit("parent", expected_count=0, events=log.events())
         await forking.fork("parent", "child", at=5)
@@ -45,8 +38,9 @@ class ForkConformance:
             assert list(await again.load("child")) == list(child.events)
 
     @pytest.mark.anyio
-    async def test_a_fork_is_refused_outside_the_parents_history(self, store: Store) -> None:
-        forking = self._forking(store)
+    async def test_a_fork_is_refused_outside_the_parents_history(
+        self, store: Store, forking: ForkingStore
+    ) -> None:
         await store.commit("p", expected_count=0, events=sample_log(4).events())
         await store.commit("taken", expected_count=0, events=sample_log(1).events())
         for at in (-1, 4, 10):
@@ -62,9 +56,8 @@ class ForkConformance:
 
     @pytest.mark.anyio
     async def test_a_snapshot_or_delete_of_the_parent_leaves_its_forks_whole(
-        self, store: Store
+        self, store: Store, forking: ForkingStore
     ) -> None:
-        forking = self._forking(store)
         log = sample_log(12)
         await store.commit("p", expected_count=0, events=log.events())
         await forking.fork("p", "early", at=3)
@@ -85,8 +78,9 @@ class ForkConformance:
         assert list(await store.load("late")) == list(log.snapshot().events())
 
     @pytest.mark.anyio
-    async def test_a_fork_answers_its_parents_keys_up_to_the_fork_point(self, store: Store) -> None:
-        forking = self._forking(store)
+    async def test_a_fork_answers_its_parents_keys_up_to_the_fork_point(
+        self, store: Store, forking: ForkingStore
+    ) -> None:
         log = sample_log(6)
         await store.commit(
             "p", expected_count=0, events=log.events()[:3], keys=[("a", 0, 2), ("b", 2, 1)]
@@ -110,9 +104,8 @@ class ForkConformance:
 
     @pytest.mark.anyio
     async def test_a_fork_keeps_the_events_its_parent_kept_aside_for_a_key(
-        self, store: Store
+        self, store: Store, forking: ForkingStore
     ) -> None:
-        forking = self._forking(store)
         log = sample_log(4)
         await store.commit("p", expected_count=0, events=log.events(), keys=[("k", 1, 2)])
         await store.commit(

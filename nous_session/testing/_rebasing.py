@@ -10,24 +10,17 @@ import pytest
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.stores.base import RebasingStore, SessionInfo, Store
-from nous_session.testing._shared import sample_log, user_event
+from nous_session.testing._shared import Capabilities, sample_log, user_event
 
 
-class RebasingConformance:
+class RebasingConformance(Capabilities):
     """``commit_rebased``: a commit that lands after whatever other writers stored; skipped on
     stores that have none."""
 
-    @staticmethod
-    def _rebasing(store: Store) -> RebasingStore:
-        if not isinstance(store, RebasingStore):
-            pytest.skip(f"{type(store).__name__} has no commit_rebased")
-        return store
-
     @pytest.mark.anyio
     async def test_a_rebasing_commit_with_no_other_writer_lands_where_asked(
-        self, store: Store
+        self, store: Store, rebasing: RebasingStore
     ) -> None:
-        rebasing = self._rebasing(store)
         log = sample_log(5)
         first = await rebasing.commit_rebased("s", expected_count=0, events=log.events()[:3])
         assert (first.shift, list(first.others)) == (0, [])
@@ -39,9 +32,8 @@ class RebasingConformance:
 
     @pytest.mark.anyio
     async def test_a_rebasing_commit_goes_after_what_other_writers_stored(
-        self, store: Store
+        self, store: Store, rebasing: RebasingStore
     ) -> None:
-        rebasing = self._rebasing(store)
         log = sample_log(4)
         await store.commit("s", expected_count=0, events=log.events())
         mine = [user_event(2, "mine a"), user_event(3, "mine b ✓")]
@@ -59,8 +51,9 @@ class RebasingConformance:
         await store.commit("s", expected_count=6, events=[user_event(6, "next")])
 
     @pytest.mark.anyio
-    async def test_a_rebasing_commit_reports_only_what_a_snapshot_left(self, store: Store) -> None:
-        rebasing = self._rebasing(store)
+    async def test_a_rebasing_commit_reports_only_what_a_snapshot_left(
+        self, store: Store, rebasing: RebasingStore
+    ) -> None:
         log = sample_log(12)
         dropped = [event.seq for event in log.shadowed()]
         await store.commit("s", expected_count=0, events=log.events())
@@ -72,9 +65,8 @@ class RebasingConformance:
 
     @pytest.mark.anyio
     async def test_malformed_rebasing_commits_are_refused_before_writing(
-        self, store: Store
+        self, store: Store, rebasing: RebasingStore
     ) -> None:
-        rebasing = self._rebasing(store)
         await store.commit("s", expected_count=0, events=[user_event(0, "kept")])
         # Any: the last row's events are not all Events, on purpose.
         bad: list[tuple[str, int, list[Any], str]] = [
@@ -97,8 +89,9 @@ class RebasingConformance:
         assert await store.sessions() == [SessionInfo("s", 1, 1)]
 
     @pytest.mark.anyio
-    async def test_concurrent_rebasing_commits_all_land_once_in_order(self, store: Store) -> None:
-        rebasing = self._rebasing(store)
+    async def test_concurrent_rebasing_commits_all_land_once_in_order(
+        self, store: Store, rebasing: RebasingStore
+    ) -> None:
         writers, rounds = 6, 8
         landed: dict[int, list[Event]] = {}
 
@@ -130,9 +123,8 @@ class RebasingConformance:
 
     @pytest.mark.anyio
     async def test_a_rebasing_commit_moves_its_keys_and_reports_the_others(
-        self, store: Store
+        self, store: Store, rebasing: RebasingStore
     ) -> None:
-        rebasing = self._rebasing(store)
         await store.commit(
             "s", expected_count=0, events=[user_event(0, "a")], keys=[("theirs", 0, 1)]
         )

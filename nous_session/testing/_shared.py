@@ -6,13 +6,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+import pytest
 
 from nous_session.event import Event, make_event
 from nous_session.log import Log
 from nous_session.message import Message, ToolCall
-from nous_session.stores.base import Store
+from nous_session.stores.base import ForkingStore, RebasingStore, Store, supports
 
-__all__ = ["ODD_SESSION_IDS", "T0", "reopened", "sample_log", "user_event"]
+_T = TypeVar("_T")
+
+__all__ = ["ODD_SESSION_IDS", "T0", "Capabilities", "reopened", "sample_log", "user_event"]
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -25,6 +30,28 @@ ODD_SESSION_IDS = (
     "ü" * 128,  # as long, in two-byte characters
     "with\nnewline and\ttab",
 )
+
+
+class Capabilities:
+    """The fixtures of the store under test as an optional capability, checked as the engine
+    checks it (:func:`~nous_session.stores.base.supports`): a test that asks for one is
+    skipped on a store without it."""
+
+    @pytest.fixture
+    def forking(self, store: Store) -> ForkingStore:
+        """The store under test, as a ForkingStore."""
+        return _capable(store, ForkingStore, "cannot fork")
+
+    @pytest.fixture
+    def rebasing(self, store: Store) -> RebasingStore:
+        """The store under test, as a RebasingStore."""
+        return _capable(store, RebasingStore, "has no commit_rebased")
+
+
+def _capable(store: Store, capability: Callable[..., _T], missing: str) -> _T:
+    if not supports(store, capability):
+        pytest.skip(f"{type(store).__name__} {missing}")
+    return store
 
 
 def sample_log(size: int = 12, *, start: datetime = T0) -> Log:
