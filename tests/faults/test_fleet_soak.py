@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from urllib.parse import quote
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import anyio
 import pytest
