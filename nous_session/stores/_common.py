@@ -200,7 +200,7 @@ class FeedStore(StoreBase):
 
     async def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
         """Yield the session's events from ``since`` on, then each one committed later by any
-        process, in seq order and at most once (through :meth:`watch`, across its
+        process, in seq order and at most once (through the store's ``watch``, across its
         reconnections: a head of ``-1`` means read everything since the last event)."""
         check_since(since)
         cursor = since

@@ -82,7 +82,7 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
     Args:
         url: a libpq connection URL, ``postgresql://user:password@host:port/database``.
         min_size: the connection pool's lower bound (connections for commits and reads;
-            each :meth:`watch` holds one more of its own).
+            each watch holds one more of its own).
         max_size: the connection pool's upper bound.
         schema: the PostgreSQL schema holding the tables (created if missing); a plain
             identifier. A ``schema=`` query parameter in the URL sets it too (and is not passed
