@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -27,10 +27,24 @@ from nous_session.log import Log
 from nous_session.stores.base import OutcomeStore, Store, Stored, supports
 from nous_session.subscription import Published
 
-if TYPE_CHECKING:
-    from nous_session._compaction_runner import CompactionRunner
 
-__all__ = ["SessionState", "closed_error", "restored", "store_error"]
+class Compactor(Protocol):
+    """What the session's parts use of its compaction runner (``_compaction_runner.py``, which
+    reads this state: named here by what it does, not imported)."""
+
+    run: int
+    stale: int
+    failed: int
+    in_flight: bool
+
+    def committed(self, log: Log, *, rebuilt: bool) -> None: ...
+
+    def close(self) -> None: ...
+
+    async def wait(self) -> None: ...
+
+
+__all__ = ["Compactor", "SessionState", "closed_error", "restored", "store_error"]
 
 _logger = get_logger()
 
@@ -147,7 +161,7 @@ class SessionState:
         self.batches = 0
         self.requests = 0
         self.unfollowable: CorruptRecordError | None = None
-        self.compaction: CompactionRunner | None = None
+        self.compaction: Compactor | None = None
         self.task_group = task_group
         self.closing = False
         self.work_scope: anyio.CancelScope | None = None

@@ -9,13 +9,11 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
     from opentelemetry.trace import TracerProvider
-
-    from nous_session._telemetry_session import SessionTelemetry
 
 
 SCOPE: Final = "nous_session"
@@ -116,6 +114,19 @@ def store_kind(store: object) -> str:
     return f"{module}.{cls.__qualname__}"
 
 
+class Observed(Protocol):
+    """What the gauges read of an open session's telemetry (``_telemetry_session.py``, which
+    imports this module: named here by what it gives)."""
+
+    per_session: bool
+    kind: str
+    metric_attributes: Any
+
+    def queue_depth(self) -> int: ...
+
+    def lag(self) -> int: ...
+
+
 class Instruments:
     """The tracer and the metric instruments for one pair of providers (made once and shared
     by every actor that reports to them), and the open sessions the gauges observe."""
@@ -181,7 +192,7 @@ class Instruments:
         )
         # Open sessions, by id(): the gauges' callbacks read them (possibly from an exporter's
         # thread: they only read ints and copy containers).
-        self.open: dict[int, SessionTelemetry] = {}
+        self.open: dict[int, Observed] = {}
 
     def _observe_queues(self, _options: CallbackOptions) -> Iterable[Observation]:
         return self._observe(lambda session: session.queue_depth(), sum)
@@ -190,7 +201,7 @@ class Instruments:
         return self._observe(lambda session: session.lag(), max)
 
     def _observe(
-        self, value: Callable[[SessionTelemetry], int], combine: Callable[[list[int]], int]
+        self, value: Callable[[Observed], int], combine: Callable[[list[int]], int]
     ) -> list[Observation]:
         observation = self.api.metrics.Observation
         observed = []
