@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 from nous_session._json import JSON
@@ -17,7 +18,7 @@ from nous_session.formats._common import (
     part_kind,
     unsupported,
     url_media_type,
-    written_alike,
+    write_part,
 )
 from nous_session.formats._tool_calls import (
     CallIds,
@@ -182,11 +183,9 @@ def _source(part: ImagePart) -> dict[str, Any]:
     return {"type": "file", "file_id": part.file_id}
 
 
-def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
-    what = f"{part_kind(part)} (part {j})"
-    alike, extras = written_alike(part, notes, i, j, what)
-    if extras is None:
-        return alike
+def _own_block(
+    part: Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, context: str
+) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         return merge({"type": "text", "text": part.text}, extras)
     if isinstance(part, ImagePart):
@@ -218,6 +217,10 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
         notes.drop(i, what, f"it is {part.provider}'s; {PROVIDER} takes only its own")
         return None
     return merge({"type": "redacted_thinking", "data": part.data}, extras)
+
+
+_block: Final = partial(write_part, _own_block)
+"""Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
 def _tool_result(message: Message, notes: Notes, i: int, ident: str) -> dict[str, Any]:

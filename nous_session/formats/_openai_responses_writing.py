@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 from nous_session._json import JSON
@@ -16,14 +17,9 @@ from nous_session.formats._common import (
     part_kind,
     unsupported,
     url_media_type,
-    written_alike,
+    write_part,
 )
-from nous_session.formats._tool_calls import (
-    CallIds,
-    Placed,
-    arguments_text,
-    elements,
-)
+from nous_session.formats._tool_calls import CallIds, Placed, arguments_text, elements
 from nous_session.message import Message, Role, ToolCall
 from nous_session.parts import (
     ImagePart,
@@ -99,11 +95,9 @@ def _content(message: Message, notes: Notes, i: int, context: str) -> str | list
     return blocks
 
 
-def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
-    what = f"{part_kind(part)} (part {j})"
-    alike, extras = written_alike(part, notes, i, j, what)
-    if extras is None:
-        return alike
+def _own_block(
+    part: Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, context: str
+) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         if context == "assistant":
             block = {"type": "output_text", "text": part.text, "annotations": []}
@@ -126,6 +120,10 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
         return None
     notes.drop(i, what)
     return None
+
+
+_block: Final = partial(write_part, _own_block)
+"""Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
 def _assistant(

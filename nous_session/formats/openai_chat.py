@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -36,12 +37,11 @@ from nous_session.formats._common import (
     need_list,
     need_object,
     own,
-    part_kind,
     plain_json,
     unsupported,
     url_media_type,
     with_extras,
-    written_alike,
+    write_part,
 )
 from nous_session.formats._tool_calls import (
     CallIds,
@@ -166,11 +166,9 @@ def _content(message: Message, notes: Notes, i: int, context: str) -> str | list
     return blocks
 
 
-def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
-    what = f"{part_kind(part)} (part {j})"
-    alike, extras = written_alike(part, notes, i, j, what)
-    if extras is None:
-        return alike
+def _own_block(
+    part: Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, context: str
+) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         return merge({"type": "text", "text": part.text}, extras)
     if isinstance(part, ImagePart) and context == "user":
@@ -188,6 +186,10 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
         return None
     notes.drop(i, what)
     return None
+
+
+_block: Final = partial(write_part, _own_block)
+"""Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
 # Reading --------------------------------------------------------------------------------------
