@@ -16,6 +16,7 @@ from nous_session.formats._common import (
     merge,
     own,
     part_kind,
+    text_or_parts,
     unsupported,
     url_media_type,
     write_part,
@@ -110,9 +111,7 @@ def _append(message: dict[str, Any], blocks: str | list[Any]) -> None:
 
 
 def _system_content(message: Message, notes: Notes, i: int) -> str | list[Any]:
-    content = message.content
-    if content is None:
-        return ""
+    content = text_or_parts(message)
     if isinstance(content, str):
         return content
     blocks = []
@@ -127,12 +126,8 @@ def _system_content(message: Message, notes: Notes, i: int) -> str | list[Any]:
 
 
 def _user_content(message: Message, notes: Notes, i: int) -> str | list[Any]:
-    content = message.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return _blocks(message, notes, i, "user", None)
+    content = text_or_parts(message)
+    return content if isinstance(content, str) else _blocks(message, notes, i, "user", None)
 
 
 def _assistant_content(message: Message, notes: Notes, i: int, ids: CallIds) -> str | list[Any]:

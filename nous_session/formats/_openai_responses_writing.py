@@ -15,6 +15,7 @@ from nous_session.formats._common import (
     merge,
     own,
     part_kind,
+    text_or_parts,
     unsupported,
     url_media_type,
     write_part,
@@ -82,17 +83,11 @@ def _items(message: Message, notes: Notes, i: int, ids: CallIds) -> list[dict[st
 
 
 def _content(message: Message, notes: Notes, i: int, context: str) -> str | list[Any]:
-    content = message.content
-    if content is None:
-        return ""
+    content = text_or_parts(message)
     if isinstance(content, str):
         return content
-    blocks = []
-    for j, part in enumerate(content):
-        block = _block(part, notes, i, j, context)
-        if block is not None:
-            blocks.append(block)
-    return blocks
+    written = (_block(part, notes, i, j, context) for j, part in enumerate(content))
+    return [block for block in written if block is not None]
 
 
 def _own_block(
