@@ -61,9 +61,7 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
     previous: Role | None = None
     for i, message in enumerate(messages):
         role = message.role
-        extras = own(message.provider_data, PROVIDER)
-        if role is not Role.TOOL:
-            notes.foreign(i, None, message.provider_data)
+        extras = notes.message_extras(i, message)
         # A tool_result block has no name either, and needs none when the name is its call's
         # (the reader takes it from the call).
         unsupported(message, notes, i, name=named_by_its_call(message, names))

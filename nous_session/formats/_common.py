@@ -231,6 +231,13 @@ class Notes:
                     f"only {other} reads {'it' if len(keys) == 1 else 'them'}",
                 )
 
+    def message_extras(self, index: int, message: Message) -> Mapping[str, Any]:
+        """This provider's entry of the message's provider_data, the others' noted; a tool
+        result's are noted where the writer puts the result (a block inside another message)."""
+        if message.role is not Role.TOOL:
+            self.foreign(index, None, message.provider_data)
+        return own(message.provider_data, self.provider)
+
 
 _Context = TypeVar("_Context")
 

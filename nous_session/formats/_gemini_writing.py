@@ -146,9 +146,7 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
     previous: Role | None = None
     for i, message in enumerate(messages):
         role = message.role
-        extras = own(message.provider_data, PROVIDER)
-        if role is not Role.TOOL:
-            notes.foreign(i, None, message.provider_data)
+        extras = notes.message_extras(i, message)
         unsupported(message, notes, i, name=role is Role.TOOL)
         if i == 0 and role in (Role.SYSTEM, Role.DEVELOPER):
             if role is Role.DEVELOPER:
