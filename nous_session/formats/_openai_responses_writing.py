@@ -99,8 +99,10 @@ def _own_block(
         else:
             block = {"type": "input_text", "text": part.text}
         return merge(block, extras)
-    if isinstance(part, ImagePart) and context != "assistant":
-        assert isinstance(part, ImagePart)
+    if isinstance(part, ImagePart):
+        if context == "assistant":
+            notes.drop(i, what, f"{PROVIDER} takes images only from the user and from tools")
+            return None
         block = {"type": "input_image"}
         if part.detail is not None or context == "input":  # required in messages only
             block["detail"] = part.detail or "auto"
@@ -110,9 +112,6 @@ def _own_block(
             url_media_type(part, notes, i, what)
             block["image_url"] = data_url(part)
         return merge(block, extras)
-    if isinstance(part, ImagePart):
-        notes.drop(i, what, f"{PROVIDER} takes images only from the user and from tools")
-        return None
     notes.drop(i, what)
     return None
 

@@ -171,8 +171,10 @@ def _own_block(
 ) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         return merge({"type": "text", "text": part.text}, extras)
-    if isinstance(part, ImagePart) and context == "user":
-        assert isinstance(part, ImagePart)
+    if isinstance(part, ImagePart):
+        if context != "user":
+            notes.drop(i, what, f"{PROVIDER} takes images only in user messages")
+            return None
         if part.file_id is not None:
             notes.drop(i, what, f"{PROVIDER} takes images by URL or data only")
             return None
@@ -181,9 +183,6 @@ def _own_block(
         if part.detail is not None:
             image["detail"] = part.detail
         return merge({"type": "image_url", "image_url": image}, extras)
-    if isinstance(part, ImagePart):
-        notes.drop(i, what, f"{PROVIDER} takes images only in user messages")
-        return None
     notes.drop(i, what)
     return None
 
