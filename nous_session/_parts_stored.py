@@ -6,20 +6,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from nous_session._part_types import (
-    _EMPTY,
-    ImagePart,
-    OtherPart,
-    Part,
-    ProviderData,
-    ProviderPart,
-    RedactedThinkingPart,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    _PartBase,
-    _stored_provider_data,
-)
+from nous_session import _part_types
+from nous_session._part_types import _EMPTY, Part, _PartBase, _stored_provider_data
 
 # Reading the stored (JSON) form -----------------------------------------------------------
 #
@@ -56,11 +44,13 @@ def _fields(data: dict[str, Any], required: tuple[str, ...], optional: tuple[str
     return size == 0
 
 
-def _pd(data: dict[str, Any]) -> ProviderData | None:
-    """The stored provider_data of data (absent: empty), or None when it is malformed."""
-    if "provider_data" not in data:
-        return _EMPTY
-    return _stored_provider_data(data["provider_data"])
+def _new_with_provider_data(cls: type[_P], stored: dict[str, Any], /, **fields: Any) -> _P | None:
+    """:func:`_new` with the provider_data of the stored form (absent: empty) besides fields,
+    or None when that provider_data is malformed."""
+    if "provider_data" not in stored:
+        return _new(cls, **fields, provider_data=_EMPTY)
+    provider_data = _stored_provider_data(stored["provider_data"])
+    return None if provider_data is None else _new(cls, **fields, provider_data=provider_data)
 
 
 def _read_text(data: dict[str, Any]) -> Part | None:
@@ -68,13 +58,13 @@ def _read_text(data: dict[str, Any]) -> Part | None:
     if type(text) is not str:
         return None
     if len(data) == 2:
-        return _new(TextPart, text=text, provider_data=_EMPTY)
+        return _new(_part_types.TextPart, text=text, provider_data=_EMPTY)
     if len(data) != 3:
         return None
     pd = _stored_provider_data(data.get("provider_data"))
     if pd is None:
         return None
-    return _new(TextPart, text=text, provider_data=pd)
+    return _new(_part_types.TextPart, text=text, provider_data=pd)
 
 
 _IMAGE_FIELDS = ("url", "data", "media_type", "file_id", "detail")
@@ -92,10 +82,7 @@ def _read_image(data: dict[str, Any]) -> Part | None:
         return None
     if values["data"] is not None and values["media_type"] is None:
         return None
-    pd = _pd(data)
-    if pd is None:
-        return None
-    return _new(ImagePart, **values, provider_data=pd)
+    return _new_with_provider_data(_part_types.ImagePart, data, **values)
 
 
 def _read_thinking(data: dict[str, Any]) -> Part | None:
@@ -119,10 +106,7 @@ def _read_thinking(data: dict[str, Any]) -> Part | None:
         fields["summary"] = tuple(summary)
     else:
         return None
-    pd = _pd(data)
-    if pd is None:
-        return None
-    return _new(ThinkingPart, **fields, provider_data=pd)
+    return _new_with_provider_data(_part_types.ThinkingPart, data, **fields)
 
 
 def _read_redacted(data: dict[str, Any]) -> Part | None:
@@ -131,14 +115,11 @@ def _read_redacted(data: dict[str, Any]) -> Part | None:
     provider = data.get("provider", ...)
     if type(data["data"]) is not str or (provider is not ... and type(provider) is not str):
         return None
-    pd = _pd(data)
-    if pd is None:
-        return None
-    return _new(
-        RedactedThinkingPart,
+    return _new_with_provider_data(
+        _part_types.RedactedThinkingPart,
+        data,
         data=data["data"],
         provider=None if provider is ... else provider,
-        provider_data=pd,
     )
 
 
@@ -146,7 +127,7 @@ def _read_tool_call(data: dict[str, Any]) -> Part | None:
     index = data.get("index")
     if len(data) != 2 or type(index) is not int or index < 0:
         return None
-    return _new(ToolCallPart, index=index)
+    return _new(_part_types.ToolCallPart, index=index)
 
 
 def _read_provider(data: dict[str, Any]) -> Part | None:
@@ -154,7 +135,9 @@ def _read_provider(data: dict[str, Any]) -> Part | None:
         return None
     if type(data.get("data")) is not dict:
         return None
-    return _new(ProviderPart, provider=data["provider"], data=MappingProxyType(data["data"]))
+    return _new(
+        _part_types.ProviderPart, provider=data["provider"], data=MappingProxyType(data["data"])
+    )
 
 
 _READERS = {
@@ -191,4 +174,4 @@ def stored_part(data: dict[str, Any]) -> Part:
         part = reader(data)
         if part is not None:
             return part
-    return _new(OtherPart, data=MappingProxyType(data))
+    return _new(_part_types.OtherPart, data=MappingProxyType(data))

@@ -462,58 +462,6 @@ class Message:
             created_at = _now()
         return cls(role, content, created_at=created_at, **fields)
 
-    @classmethod
-    def _trusted(
-        cls,
-        role: Role,
-        content: str | tuple[Part, ...] | None,
-        reasoning_content: str | None,
-        tool_calls: tuple[ToolCall, ...],
-        tool_call_id: str | None,
-        name: str | None,
-        metadata: Mapping[str, JSON],
-        created_at: datetime,
-        is_error: bool = False,
-        provider_data: ProviderData = _EMPTY,
-    ) -> Message:
-        """Build without checks or copies, from fields the log has already validated.
-
-        Only for the projection of a logged event (``event.to_message``): every argument
-        must already have the type and form the constructor would give it.
-        """
-        if cls is not Message:
-            message = object.__new__(cls)
-            for name_, value in zip(
-                _MESSAGE_SLOTS,
-                (
-                    role,
-                    content,
-                    reasoning_content,
-                    tool_calls,
-                    tool_call_id,
-                    name,
-                    metadata,
-                    created_at,
-                    is_error,
-                    provider_data,
-                ),
-                strict=True,
-            ):
-                object.__setattr__(message, name_, value)
-            return message
-        return _trusted_message(
-            role,
-            content,
-            reasoning_content,
-            tool_calls,
-            tool_call_id,
-            name,
-            metadata,
-            created_at,
-            is_error,
-            provider_data,
-        )
-
     # Properties ----------------------------------------------------------------------------
 
     @property
@@ -638,4 +586,8 @@ def _make_trusted_message() -> Callable[..., Message]:
 
 
 _trusted_message = _make_trusted_message()
-"""``Message._trusted`` for the Message class itself: no checks, no copies."""
+"""Build a Message without checks or copies, from fields already validated.
+
+For the projection of a logged event (``event.to_message``) and the constructors' common
+case: every argument must already have the type and form the constructor would give it.
+"""

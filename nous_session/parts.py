@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nous_session._json import NotJSONError, copy_json
 from nous_session._part_types import (
     PART_TYPES,
     ImagePart,
@@ -88,11 +87,8 @@ def as_part(value: object, what: str = "content part") -> Part:
         return value
     if not isinstance(value, Mapping):
         raise ValueError(f"{what} must be a part or a mapping, not {type(value).__name__}")
-    try:
-        data = copy_json(value)
-    except NotJSONError as e:
-        raise ValueError(f"{e.where(what)}: {e.reason}") from None
-    assert type(data) is dict
+    # A dict of its own over the fresh JSON copy, which the part may keep.
+    data = dict(read_only_json_object(value, what))
     kind = data.get("type")
     if not isinstance(kind, str):
         raise ValueError(f'{what} needs a string "type"')

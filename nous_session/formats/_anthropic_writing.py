@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 from nous_session._json import JSON
@@ -15,9 +16,10 @@ from nous_session.formats._common import (
     merge,
     own,
     part_kind,
+    text_or_parts,
     unsupported,
     url_media_type,
-    written_alike,
+    write_part,
 )
 from nous_session.formats._tool_calls import (
     CallIds,
@@ -59,9 +61,7 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
     previous: Role | None = None
     for i, message in enumerate(messages):
         role = message.role
-        extras = own(message.provider_data, PROVIDER)
-        if role is not Role.TOOL:
-            notes.foreign(i, None, message.provider_data)
+        extras = notes.message_extras(i, message)
         # A tool_result block has no name either, and needs none when the name is its call's
         # (the reader takes it from the call).
         unsupported(message, notes, i, name=named_by_its_call(message, names))
@@ -109,9 +109,7 @@ def _append(message: dict[str, Any], blocks: str | list[Any]) -> None:
 
 
 def _system_content(message: Message, notes: Notes, i: int) -> str | list[Any]:
-    content = message.content
-    if content is None:
-        return ""
+    content = text_or_parts(message)
     if isinstance(content, str):
         return content
     blocks = []
@@ -126,12 +124,8 @@ def _system_content(message: Message, notes: Notes, i: int) -> str | list[Any]:
 
 
 def _user_content(message: Message, notes: Notes, i: int) -> str | list[Any]:
-    content = message.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return _blocks(message, notes, i, "user", None)
+    content = text_or_parts(message)
+    return content if isinstance(content, str) else _blocks(message, notes, i, "user", None)
 
 
 def _assistant_content(message: Message, notes: Notes, i: int, ids: CallIds) -> str | list[Any]:
@@ -182,11 +176,9 @@ def _source(part: ImagePart) -> dict[str, Any]:
     return {"type": "file", "file_id": part.file_id}
 
 
-def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
-    what = f"{part_kind(part)} (part {j})"
-    alike, extras = written_alike(part, notes, i, j, what)
-    if extras is None:
-        return alike
+def _own_block(
+    part: Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, context: str
+) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         return merge({"type": "text", "text": part.text}, extras)
     if isinstance(part, ImagePart):
@@ -218,6 +210,10 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
         notes.drop(i, what, f"it is {part.provider}'s; {PROVIDER} takes only its own")
         return None
     return merge({"type": "redacted_thinking", "data": part.data}, extras)
+
+
+_block: Final = partial(write_part, _own_block)
+"""Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
 def _tool_result(message: Message, notes: Notes, i: int, ident: str) -> dict[str, Any]:

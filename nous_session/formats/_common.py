@@ -12,9 +12,9 @@ Keys starting with ``"$"`` are the converters' own hints (``"$turn"``...), never
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 import attrs
 
@@ -26,14 +26,7 @@ from nous_session._json import (
 )
 from nous_session.errors import FormatError
 from nous_session.message import Message, Role, ToolCall
-from nous_session.parts import (
-    ImagePart,
-    OtherPart,
-    Part,
-    ProviderData,
-    ProviderPart,
-    ToolCallPart,
-)
+from nous_session.parts import ImagePart, OtherPart, Part, ProviderData, ProviderPart, ToolCallPart
 
 __all__: list[str] = []
 
@@ -238,27 +231,53 @@ class Notes:
                     f"only {other} reads {'it' if len(keys) == 1 else 'them'}",
                 )
 
+    def message_extras(self, index: int, message: Message) -> Mapping[str, Any]:
+        """This provider's entry of the message's provider_data, the others' noted; a tool
+        result's are noted where the writer puts the result (a block inside another message)."""
+        if message.role is not Role.TOOL:
+            self.foreign(index, None, message.provider_data)
+        return own(message.provider_data, self.provider)
 
-def written_alike(
-    part: Part, notes: Notes, i: int, j: int, what: str
-) -> tuple[dict[str, Any] | None, Mapping[str, Any] | None]:
-    """What every provider writes alike, as ``(block, None)``: an OtherPart as it is, a
-    ProviderPart of this provider as it is (another's is dropped: None, with a note), and a
-    reference to a tool call where none belongs (dropped likewise). Any other part (of
-    message ``i``, content index ``j``, named ``what`` in notes) gives ``(None, extras)``:
-    this provider's entry of its provider_data, the others' noted."""
+
+_Context = TypeVar("_Context")
+
+OwnWriter = Callable[[Part, Mapping[str, Any], str, Notes, int, _Context], dict[str, Any] | None]
+"""A provider's writer of a part in its own form: ``(part, extras, what, notes, i, context)``,
+with the provider's entry of the part's provider_data as ``extras`` and the part named ``what``
+in notes; None when the part cannot go (noted)."""
+
+
+def write_part(
+    own_form: OwnWriter[_Context], part: Part, notes: Notes, i: int, j: int, context: _Context
+) -> dict[str, Any] | None:
+    """Part ``j`` of message ``i`` as the provider of ``notes`` writes it, or None (noted).
+
+    What every provider writes alike is written here: an OtherPart as it is, a ProviderPart of
+    this provider as it is (another's is dropped, with a note), and a reference to a tool call
+    where none belongs (dropped likewise). Any other part goes to ``own_form`` with ``context``
+    (the place the provider writes it in), the other providers' entries of its provider_data
+    noted.
+    """
+    what = f"{part_kind(part)} (part {j})"
     if isinstance(part, OtherPart):
-        return copy_object(part.data), None
+        return copy_object(part.data)
     if isinstance(part, ProviderPart):
         if part.provider == notes.provider:
-            return copy_object(part.data), None
+            return copy_object(part.data)
         notes.drop(i, f"the {what}")
-        return None, None
+        return None
     if isinstance(part, ToolCallPart):
         notes.drop(i, f"the reference to a tool call (part {j})", "only the model makes calls")
-        return None, None
+        return None
     notes.foreign(i, what, part.provider_data)
-    return None, own(part.provider_data, notes.provider)
+    return own_form(part, own(part.provider_data, notes.provider), what, notes, i, context)
+
+
+def text_or_parts(message: Message) -> str | tuple[Part, ...]:
+    """The message's content as a provider writes it: a string as is (None as ``""``), or
+    its parts."""
+    content = message.content
+    return "" if content is None else content
 
 
 # Images ---------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ reader, in :mod:`nous_session.formats.gemini`, writes a message again to know it
 from __future__ import annotations
 
 import mimetypes
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -20,21 +21,11 @@ from nous_session.formats._common import (
     own,
     part_kind,
     unsupported,
-    written_alike,
+    write_part,
 )
-from nous_session.formats._tool_calls import (
-    Placed,
-    arguments_object,
-    elements,
-)
+from nous_session.formats._tool_calls import Placed, arguments_object, elements
 from nous_session.message import Message, Role, ToolCall
-from nous_session.parts import (
-    ImagePart,
-    Part,
-    ProviderPart,
-    TextPart,
-    ThinkingPart,
-)
+from nous_session.parts import ImagePart, Part, ProviderPart, TextPart, ThinkingPart
 
 PROVIDER: Final = "gemini"
 JSON_RESPONSE: Final = "$json"
@@ -155,9 +146,7 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
     previous: Role | None = None
     for i, message in enumerate(messages):
         role = message.role
-        extras = own(message.provider_data, PROVIDER)
-        if role is not Role.TOOL:
-            notes.foreign(i, None, message.provider_data)
+        extras = notes.message_extras(i, message)
         unsupported(message, notes, i, name=role is Role.TOOL)
         if i == 0 and role in (Role.SYSTEM, Role.DEVELOPER):
             if role is Role.DEVELOPER:
@@ -257,11 +246,9 @@ def _part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[str, An
     return None if written is None else _recase(written, snake)
 
 
-def _camel_part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[str, Any] | None:
-    what = f"{part_kind(part)} (part {j})"
-    alike, extras = written_alike(part, notes, i, j, what)
-    if extras is None:
-        return alike
+def _own_camel_part(
+    part: Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, model: bool
+) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         return merge({"text": part.text}, extras)
     if isinstance(part, ImagePart):
@@ -280,6 +267,10 @@ def _camel_part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[s
         return merge(thought, extras)
     notes.drop(i, what, f"{PROVIDER} takes it only from the model" if not model else None)
     return None
+
+
+_camel_part: Final = partial(write_part, _own_camel_part)
+"""Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
 def _response(message: Message, notes: Notes, i: int, name: str) -> dict[str, Any]:

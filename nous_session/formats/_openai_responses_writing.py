@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
+from nous_session import parts
 from nous_session._json import JSON
 from nous_session.formats._common import (
     Notes,
@@ -14,26 +16,13 @@ from nous_session.formats._common import (
     merge,
     own,
     part_kind,
+    text_or_parts,
     unsupported,
     url_media_type,
-    written_alike,
+    write_part,
 )
-from nous_session.formats._tool_calls import (
-    CallIds,
-    Placed,
-    arguments_text,
-    elements,
-)
+from nous_session.formats._tool_calls import CallIds, Placed, arguments_text, elements
 from nous_session.message import Message, Role, ToolCall
-from nous_session.parts import (
-    ImagePart,
-    OtherPart,
-    Part,
-    ProviderPart,
-    RedactedThinkingPart,
-    TextPart,
-    ThinkingPart,
-)
 
 PROVIDER: Final = "openai-responses"
 _ROLES: Final = {"system": Role.SYSTEM, "developer": Role.DEVELOPER, "user": Role.USER}
@@ -86,32 +75,26 @@ def _items(message: Message, notes: Notes, i: int, ids: CallIds) -> list[dict[st
 
 
 def _content(message: Message, notes: Notes, i: int, context: str) -> str | list[Any]:
-    content = message.content
-    if content is None:
-        return ""
+    content = text_or_parts(message)
     if isinstance(content, str):
         return content
-    blocks = []
-    for j, part in enumerate(content):
-        block = _block(part, notes, i, j, context)
-        if block is not None:
-            blocks.append(block)
-    return blocks
+    written = (_block(part, notes, i, j, context) for j, part in enumerate(content))
+    return [block for block in written if block is not None]
 
 
-def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
-    what = f"{part_kind(part)} (part {j})"
-    alike, extras = written_alike(part, notes, i, j, what)
-    if extras is None:
-        return alike
-    if isinstance(part, TextPart):
+def _own_block(
+    part: parts.Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, context: str
+) -> dict[str, Any] | None:
+    if isinstance(part, parts.TextPart):
         if context == "assistant":
             block = {"type": "output_text", "text": part.text, "annotations": []}
         else:
             block = {"type": "input_text", "text": part.text}
         return merge(block, extras)
-    if isinstance(part, ImagePart) and context != "assistant":
-        assert isinstance(part, ImagePart)
+    if isinstance(part, parts.ImagePart):
+        if context == "assistant":
+            notes.drop(i, what, f"{PROVIDER} takes images only from the user and from tools")
+            return None
         block = {"type": "input_image"}
         if part.detail is not None or context == "input":  # required in messages only
             block["detail"] = part.detail or "auto"
@@ -121,25 +104,26 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
             url_media_type(part, notes, i, what)
             block["image_url"] = data_url(part)
         return merge(block, extras)
-    if isinstance(part, ImagePart):
-        notes.drop(i, what, f"{PROVIDER} takes images only from the user and from tools")
-        return None
     notes.drop(i, what)
     return None
+
+
+_block: Final = partial(write_part, _own_block)
+"""Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
 def _assistant(
     message: Message, notes: Notes, i: int, ids: CallIds, extras: Any
 ) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
-    run: list[Part] = []
+    run: list[parts.Part] = []
     first = True
 
     def flush() -> None:
         nonlocal first
         if not run:
             return
-        texts = [part for part in run if isinstance(part, TextPart)]
+        texts = [part for part in run if isinstance(part, parts.TextPart)]
         if len(texts) == len(run) and not any(PROVIDER in part.provider_data for part in texts):
             for part in texts:  # (the joined string has no place for another's fields)
                 notes.foreign(i, "a text part", part.provider_data)
@@ -163,22 +147,22 @@ def _assistant(
             ident = ids.call_id(i, element.index, element.call)
             items.append(_call(element.call, ident, notes, i, element.index))
             continue
-        if isinstance(element, TextPart | OtherPart):
+        if isinstance(element, parts.TextPart | parts.OtherPart):
             run.append(element)
-        elif isinstance(element, ProviderPart) and element.provider == PROVIDER:
+        elif isinstance(element, parts.ProviderPart) and element.provider == PROVIDER:
             if element.data.get("type") in _CONTENT_TYPES:
                 run.append(element)
             else:
                 flush()
                 items.append(copy_object(element.data))
-        elif isinstance(element, ThinkingPart):
+        elif isinstance(element, parts.ThinkingPart):
             flush()
             reasoning = _reasoning(element, notes, i, j)
             if reasoning is not None:
                 items.append(reasoning)
-        elif isinstance(element, ProviderPart):
+        elif isinstance(element, parts.ProviderPart):
             notes.drop(i, f"the {part_kind(element)} (part {j})")
-        elif isinstance(element, RedactedThinkingPart):
+        elif isinstance(element, parts.RedactedThinkingPart):
             notes.drop(i, f"redacted thinking (part {j})", f"{PROVIDER} has no place for it")
         else:
             notes.drop(
@@ -190,7 +174,7 @@ def _assistant(
     return items
 
 
-def _reasoning(part: ThinkingPart, notes: Notes, i: int, j: int) -> dict[str, Any] | None:
+def _reasoning(part: parts.ThinkingPart, notes: Notes, i: int, j: int) -> dict[str, Any] | None:
     what = f"thinking (part {j})"
     if part.provider not in (None, PROVIDER):
         notes.drop(i, what, f"it is {part.provider}'s; {PROVIDER} takes only its own reasoning")

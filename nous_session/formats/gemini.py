@@ -59,13 +59,7 @@ from nous_session.formats._gemini_writing import (
 )
 from nous_session.formats._tool_calls import arrange
 from nous_session.message import Message, Role, ToolCall
-from nous_session.parts import (
-    ImagePart,
-    Part,
-    ProviderPart,
-    TextPart,
-    ThinkingPart,
-)
+from nous_session.parts import ImagePart, Part, ProviderPart, TextPart, ThinkingPart
 
 __all__ = ["dump", "load"]
 

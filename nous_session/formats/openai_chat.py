@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -36,12 +37,11 @@ from nous_session.formats._common import (
     need_list,
     need_object,
     own,
-    part_kind,
     plain_json,
     unsupported,
     url_media_type,
     with_extras,
-    written_alike,
+    write_part,
 )
 from nous_session.formats._tool_calls import (
     CallIds,
@@ -166,15 +166,15 @@ def _content(message: Message, notes: Notes, i: int, context: str) -> str | list
     return blocks
 
 
-def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, Any] | None:
-    what = f"{part_kind(part)} (part {j})"
-    alike, extras = written_alike(part, notes, i, j, what)
-    if extras is None:
-        return alike
+def _own_block(
+    part: Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, context: str
+) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         return merge({"type": "text", "text": part.text}, extras)
-    if isinstance(part, ImagePart) and context == "user":
-        assert isinstance(part, ImagePart)
+    if isinstance(part, ImagePart):
+        if context != "user":
+            notes.drop(i, what, f"{PROVIDER} takes images only in user messages")
+            return None
         if part.file_id is not None:
             notes.drop(i, what, f"{PROVIDER} takes images by URL or data only")
             return None
@@ -183,11 +183,12 @@ def _block(part: Part, notes: Notes, i: int, j: int, context: str) -> dict[str, 
         if part.detail is not None:
             image["detail"] = part.detail
         return merge({"type": "image_url", "image_url": image}, extras)
-    if isinstance(part, ImagePart):
-        notes.drop(i, what, f"{PROVIDER} takes images only in user messages")
-        return None
     notes.drop(i, what)
     return None
+
+
+_block: Final = partial(write_part, _own_block)
+"""Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
 # Reading --------------------------------------------------------------------------------------

@@ -49,18 +49,9 @@ from nous_session.formats._openai_responses_writing import (
     _reasoning,
     dump,
 )
-from nous_session.formats._tool_calls import (
-    CallIds,
-    arrange,
-)
+from nous_session.formats._tool_calls import CallIds, arrange
 from nous_session.message import Message, Role, ToolCall
-from nous_session.parts import (
-    ImagePart,
-    Part,
-    ProviderPart,
-    TextPart,
-    ThinkingPart,
-)
+from nous_session.parts import ImagePart, Part, ProviderPart, TextPart, ThinkingPart
 
 __all__ = ["dump", "load"]
 
