@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeAlias
 
@@ -325,6 +325,11 @@ class ProviderPart(_PartBase):
         return {"type": "provider", "provider": self.provider, "data": self.data}
 
 
+typed_part_reader: Callable[[dict[str, Any]], object | None] | None = None
+"""The typed part whose exact stored form a dict is, or None: ``_parts_stored.typed_part``,
+set when that module is imported (always, through the package's ``__init__``)."""
+
+
 def _other_data(value: object) -> Mapping[str, JSON]:
     data = read_only_json_object(value, "OtherPart.data")
     kind = data.get("type")
@@ -332,11 +337,10 @@ def _other_data(value: object) -> Mapping[str, JSON]:
         raise ValueError('OtherPart.data needs a string "type"')
     if kind == "text" and not isinstance(data.get("text"), str):
         raise ValueError('OtherPart.data is a text part without a string "text"')
-    # Imported here: the readers build these classes (and OtherPart is made directly only by
-    # callers; the log's own parts come from the readers, which skip this check).
-    from nous_session._parts_stored import typed_part
-
-    if typed_part(dict(data)) is not None:
+    # The readers of the stored form build these classes, so they register themselves here
+    # rather than being imported (OtherPart is made directly only by callers; the log's own
+    # parts come from the readers, which skip this check).
+    if typed_part_reader is not None and typed_part_reader(dict(data)) is not None:
         raise ValueError(
             f"OtherPart.data has the exact form of a {kind!r} part; use that part's class "
             "(or as_part) instead"

@@ -175,3 +175,8 @@ def stored_part(data: dict[str, Any]) -> Part:
         if part is not None:
             return part
     return _new(_part_types.OtherPart, data=MappingProxyType(data))
+
+
+# OtherPart refuses data that is exactly a typed part's stored form; it asks this module,
+# which builds the part classes and so cannot be imported by theirs.
+_part_types.typed_part_reader = typed_part
