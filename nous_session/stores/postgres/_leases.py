@@ -12,7 +12,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from nous_session.stores.base import check_lease
-from nous_session.stores.postgres._errors import errors
+from nous_session.stores.postgres._errors import pooled
 
 T = TypeVar("T")
 
@@ -57,10 +57,9 @@ class TableLeases:
         statement = sql.SQL(TAKE_LEASE).format(schema=sql.Identifier(self.schema))
 
         def lease() -> bool:
-            with (
-                errors(f"cannot take the {name!r} lease of {session_id!r}"),
-                self._pool.connection() as connection,
-            ):
+            with pooled(
+                self._pool, f"cannot take the {name!r} lease of {session_id!r}"
+            ) as connection:
                 found = connection.execute(statement, (session_id, name, holder, ttl)).fetchone()
                 return found is not None
 
@@ -73,10 +72,9 @@ class TableLeases:
         statement = sql.SQL(DROP_LEASE).format(schema=sql.Identifier(self.schema))
 
         def release() -> None:
-            with (
-                errors(f"cannot release the {name!r} lease of {session_id!r}"),
-                self._pool.connection() as connection,
-            ):
+            with pooled(
+                self._pool, f"cannot release the {name!r} lease of {session_id!r}"
+            ) as connection:
                 connection.execute(statement, (session_id, name, holder))
 
         await self._run(release)
