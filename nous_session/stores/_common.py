@@ -3,15 +3,14 @@ change-feed reader of the SQL stores (see docs/internals.md, "Stores")."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Self, Unpack
 
 import attrs
 
 from nous_session.event import Event
-from nous_session.listing import ListQuery, SessionEntry, SessionPage
+from nous_session.listing import ListArguments, ListQuery, SessionEntry, SessionPage
 from nous_session.stores.base import (
     Rebased,
     check_commit_arguments,
@@ -129,20 +128,7 @@ class StoreBase:
     async def _commit_rebased(self, commit: Commit) -> Rebased:
         raise NotImplementedError
 
-    async def list_sessions(
-        self,
-        *,
-        where: Mapping[str, Any] | None = None,
-        tags: Iterable[str] = (),
-        created_since: datetime | None = None,
-        created_before: datetime | None = None,
-        active_since: datetime | None = None,
-        active_before: datetime | None = None,
-        order: str = "active",
-        descending: bool = True,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> SessionPage:
+    async def list_sessions(self, **arguments: Unpack[ListArguments]) -> SessionPage:
         """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`).
 
         SQLite and PostgreSQL answer it with one query, its filter and order served by an
@@ -153,18 +139,7 @@ class StoreBase:
             ValueError: a bad argument or cursor.
             StoreError: the store cannot be read.
         """
-        query = ListQuery.make(
-            where=where,
-            tags=tags,
-            created_since=created_since,
-            created_before=created_before,
-            active_since=active_since,
-            active_before=active_before,
-            order=order,
-            descending=descending,
-            limit=limit,
-            cursor=cursor,
-        )
+        query = ListQuery.make(**arguments)
         return query.page(await self._list(query))
 
     async def _list(self, query: ListQuery) -> Sequence[SessionEntry]:

@@ -17,7 +17,6 @@ import sqlite3
 import threading
 import warnings
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 import anyio
@@ -805,12 +804,7 @@ class SQLiteWriter:
     async def __aenter__(self) -> SQLiteWriter:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def abandon(self) -> bool:
