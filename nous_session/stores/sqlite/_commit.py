@@ -39,67 +39,41 @@ class _CommitJob:
     :meth:`SQLiteStore._write` wraps around other jobs), naming the commit only on error.
     """
 
-    __slots__ = (
-        "commit_id",
-        "dropped",
-        "expected_count",
-        "expected_horizon",
-        "horizon",
-        "ids",
-        "kept",
-        "keys",
-        "metadata",
-        "path",
-        "records",
-        "session_id",
-    )
+    __slots__ = ("commit", "ids", "metadata", "path", "records")
 
     def __init__(
         self,
         path: str,
-        session_id: str,
-        expected_count: int,
+        commit: Commit,
         records: list[tuple[int, bytes]],
-        dropped: Sequence[int],
-        expected_horizon: int | None,
-        horizon: int | None,
-        keys: Sequence[tuple[str, int, int]],
-        kept: Sequence[int],
-        commit_id: str | None,
-        metadata: tuple[int, bytes] | None = None,
-        ids: dict[str, int] | None = None,
+        metadata: tuple[int, bytes] | None,
+        ids: dict[str, int] | None,
     ) -> None:
         self.path = path
-        self.ids = ids
-        self.session_id = session_id
-        self.expected_count = expected_count
-        self.records = records
-        self.dropped = dropped
-        self.expected_horizon = expected_horizon
-        self.horizon = horizon
-        self.keys = keys
-        self.kept = kept
-        self.commit_id = commit_id
+        self.commit = commit
+        self.records = records  # the commit's events, encoded
         self.metadata = metadata
+        self.ids = ids
 
     def __call__(self, connection: sqlite3.Connection) -> None:
+        commit = self.commit
         try:
             write_commit(
                 connection,
-                self.session_id,
-                self.expected_count,
+                commit.session_id,
+                commit.expected_count,
                 self.records,
-                self.dropped,
-                expected_horizon=self.expected_horizon,
-                horizon=self.horizon,
-                keys=self.keys,
-                kept=self.kept,
-                commit_id=self.commit_id,
+                commit.dropped,
+                expected_horizon=commit.expected_horizon,
+                horizon=commit.horizon,
+                keys=commit.keys,
+                kept=commit.kept,
+                commit_id=commit.commit_id,
                 metadata=self.metadata,
                 ids=self.ids,
             )
         except sqlite3.Error as error:
-            what = f"commit to session {self.session_id!r} in {self.path}"
+            what = f"commit to session {commit.session_id!r} in {self.path}"
             raise _translated(error, what) from error
 
 

@@ -220,32 +220,15 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
         return await self._run(read)
 
     async def _commit(self, commit: Commit) -> None:
-        session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
-        dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
-        expected_horizon, horizon = commit.expected_horizon, commit.horizon
-
+        rows = commit.events
         records = [(event.seq, encode(event)) for event in rows]  # encoded before joining a group
         metadata = latest_metadata(rows)
         if self._closed:
             raise StoreError(f"the store {self.url} is closed")
         if self.read_only:
             raise StoreError(f"the store {self.url} is open read-only")
-
         await self._writer_thread().write(
-            _CommitJob(
-                self.path,
-                session_id,
-                expected_count,
-                records,
-                dropped,
-                expected_horizon,
-                horizon,
-                keys,
-                kept,
-                commit_id,
-                metadata,
-                self._ids,
-            )
+            _CommitJob(self.path, commit, records, metadata, self._ids)
         )
 
     async def _commit_rebased(self, commit: Commit) -> Rebased:
