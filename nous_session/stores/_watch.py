@@ -5,7 +5,7 @@ whether its owner holds a head already (see docs/internals.md, "Stores")."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from typing import Final, Generic, TypeVar
 
@@ -103,6 +103,30 @@ class Watches(Generic[Held]):
         """How many watches are open."""
         with self._lock:
             return sum(len(watches) for watches in self._watches.values())
+
+    async def watch(self, session_id: str, known: Known | None = None) -> AsyncGenerator[int, None]:
+        """Yield the session's heads as the feed's thread pushes them (what comes first, and
+        after a reconnection, is the feed's own: see its ``_joined``); with ``known``, only
+        the heads past what it says the watcher holds (its own commits' heads wake nobody)."""
+        watch = Watch(session_id, known)
+        with self._lock:
+            self._add(watch)
+            self._joined(watch)
+        try:
+            while True:
+                for head in await watch.take(self._lock):
+                    yield head
+        finally:
+            with self._lock:
+                if self._remove(watch):
+                    self._left(session_id)
+
+    def _joined(self, watch: Watch) -> None:
+        """``watch`` was just added (the lock held): have the thread serve it."""
+        raise NotImplementedError
+
+    def _left(self, session_id: str) -> None:
+        """The session's last watch was just removed (the lock held)."""
 
     def _add(self, watch: Watch) -> None:
         """Register ``watch`` (the lock held)."""

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from nous_session._logging import get_logger
-from nous_session.stores._watch import ASK_AGAIN, HELD, HOLD_AT_MOST, UNSURE, Known, Watch, Watches
+from nous_session.stores._watch import ASK_AGAIN, HELD, HOLD_AT_MOST, UNSURE, Watch, Watches
 from nous_session.stores.postgres._sql import APPLICATION
 
 __all__ = ["KEEPALIVE", "Listener", "ListenerFeed", "ListenerStalled"]
@@ -70,27 +70,16 @@ class Listener(Watches[tuple[int, float]]):
         # offer again (see _offer) within ASK_AGAIN seconds, until that commit has answered,
         # and when it was first held back (it is pushed after HOLD_AT_MOST in any case).
 
-    async def watch(self, session_id: str, known: Known | None = None) -> AsyncGenerator[int, None]:
-        """Yield ``-1`` once listening (and after every reconnection), then the session's
-        heads as their notifications arrive; with ``known``, only the heads past the count
-        it says the watcher holds (its own commits' heads, mostly, wake nobody)."""
-        watch = Watch(session_id, known)
-        with self._lock:
-            self._add(watch)
-            if self._connected:
-                watch.heads.append(-1)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._serve, name="nous_session-postgres-listener", daemon=True
-                )
-                self._thread.start()
-        try:
-            while True:
-                for head in await watch.take(self._lock):
-                    yield head
-        finally:
-            with self._lock:
-                self._remove(watch)
+    def _joined(self, watch: Watch) -> None:
+        """The watch gets ``-1`` once listening (and after every reconnection), then the
+        session's heads as their notifications arrive."""
+        if self._connected:
+            watch.heads.append(-1)
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name="nous_session-postgres-listener", daemon=True
+            )
+            self._thread.start()
 
     # The thread's side ---------------------------------------------------------------------
 
