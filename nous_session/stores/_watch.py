@@ -5,8 +5,8 @@ whether its owner holds a head already (see docs/internals.md, "Stores")."""
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncGenerator, Callable
-from contextlib import suppress
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from typing import Final, Generic, TypeVar
 
 import anyio
@@ -14,7 +14,17 @@ import anyio
 from nous_session._logging import get_logger
 from nous_session._loops import scheduler
 
-__all__ = ["ASK_AGAIN", "HELD", "HOLD_AT_MOST", "UNSURE", "WAKE", "Known", "Watch", "Watches"]
+__all__ = [
+    "ASK_AGAIN",
+    "HELD",
+    "HOLD_AT_MOST",
+    "UNSURE",
+    "WAKE",
+    "Known",
+    "Watch",
+    "Watches",
+    "closing",
+]
 
 _logger = get_logger("nous_session.stores")
 
@@ -141,3 +151,14 @@ class Watches(Generic[Held]):
             return False
         del self._watches[watch.session_id]
         return True
+
+
+@asynccontextmanager
+async def closing(heads: AsyncGenerator[int, None]) -> AsyncIterator[AsyncGenerator[int, None]]:
+    """``heads`` (a feed's :meth:`Watches.watch`), closed on the way out even when the
+    caller is cancelled, so the feed forgets the watch then and not when it is collected."""
+    try:
+        yield heads
+    finally:
+        with anyio.CancelScope(shield=True):
+            await heads.aclose()

@@ -17,13 +17,20 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from typing import Any, ClassVar, Final, TypeVar
 
-import anyio
 import orjson
 import psycopg
 from psycopg import sql
 
 from nous_session._logging import get_logger
-from nous_session.stores._watch import ASK_AGAIN, HELD, HOLD_AT_MOST, UNSURE, Watch, Watches
+from nous_session.stores._watch import (
+    ASK_AGAIN,
+    HELD,
+    HOLD_AT_MOST,
+    UNSURE,
+    Watch,
+    Watches,
+    closing,
+)
 from nous_session.stores.postgres._sql import APPLICATION
 
 __all__ = ["KEEPALIVE", "Listener", "ListenerFeed", "ListenerStalled"]
@@ -311,13 +318,9 @@ class ListenerFeed:
             if self._listener is None:
                 self._listener = Listener(self._listen, poll)
             listener = self._listener
-        heads = listener.watch(session_id, known)
-        try:
+        async with closing(listener.watch(session_id, known)) as heads:
             async for head in heads:
                 yield head
-        finally:
-            with anyio.CancelScope(shield=True):
-                await heads.aclose()
 
     def _listen(self) -> psycopg.Connection[Any]:
         connection = psycopg.connect(

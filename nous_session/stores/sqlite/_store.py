@@ -28,6 +28,7 @@ from nous_session.listing import (
 )
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, FeedStore
+from nous_session.stores._watch import closing
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -375,13 +376,9 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
             if self._monitor is None:
                 self._monitor = ChangeMonitor(self.path, poll)
             monitor = self._monitor
-        heads = monitor.watch(session_id, known)
-        try:
+        async with closing(monitor.watch(session_id, known)) as heads:
             async for head in heads:
                 yield head
-        finally:
-            with anyio.CancelScope(shield=True):
-                await heads.aclose()
 
     # Lifecycle --------------------------------------------------------------------------------
 
