@@ -1,14 +1,16 @@
-"""What the stores share beyond the contract: the listing signature written once, and the
-change-feed reader of the SQL stores (see docs/internals.md, "Stores")."""
+"""What the stores share beyond the contract: the checked arguments of a commit and of a
+listing handed to each store's own hooks, the change-feed reader of the SQL stores, and their
+schema version checks (see docs/internals.md, "Stores")."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
-from typing import Self, Unpack
+from typing import Any, Self, Unpack
 
 import attrs
 
+from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.listing import ListArguments, ListQuery, SessionEntry, SessionPage
 from nous_session.stores.base import (
@@ -18,7 +20,44 @@ from nous_session.stores.base import (
     check_since,
 )
 
-__all__ = ["Commit", "FeedStore", "StoreBase"]
+__all__ = ["Commit", "FeedStore", "StoreBase", "check_schema_version", "migration_start"]
+
+
+def check_schema_version(found: Sequence[Any] | None, expected: int, store: str, has: str) -> None:
+    """Refuse a database that holds no store (``found``, its version row, is None) or one of
+    another schema version: ``store`` names it, ``has`` starts the message that says so.
+
+    Raises:
+        StoreError: saying which.
+    """
+    if found is None:
+        raise StoreError(f"{store} is not a nous_session store")
+    if found[0] != expected:
+        raise StoreError(
+            f"{has} {found[0]}; this nous_session reads version {expected}"
+            " (open it for writing once to migrate it)"
+        )
+
+
+def migration_start(rows: Sequence[Sequence[Any]], expected: int, table: str, has: str) -> int:
+    """The schema version a migration starts from, read from the version table's ``rows``
+    (none: a new database, 0), refusing one this code cannot migrate: ``table`` names the
+    version table, ``has`` starts the message that says the version is too new.
+
+    Raises:
+        StoreError: more than one row, a version that is not an int >= 0, or a newer one.
+    """
+    if len(rows) > 1:
+        raise StoreError(f"{table} holds {len(rows)} rows; expected one")
+    version = rows[0][0] if rows else 0
+    if not isinstance(version, int) or version < 0:
+        raise StoreError(f"{table} holds an unreadable schema version {version!r}")
+    if version > expected:
+        raise StoreError(
+            f"{has} {version}, newer than this nous_session understands ({expected});"
+            " upgrade nous_session to open it"
+        )
+    return version
 
 
 @attrs.frozen
