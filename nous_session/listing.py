@@ -14,7 +14,7 @@ import binascii
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, TypedDict
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -23,7 +23,6 @@ from nous_session.event import Event, EventType
 from nous_session.metadata import MAX_TITLE_BYTES, SessionMetadata, check_tags, check_text
 
 __all__ = [
-    "ListArguments",
     "ListQuery",
     "SessionEntry",
     "SessionPage",
@@ -135,23 +134,6 @@ def _where(value: object) -> tuple[tuple[str, JSON], ...]:
             raise ValueError(f"where[{key!r}]: {wanted!r} is not a JSON scalar")
         out.append((key, wanted))
     return tuple(sorted(out, key=lambda item: item[0]))
-
-
-class ListArguments(TypedDict, total=False):
-    """The keyword arguments of a listing, as a store's ``list_sessions`` takes them and hands
-    them on to :meth:`ListQuery.make` (see
-    :meth:`~nous_session.stores.base.ListingStore.list_sessions` for each one and its default)."""
-
-    where: Mapping[str, Any] | None
-    tags: Iterable[str]
-    created_since: datetime | None
-    created_before: datetime | None
-    active_since: datetime | None
-    active_before: datetime | None
-    order: str
-    descending: bool
-    limit: int
-    cursor: str | None
 
 
 @attrs.frozen
