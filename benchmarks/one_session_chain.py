@@ -49,6 +49,7 @@ from nous_session import SessionActor
 from nous_session._engine import Engine
 from nous_session.codec import encode
 from nous_session.event import EventType, make_event
+from nous_session.stores._common import Commit
 from nous_session.stores.sqlite import SQLiteStore, _writer
 from nous_session.stores.sqlite import _commit as sqlite_commit
 
@@ -245,9 +246,10 @@ def isolated(directory: Path, appends: int) -> dict[str, dict[str, float]]:
     records = [encode(make_event(seq, EventType.USER_MESSAGE, DATA)) for seq in range(appends)]
 
     ids: dict[str, int] = {}  # as the store keeps them
+    commits = [Commit("one", seq, []) for seq in range(appends)]  # made before the clock runs
 
     def ours_statements(connection: sqlite3.Connection, seq: int) -> None:
-        sqlite_commit.write_commit(connection, "one", seq, [(seq, records[seq])], (), ids=ids)
+        sqlite_commit.write_commit(connection, commits[seq], [(seq, records[seq])], ids=ids)
 
     def floor_statements(connection: sqlite3.Connection, seq: int) -> None:
         connection.execute("INSERT INTO nous_events VALUES (?, ?, ?)", ("one", seq, records[seq]))

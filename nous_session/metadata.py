@@ -34,20 +34,35 @@ _FIELDS: Final = frozenset({"owner", "app", "title", "tags", "extra"})
 _EMPTY: Final[Mapping[str, JSON]] = MappingProxyType({})
 
 
+def bounded_text(
+    value: object, what: str, most: int, *, expected: str = "a non-empty string"
+) -> str:
+    """``value`` as a plain ``str``, refused unless it is a non-empty string of valid Unicode
+    (no lone surrogates) without NUL characters, of at most ``most`` UTF-8 bytes: what every
+    store can index (session ids, idempotency keys, metadata names).
+
+    Raises:
+        ValueError: naming ``what`` and what is wrong (``expected``: what it must be).
+    """
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be {expected}, got {value!r}")
+    if "\x00" in value:
+        raise ValueError(f"{what} cannot contain NUL characters: {value!r}")
+    try:
+        size = len(value) if value.isascii() else len(value.encode())
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{what} must be valid Unicode; {value!r} has a lone surrogate at index {error.start}"
+        ) from None
+    if size > most:
+        raise ValueError(f"{what} is at most {most} UTF-8 bytes; this one has {size}")
+    return str.__str__(value)
+
+
 def check_text(name: str, value: object, most: int) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"metadata {name} must be a non-empty string or None, got {value!r}")
-    if "\x00" in value:
-        raise ValueError(f"metadata {name} cannot contain NUL characters: {value!r}")
-    try:
-        size = len(value.encode())
-    except UnicodeEncodeError:
-        raise ValueError(f"metadata {name} must be valid Unicode: {value!r}") from None
-    if size > most:
-        raise ValueError(f"metadata {name} is at most {most} UTF-8 bytes; this one has {size}")
-    return str.__str__(value)
+    return bounded_text(value, f"metadata {name}", most, expected="a non-empty string or None")
 
 
 def _owner(value: object) -> str | None:

@@ -1,15 +1,17 @@
-"""What the stores share beyond the contract: the listing signature written once, and the
-change-feed reader of the SQL stores (see docs/internals.md, "Stores")."""
+"""What the stores share beyond the contract: the checked arguments of a commit and of a
+listing handed to each store's own hooks, the change-feed reader of the SQL stores, and their
+schema version checks (see docs/internals.md, "Stores")."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypedDict, Unpack
 
 import attrs
 
+from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.listing import ListQuery, SessionEntry, SessionPage
 from nous_session.stores.base import (
@@ -19,7 +21,68 @@ from nous_session.stores.base import (
     check_since,
 )
 
-__all__ = ["Commit", "FeedStore", "StoreBase"]
+__all__ = [
+    "Commit",
+    "FeedStore",
+    "ListArguments",
+    "StoreBase",
+    "check_schema_version",
+    "migration_start",
+]
+
+
+class ListArguments(TypedDict, total=False):
+    """The keyword arguments of a listing, as a store's ``list_sessions`` takes them and hands
+    them on to :meth:`~nous_session.listing.ListQuery.make` (see
+    :meth:`~nous_session.stores.base.ListingStore.list_sessions` for each one and its default)."""
+
+    where: Mapping[str, Any] | None
+    tags: Iterable[str]
+    created_since: datetime | None
+    created_before: datetime | None
+    active_since: datetime | None
+    active_before: datetime | None
+    order: str
+    descending: bool
+    limit: int
+    cursor: str | None
+
+
+def check_schema_version(found: Sequence[Any] | None, expected: int, store: str, has: str) -> None:
+    """Refuse a database that holds no store (``found``, its version row, is None) or one of
+    another schema version: ``store`` names it, ``has`` starts the message that says so.
+
+    Raises:
+        StoreError: saying which.
+    """
+    if found is None:
+        raise StoreError(f"{store} is not a nous_session store")
+    if found[0] != expected:
+        raise StoreError(
+            f"{has} {found[0]}; this nous_session reads version {expected}"
+            " (open it for writing once to migrate it)"
+        )
+
+
+def migration_start(rows: Sequence[Sequence[Any]], expected: int, table: str, has: str) -> int:
+    """The schema version a migration starts from, read from the version table's ``rows``
+    (none: a new database, 0), refusing one this code cannot migrate: ``table`` names the
+    version table, ``has`` starts the message that says the version is too new.
+
+    Raises:
+        StoreError: more than one row, a version that is not an int >= 0, or a newer one.
+    """
+    if len(rows) > 1:
+        raise StoreError(f"{table} holds {len(rows)} rows; expected one")
+    version = rows[0][0] if rows else 0
+    if not isinstance(version, int) or version < 0:
+        raise StoreError(f"{table} holds an unreadable schema version {version!r}")
+    if version > expected:
+        raise StoreError(
+            f"{has} {version}, newer than this nous_session understands ({expected});"
+            " upgrade nous_session to open it"
+        )
+    return version
 
 
 @attrs.frozen
@@ -129,20 +192,7 @@ class StoreBase:
     async def _commit_rebased(self, commit: Commit) -> Rebased:
         raise NotImplementedError
 
-    async def list_sessions(
-        self,
-        *,
-        where: Mapping[str, Any] | None = None,
-        tags: Iterable[str] = (),
-        created_since: datetime | None = None,
-        created_before: datetime | None = None,
-        active_since: datetime | None = None,
-        active_before: datetime | None = None,
-        order: str = "active",
-        descending: bool = True,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> SessionPage:
+    async def list_sessions(self, **arguments: Unpack[ListArguments]) -> SessionPage:
         """A page of the matching sessions (see :class:`~nous_session.stores.base.ListingStore`).
 
         SQLite and PostgreSQL answer it with one query, its filter and order served by an
@@ -153,18 +203,7 @@ class StoreBase:
             ValueError: a bad argument or cursor.
             StoreError: the store cannot be read.
         """
-        query = ListQuery.make(
-            where=where,
-            tags=tags,
-            created_since=created_since,
-            created_before=created_before,
-            active_since=active_since,
-            active_before=active_before,
-            order=order,
-            descending=descending,
-            limit=limit,
-            cursor=cursor,
-        )
+        query = ListQuery.make(**arguments)
         return query.page(await self._list(query))
 
     async def _list(self, query: ListQuery) -> Sequence[SessionEntry]:

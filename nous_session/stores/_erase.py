@@ -10,13 +10,54 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from nous_session.erasure import Erasure, check_seqs, erase_copies, family, forget_metadata
+import attrs
+
+from nous_session.erasure import (
+    Erasure,
+    check_reason,
+    check_seqs,
+    erase_copies,
+    erasure_time,
+    family,
+    forget_metadata,
+)
 from nous_session.event import Event
 from nous_session.stores._lineage import SessionRow
 
-__all__ = ["Copies", "erase_rows"]
+__all__ = ["Copies", "ErasureRequest", "erase_rows"]
 
 Where = TypeVar("Where")
+
+
+@attrs.frozen
+class ErasureRequest:
+    """What an ``erase`` or ``erase_session`` call asks, checked as far as it can be before
+    the session is read: the events at ``wanted`` (None: every event the session wrote itself,
+    and with ``inherited`` also those it took from its parent), why, when, and whether only to
+    say what would be erased."""
+
+    session_id: str
+    wanted: Sequence[int] | None
+    inherited: bool | None
+    reason: str
+    at: datetime
+    dry_run: bool
+
+    @classmethod
+    def events(
+        cls, session_id: str, seqs: Iterable[int], reason: str, at: datetime | None, dry_run: bool
+    ) -> ErasureRequest:
+        """What ``erase`` asks (raises ValueError on a bad reason, time or seq)."""
+        reason = check_reason(reason)
+        when = erasure_time(at)
+        return cls(session_id, check_seqs(seqs), None, reason, when, dry_run)
+
+    @classmethod
+    def session(
+        cls, session_id: str, reason: str, inherited: bool, dry_run: bool
+    ) -> ErasureRequest:
+        """What ``erase_session`` asks (raises ValueError on a bad reason)."""
+        return cls(session_id, None, inherited, check_reason(reason), erasure_time(None), dry_run)
 
 
 class Copies(Protocol, Generic[Where]):
@@ -50,27 +91,18 @@ class Copies(Protocol, Generic[Where]):
         ...
 
 
-def erase_rows(
-    store: Copies[Where],
-    session_id: str,
-    wanted: Iterable[int] | None,
-    inherited: bool | None,
-    *,
-    reason: str,
-    at: datetime,
-    dry_run: bool,
-) -> Erasure:
-    """Erase every stored copy of the events at ``wanted`` (None: every event the session
-    wrote itself, and with ``inherited`` also those it took from its parent).
+def erase_rows(store: Copies[Where], request: ErasureRequest) -> Erasure:
+    """Erase every stored copy of the events ``request`` names.
 
     Raises:
         ValueError: no such session, or a seq it does not have; nothing was changed.
     """
+    session_id, wanted, reason, at = request.session_id, request.wanted, request.reason, request.at
     row = store.row(session_id)
     if row is None or row.count == 0:
         raise ValueError(f"no session {session_id!r} to erase")
     if wanted is None:
-        low = 0 if inherited or row.fork_point is None else row.fork_point + 1
+        low = 0 if request.inherited or row.fork_point is None else row.fork_point + 1
         seqs: Sequence[int] = sorted(set(store.held(row, low)))
     else:
         seqs = check_seqs(wanted, row.count, session_id=session_id)
@@ -106,7 +138,7 @@ def erase_rows(
         at=at,
         members_of=lambda seq: family(session_id, seq, parent_of, children_of),
         copies_of=copies_of,
-        write=None if dry_run else write,
+        write=None if request.dry_run else write,
     )
     # The sessions' copies of an erased metadata record go too (see forget_metadata).
     for seq, record in forgotten.items():
@@ -119,5 +151,5 @@ def erase_rows(
         tuple(already),
         tuple(absent),
         tuple(sorted(others)),
-        dry_run=dry_run,
+        dry_run=request.dry_run,
     )

@@ -5,8 +5,8 @@ whether its owner holds a head already (see docs/internals.md, "Stores")."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from typing import Final, Generic, TypeVar
 
 import anyio
@@ -14,7 +14,17 @@ import anyio
 from nous_session._logging import get_logger
 from nous_session._loops import scheduler
 
-__all__ = ["ASK_AGAIN", "HELD", "HOLD_AT_MOST", "UNSURE", "WAKE", "Known", "Watch", "Watches"]
+__all__ = [
+    "ASK_AGAIN",
+    "HELD",
+    "HOLD_AT_MOST",
+    "UNSURE",
+    "WAKE",
+    "Known",
+    "Watch",
+    "Watches",
+    "closing",
+]
 
 _logger = get_logger("nous_session.stores")
 
@@ -104,6 +114,30 @@ class Watches(Generic[Held]):
         with self._lock:
             return sum(len(watches) for watches in self._watches.values())
 
+    async def watch(self, session_id: str, known: Known | None = None) -> AsyncGenerator[int, None]:
+        """Yield the session's heads as the feed's thread pushes them (what comes first, and
+        after a reconnection, is the feed's own: see its ``_joined``); with ``known``, only
+        the heads past what it says the watcher holds (its own commits' heads wake nobody)."""
+        watch = Watch(session_id, known)
+        with self._lock:
+            self._add(watch)
+            self._joined(watch)
+        try:
+            while True:
+                for head in await watch.take(self._lock):
+                    yield head
+        finally:
+            with self._lock:
+                if self._remove(watch):
+                    self._left(session_id)
+
+    def _joined(self, watch: Watch) -> None:
+        """``watch`` was just added (the lock held): have the thread serve it."""
+        raise NotImplementedError
+
+    def _left(self, session_id: str) -> None:
+        """The session's last watch was just removed (the lock held)."""
+
     def _add(self, watch: Watch) -> None:
         """Register ``watch`` (the lock held)."""
         self._watches.setdefault(watch.session_id, []).append(watch)
@@ -117,3 +151,14 @@ class Watches(Generic[Held]):
             return False
         del self._watches[watch.session_id]
         return True
+
+
+@asynccontextmanager
+async def closing(heads: AsyncGenerator[int, None]) -> AsyncIterator[AsyncGenerator[int, None]]:
+    """``heads`` (a feed's :meth:`Watches.watch`), closed on the way out even when the
+    caller is cancelled, so the feed forgets the watch then and not when it is collected."""
+    try:
+        yield heads
+    finally:
+        with anyio.CancelScope(shield=True):
+            await heads.aclose()

@@ -30,6 +30,7 @@ import attrs
 from nous_session.errors import CorruptRecordError
 from nous_session.event import Event
 from nous_session.listing import SessionPage
+from nous_session.metadata import bounded_text
 
 if TYPE_CHECKING:
     from nous_session.erasure import Erasure
@@ -623,22 +624,7 @@ def check_session_id(session_id: object) -> str:
     Raises:
         ValueError: naming what is wrong.
     """
-    if not isinstance(session_id, str) or not session_id:
-        raise ValueError(f"a session id must be a non-empty string, got {session_id!r}")
-    if "\x00" in session_id:
-        raise ValueError(f"a session id cannot contain NUL characters: {session_id!r}")
-    try:
-        size = len(session_id) if session_id.isascii() else len(session_id.encode())
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"a session id must be valid Unicode; {session_id!r} has a lone surrogate at"
-            f" index {error.start}"
-        ) from None
-    if size > MAX_SESSION_ID_BYTES:
-        raise ValueError(
-            f"a session id is at most {MAX_SESSION_ID_BYTES} UTF-8 bytes; this one has {size}"
-        )
-    return str.__str__(session_id)
+    return bounded_text(session_id, "a session id", MAX_SESSION_ID_BYTES)
 
 
 def check_key(key: object) -> str:
@@ -648,20 +634,7 @@ def check_key(key: object) -> str:
     Raises:
         ValueError: naming what is wrong.
     """
-    if not isinstance(key, str) or not key:
-        raise ValueError(f"an idempotency key must be a non-empty string, got {key!r}")
-    if "\x00" in key:
-        raise ValueError(f"an idempotency key cannot contain NUL characters: {key!r}")
-    try:
-        size = len(key.encode())
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"an idempotency key must be valid Unicode; {key!r} has a lone surrogate at"
-            f" index {error.start}"
-        ) from None
-    if size > MAX_KEY_BYTES:
-        raise ValueError(f"an idempotency key is at most {MAX_KEY_BYTES} UTF-8 bytes, not {size}")
-    return str.__str__(key)
+    return bounded_text(key, "an idempotency key", MAX_KEY_BYTES)
 
 
 def check_fork_point(session_id: str, at: object, count: int, horizon: int) -> int:

@@ -20,8 +20,6 @@ import attrs
 
 from nous_session.erasure import (
     Erasure,
-    check_reason,
-    erasure_time,
 )
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event, EventType
@@ -34,7 +32,7 @@ from nous_session.listing import (
 )
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, StoreBase
-from nous_session.stores._erase import erase_rows
+from nous_session.stores._erase import ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import (
     Rebased,
@@ -416,7 +414,7 @@ class MemoryStore(StoreBase):
             ValueError: a bad seq or reason, or no such session; nothing was changed.
         """
         self._check_open()
-        return self._erase(session_id, seqs, None, check_reason(reason), erasure_time(at), dry_run)
+        return self._erase(ErasureRequest.events(session_id, seqs, reason, at, dry_run))
 
     async def erase_session(
         self,
@@ -434,29 +432,14 @@ class MemoryStore(StoreBase):
             ValueError: a bad reason, or no such session; nothing was changed.
         """
         self._check_open()
-        reason = check_reason(reason)
-        return self._erase(session_id, None, inherited, reason, erasure_time(None), dry_run)
+        return self._erase(ErasureRequest.session(session_id, reason, inherited, dry_run))
 
-    def _erase(
-        self,
-        session_id: str,
-        wanted: Iterable[int] | None,
-        inherited: bool | None,
-        reason: str,
-        at: datetime,
-        dry_run: bool,
-    ) -> Erasure:
-        done = erase_rows(
-            _MemoryCopies(self),
-            session_id,
-            wanted,
-            inherited,
-            reason=reason,
-            at=at,
-            dry_run=dry_run,
-        )
+    def _erase(self, request: ErasureRequest) -> Erasure:
+        done = erase_rows(_MemoryCopies(self), request)
         detail = "in process memory: the old values were released, not overwritten"
-        return attrs.evolve(done, detail="dry run: nothing was changed" if dry_run else detail)
+        return attrs.evolve(
+            done, detail="dry run: nothing was changed" if request.dry_run else detail
+        )
 
     @property
     def url(self) -> str:

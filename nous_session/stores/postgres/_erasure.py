@@ -16,12 +16,12 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from nous_session.codec import decode, encode
-from nous_session.erasure import Erasure, check_reason, check_seqs, erasure_time
+from nous_session.erasure import Erasure
 from nous_session.event import Event
-from nous_session.stores._erase import erase_rows
+from nous_session.stores._erase import ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import place
-from nous_session.stores.postgres._errors import errors
+from nous_session.stores.postgres._errors import errors, pooled
 from nous_session.stores.postgres._rows import inherited, row_of, view
 from nous_session.stores.postgres._sql import APPLICATION, Statements
 
@@ -76,29 +76,12 @@ class _TableCopies:
 
 
 def erase_in_tables(
-    connection: psycopg.Connection[Any],
-    statements: Statements,
-    where: str,
-    session_id: str,
-    wanted: Sequence[int] | None,
-    inherited: bool | None,
-    *,
-    reason: str,
-    at: datetime,
-    dry_run: bool,
+    connection: psycopg.Connection[Any], statements: Statements, where: str, request: ErasureRequest
 ) -> tuple[Erasure, str]:
     """Rewrite every stored copy of the events to erase in one transaction (rolled back for
     a dry run); the result, and the transaction's id (for :func:`scrub_tables`)."""
-    with connection.transaction(force_rollback=dry_run):
-        done = erase_rows(
-            _TableCopies(connection, statements, where),
-            session_id,
-            wanted,
-            inherited,
-            reason=reason,
-            at=at,
-            dry_run=dry_run,
-        )
+    with connection.transaction(force_rollback=request.dry_run):
+        done = erase_rows(_TableCopies(connection, statements, where), request)
         xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
     return done, str(int(xid[0]) % 2**32) if xid else "0"
 
@@ -258,12 +241,8 @@ class ErasingTables:
             StoreError: the database failed; nothing was changed (or, if only the scrub
                 failed, the rows were erased and the result says so).
         """
-        reason = check_reason(reason)
-        when = erasure_time(at)
-        wanted = check_seqs(seqs)
-        return await self._erase(
-            session_id, wanted, None, reason, when, dry_run, rewrite, lock_timeout
-        )
+        request = ErasureRequest.events(session_id, seqs, reason, at, dry_run)
+        return await self._erase(request, rewrite, lock_timeout)
 
     async def erase_session(
         self,
@@ -282,40 +261,20 @@ class ErasingTables:
             ValueError: a bad reason, or no such session; nothing was changed.
             StoreError: the database failed; nothing was changed.
         """
-        reason = check_reason(reason)
-        return await self._erase(
-            session_id, None, inherited, reason, erasure_time(None), dry_run, rewrite, lock_timeout
-        )
+        request = ErasureRequest.session(session_id, reason, inherited, dry_run)
+        return await self._erase(request, rewrite, lock_timeout)
 
-    async def _erase(
-        self,
-        session_id: str,
-        wanted: Sequence[int] | None,
-        inherited: bool | None,
-        reason: str,
-        at: datetime,
-        dry_run: bool,
-        rewrite: bool,
-        lock_timeout: float,
-    ) -> Erasure:
+    async def _erase(self, request: ErasureRequest, rewrite: bool, lock_timeout: float) -> Erasure:
+        dry_run = request.dry_run
         if not dry_run:
             self._check_writable()
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
             raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
 
         def erase() -> tuple[Erasure, str]:
-            with errors(f"cannot erase from session {session_id!r}"), self._pool.connection() as c:
-                return erase_in_tables(
-                    c,
-                    self._sql,
-                    self._where,
-                    session_id,
-                    wanted,
-                    inherited,
-                    reason=reason,
-                    at=at,
-                    dry_run=dry_run,
-                )
+            what = f"cannot erase from session {request.session_id!r}"
+            with pooled(self._pool, what) as connection:
+                return erase_in_tables(connection, self._sql, self._where, request)
 
         done, xid = await self._run(erase)
         if dry_run:

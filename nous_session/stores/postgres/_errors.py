@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from nous_session.errors import ConflictError, OutcomeUnknownError, StoreError
 
-__all__ = ["commit_errors", "commit_failure", "describe", "errors", "one_line", "pipelined"]
+__all__ = [
+    "commit_errors",
+    "commit_failure",
+    "describe",
+    "errors",
+    "one_line",
+    "pipelined",
+    "pooled",
+]
+
+ConnectionT = TypeVar("ConnectionT", bound=psycopg.Connection[Any])
 
 
 @contextmanager
@@ -29,6 +40,20 @@ def errors(what: str) -> Iterator[None]:
         ) from error
     except psycopg.Error as error:
         raise StoreError(f"{what}: {describe(error)}") from error
+
+
+@contextmanager
+def pooled(
+    pool: ConnectionPool[ConnectionT], what: str, *, transaction: bool = False
+) -> Iterator[ConnectionT]:
+    """A connection of ``pool`` for one job, its errors translated as by :func:`errors`
+    (``what`` says what failed); with ``transaction``, the job is one transaction."""
+    with errors(what), pool.connection() as connection:
+        if not transaction:
+            yield connection
+            return
+        with connection.transaction():
+            yield connection
 
 
 @contextmanager

@@ -17,13 +17,20 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from typing import Any, ClassVar, Final, TypeVar
 
-import anyio
 import orjson
 import psycopg
 from psycopg import sql
 
 from nous_session._logging import get_logger
-from nous_session.stores._watch import ASK_AGAIN, HELD, HOLD_AT_MOST, UNSURE, Known, Watch, Watches
+from nous_session.stores._watch import (
+    ASK_AGAIN,
+    HELD,
+    HOLD_AT_MOST,
+    UNSURE,
+    Watch,
+    Watches,
+    closing,
+)
 from nous_session.stores.postgres._sql import APPLICATION
 
 __all__ = ["KEEPALIVE", "Listener", "ListenerFeed", "ListenerStalled"]
@@ -70,27 +77,16 @@ class Listener(Watches[tuple[int, float]]):
         # offer again (see _offer) within ASK_AGAIN seconds, until that commit has answered,
         # and when it was first held back (it is pushed after HOLD_AT_MOST in any case).
 
-    async def watch(self, session_id: str, known: Known | None = None) -> AsyncGenerator[int, None]:
-        """Yield ``-1`` once listening (and after every reconnection), then the session's
-        heads as their notifications arrive; with ``known``, only the heads past the count
-        it says the watcher holds (its own commits' heads, mostly, wake nobody)."""
-        watch = Watch(session_id, known)
-        with self._lock:
-            self._add(watch)
-            if self._connected:
-                watch.heads.append(-1)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._serve, name="nous_session-postgres-listener", daemon=True
-                )
-                self._thread.start()
-        try:
-            while True:
-                for head in await watch.take(self._lock):
-                    yield head
-        finally:
-            with self._lock:
-                self._remove(watch)
+    def _joined(self, watch: Watch) -> None:
+        """The watch gets ``-1`` once listening (and after every reconnection), then the
+        session's heads as their notifications arrive."""
+        if self._connected:
+            watch.heads.append(-1)
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name="nous_session-postgres-listener", daemon=True
+            )
+            self._thread.start()
 
     # The thread's side ---------------------------------------------------------------------
 
@@ -322,13 +318,9 @@ class ListenerFeed:
             if self._listener is None:
                 self._listener = Listener(self._listen, poll)
             listener = self._listener
-        heads = listener.watch(session_id, known)
-        try:
+        async with closing(listener.watch(session_id, known)) as heads:
             async for head in heads:
                 yield head
-        finally:
-            with anyio.CancelScope(shield=True):
-                await heads.aclose()
 
     def _listen(self) -> psycopg.Connection[Any]:
         connection = psycopg.connect(

@@ -12,7 +12,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from nous_session.stores.base import check_lease
-from nous_session.stores.postgres._errors import errors
+from nous_session.stores.postgres._errors import pooled
 
 T = TypeVar("T")
 
@@ -53,30 +53,30 @@ class TableLeases:
     async def lease(self, session_id: str, name: str, *, holder: str, ttl: float) -> bool:
         """See :meth:`LeasingStore.lease <nous_session.stores.base.LeasingStore.lease>`."""
         ttl = check_lease(session_id, name, holder, ttl)
-        self._check_writable()
-        statement = sql.SQL(TAKE_LEASE).format(schema=sql.Identifier(self.schema))
-
-        def lease() -> bool:
-            with (
-                errors(f"cannot take the {name!r} lease of {session_id!r}"),
-                self._pool.connection() as connection,
-            ):
-                found = connection.execute(statement, (session_id, name, holder, ttl)).fetchone()
-                return found is not None
-
-        return await self._run(lease)
+        taken = await self._execute(
+            f"cannot take the {name!r} lease of {session_id!r}",
+            TAKE_LEASE,
+            (session_id, name, holder, ttl),
+        )
+        return taken > 0
 
     async def release(self, session_id: str, name: str, *, holder: str) -> None:
         """See :meth:`LeasingStore.release <nous_session.stores.base.LeasingStore.release>`."""
         check_lease(session_id, name, holder)
+        await self._execute(
+            f"cannot release the {name!r} lease of {session_id!r}",
+            DROP_LEASE,
+            (session_id, name, holder),
+        )
+
+    async def _execute(self, what: str, statement: str, parameters: tuple[object, ...]) -> int:
+        """Run one of the statements above, autocommitted on a pooled connection; the count
+        of rows it touched (``what`` says what failed in an error)."""
         self._check_writable()
-        statement = sql.SQL(DROP_LEASE).format(schema=sql.Identifier(self.schema))
+        query = sql.SQL(statement).format(schema=sql.Identifier(self.schema))
 
-        def release() -> None:
-            with (
-                errors(f"cannot release the {name!r} lease of {session_id!r}"),
-                self._pool.connection() as connection,
-            ):
-                connection.execute(statement, (session_id, name, holder))
+        def execute() -> int:
+            with pooled(self._pool, what) as connection:
+                return connection.execute(query, parameters).rowcount
 
-        await self._run(release)
+        return await self._run(execute)

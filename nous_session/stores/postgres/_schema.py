@@ -7,7 +7,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from nous_session.errors import StoreError
+from nous_session.stores._common import check_schema_version, migration_start
 from nous_session.stores.postgres._errors import errors
 from nous_session.stores.postgres._leases import LEASES_TABLE
 
@@ -106,14 +106,8 @@ def migrate(connection: psycopg.Connection[Any], schema_name: str) -> None:
         rows = connection.execute(
             sql.SQL("SELECT version FROM {}.nous_schema").format(schema)
         ).fetchall()
-        if len(rows) > 1:
-            raise StoreError(f"{schema_name}.nous_schema holds {len(rows)} rows; expected one")
-        version = rows[0][0] if rows else 0
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"schema {schema_name!r} has version {version}, newer than this nous_session "
-                f"understands ({SCHEMA_VERSION}); upgrade nous_session to open it"
-            )
+        table, has = f"{schema_name}.nous_schema", f"schema {schema_name!r} has version"
+        version = migration_start(rows, SCHEMA_VERSION, table, has)
         for step in range(version, SCHEMA_VERSION):
             for statement in _MIGRATIONS[step]:
                 connection.execute(sql.SQL(statement).format(schema=schema))
@@ -147,10 +141,5 @@ def check_schema(connection: psycopg.Connection[Any], schema: str, described: st
             if found
             else None
         )
-    if version is None:
-        raise StoreError(f"schema {schema!r} of {described} is not a nous_session store")
-    if version[0] != SCHEMA_VERSION:
-        raise StoreError(
-            f"schema {schema!r} has version {version[0]}; this nous_session reads"
-            f" version {SCHEMA_VERSION} (open it for writing once to migrate it)"
-        )
+    store = f"schema {schema!r} of {described}"
+    check_schema_version(version, SCHEMA_VERSION, store, f"schema {schema!r} has version")

@@ -49,6 +49,7 @@ from nous_session.stores.postgres._erasure import ErasingTables
 from nous_session.stores.postgres._errors import (
     errors,
     one_line,
+    pooled,
 )
 from nous_session.stores.postgres._feed import Listener, ListenerFeed
 from nous_session.stores.postgres._group import GroupCommits, Grouped
@@ -390,11 +391,9 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         check_session_id(new_session_id)
 
         def fork() -> None:
-            with (
-                errors(f"cannot fork session {session_id!r}"),
-                self._pool.connection() as connection,
-                connection.transaction(),
-            ):
+            with pooled(
+                self._pool, f"cannot fork session {session_id!r}", transaction=True
+            ) as connection:
                 fork_row(connection, self._sql, self._where, session_id, new_session_id, at)
 
         await self._run(fork)
@@ -404,7 +403,7 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         fits an administrative listing; a fork's through its parent)."""
 
         def sessions() -> list[SessionInfo]:
-            with errors("cannot list sessions"), self._pool.connection() as connection:
+            with pooled(self._pool, "cannot list sessions") as connection:
                 return sessions_info(connection, self._sql)
 
         return await self._read(sessions)
@@ -413,7 +412,7 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         statement, parameters = listing(self._sql, query)
 
         def found() -> list[Any]:
-            with errors("cannot list sessions"), self._pool.connection() as connection:
+            with pooled(self._pool, "cannot list sessions") as connection:
                 return connection.execute(statement, parameters).fetchall()
 
         return [
@@ -435,11 +434,9 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         self._check_writable()
 
         def delete() -> bool:
-            with (
-                errors(f"cannot delete session {session_id!r}"),
-                self._pool.connection() as connection,
-                connection.transaction(),
-            ):
+            with pooled(
+                self._pool, f"cannot delete session {session_id!r}", transaction=True
+            ) as connection:
                 found = connection.execute(self._sql.idle, (session_id,)).fetchone()
                 if found is None or found[0] != count or found[1] != active:
                     return False
@@ -456,11 +453,9 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         self._check_writable()
 
         def delete() -> bool:
-            with (
-                errors(f"cannot delete session {session_id!r}"),
-                self._pool.connection() as connection,
-                connection.transaction(),
-            ):
+            with pooled(
+                self._pool, f"cannot delete session {session_id!r}", transaction=True
+            ) as connection:
                 row = row_of(connection, self._sql, session_id, lock="FOR UPDATE")
                 if row is not None:
                     delete_row(connection, self._sql, row)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Final
 
@@ -39,67 +39,28 @@ class _CommitJob:
     :meth:`SQLiteStore._write` wraps around other jobs), naming the commit only on error.
     """
 
-    __slots__ = (
-        "commit_id",
-        "dropped",
-        "expected_count",
-        "expected_horizon",
-        "horizon",
-        "ids",
-        "kept",
-        "keys",
-        "metadata",
-        "path",
-        "records",
-        "session_id",
-    )
+    __slots__ = ("commit", "ids", "metadata", "path", "records")
 
     def __init__(
         self,
         path: str,
-        session_id: str,
-        expected_count: int,
+        commit: Commit,
         records: list[tuple[int, bytes]],
-        dropped: Sequence[int],
-        expected_horizon: int | None,
-        horizon: int | None,
-        keys: Sequence[tuple[str, int, int]],
-        kept: Sequence[int],
-        commit_id: str | None,
-        metadata: tuple[int, bytes] | None = None,
-        ids: dict[str, int] | None = None,
+        metadata: tuple[int, bytes] | None,
+        ids: dict[str, int] | None,
     ) -> None:
         self.path = path
-        self.ids = ids
-        self.session_id = session_id
-        self.expected_count = expected_count
-        self.records = records
-        self.dropped = dropped
-        self.expected_horizon = expected_horizon
-        self.horizon = horizon
-        self.keys = keys
-        self.kept = kept
-        self.commit_id = commit_id
+        self.commit = commit
+        self.records = records  # the commit's events, encoded
         self.metadata = metadata
+        self.ids = ids
 
     def __call__(self, connection: sqlite3.Connection) -> None:
+        commit = self.commit
         try:
-            write_commit(
-                connection,
-                self.session_id,
-                self.expected_count,
-                self.records,
-                self.dropped,
-                expected_horizon=self.expected_horizon,
-                horizon=self.horizon,
-                keys=self.keys,
-                kept=self.kept,
-                commit_id=self.commit_id,
-                metadata=self.metadata,
-                ids=self.ids,
-            )
+            write_commit(connection, commit, self.records, self.metadata, self.ids)
         except sqlite3.Error as error:
-            what = f"commit to session {self.session_id!r} in {self.path}"
+            what = f"commit to session {commit.session_id!r} in {self.path}"
             raise _translated(error, what) from error
 
 
@@ -120,16 +81,8 @@ def _keep_id(ids: dict[str, int] | None, session_id: str, sid: int) -> None:
 
 def write_commit(
     connection: sqlite3.Connection,
-    session_id: str,
-    expected_count: int,
+    commit: Commit,
     records: list[tuple[int, bytes]],
-    dropped: Sequence[int],
-    *,
-    expected_horizon: int | None = None,
-    horizon: int | None = None,
-    keys: Sequence[tuple[str, int, int]] = (),
-    kept: Sequence[int] = (),
-    commit_id: str | None = None,
     metadata: tuple[int, bytes] | None = None,
     ids: dict[str, int] | None = None,
 ) -> None:
@@ -144,6 +97,9 @@ def write_commit(
         ConflictError: the stored count (or horizon) is not the expected one.
         sqlite3.Error: SQLite failed.
     """
+    session_id, expected_count, dropped = commit.session_id, commit.expected_count, commit.dropped
+    expected_horizon, horizon = commit.expected_horizon, commit.horizon
+    keys, kept, commit_id = commit.keys, commit.kept, commit.commit_id
     if (
         records
         and expected_count
@@ -316,17 +272,8 @@ def rebase_in(
         }
     placed = moved(listed, shift) if shift else listed
     records = [(event.seq, encode(event)) for event in placed]
-    write_commit(
-        connection,
-        session_id,
-        stored,
-        records,
-        (),
-        keys=moved_keys(keys, shift),
-        commit_id=commit_id,
-        metadata=latest_metadata(placed),
-        ids=ids,
-    )
+    rebased = Commit(session_id, stored, placed, keys=moved_keys(keys, shift), commit_id=commit_id)
+    write_commit(connection, rebased, records, latest_metadata(placed), ids)
     return Rebased(
         shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon
     )

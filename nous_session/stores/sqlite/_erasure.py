@@ -12,13 +12,10 @@ import attrs
 from nous_session.codec import decode, encode
 from nous_session.erasure import (
     Erasure,
-    check_reason,
-    check_seqs,
-    erasure_time,
 )
 from nous_session.errors import StoreError
 from nous_session.event import Event
-from nous_session.stores._erase import erase_rows
+from nous_session.stores._erase import ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import (
     place,
@@ -73,33 +70,17 @@ class _FileCopies:
         self.connection.executemany(FORGET_METADATA, [(record.decode(), m, seq) for m in members])
 
 
-def _erase_rows(
-    connection: sqlite3.Connection,
-    session_id: str,
-    wanted: Sequence[int] | None,
-    inherited: bool | None,
-    reason: str,
-    at: datetime,
-    dry_run: bool,
-    path: str,
-) -> Erasure:
+def _erase_rows(connection: sqlite3.Connection, request: ErasureRequest, path: str) -> Erasure:
     """Rewrite every stored copy of the events to erase, in one transaction with
     ``secure_delete`` on (the old records' space is zeroed); ``wanted`` None: the session's
     own events (and, with ``inherited``, those it took from its parent)."""
+    dry_run = request.dry_run
     secure = connection.execute("PRAGMA secure_delete").fetchone()[0]
     connection.execute("PRAGMA secure_delete = ON")
     try:
         connection.execute("BEGIN" if dry_run else "BEGIN IMMEDIATE")
         try:
-            done = erase_rows(
-                _FileCopies(connection, path),
-                session_id,
-                wanted,
-                inherited,
-                reason=reason,
-                at=at,
-                dry_run=dry_run,
-            )
+            done = erase_rows(_FileCopies(connection, path), request)
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
@@ -200,10 +181,9 @@ class FileErasure:
             StoreError: SQLite failed; nothing was changed (or, if only the scrub failed,
                 the rows were erased and the error says so).
         """
-        reason = check_reason(reason)
-        when = erasure_time(at)
-        wanted = check_seqs(seqs)
-        return await self._erase(session_id, wanted, None, reason, when, dry_run, rewrite)
+        return await self._erase(
+            ErasureRequest.events(session_id, seqs, reason, at, dry_run), rewrite
+        )
 
     async def erase_session(
         self,
@@ -221,21 +201,12 @@ class FileErasure:
             ValueError: a bad reason, or no such session; nothing was changed.
             StoreError: SQLite failed; nothing was changed.
         """
-        reason = check_reason(reason)
         return await self._erase(
-            session_id, None, inherited, reason, erasure_time(None), dry_run, rewrite
+            ErasureRequest.session(session_id, reason, inherited, dry_run), rewrite
         )
 
-    async def _erase(
-        self,
-        session_id: str,
-        wanted: Sequence[int] | None,
-        inherited: bool | None,
-        reason: str,
-        at: datetime,
-        dry_run: bool,
-        rewrite: bool,
-    ) -> Erasure:
+    async def _erase(self, request: ErasureRequest, rewrite: bool) -> Erasure:
+        session_id, dry_run = request.session_id, request.dry_run
         if self.read_only and not dry_run:
             raise StoreError(f"the store {self.url} is open read-only")
         what = f"cannot erase from session {session_id!r} in {self.path}"
@@ -244,9 +215,7 @@ class FileErasure:
             if not dry_run:
                 self._check_file()
             with _errors(what):
-                done = _erase_rows(
-                    connection, session_id, wanted, inherited, reason, at, dry_run, self.path
-                )
+                done = _erase_rows(connection, request, self.path)
             if dry_run:
                 return attrs.evolve(done, detail="dry run: nothing was changed")
             proven, detail = _scrub(connection, rewrite, self.path)

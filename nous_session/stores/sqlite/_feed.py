@@ -14,13 +14,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncGenerator
 from contextlib import suppress
 from typing import Final, TypeAlias
 from urllib.parse import quote
 
 from nous_session._logging import get_logger
-from nous_session.stores._watch import HELD, HOLD_AT_MOST, UNSURE, WAKE, Known, Watch, Watches
+from nous_session.stores._watch import HELD, HOLD_AT_MOST, UNSURE, WAKE, Watch, Watches
 
 __all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor"]
 
@@ -60,32 +59,24 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         self.checks = 0  # change checks made (for tests)
         self.reads = 0  # head reads made after a change (for tests)
 
-    async def watch(self, session_id: str, known: Known | None = None) -> AsyncGenerator[int, None]:
-        """Yield the session's head as the thread first sees it, then each new head (and
-        ``-1`` after the thread had to reopen its connection). With ``known`` (what the
-        watcher holds, as (count, horizon)), a head it already holds is not yielded."""
-        watch = Watch(session_id, known)
-        with self._lock:
-            self._add(watch)
-            self._fresh.add(session_id)
-            self._membership = True
-            if self._thread is None and not self._stopped:
-                self._thread = threading.Thread(
-                    target=self._serve, name="nous_session-sqlite-feed", daemon=True
-                )
-                self._thread.start()
-            else:
-                self._wake.set()  # a thread that backed off gives the new watch its head now
-        try:
-            while True:
-                for head in await watch.take(self._lock):
-                    yield head
-        finally:
-            with self._lock:
-                if self._remove(watch):
-                    self._heads.pop(session_id, None)
-                    self._fresh.discard(session_id)
-                    self._membership = True
+    def _joined(self, watch: Watch) -> None:
+        """The watch gets the session's head as the thread first sees it, then each new head
+        (and ``-1`` after the thread had to reopen its connection); ``known`` says what the
+        watcher holds as (count, horizon)."""
+        self._fresh.add(watch.session_id)
+        self._membership = True
+        if self._thread is None and not self._stopped:
+            self._thread = threading.Thread(
+                target=self._serve, name="nous_session-sqlite-feed", daemon=True
+            )
+            self._thread.start()
+        else:
+            self._wake.set()  # a thread that backed off gives the new watch its head now
+
+    def _left(self, session_id: str) -> None:
+        self._heads.pop(session_id, None)
+        self._fresh.discard(session_id)
+        self._membership = True
 
     def stop(self) -> None:
         """End the thread and wait (at most :data:`_STOP_WAIT` seconds, usually far less: it

@@ -13,6 +13,7 @@ from urllib.parse import quote
 import attrs
 
 from nous_session.errors import StoreError
+from nous_session.stores._common import check_schema_version, migration_start
 from nous_session.stores.sqlite._errors import _describe, _errors, _transaction
 
 SCHEMA_VERSION: Final = 3
@@ -216,16 +217,8 @@ def _migrate(connection: sqlite3.Connection, path: str) -> None:
     with _errors(f"cannot open {path} as a nous_session store"), _transaction(connection):
         connection.execute("CREATE TABLE IF NOT EXISTS nous_schema (version INTEGER NOT NULL)")
         rows = connection.execute("SELECT version FROM nous_schema").fetchall()
-        if len(rows) > 1:
-            raise StoreError(f"{path}: nous_schema holds {len(rows)} rows; expected one")
-        version = rows[0][0] if rows else 0
-        if not isinstance(version, int) or version < 0:
-            raise StoreError(f"{path}: unreadable schema version {version!r}")
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{path} has schema version {version}, newer than this nous_session "
-                f"understands ({SCHEMA_VERSION}); upgrade nous_session to open it"
-            )
+        has = f"{path} has schema version"
+        version = migration_start(rows, SCHEMA_VERSION, f"{path}: nous_schema", has)
         for step in range(version, SCHEMA_VERSION):
             for statement in _MIGRATIONS[step]:
                 connection.execute(statement)
@@ -288,13 +281,7 @@ def open_read_only(path: str, busy_timeout: float) -> tuple[sqlite3.Connection, 
                 if "nous_schema" in tables
                 else None
             )
-        if version is None:
-            raise StoreError(f"{path} is not a nous_session store")
-        if version[0] != SCHEMA_VERSION:
-            raise StoreError(
-                f"{path} has schema version {version[0]}; this nous_session reads"
-                f" version {SCHEMA_VERSION} (open it for writing once to migrate it)"
-            )
+        check_schema_version(version, SCHEMA_VERSION, path, f"{path} has schema version")
     except BaseException:
         connection.close()
         raise

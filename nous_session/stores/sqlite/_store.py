@@ -28,6 +28,7 @@ from nous_session.listing import (
 )
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, FeedStore
+from nous_session.stores._watch import closing
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -220,32 +221,15 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
         return await self._run(read)
 
     async def _commit(self, commit: Commit) -> None:
-        session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
-        dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
-        expected_horizon, horizon = commit.expected_horizon, commit.horizon
-
+        rows = commit.events
         records = [(event.seq, encode(event)) for event in rows]  # encoded before joining a group
         metadata = latest_metadata(rows)
         if self._closed:
             raise StoreError(f"the store {self.url} is closed")
         if self.read_only:
             raise StoreError(f"the store {self.url} is open read-only")
-
         await self._writer_thread().write(
-            _CommitJob(
-                self.path,
-                session_id,
-                expected_count,
-                records,
-                dropped,
-                expected_horizon,
-                horizon,
-                keys,
-                kept,
-                commit_id,
-                metadata,
-                self._ids,
-            )
+            _CommitJob(self.path, commit, records, metadata, self._ids)
         )
 
     async def _commit_rebased(self, commit: Commit) -> Rebased:
@@ -392,13 +376,9 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
             if self._monitor is None:
                 self._monitor = ChangeMonitor(self.path, poll)
             monitor = self._monitor
-        heads = monitor.watch(session_id, known)
-        try:
+        async with closing(monitor.watch(session_id, known)) as heads:
             async for head in heads:
                 yield head
-        finally:
-            with anyio.CancelScope(shield=True):
-                await heads.aclose()
 
     # Lifecycle --------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import warnings
 from collections.abc import Awaitable, Callable
-from types import TracebackType
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 import anyio
@@ -96,6 +96,9 @@ class WriterStatistics:
         """Write and read jobs run."""
         return self.writes + self.reads
 
+
+# The committer keeps a counter by each name of WriterStatistics' fields.
+_counters: Final = attrgetter(*(field.name for field in attrs.fields(WriterStatistics)))
 
 BENCHMARKED_STEPS: Final = ("flush", "write_group", "run_write", "execute", "deliver")
 """The steps of the writer's thread that :func:`instrument` wraps (and ``"set_futures"``)."""
@@ -770,15 +773,7 @@ class SQLiteWriter:
         Returns:
             A snapshot; it already counts the transaction of every call that has returned.
         """
-        committer = self._committer
-        return WriterStatistics(
-            transactions=committer.transactions,
-            failed_transactions=committer.failed_transactions,
-            writes=committer.writes,
-            reads=committer.reads,
-            max_group=committer.max_group,
-            wakeups=committer.wakeups,
-        )
+        return WriterStatistics(*_counters(self._committer))
 
     @property
     def closed(self) -> bool:
@@ -805,12 +800,7 @@ class SQLiteWriter:
     async def __aenter__(self) -> SQLiteWriter:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def abandon(self) -> bool:
