@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import closing
@@ -413,6 +414,7 @@ def test_cli_lists_pages_sets_metadata_and_retains(tmp_path: Path) -> None:
                 await _session(store, f"s{index}", owner="ann" if index % 2 else "bob")
 
     anyio.run(fill)
+    written = time.monotonic()
     # Reading creates and changes nothing: listings, a dry run, a look at metadata.
     before = _tree(tmp_path)
     rows = [
@@ -437,6 +439,10 @@ def test_cli_lists_pages_sets_metadata_and_retains(tmp_path: Path) -> None:
     )
     assert (bad.returncode, "different query" in bad.stderr) == (1, True)
     assert cli("metadata", "s1", "--json", store=url).stdout.strip() == '{"owner":"ann"}'
+    # Idle for 1 s means last active more than 1 s ago, and the store keeps the last-active
+    # time to the second: 2 s after the last write every session is idle for 1 s, however fast
+    # the commands above ran (the test relied on their taking long enough).
+    time.sleep(max(0.0, written + 2.05 - time.monotonic()))
     dry = cli("retain", "--idle-for", "1s", "--where", "owner=bob", store=url).stdout
     assert "would delete 3 sessions (dry run: pass --yes to do it)" in dry
     assert _tree(tmp_path) == before
