@@ -297,20 +297,31 @@ class CompactionRunner:
             return await self._prune_and_summarise(log)
         if not await turn.take():
             return "deferred"
+        failure: Exception | None = None
+        outcome = "failed"
         try:
             async with anyio.create_task_group() as renewing:
                 renewing.start_soon(turn.keep)
-                # What other holders committed while this one waited (their summary, most
-                # likely) is read before planning, so no range is summarised twice.
-                log = await self._post(Reload())
-                if self._policy.triggered(len(log.surface()), self._meter.total):
-                    outcome = await self._prune_and_summarise(log)
-                else:
-                    outcome = "nothing"
+                # The work's own error leaves the task group as itself, not wrapped in an
+                # exception group (the caller tells a closing session from a failure by type).
+                try:
+                    outcome = await self._turn_taken()
+                except Exception as error:
+                    failure = error
                 renewing.cancel_scope.cancel()
-            return outcome
         finally:
             await turn.give_up()
+        if failure is not None:
+            raise failure
+        return outcome
+
+    async def _turn_taken(self) -> str:
+        """With the turn: read what other holders committed while this one waited (their
+        summary, most likely) before planning, so no range is summarised twice."""
+        log = await self._post(Reload())
+        if self._policy.triggered(len(log.surface()), self._meter.total):
+            return await self._prune_and_summarise(log)
+        return "nothing"
 
     async def _prune_and_summarise(self, log: Log) -> str:
         """Prune, then summarise; every long loop yields to the event loop as it goes."""

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from nous_session import CompactionPolicy, LeasingStore, Message, SessionActor, Store
@@ -164,6 +165,7 @@ async def test_two_actors_on_one_session_pay_for_each_summary_once(
 _WORKER = """
 import sys
 import anyio
+import anyio.lowlevel
 from nous_session import CompactionPolicy, Message, SessionActor
 
 async def main(url, name, turns):
@@ -229,3 +231,55 @@ def test_two_processes_on_one_session_pay_for_each_summary_once(tmp_path: Path, 
                 connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     assert committed >= 4, f"only {committed} summaries"
     assert calls <= committed * 1.1, f"{calls} summarizer calls for {committed} summaries"
+
+
+class _GatedLeases(MemoryStore):
+    """A memory store whose lease waits (shielded, as a store's thread would finish) until the
+    test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = anyio.Event()
+        self.gate = anyio.Event()
+
+    async def lease(self, session_id: str, name: str, *, holder: str, ttl: float) -> bool:
+        self.asked.set()
+        with anyio.CancelScope(shield=True):
+            await self.gate.wait()
+        return await super().lease(session_id, name, holder=holder, ttl=ttl)
+
+
+async def test_a_session_closing_while_its_compaction_takes_the_turn_closes_cleanly() -> None:
+    """The owner's block is cancelled while the compaction waits for its turn, and the turn is
+    granted as the session closes: the runner's catch-up is refused with SessionClosedError,
+    which ends that compaction quietly (it escaped in an exception group beside the renewer's
+    cancellation and took the session's task group down with it: a fault test found it)."""
+    store = _GatedLeases()
+    policy = CompactionPolicy(keep_last=2, every=3)
+    owner = anyio.CancelScope()
+
+    async def own(ready: anyio.Event, holder: list[SessionActor]) -> None:
+        with owner:
+            async with SessionActor.open(
+                session_id="closing", store=store, compaction=policy
+            ) as session:
+                holder.append(session)
+                ready.set()
+                await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as group:
+        ready = anyio.Event()
+        holder: list[SessionActor] = []
+        group.start_soon(own, ready, holder)
+        await ready.wait()
+        session = holder[0]
+        for turn in range(5):
+            await session.add_message(Message.user(f"m{turn}"))
+        with anyio.fail_after(5):
+            await store.asked.wait()  # the compaction is waiting for its turn
+        owner.cancel()
+        with anyio.fail_after(5):
+            while not session._state.closing:  # the owner's block is leaving
+                await anyio.lowlevel.checkpoint()
+        store.gate.set()
+    assert owner.cancelled_caught
