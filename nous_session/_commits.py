@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import anyio
+import anyio.lowlevel
 
 from nous_session._follower import Follower
 from nous_session._requests import Append, Request
@@ -103,7 +104,11 @@ def _arguments(state: SessionState, batch: Segment, events: Sequence[Event]) -> 
 
 
 async def commit_plain(
-    state: SessionState, follower: Follower, batch: Segment, *, may_retry: bool
+    state: SessionState,
+    follower: Follower,
+    batch: Segment,
+    *,
+    may_retry: Callable[[Sequence[Request[Any]]], bool],
 ) -> list[Request[Any]]:
     """Commit an applied segment in one store call, then publish and answer its callers.
 
@@ -117,7 +122,9 @@ async def commit_plain(
         events = tuple(batch.log.since(batch.base.count))
         arguments = _arguments(state, batch, events)
         error: BaseException | None = None
-        await state.begin_commit()
+        if state.abort_requested:  # see SessionState.begin_commit
+            await anyio.lowlevel.checkpoint()  # the work scope is cancelled: raises here
+        state.begin_commit()
         try:
             await state.store.commit(state.session_id, **arguments)
         except OutcomeUnknownError as unknown:
@@ -135,10 +142,11 @@ async def commit_plain(
                 unreadable = await follower.reload(None)
                 if unreadable is not None:
                     error = unreadable  # the callers must hear what blocks them
-                elif may_retry:
-                    # Every request again, those a key answered too (nothing answered them).
-                    return [request for request, _ in (*batch.known, *batch.applied)]
                 else:
+                    # Every request again, those a key answered too (nothing answered them).
+                    again = [request for request, _ in (*batch.known, *batch.applied)]
+                    if may_retry(again):
+                        return again
                     # A key the store had already (an earlier attempt whose outcome was
                     # unknown landed, say) is answered as a lone retry would be: with the
                     # events first committed under it.
@@ -302,7 +310,9 @@ async def commit_rebased(
         arguments["commit_id"] = state.commit_ids()
     waiting: list[tuple[Request[Any], Any]] = [(request, None) for request, _, _ in made_for]
     waiting.extend((request, None) for request, _ in repeats)
-    await state.begin_commit()
+    if state.abort_requested:  # see SessionState.begin_commit
+        await anyio.lowlevel.checkpoint()  # the work scope is cancelled: raises here
+    state.begin_commit()
     try:
         rebased = await _send_rebased(state, arguments)
     except Exception as error:

@@ -16,6 +16,7 @@ import asyncio
 import random
 import threading
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
@@ -287,27 +288,36 @@ class Engine:
             if not requests:
                 return
             final = attempt == REBASE_ATTEMPTS
-            appends = _plain_appends(requests)
             # Plain appends have no precondition, so another writer being first is never their
             # caller's error: whatever `on_conflict` says, a segment of them that lost goes
             # again after what the other writer stored (to the store's rebasing commit when it
-            # has one, which never conflicts). The first attempt costs what it always did.
-            if appends is not None and (self._rebasing or (attempt and self._can_rebase)):
+            # has one, which never conflicts). The first attempt costs what it always did:
+            # the segment is looked at only when it may rebase, or once it has lost.
+            rebases = self._rebasing or (attempt and self._can_rebase)
+            appends = _plain_appends(requests) if rebases else None
+            if appends is not None:
                 requests = await commit_rebased(state, self.follower, appends, final=final)
             else:
-                # A segment of plain appends and self-checking requests (compactions) goes
-                # again after another writer's commit: nothing its callers planned is assumed.
-                replannable = appends is not None or all(
-                    request.checks_itself or (isinstance(request, Append) and request.plain)
-                    for request in requests
-                )
-                may_retry = (self._rebase or replannable) and not final
                 segment = self._apply(requests)
-                requests = await commit_plain(state, self.follower, segment, may_retry=may_retry)
+                requests = await commit_plain(
+                    state,
+                    self.follower,
+                    segment,
+                    may_retry=self._may_retry if not final else _never,
+                )
             if requests and attempt:
                 # Writers that keep colliding take turns: a short random backoff, as in any
                 # optimistic-concurrency retry loop.
                 await anyio.sleep(random.uniform(0, min(0.01, 0.0005 * attempt)))
+
+    def _may_retry(self, requests: Sequence[Request[Any]]) -> bool:
+        """Whether a segment that lost to another writer goes again after catching up: always
+        under ``on_conflict="rebase"``; else when nothing its callers planned is assumed
+        (plain appends, and self-checking requests such as a compaction's)."""
+        return self._rebase or all(
+            request.checks_itself or (isinstance(request, Append) and request.plain)
+            for request in requests
+        )
 
     def _apply(self, requests: list[Request[Any]]) -> Segment:
         """Apply ``requests`` in order to the published log; fail the invalid ones at once."""
@@ -409,3 +419,8 @@ def _plain_appends(requests: list[Request[Any]]) -> list[Append] | None:
     None."""
     appends = [request for request in requests if isinstance(request, Append) and request.plain]
     return appends if len(appends) == len(requests) else None
+
+
+def _never(_requests: Sequence[Request[Any]]) -> bool:
+    """No more retries (the last attempt)."""
+    return False

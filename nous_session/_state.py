@@ -182,17 +182,16 @@ class SessionState:
         with self.waker_scope:
             await self.published.run_waker()
 
-    async def begin_commit(self) -> None:
-        """A commit's store call is about to start.
+    def begin_commit(self) -> None:
+        """A commit's store call is about to start: an abort now waits for its answer.
 
-        An abort that came since the actor's last await (while the previous commit was in
-        flight, say) has cancelled the actor's work scope, but a cancellation reaches a task
-        only at an await, and the next one may be inside the store call, after the store has
-        been sent the commit: its callers would then hear SessionClosedError for events that
-        are stored. So the abort is taken here, before anything is sent.
+        Its caller first takes an abort that came since the actor's last await (while the
+        previous commit was in flight, say): that abort has cancelled the actor's work scope,
+        but a cancellation reaches a task only at an await, and the next one may be inside
+        the store call, after the store has been sent the commit, whose callers would then
+        hear SessionClosedError for events that are stored. So before anything is sent:
+        ``if state.abort_requested: await anyio.lowlevel.checkpoint()`` (it raises there).
         """
-        if self.abort_requested:
-            await anyio.lowlevel.checkpoint()  # the work scope is cancelled: raises here
         self.committing = True
 
     def end_commit(self) -> None:
