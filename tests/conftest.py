@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import suppress
+from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from nous_session import Store
+from nous_session.stores import MemoryStore
+from nous_session.stores.sqlite import SQLiteStore
 from tests.support.tallies import Tallies
 
 # The same properties, run deeper or shallower: `ci` on CI's main Python (the model tests run
@@ -90,3 +96,34 @@ def tallies(pytestconfig: pytest.Config) -> Tallies:
     plugin = pytestconfig.pluginmanager.get_plugin(Tallies.name)
     assert isinstance(plugin, Tallies)
     return plugin
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
+    """A factory of stores that all reach the same sessions (one store per would-be process),
+    on every backend: one memory store shared, SQLite files on one path, PostgreSQL in a
+    schema of the test's own (dropped after it). A test module may define its own."""
+    if request.param == "memory":
+        shared = MemoryStore()
+        yield lambda: shared
+    elif request.param == "sqlite":
+        yield lambda: SQLiteStore(tmp_path / "stores.sqlite3")
+    else:
+        url = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
+        if not url:
+            pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
+        psycopg = pytest.importorskip("psycopg")
+        from nous_session.stores.postgres import PostgresStore
+
+        schema = f"o_{uuid.uuid4().hex[:12]}"
+        yield lambda: PostgresStore(url, schema=schema)
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture
+async def store(stores: Callable[[], Store]) -> AsyncIterator[Store]:
+    """One store of :func:`stores`, closed after the test."""
+    store = stores()
+    yield store
+    await store.aclose()

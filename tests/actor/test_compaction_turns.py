@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -17,37 +17,9 @@ import pytest
 from nous_session import CompactionPolicy, LeasingStore, Message, SessionActor, Store
 from nous_session.stores import MemoryStore
 from nous_session.stores.base import supports
-from nous_session.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
-    """A factory of stores that all reach the same sessions (one per would-be process)."""
-    if request.param == "memory":
-        shared = MemoryStore()
-        yield lambda: shared
-    elif request.param == "sqlite":
-        yield lambda: SQLiteStore(tmp_path / "turns.sqlite3")
-    else:
-        if not POSTGRES_URL:
-            pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
-        psycopg = pytest.importorskip("psycopg")
-        from nous_session.stores.postgres import PostgresStore
-
-        schema = f"t_{uuid.uuid4().hex[:12]}"
-        yield lambda: PostgresStore(POSTGRES_URL, schema=schema)
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-
-
-@pytest.fixture
-async def store(stores: Callable[[], Store]) -> AsyncIterator[Store]:
-    store = stores()
-    yield store
-    await store.aclose()
 
 
 # The stores' leases --------------------------------------------------------------------------

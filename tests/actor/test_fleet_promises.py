@@ -11,10 +11,8 @@ import asyncio
 import gc
 import os
 import threading
-import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import anyio
 import anyio.lowlevel
@@ -27,38 +25,9 @@ from nous_session import (
     Store,
     WrongEventLoopError,
 )
-from nous_session.stores import MemoryStore
-from nous_session.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
-    """A factory of stores that all reach the same sessions."""
-    if request.param == "memory":
-        shared = MemoryStore()
-        yield lambda: shared
-    elif request.param == "sqlite":
-        yield lambda: SQLiteStore(tmp_path / "fleet.sqlite3")
-    else:
-        if not POSTGRES_URL:
-            pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
-        psycopg = pytest.importorskip("psycopg")
-        from nous_session.stores.postgres import PostgresStore
-
-        schema = f"f_{uuid.uuid4().hex[:12]}"
-        yield lambda: PostgresStore(POSTGRES_URL, schema=schema)
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-
-
-@pytest.fixture
-async def store(stores: Callable[[], Store]) -> AsyncIterator[Store]:
-    store = stores()
-    yield store
-    await store.aclose()
 
 
 def contents(events: object) -> list[str]:

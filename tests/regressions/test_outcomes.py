@@ -16,9 +16,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -47,32 +46,6 @@ from nous_session.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
-    if request.param == "memory":
-        shared = MemoryStore()
-        yield lambda: shared
-    elif request.param == "sqlite":
-        yield lambda: SQLiteStore(tmp_path / "outcomes.sqlite3")
-    else:
-        if not POSTGRES_URL:
-            pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
-        psycopg = pytest.importorskip("psycopg")
-        from nous_session.stores.postgres import PostgresStore
-
-        schema = f"o_{uuid.uuid4().hex[:12]}"
-        yield lambda: PostgresStore(POSTGRES_URL, schema=schema)
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-
-
-@pytest.fixture
-async def store(stores: Callable[[], Store]) -> AsyncIterator[Store]:
-    store = stores()
-    yield store
-    await store.aclose()
 
 
 class GatedStore(MemoryStore):
