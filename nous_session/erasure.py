@@ -81,6 +81,9 @@ class Erasure:
         absent: seqs that no session holds any more (a snapshot dropped them before).
         sessions: the other sessions whose history held the same events (forks that share
             them, and the sessions they were forked from) and were erased too, sorted.
+        summaries: the seqs of the summaries (replace events) erased with the events they
+            cover (a summary may quote what it replaced); they are in ``erased`` or
+            ``already`` too.
         proven: the store made sure no byte of the old content remains in its files or
             tables (see ``detail`` for how, or for why not).
         detail: what the store did to make sure (or why it could not).
@@ -97,6 +100,7 @@ class Erasure:
     proven: bool = False
     detail: str = ""
     dry_run: bool = False
+    summaries: tuple[int, ...] = attrs.field(default=(), kw_only=True)
 
     def to_json(self) -> dict[str, JSON]:
         """The erasure as a JSON object (what the command line prints with ``--json``)."""
@@ -108,6 +112,7 @@ class Erasure:
             "already": list(self.already),
             "absent": list(self.absent),
             "sessions": list(self.sessions),
+            "summaries": list(self.summaries),
             "proven": self.proven,
             "detail": self.detail,
             "dry_run": self.dry_run,

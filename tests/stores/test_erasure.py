@@ -621,6 +621,7 @@ def test_erasure_to_json_names_everything() -> None:
         "already": [2],
         "absent": [3],
         "sessions": ["f"],
+        "summaries": [],
         "proven": True,
         "detail": "",
         "dry_run": False,
