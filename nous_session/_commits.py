@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple, TypeVar, cast
 import anyio
 import anyio.lowlevel
 
-from nous_session._follower import Follower
+from nous_session._follower import Follower, erases
 from nous_session._requests import Append, Request
 from nous_session._state import SessionState, store_error
 from nous_session.errors import (
@@ -143,6 +143,8 @@ async def commit_plain(
                 if unreadable is not None:
                     error = unreadable  # the callers must hear what blocks them
                 else:
+                    if erases(state.published.log.since(batch.base.count)):
+                        batch = _refuse_copies(state, batch)
                     # Every request again, those a key answered too (nothing answered them).
                     again = [request for request, _ in (*batch.known, *batch.applied)]
                     if may_retry(again):
@@ -172,6 +174,25 @@ async def commit_plain(
         state.publish(batch.log, events=len(events), dropped=len(batch.dropped))
     state.acknowledge([*batch.known, *batch.applied], batch.log, rebuilt=batch.rebuilt)
     return []
+
+
+def _refuse_copies(state: SessionState, batch: Segment) -> Segment:
+    """The segment lost to an erasure's commit: its requests whose content their callers
+    made from the session as it was (a replace's messages) fail with a ConflictError, and
+    only the others go again (on the erased log)."""
+    applied = []
+    for request, result in batch.applied:
+        if request.copies_content():
+            request.fail(
+                ConflictError(
+                    f"session {state.session_id!r}: events were erased since this was planned,"
+                    " and it may copy what they said; nothing was written. Read the session"
+                    " again and plan it on the erased events"
+                )
+            )
+        else:
+            applied.append((request, result))
+    return batch._replace(applied=applied)
 
 
 def _unknown(
@@ -340,9 +361,10 @@ async def commit_rebased(
         log = state.published.log
         stored = list(log.since(rebased.first)[: len(events)])
         rebuilt = False
-    elif rebased.horizon != base.horizon:
-        # Another writer's snapshot dropped events this log still holds: read it all again
-        # (the batch with it) rather than extend a history that no longer is.
+    elif rebased.horizon != base.horizon or erases(rebased.others):
+        # Another writer's snapshot dropped events this log still holds, or an erasure
+        # changed some: read it all again (the batch with it) rather than extend a history
+        # that no longer is.
         state.batches += 1
         await follower.reload(None)
         log = state.published.log

@@ -6,7 +6,7 @@ in the actor task, so the published Log changes only between batches. See docs/i
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Any, Final
 
@@ -16,9 +16,10 @@ import anyio.abc
 from nous_session._requests import Erase, Reload
 from nous_session._state import SessionState, store_error
 from nous_session.errors import CorruptRecordError
+from nous_session.event import Event, EventType
 from nous_session.stores.base import ErasingStore, supports
 
-__all__ = ["Follower"]
+__all__ = ["Follower", "erases"]
 
 # A feed catch-up that could not read is tried again after this many seconds, doubling up
 # to the maximum while reads keep failing.
@@ -65,7 +66,10 @@ class Follower:
         When the store's horizon moved (another writer took a snapshot, dropping events this
         log may still hold, and whose absence changes what a later operation means), the
         whole session is read again instead, so the surface stays what a fresh fold of the
-        stored log gives. Returns the error when the store could not be read.
+        stored log gives. So it is when an ``erasure`` event came (a store erased events this
+        log holds, in this process or another): the erased form replaces them before the
+        actor serves another read or plans another compaction. Returns the error when the
+        store could not be read.
         """
         state = self._state
         if request is None or request.from_feed:
@@ -81,7 +85,7 @@ class Follower:
             return None
         try:
             stored = await state.store.read(state.session_id, since=log.count)
-            if stored.horizon != log.horizon:
+            if stored.horizon != log.horizon or erases(stored.events):
                 log = state.adopt(await state.store.read(state.session_id))
                 dropped = rebuilt = True
             else:
@@ -134,7 +138,11 @@ class Follower:
             return
         try:
             result = await store.erase(
-                state.session_id, request.seqs, reason=request.reason, at=request.at
+                state.session_id,
+                request.seqs,
+                reason=request.reason,
+                at=request.at,
+                summaries=request.summaries,
             )
         except ValueError as error:
             request.fail(error)
@@ -228,3 +236,9 @@ class Follower:
                 self._retry = None
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # closing
                 await self._catch_up(-1)
+
+
+def erases(events: Sequence[Event]) -> bool:
+    """Whether ``events`` (another writer's, read from the store) hold an ``erasure`` event:
+    the events it names changed in place, and a log holding them must be read again whole."""
+    return any(event.type is EventType.ERASURE for event in events)

@@ -205,10 +205,15 @@ class HistoryOperations:
         """
         return await self._call(Snapshot())
 
-    async def erase(self, seqs: Iterable[int], *, reason: str) -> Erasure:
+    async def erase(self, seqs: Iterable[int], *, reason: str, summaries: bool = True) -> Erasure:
         """Erase the content of the events at ``seqs`` for good: in the store (and in every
         session there that holds the same events: forks, and the session this one was forked
-        from when it shares them), and in this session's Log.
+        from when it shares them), and in this session's Log; with ``summaries`` (the
+        default), also the summaries (replace events) that copy them (the result lists them).
+        The store records the erasure as the session's next event (an ``erasure`` event:
+        which seqs, when and why), so every other holder of the session, in this process or
+        another, reads the erased events again, and a compaction of this actor that was
+        planned before is refused as stale.
 
         Each event keeps its seq, type, time and surface operation, and records when and why
         it was erased; an erased message stays on the surface as the placeholder
@@ -229,7 +234,9 @@ class HistoryOperations:
             StoreError, SessionClosedError: as
                 :meth:`~nous_session.actor.SessionActor.append`.
         """
-        request = Erase(check_seqs(seqs), check_reason(reason), now())
+        if type(summaries) is not bool:
+            raise ValueError(f"summaries is True or False, got {summaries!r}")
+        request = Erase(check_seqs(seqs), check_reason(reason), now(), summaries)
         return await self._call(request)
 
 

@@ -98,6 +98,12 @@ class Request(Generic[ResultT]):
         self.done = Done()
         self.error: BaseException | None = None
 
+    def copies_content(self) -> bool:
+        """Whether what the request writes was made by its caller from the session's content
+        (a replace's messages): one that lost to an erasure's commit is not applied again on
+        the erased log, since it may copy what was erased."""
+        return False
+
     def apply(self, log: Log, committed: int) -> Applied:
         """What this request does to ``log`` (``committed`` is the store's count before the
         batch). Pure: no I/O, nothing shared is changed.
@@ -152,6 +158,10 @@ class Append(Request[tuple[Event, ...]]):
         self.items = items
         self.key = key
         self.expect_count = expect_count
+
+    def copies_content(self) -> bool:
+        """An item with a surface op (a replace) holds messages its caller made."""
+        return any("surface_op" in item[1] for item in self.items)
 
     @property
     def plain(self) -> bool:
@@ -233,6 +243,11 @@ class Edit(Request[tuple[Event, ...]]):
         self.start = start
         self.stop = stop
         self.expect = expect
+
+    def copies_content(self) -> bool:
+        """A replace holds messages its caller made; a remove, rewind or uncompact copies
+        nothing."""
+        return self.item[0] is EventType.REPLACE
 
     def apply(self, log: Log, committed: int) -> Applied:
         """Check the expectation against ``log``, then append."""
@@ -354,15 +369,18 @@ class Erase(Request[Erasure]):
     rewrites the rows.
     """
 
-    __slots__ = ("at", "reason", "seqs")
+    __slots__ = ("at", "reason", "seqs", "summaries")
 
     barrier = True
 
-    def __init__(self, seqs: tuple[int, ...], reason: str, at: datetime) -> None:
+    def __init__(
+        self, seqs: tuple[int, ...], reason: str, at: datetime, summaries: bool = True
+    ) -> None:
         super().__init__()
         self.seqs = seqs
         self.reason = reason
         self.at = at
+        self.summaries = summaries
 
     async def run_barrier(self, follower: Follower) -> None:
         """Erase in the store, then read the session again (the follower answers)."""

@@ -362,7 +362,9 @@ def summary_replacement(log: Log, events: Sequence[Event], message: Message) -> 
 
 
 def still_applies(log: Log, replacement: Replacement) -> bool:
-    """Whether the surface in ``replacement``'s range is unchanged since it was planned.
+    """Whether the surface in ``replacement``'s range is unchanged since it was planned, and
+    nothing was erased since (a replacement planned on the content before an erasure may copy
+    it: it is stale, and the next compaction plans on the erased log).
 
     The log only grows, so the surface inside a range of existing positions can change only
     through a replace appended since, whose own range meets it (an ordinary append lands after
@@ -371,6 +373,8 @@ def still_applies(log: Log, replacement: Replacement) -> bool:
     """
     start, stop = replacement.start, replacement.stop
     for event in log.since(replacement.planned_at):
+        if event.type is EventType.ERASURE:
+            return False  # planned on content erased since: it may quote it
         op = event.op
         if type(op) is Replace or type(op) is Remove:
             if op.start <= stop and start <= op.stop:

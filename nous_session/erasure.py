@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import attrs
 
-from nous_session._json import JSON, dumps
+from nous_session._json import JSON
 from nous_session.event import (
     SURFACE_TYPES,
     Event,
@@ -47,12 +47,12 @@ __all__ = [
     "Erasure",
     "check_reason",
     "check_seqs",
-    "erase_copies",
+    "covering",
     "erase_event",
     "erasure_time",
     "erased_record",
+    "erasure_data",
     "family",
-    "forget_metadata",
     "now",
     "select_events",
 ]
@@ -64,7 +64,6 @@ ERASED_CONTENT: Final = "[erased]"
 """The content an erased message shows in place of what it said."""
 
 MAX_REASON_CHARS: Final = 1000
-L = TypeVar("L")
 _SURFACE: Final = frozenset(SURFACE_TYPES)
 
 
@@ -208,6 +207,8 @@ def erase_event(event: Event, *, reason: str, at: datetime) -> Event:
     reason = check_reason(reason)
     if not isinstance(at, datetime) or at.tzinfo is None:
         raise ValueError(f"an erasure time is a timezone-aware datetime, got {at!r}")
+    if event.type is EventType.ERASURE:
+        return event  # the record of an erasure holds no content of its own
     found = erased_record(event)
     if found is not None:
         earlier: dict[str, JSON] = {"at": found[0], "reason": found[1]}
@@ -286,18 +287,38 @@ def select_events(
             chosen.append(event)  # a predicate alone may choose any event
     seqs = {event.seq for event in chosen}
     if summaries and chosen:
-        for event in listed:
-            op = event.op
-            if (
-                type(op) is Replace
-                and event.seq not in seqs
-                and any(
-                    other.seq < event.seq and op.start <= other.position <= op.stop
-                    for other in chosen
-                )
-            ):
-                seqs.add(event.seq)
+        seqs |= covering(listed, seqs)
     return tuple(sorted(seqs))
+
+
+def covering(events: Iterable[Event], seqs: Iterable[int]) -> set[int]:
+    """The seqs of the replace events among ``events`` (a session's, in seq order) that are
+    copies of the events at ``seqs``: each whose range covered one of them, or covered
+    another such copy, when it was appended (a compaction summary may quote what it
+    summarised, and a later summary the earlier one). ``seqs`` themselves are not included.
+    """
+    chosen = set(seqs)
+    positions: list[int] = []  # the surface positions of the chosen events and copies
+    found: set[int] = set()
+    for event in events:
+        if event.seq in chosen:
+            positions.append(event.position)
+            continue
+        op = event.op
+        if type(op) is Replace and any(op.start <= place <= op.stop for place in positions):
+            found.add(event.seq)
+            positions.append(event.position)
+    return found
+
+
+def erasure_data(seqs: Iterable[int], *, reason: str, at: datetime) -> dict[str, JSON]:
+    """The data of the ``erasure`` event a store appends to each session whose content an
+    erasure changed: which seqs, when and why (no personal text)."""
+    return {
+        "seqs": list[JSON](sorted(seqs)),
+        "at": at.astimezone(UTC).isoformat(),
+        "reason": reason,
+    }
 
 
 def family(
@@ -341,52 +362,6 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def erase_copies(
-    session_id: str,
-    seqs: Sequence[int],
-    *,
-    reason: str,
-    at: datetime,
-    members_of: Callable[[int], Sequence[str]],
-    copies_of: Callable[[Sequence[str], int], Sequence[tuple[L, Event]]],
-    write: Callable[[L, Event], None] | None,
-) -> tuple[list[int], list[int], list[int], set[str]]:
-    """Erase every stored copy of each event (what every store's ``erase`` does, given how
-    to find and write its rows).
-
-    Args:
-        members_of: the sessions whose history holds the event at a seq (:func:`family`).
-        copies_of: the stored copies of the event at a seq among those sessions: where each
-            is (a store's own handle) and the event it holds.
-        write: stores the erased event in place of a copy; None for a dry run.
-
-    Returns:
-        The seqs erased, those erased before, those no session holds, and the other
-        sessions whose history held them.
-    """
-    erased: list[int] = []
-    already: list[int] = []
-    absent: list[int] = []
-    others: set[str] = set()
-    for seq in seqs:
-        members = members_of(seq)
-        copies = copies_of(members, seq)
-        if not copies:
-            absent.append(seq)
-            continue
-        others.update(member for member in members if member != session_id)
-        changed = False
-        for where, event in copies:
-            new = erase_event(event, reason=reason, at=at)
-            if new is event:
-                continue
-            changed = True
-            if write is not None:
-                write(where, new)
-        (erased if changed else already).append(seq)
-    return erased, already, absent, others
-
-
 def erasure_time(at: object) -> datetime:
     """``at`` (None: now) as an aware UTC datetime.
 
@@ -398,11 +373,3 @@ def erasure_time(at: object) -> datetime:
     if not isinstance(at, datetime) or at.tzinfo is None:
         raise ValueError(f"an erasure time is a timezone-aware datetime, got {at!r}")
     return at.astimezone(UTC)
-
-
-def forget_metadata(event: Event, forgotten: dict[int, bytes]) -> None:
-    """For a store's erase: note an erased metadata event (``event``, as written), so the
-    store also replaces the copy of that record it keeps with each session (for listing) in
-    every session whose current record it was. An erased metadata event's record is empty."""
-    if event.type is EventType.METADATA:
-        forgotten[event.seq] = dumps(event.data.get("metadata", {}))

@@ -69,6 +69,7 @@ class EventType(enum.StrEnum):
     STEP_END = "step_end"
     REQUEST_HEADER = "request_header"
     METADATA = "session_metadata"  # the session's metadata record (nous_session.metadata)
+    ERASURE = "erasure"  # a store erased events' content (nous_session.erasure)
     # Operation types: each carries one surface operation (nous_session.ops) and nothing else
     # of its own reaches the surface, except a replace's messages.
     REPLACE = "replace"
@@ -368,7 +369,26 @@ def _check_rules(event_type: EventType | str, data: dict[str, JSON], seq: int | 
         _check_replace_messages(data)
     elif event_type is EventType.METADATA:
         _check_metadata(data)
+    elif event_type is EventType.ERASURE:
+        _check_erasure(data)
     return op
+
+
+def _check_erasure(data: dict[str, JSON]) -> None:
+    """An erasure event records which seqs a store erased, when and why (no personal text):
+    ``{"seqs": [int, ...], "at": ISO time, "reason": text}``."""
+    seqs = data.get("seqs")
+    if (
+        set(data) != {"seqs", "at", "reason"}
+        or type(seqs) is not list
+        or not seqs
+        or not all(type(seq) is int and seq >= 0 for seq in seqs)
+        or type(data["at"]) is not str
+        or type(data["reason"]) is not str
+    ):
+        raise _Refusal(
+            'an erasure event holds exactly {"seqs": [int >= 0, ...], "at": str, "reason": str}'
+        )
 
 
 def _check_metadata(data: dict[str, JSON]) -> None:

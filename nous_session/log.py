@@ -54,6 +54,7 @@ _SEQ: Final = attrgetter("seq")
 _SURFACE: Final = frozenset(SURFACE_TYPES)
 _OPERATION: Final = frozenset(OPERATION_TYPES)
 _BUILT_IN: Final = frozenset(EventType)
+_ALWAYS_KEPT: Final = frozenset({EventType.METADATA, EventType.ERASURE})
 _POSITION: Final = attrgetter("position")
 
 
@@ -690,10 +691,10 @@ class Log:
     def _partition(self) -> tuple[list[Event], list[Event]]:
         """(kept, dropped) by a snapshot.
 
-        Kept: every event on the surface now, every custom and metadata event, and every bookkeeping
-        event that no later range operation covers. Dropped: surface events and replaces no
-        longer on the surface, the operations that are not (removes, rewinds, uncompacts),
-        and bookkeeping events inside a range replaced or removed after them.
+        Kept: every event on the surface now, every custom, metadata and erasure event, and every
+        bookkeeping event that no later range operation covers. Dropped: surface events and
+        replaces no longer on the surface, the operations that are not (removes, rewinds,
+        uncompacts), and bookkeeping events inside a range replaced or removed after them.
         """
         on_surface = {entry.seq for entry in self.surface()}
         # Sweep newest to oldest, so the coverage holds exactly the range operations
@@ -707,8 +708,8 @@ class Log:
             kind = event.type
             if kind in _SURFACE or kind in _OPERATION:
                 keep = event.seq in on_surface
-            elif (type(kind) is str and kind not in _BUILT_IN) or kind is EventType.METADATA:
-                keep = True  # custom and metadata events: always kept
+            elif (type(kind) is str and kind not in _BUILT_IN) or kind in _ALWAYS_KEPT:
+                keep = True  # custom, metadata and erasure events: always kept
             else:
                 keep = not coverage.covers(event.seq)
             (live if keep else dropped).append(event)

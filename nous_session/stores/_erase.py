@@ -1,27 +1,34 @@
 """The erase steps every store takes, over what it stores (see
 :class:`~nous_session.stores.base.ErasingStore` and docs/internals.md, "Stores"): which seqs,
 which sessions hold a copy of each (a fork and the session it was forked from share their
-history up to the fork point), rewriting every copy, and forgetting an erased metadata
-record. Each store says how to read and write its copies through a :class:`Copies`."""
+history up to the fork point: linked by the sessions' identities, never by a name that a new
+session may take again), the summaries that copy an erased event, rewriting every copy,
+forgetting an erased metadata record, and an ``erasure`` event appended to every session
+whose content changed, so every holder of it (in any process) hears of it the way it hears of
+a commit, and a commit planned on the session as it was conflicts on the count. Each store
+says how to read and write its copies through a :class:`Copies`."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
+from nous_session._json import dumps
 from nous_session.erasure import (
     Erasure,
     check_reason,
     check_seqs,
-    erase_copies,
+    covering,
+    erase_event,
+    erasure_data,
     erasure_time,
     family,
-    forget_metadata,
 )
-from nous_session.event import Event
+from nous_session.event import Event, EventType, make_event
 from nous_session.stores._lineage import SessionRow
 
 __all__ = ["Copies", "ErasureRequest", "erase_rows"]
@@ -33,8 +40,8 @@ Where = TypeVar("Where")
 class ErasureRequest:
     """What an ``erase`` or ``erase_session`` call asks, checked as far as it can be before
     the session is read: the events at ``wanted`` (None: every event the session wrote itself,
-    and with ``inherited`` also those it took from its parent), why, when, and whether only to
-    say what would be erased."""
+    and with ``inherited`` also those it took from its parent), why, when, whether the
+    summaries that copy them go too, and whether only to say what would be erased."""
 
     session_id: str
     wanted: Sequence[int] | None
@@ -42,22 +49,38 @@ class ErasureRequest:
     reason: str
     at: datetime
     dry_run: bool
+    summaries: bool = True
 
     @classmethod
     def events(
-        cls, session_id: str, seqs: Iterable[int], reason: str, at: datetime | None, dry_run: bool
+        cls,
+        session_id: str,
+        seqs: Iterable[int],
+        reason: str,
+        at: datetime | None,
+        dry_run: bool,
+        summaries: bool = True,
     ) -> ErasureRequest:
         """What ``erase`` asks (raises ValueError on a bad reason, time or seq)."""
         reason = check_reason(reason)
         when = erasure_time(at)
-        return cls(session_id, check_seqs(seqs), None, reason, when, dry_run)
+        return cls(session_id, check_seqs(seqs), None, reason, when, dry_run, _flag(summaries))
 
     @classmethod
     def session(
-        cls, session_id: str, reason: str, inherited: bool, dry_run: bool
+        cls, session_id: str, reason: str, inherited: bool, dry_run: bool, summaries: bool = True
     ) -> ErasureRequest:
         """What ``erase_session`` asks (raises ValueError on a bad reason)."""
-        return cls(session_id, None, inherited, check_reason(reason), erasure_time(None), dry_run)
+        reason = check_reason(reason)
+        return cls(
+            session_id, None, inherited, reason, erasure_time(None), dry_run, _flag(summaries)
+        )
+
+
+def _flag(summaries: object) -> bool:
+    if type(summaries) is not bool:
+        raise ValueError(f"summaries is True or False, got {summaries!r}")
+    return summaries
 
 
 class Copies(Protocol, Generic[Where]):
@@ -73,8 +96,14 @@ class Copies(Protocol, Generic[Where]):
         parent's shared ones included."""
         ...
 
-    def children(self, name: str) -> Sequence[tuple[str, int | None]]:
-        """The sessions forked from ``name``, with their fork points."""
+    def events(self, name: str, row: SessionRow[Any]) -> Sequence[Event]:
+        """The events the session ``name`` holds (its parent's shared ones included), in seq
+        order."""
+        ...
+
+    def children(self, row: SessionRow[Any]) -> Sequence[tuple[str, int | None]]:
+        """The sessions forked from this one (by identity: ``parent_uid`` is its ``uid``),
+        with their fork points."""
         ...
 
     def copies(self, member: str, seq: int) -> Sequence[tuple[Where, Event]]:
@@ -90,66 +119,178 @@ class Copies(Protocol, Generic[Where]):
         ``record`` instead."""
         ...
 
+    def append(self, row: SessionRow[Any], event: Event) -> None:
+        """Store ``event`` (made by the store, at the session's count) as the session's next
+        event, and tell the session's followers (as a commit does)."""
+        ...
+
+
+@attrs.define
+class _Run(Generic[Where]):
+    """One erasure's progress over the sessions it reaches."""
+
+    store: Copies[Where]
+    request: ErasureRequest
+    rows: dict[str, SessionRow[Any] | None] = attrs.Factory(dict)
+    events: dict[str, Sequence[Event]] = attrs.Factory(dict)
+    forks: dict[str, Sequence[tuple[str, int | None]]] = attrs.Factory(dict)
+    done: set[tuple[str, int]] = attrs.Factory(set)  # (session, seq) handled
+    changed: dict[str, set[int]] = attrs.Factory(dict)  # session -> seqs whose content changed
+
+    def row(self, name: str) -> SessionRow[Any] | None:
+        if name not in self.rows:
+            self.rows[name] = self.store.row(name)
+        return self.rows[name]
+
+    def parent_of(self, name: str) -> tuple[str, int] | None:
+        """The session's parent and fork point, when the session it names is still the one
+        it was forked from (a new session under a deleted parent's name is not)."""
+        found = self.row(name)
+        if found is None or found.parent is None or found.fork_point is None:
+            return None
+        parent = self.row(found.parent)
+        if parent is None or parent.uid != found.parent_uid:
+            return None
+        return found.parent, found.fork_point
+
+    def children_of(self, name: str, seq: int) -> list[str]:
+        if name not in self.forks:
+            found = self.row(name)
+            self.forks[name] = () if found is None else self.store.children(found)
+        return [child for child, point in self.forks[name] if point is not None and point >= seq]
+
+    def members(self, name: str, seq: int) -> list[str]:
+        return family(name, seq, self.parent_of, self.children_of)
+
+    def events_of(self, name: str) -> Sequence[Event]:
+        if name not in self.events:
+            found = self.row(name)
+            self.events[name] = () if found is None else self.store.events(name, found)
+        return self.events[name]
+
+    def erase(self, members: Sequence[str], seq: int) -> bool | None:
+        """Erase every copy of the event at ``seq`` that ``members`` (its family) store: True
+        when one changed, False when all were erased already, None when none is stored."""
+        request = self.request
+        copies = [
+            copy
+            for member in members
+            for copy in self.store.copies(member, seq)
+            if copy[1].type is not EventType.ERASURE  # the record of an erasure stays
+        ]
+        if not copies:
+            return None
+        changed = False
+        record: bytes | None = None
+        for where, event in copies:
+            new = erase_event(event, reason=request.reason, at=request.at)
+            if new is event:
+                continue
+            changed = True
+            if not request.dry_run:
+                self.store.write(where, new)
+            if new.type is EventType.METADATA:
+                record = dumps(new.data.get("metadata", {}))
+        if changed:
+            for member in members:
+                self.changed.setdefault(member, set()).add(seq)
+            if record is not None and not request.dry_run:
+                # The sessions' listing copies of an erased metadata record go too.
+                self.store.forget(record, members, seq)
+        return changed
+
 
 def erase_rows(store: Copies[Where], request: ErasureRequest) -> Erasure:
-    """Erase every stored copy of the events ``request`` names.
+    """Erase every stored copy of the events ``request`` names, and (with
+    ``request.summaries``) of the replace events that copy them, in every session that holds
+    them; then append an ``erasure`` event to each session whose content changed.
 
     Raises:
         ValueError: no such session, or a seq it does not have; nothing was changed.
     """
-    session_id, wanted, reason, at = request.session_id, request.wanted, request.reason, request.at
-    row = store.row(session_id)
+    session_id = request.session_id
+    run = _Run(store, request)
+    row = run.row(session_id)
     if row is None or row.count == 0:
         raise ValueError(f"no session {session_id!r} to erase")
-    if wanted is None:
-        low = 0 if request.inherited or row.fork_point is None else row.fork_point + 1
-        seqs: Sequence[int] = sorted(set(store.held(row, low)))
+    if request.wanted is None:
+        wanted, absent = _written(run, session_id, row, request.inherited)
     else:
-        seqs = check_seqs(wanted, row.count, session_id=session_id)
-
-    def parent_of(name: str) -> tuple[str, int] | None:
-        found = store.row(name)
-        if found is None or found.parent is None or found.fork_point is None:
-            return None
-        if store.row(found.parent) is None:
-            return None
-        return found.parent, found.fork_point
-
-    forks: dict[str, Sequence[tuple[str, int | None]]] = {}  # read once per session
-
-    def children_of(name: str, seq: int) -> list[str]:
-        if name not in forks:
-            forks[name] = store.children(name)
-        return [child for child, point in forks[name] if point is not None and point >= seq]
-
-    def copies_of(members: Sequence[str], seq: int) -> list[tuple[Where, Event]]:
-        return [copy for member in members for copy in store.copies(member, seq)]
-
-    forgotten: dict[int, bytes] = {}  # erased metadata events: seq -> their record
-
-    def write(where: Where, event: Event) -> None:
-        store.write(where, event)
-        forget_metadata(event, forgotten)
-
-    erased, already, absent, others = erase_copies(
-        session_id,
-        seqs,
-        reason=reason,
-        at=at,
-        members_of=lambda seq: family(session_id, seq, parent_of, children_of),
-        copies_of=copies_of,
-        write=None if request.dry_run else write,
-    )
-    # The sessions' copies of an erased metadata record go too (see forget_metadata).
-    for seq, record in forgotten.items():
-        store.forget(record, family(session_id, seq, parent_of, children_of), seq)
+        wanted, absent = list(check_seqs(request.wanted, row.count, session_id=session_id)), []
+    erased: list[int] = []
+    already: list[int] = []
+    summaries: set[int] = set()
+    others: set[str] = set()
+    # (session, seqs of the same events as the session sees them): a fork that holds an
+    # erased event may hold summaries of its own that copy it.
+    queue: deque[tuple[str, set[int]]] = deque([(session_id, set(wanted))])
+    first = True
+    while queue:
+        name, seqs = queue.popleft()
+        copies = covering(run.events_of(name), seqs) if request.summaries else set()
+        reached: dict[str, set[int]] = {}
+        for seq in sorted(seqs | copies):
+            if (name, seq) in run.done:
+                continue
+            members = run.members(name, seq)
+            run.done.update((member, seq) for member in members)
+            outcome = run.erase(members, seq)
+            if outcome is None:
+                if first:
+                    absent.append(seq)
+                continue
+            for member in members:
+                if member != name:
+                    reached.setdefault(member, set()).add(seq)
+            others.update(member for member in members if member != session_id)
+            if first:
+                (erased if outcome else already).append(seq)
+                if seq in copies:
+                    summaries.add(seq)
+        queue.extend(reached.items())
+        first = False
+    if not request.dry_run:
+        for member, seqs in run.changed.items():
+            found = store.row(member)  # read again: counts as of now, in this transaction
+            if found is None:  # pragma: no cover - every member was read in this transaction
+                continue
+            data = erasure_data(seqs, reason=request.reason, at=request.at)
+            store.append(found, make_event(found.count, EventType.ERASURE, data, request.at))
     return Erasure(
         session_id,
-        reason,
-        at,
+        request.reason,
+        request.at,
         tuple(erased),
         tuple(already),
-        tuple(absent),
+        tuple(sorted(absent)),
         tuple(sorted(others)),
         dry_run=request.dry_run,
+        summaries=tuple(sorted(summaries)),
     )
+
+
+def _written(
+    run: _Run[Any], session_id: str, row: SessionRow[Any], inherited: bool | None
+) -> tuple[list[int], list[int]]:
+    """For ``erase_session``: the seqs of every event the session wrote (with ``inherited``,
+    also those it took from its parent) that some session still holds (its own rows, its kept
+    events, its parent's shared rows, its forks' copies: a fork may keep what the session's
+    own snapshot dropped), and those no session holds any more."""
+    low = 0 if inherited or row.fork_point is None else row.fork_point + 1
+    found = {seq for seq in run.store.held(row, low) if seq < row.count}
+    # Forks hold the session's events up to their fork points (above: their own).
+    stack = [(row, row.count - 1)]
+    while stack:
+        current, upto = stack.pop()
+        for child, point in run.store.children(current):
+            child_row = run.row(child)
+            if child_row is None or point is None or point < low:
+                continue
+            bound = min(upto, point)
+            found.update(seq for seq in run.store.held(child_row, low) if seq <= bound)
+            stack.append((child_row, bound))
+    # An erasure event holds no content: nothing to erase, and nothing missing.
+    records = {event.seq for event in run.events_of(session_id) if event.type is EventType.ERASURE}
+    found -= records
+    missing = [seq for seq in range(low, row.count) if seq not in found and seq not in records]
+    return sorted(found), missing

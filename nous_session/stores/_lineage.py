@@ -37,6 +37,9 @@ class SessionRow(Generic[Key]):
         fork_point: the parent's last seq it took, or None.
         shares: it reads its parent's rows up to ``fork_point`` instead of holding copies.
         held: the rows it holds itself (SQLite keeps the number; PostgreSQL does not).
+        uid: its identity, made when it was created: a session made later under the same
+            name (after a delete) has another.
+        parent_uid: the identity of the session it was forked from, or None.
     """
 
     key: Key
@@ -46,6 +49,8 @@ class SessionRow(Generic[Key]):
     fork_point: int | None
     shares: bool
     held: int = 0
+    uid: str = ""
+    parent_uid: str | None = None
 
     def shared_from(self) -> tuple[str, int] | None:
         """The parent and fork point it shares rows from, or None when it shares none."""

@@ -482,14 +482,23 @@ class ErasingStore(Store, Protocol):
         reason: str,
         at: datetime | None = None,
         dry_run: bool = False,
+        summaries: bool = True,
     ) -> Erasure:
         """Replace the events at ``seqs`` of the session by their erased form
         (:func:`~nous_session.erasure.erase_event`) wherever they are stored: in the session,
         in the session it was forked from when it shares them, and in every fork that holds
         them (the result names those sessions), including the copies kept aside for
-        idempotency keys. The count, the horizon, the keys and every other event stay; a
-        concurrent commit to the session is not disturbed. Then scrub the space the old
-        records took, and say in the result whether no copy can remain (``proven``).
+        idempotency keys; and, with ``summaries``, the replace events that copy them (see
+        :func:`~nous_session.erasure.covering`; the result lists them). Forks are found by
+        the sessions' identities: a session made under a deleted parent's name shares
+        nothing with the parent's forks.
+
+        Each session whose content changed gets an ``erasure`` event (which seqs, when and
+        why) at its count, in the same transaction: every holder of the session hears of it
+        as of a commit (and reads the erased events again), and a commit planned on the
+        session as it was before conflicts on the count. The horizon, the keys and every
+        other event stay. Then scrub the space the old records took, and say in the result
+        whether no copy can remain (``proven``).
 
         Args:
             session_id: the session.
@@ -497,6 +506,8 @@ class ErasingStore(Store, Protocol):
             reason: why, recorded in every erased event (not personal text).
             at: when, recorded (default: now).
             dry_run: change nothing; the result says what would be erased.
+            summaries: erase the replace events that copy the erased events too (the
+                default); False keeps them as they are.
 
         Raises:
             ValueError: a seq is not an int in ``0 .. count - 1``, the session does not
@@ -512,10 +523,14 @@ class ErasingStore(Store, Protocol):
         reason: str,
         inherited: bool = False,
         dry_run: bool = False,
+        summaries: bool = True,
     ) -> Erasure:
-        """Erase every event the session holds that it wrote itself (for a fork: the events
-        after its fork point); with ``inherited=True`` also those it took from the session
-        it was forked from (which erases them there, and in that session's other forks).
+        """Erase every event the session wrote itself (for a fork: the events after its fork
+        point) wherever it is still held: its own rows and kept events, and the copies its
+        forks hold (a fork keeps what the session's own snapshot dropped). With
+        ``inherited=True`` also those it took from the session it was forked from (which
+        erases them there, and in that session's other forks). The seqs no session holds any
+        more are listed under ``absent``; ``summaries`` as for :meth:`erase`.
 
         Raises:
             ValueError: the session does not exist, or the reason is malformed.

@@ -8,6 +8,7 @@ delete of the parent first gives the forks that share the affected history their
 
 from __future__ import annotations
 
+import secrets
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
@@ -68,6 +69,8 @@ class _Session:
     meta_seq: int | None = None  # that event's seq
     created: int = 0  # microseconds since the epoch, the store's clock
     active: int = 0
+    uid: str = attrs.Factory(lambda: secrets.token_hex(8))  # its identity (see SessionRow)
+    parent_uid: str | None = None
 
 
 def _now() -> int:
@@ -332,6 +335,7 @@ class MemoryStore(StoreBase):
             count=at + 1,
             horizon=parent.horizon,
             parent=session_id,
+            parent_uid=parent.uid,
             fork_point=at,
             shares=True,
             metadata=metadata,
@@ -402,6 +406,7 @@ class MemoryStore(StoreBase):
         reason: str,
         at: datetime | None = None,
         dry_run: bool = False,
+        summaries: bool = True,
     ) -> Erasure:
         """Replace the events at ``seqs`` by their erased form, in the session and in every
         session that holds the same events (see
@@ -414,7 +419,7 @@ class MemoryStore(StoreBase):
             ValueError: a bad seq or reason, or no such session; nothing was changed.
         """
         self._check_open()
-        return self._erase(ErasureRequest.events(session_id, seqs, reason, at, dry_run))
+        return self._erase(ErasureRequest.events(session_id, seqs, reason, at, dry_run, summaries))
 
     async def erase_session(
         self,
@@ -423,6 +428,7 @@ class MemoryStore(StoreBase):
         reason: str,
         inherited: bool = False,
         dry_run: bool = False,
+        summaries: bool = True,
     ) -> Erasure:
         """Erase every event the session wrote itself (and, with ``inherited``, what it took
         from the session it was forked from); see
@@ -432,7 +438,8 @@ class MemoryStore(StoreBase):
             ValueError: a bad reason, or no such session; nothing was changed.
         """
         self._check_open()
-        return self._erase(ErasureRequest.session(session_id, reason, inherited, dry_run))
+        request = ErasureRequest.session(session_id, reason, inherited, dry_run, summaries)
+        return self._erase(request)
 
     def _erase(self, request: ErasureRequest) -> Erasure:
         done = erase_rows(_MemoryCopies(self), request)
@@ -471,7 +478,14 @@ class _MemoryCopies:
         if found is None:
             return None
         return SessionRow(
-            name, found.count, found.horizon, found.parent, found.fork_point, found.shares
+            name,
+            found.count,
+            found.horizon,
+            found.parent,
+            found.fork_point,
+            found.shares,
+            uid=found.uid,
+            parent_uid=found.parent_uid,
         )
 
     def held(self, row: SessionRow[Any], low: int) -> Iterable[int]:
@@ -480,9 +494,14 @@ class _MemoryCopies:
         yield from (seq for seq in self.store._inherited(session)[1] if seq >= low)
         yield from (seq for seq in session.kept if seq >= low)
 
-    def children(self, name: str) -> list[tuple[str, int | None]]:
+    def events(self, name: str, row: SessionRow[Any]) -> list[Event]:
+        return self.store._view(self.store._sessions[row.key], 0)
+
+    def children(self, row: SessionRow[Any]) -> list[tuple[str, int | None]]:
         return [
-            (child, s.fork_point) for child, s in self.store._sessions.items() if s.parent == name
+            (child, s.fork_point)
+            for child, s in self.store._sessions.items()
+            if s.parent_uid is not None and s.parent_uid == row.uid
         ]
 
     def copies(self, member: str, seq: int) -> list[tuple[tuple[str, bool], Event]]:
@@ -508,3 +527,8 @@ class _MemoryCopies:
             held = self.store._sessions[member]
             if held.meta_seq == seq:
                 held.metadata = SessionMetadata()
+
+    def append(self, row: SessionRow[Any], event: Event) -> None:
+        found = self.store._sessions[row.key]
+        found.events.append(event)
+        found.count = event.seq + 1

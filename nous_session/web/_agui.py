@@ -13,6 +13,7 @@ import orjson
 from ag_ui.core import (
     AssistantMessage,
     BaseEvent,
+    CustomEvent,
     DeveloperMessage,
     FunctionCall,
     MessagesSnapshotEvent,
@@ -54,6 +55,8 @@ RUN_STARTED: Final = "ag_ui.run_started"
 RUN_FINISHED: Final = "ag_ui.run_finished"
 RUN_ERROR: Final = "ag_ui.run_error"
 RUN_MARKERS: Final = frozenset({RUN_STARTED, RUN_FINISHED, RUN_ERROR})
+# The custom event that tells a client which messages an erasure changed.
+ERASURE_EVENT: Final = "nous_session.erasure"
 # Where a message keeps the id an AG-UI client gave it (AG-UI reserves this metadata key).
 METADATA_KEY: Final = "ag-ui"
 # The prefix of the ids the server gives messages that came with none (the agent's): the seq.
@@ -83,6 +86,15 @@ def message_id(seq: int, metadata: object, index: int = 0) -> str:
     if given is not None:
         return given
     return f"{OWN_PREFIX}{seq}" if index == 0 else f"{OWN_PREFIX}{seq}.{index}"
+
+
+def _seq_of(identifier: str) -> int | None:
+    """The seq of the event a server-made id (``nous:<seq>[.<index>]``) names, or None."""
+    if identifier.startswith(OWN_PREFIX):
+        seq = identifier[len(OWN_PREFIX) :].partition(".")[0]
+        if seq.isdecimal():
+            return int(seq)
+    return None
 
 
 def known_message_ids(log: Log) -> set[str]:
@@ -219,6 +231,18 @@ def translate(
         if kind == RUN_FINISHED:
             return [RunFinishedEvent(thread_id=thread_id, run_id=run_id)]
         return [RunErrorEvent(message=str(data.get("message", "the run failed")))]
+    if kind is EventType.ERASURE:
+        # Events were erased (here or in another process): the snapshot replaces the text a
+        # client shows with the erased form, and the custom event names the seqs and the
+        # messages' ids, for a client that keeps copies of its own.
+        snapshot = messages_snapshot(log.upto(event.seq))
+        seqs = data.get("seqs")
+        erased = set(seqs) if isinstance(seqs, list) else set()
+        # An erased message lost the id its client gave it (with its metadata): its id is
+        # the server's, made of its seq.
+        ids = [message.id for message in snapshot.messages if _seq_of(message.id) in erased]
+        value = {"seqs": data.get("seqs"), "message_ids": ids, "reason": data.get("reason")}
+        return [snapshot, CustomEvent(name=ERASURE_EVENT, value=value)]
     if event.op is not None:
         # A surface operation (a compaction's summary, a removal, a rewind...): the surface
         # changed otherwise than by one more message.

@@ -6,10 +6,9 @@ Runs on memory, SQLite and PostgreSQL (``NOUS_SESSION_TEST_POSTGRES``; the byte 
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,106 +28,29 @@ from nous_session.cli import main
 from nous_session.erasure import ERASED_CONTENT, erase_event, erased_record
 from nous_session.metadata import SessionMetadata
 from nous_session.stores import MemoryStore
-from nous_session.stores.base import Store, supports
+from nous_session.stores.base import supports
 from nous_session.stores.sqlite import SQLiteStore
+from tests.support.erasure import (
+    POSTGRES_URL,
+    Backend,
+    make_backend,
+    postgres_backend,
+)
+from tests.support.erasure import secret as _secret
+from tests.support.erasure import text_of as _text
+from tests.support.erasure import toast_uncompressed as _toast_uncompressed
 
 pytestmark = pytest.mark.anyio
-
-POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
-
-
-class Backend:
-    """A store under test, and how to look at its raw bytes."""
-
-    def __init__(self, kind: str, make: Callable[[], Store], path: Path | None = None) -> None:
-        self.kind = kind
-        self.make = make
-        self.path = path
-        self.schema: str | None = None
-
-    def hits(self, text: str) -> dict[str, int]:
-        """Where the raw bytes hold ``text``: per file (SQLite) or per relation (PostgreSQL)."""
-        needle = text.encode()
-        if self.kind == "sqlite":
-            assert self.path is not None
-            found = {}
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                file = Path(f"{self.path}{suffix}")
-                if file.exists():
-                    found[file.name] = file.read_bytes().count(needle)
-            return found
-        if self.kind == "postgres":
-            return _pages(self.schema or "", needle)
-        return {}
-
-
-def _pages(schema: str, needle: bytes) -> dict[str, int]:
-    """Count ``needle`` in every block of the events and kept tables and their TOAST tables,
-    read with pageinspect's get_raw_page."""
-    import psycopg
-
-    assert POSTGRES_URL is not None
-    found: dict[str, int] = {}
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        try:
-            connection.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
-        except psycopg.Error as error:  # not a superuser, or the contrib package is missing
-            pytest.skip(f"pageinspect is needed to read raw pages: {error}")
-        for table in ("nous_events", "nous_kept"):
-            relations = connection.execute(
-                "SELECT c.oid::regclass::text, t.oid::regclass::text FROM pg_class c"
-                " JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " LEFT JOIN pg_class t ON t.oid = c.reltoastrelid"
-                " WHERE n.nspname = %s AND c.relname = %s",
-                (schema, table),
-            ).fetchone()
-            assert relations is not None
-            for relation in relations:
-                if relation is None:
-                    continue
-                (blocks,) = connection.execute(
-                    "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
-                    (relation,),
-                ).fetchone()  # type: ignore[misc]
-                count = 0
-                for block in range(blocks):
-                    (page,) = connection.execute(
-                        "SELECT get_raw_page(%s, %s)", (relation, block)
-                    ).fetchone()  # type: ignore[misc]
-                    count += bytes(page).count(needle)
-                found[relation] = count
-    return found
-
-
-def _postgres() -> Iterator[Backend]:
-    if not POSTGRES_URL:
-        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
-    psycopg = pytest.importorskip("psycopg")
-    from nous_session.stores.postgres import PostgresStore
-
-    schema = f"e_{uuid.uuid4().hex[:12]}"
-    made = Backend("postgres", lambda: PostgresStore(POSTGRES_URL, schema=schema, max_size=4))
-    made.schema = schema
-    yield made
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "memory":
-        shared = MemoryStore()
-        yield Backend("memory", lambda: shared)
-    elif request.param == "sqlite":
-        path = tmp_path / "erase.sqlite3"
-        yield Backend("sqlite", lambda: SQLiteStore(path), path)
-    else:
-        yield from _postgres()
+    yield from make_backend(request.param, tmp_path)
 
 
 @pytest.fixture
 def postgres() -> Iterator[Backend]:
-    yield from _postgres()
+    yield from postgres_backend()
 
 
 @pytest.fixture
@@ -136,29 +58,6 @@ async def store(backend: Backend) -> AsyncIterator[Any]:
     made = backend.make()
     yield made
     await made.aclose()
-
-
-def _secret() -> str:
-    return f"SECRET-{uuid.uuid4().hex}"
-
-
-def _text(session_events: Any) -> str:
-    return repr([dict(event.data) for event in session_events])
-
-
-async def _toast_uncompressed(backend: Backend, store: Any) -> None:
-    """On PostgreSQL, store long records out of line and uncompressed, so that a text in
-    them is in the TOAST table's pages byte for byte (and the scan can see it)."""
-    if backend.kind != "postgres":
-        return
-    import psycopg
-
-    await store.sessions()  # creates the schema
-    assert POSTGRES_URL is not None
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        connection.execute(
-            f"ALTER TABLE {backend.schema}.nous_events ALTER COLUMN record SET STORAGE EXTERNAL"
-        )
 
 
 async def test_an_erased_text_leaves_no_byte_in_the_store(backend: Backend, store: Any) -> None:
@@ -225,10 +124,15 @@ async def test_the_fold_and_a_reopened_session_show_placeholders_with_tool_calls
         assert messages[3].tool_call_id == "call-1"
         assert messages[1].metadata["erased"]["reason"] == "asked to"
         assert "Secret" not in repr(messages)
-        assert session.log.count == count
+        # The erasure is recorded as the session's next event (no text of its own).
+        record_event = session.log.events()[-1]
+        assert session.log.count == count + 1
+        assert record_event.type is EventType.ERASURE
+        assert record_event.data["seqs"] == [asked.seq, called.seq, answered.seq]
+        assert record_event.data["reason"] == "asked to"
         # The session goes on after an erasure.
         after = await session.add_message(Message.user("next"))
-        assert after.seq == count
+        assert after.seq == count + 1
         erased = session.log.events()
     async with SessionActor.open(session_id="s", store=store) as again:
         assert list(again.log.events()) == list(erased)
@@ -363,8 +267,10 @@ async def test_erase_session_erases_what_the_session_wrote(store: Any) -> None:
     result = await store.erase_session("fork", reason="account closed")
     assert result.erased == (2, 3)
     assert result.sessions == ()
-    texts = [event.data["content"] for event in await store.load("fork")]
+    assert result.absent == ()
+    texts = [event.data["content"] for event in await store.load("fork") if event.is_surface]
     assert texts == ["shared prompt", "parent's own", ERASED_CONTENT, ERASED_CONTENT]
+    assert [event.type for event in await store.load("fork")][-1] is EventType.ERASURE
     assert [event.data["content"] for event in await store.load("parent")] == [
         "shared prompt",
         "parent's own",
@@ -373,7 +279,10 @@ async def test_erase_session_erases_what_the_session_wrote(store: Any) -> None:
     assert inherited.erased == (0, 1)
     assert inherited.already == (2, 3)
     assert inherited.sessions == ("parent",)
-    assert all(event.data["content"] == ERASED_CONTENT for event in await store.load("parent"))
+    parent = await store.load("parent")
+    assert [event.data.get("content") for event in parent] == [ERASED_CONTENT] * 2 + [None]
+    assert parent[-1].type is EventType.ERASURE
+    assert parent[-1].data["seqs"] == [0, 1]
 
 
 async def test_erasing_a_metadata_event_erases_the_stores_copy_of_it(
@@ -420,8 +329,11 @@ async def test_erasure_keeps_appends_another_actor_makes_meanwhile(
             assert result.erased == (said.seq,)
             assert len(appended) == 60
         events = await store.load("s")
-        assert [event.seq for event in events] == list(range(61))
-        assert [event.data["content"] for event in events[1:]] == [f"w{i}" for i in range(60)]
+        assert [event.seq for event in events] == list(range(62))
+        records = [event for event in events if event.type is EventType.ERASURE]
+        assert [record.data["seqs"] for record in records] == [[said.seq]]
+        messages = [event for event in events if event.is_surface]
+        assert [event.data["content"] for event in messages[1:]] == [f"w{i}" for i in range(60)]
         assert secret not in _text(events)
     finally:
         if other is not store:

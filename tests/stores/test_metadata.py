@@ -284,7 +284,7 @@ def test_a_version_2_file_gets_times_from_its_events(tmp_path: Path) -> None:
 
     anyio.run(check)
     with closing(sqlite3.connect(path)) as connection:
-        assert connection.execute("SELECT version FROM nous_schema").fetchone() == (3,)
+        assert connection.execute("SELECT version FROM nous_schema").fetchone() == (4,)
 
 
 # Retention ----------------------------------------------------------------------------------

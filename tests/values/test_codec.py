@@ -51,7 +51,8 @@ def events(draw: st.DrawFn) -> Event:
                     for t in EventType
                     if t not in SURFACE_TYPES
                     and t not in OPERATION_TYPES
-                    and t is not EventType.METADATA  # holds one record, not free JSON
+                    # These hold one record each, not free JSON.
+                    and t not in (EventType.METADATA, EventType.ERASURE)
                 ]
             )
         )

@@ -26,7 +26,9 @@ BOOKKEEPING_TYPES = [
     EventType.STEP_END,
     EventType.REQUEST_HEADER,
     EventType.METADATA,
+    EventType.ERASURE,
 ]
+ERASURE_DATA = {"seqs": [0], "at": "2026-01-01T00:00:00+00:00", "reason": "asked"}
 
 
 def _log_of(n: int) -> Log:
@@ -70,6 +72,7 @@ def test_event_type_values() -> None:
         "STEP_END": "step_end",
         "REQUEST_HEADER": "request_header",
         "METADATA": "session_metadata",
+        "ERASURE": "erasure",
         "REPLACE": "replace",
         "REMOVE": "remove",
         "REWIND": "rewind",
@@ -171,7 +174,11 @@ def test_surface_types_are_surface(kind: EventType) -> None:
 
 @pytest.mark.parametrize("kind", BOOKKEEPING_TYPES)
 def test_bookkeeping_types_are_not_surface(kind: EventType) -> None:
-    data = {"metadata": {}} if kind is EventType.METADATA else {"content": "x"}
+    data: dict[str, object] = {"content": "x"}
+    if kind is EventType.METADATA:
+        data = {"metadata": {}}
+    elif kind is EventType.ERASURE:
+        data = dict(ERASURE_DATA)
     event = Log().append(kind, data).last
     assert event is not None
     assert event.is_surface is False
@@ -351,7 +358,30 @@ def test_data_that_is_not_a_mapping_is_refused() -> None:
 
 
 # Every type that takes {"content": ...} (a metadata event holds one record instead).
-_CONTENT_TYPES = [t for t in EventType if t not in OPERATION_TYPES and t is not EventType.METADATA]
+# The types whose data is free (metadata and erasure events hold one record of their own).
+_CONTENT_TYPES = [
+    t
+    for t in EventType
+    if t not in OPERATION_TYPES and t not in (EventType.METADATA, EventType.ERASURE)
+]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"seqs": [], "at": "t", "reason": "r"},
+        {"seqs": [-1], "at": "t", "reason": "r"},
+        {"seqs": ["1"], "at": "t", "reason": "r"},
+        {"seqs": [1], "at": 3, "reason": "r"},
+        {"seqs": [1], "at": "t", "reason": "r", "content": "a secret"},
+    ],
+)
+def test_an_erasure_event_holds_exactly_its_record(data: dict[str, object]) -> None:
+    _refuse(Log(), EventType.ERASURE, data, match="an erasure event holds exactly")
+    event = Log().append(EventType.ERASURE, ERASURE_DATA).last
+    assert event is not None
+    assert dict(event.data) == ERASURE_DATA
 
 
 @pytest.mark.parametrize("kind", _CONTENT_TYPES)

@@ -34,7 +34,9 @@ T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 BOOKKEEPING = [
     t
     for t in EventType
-    if t not in SURFACE_TYPES and t not in OPERATION_TYPES and t is not EventType.METADATA
+    if t not in SURFACE_TYPES
+    and t not in OPERATION_TYPES
+    and t not in (EventType.METADATA, EventType.ERASURE)  # each holds one record of its own
 ]
 
 U = EventType.USER_MESSAGE

@@ -15,8 +15,10 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from nous_session.codec import decode, encode
+from nous_session._json import dumps
+from nous_session.codec import decode, decode_rows, encode
 from nous_session.erasure import Erasure
+from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.stores._erase import ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
@@ -42,9 +44,13 @@ class _TableCopies:
     connection: psycopg.Connection[Any]
     statements: Statements
     where: str
+    channel: str
+    forgotten: list[int] = attrs.field(factory=list)  # erased metadata events' seqs
 
     def row(self, name: str) -> SessionRow[str] | None:
-        return row_of(self.connection, self.statements, name, lock="FOR SHARE")
+        # FOR UPDATE: a fork (which reads its parent FOR SHARE) waits for the erasure, and
+        # then copies the erased metadata; one made before is found among the children.
+        return row_of(self.connection, self.statements, name, lock="FOR UPDATE")
 
     def held(self, row: SessionRow[Any], low: int) -> Iterable[int]:
         connection, statements = self.connection, self.statements
@@ -52,8 +58,12 @@ class _TableCopies:
         yield from (seq for seq, _ in inherited(connection, statements, row, low)[1] if seq >= low)
         yield from (seq for (seq,) in connection.execute(statements.own_kept_seqs, (row.key, low)))
 
-    def children(self, name: str) -> list[tuple[str, int | None]]:
-        return self.connection.execute(self.statements.children, (name,)).fetchall()
+    def events(self, name: str, row: SessionRow[Any]) -> list[Event]:
+        rows = view(self.connection, self.statements, row, 0)
+        return decode_rows(rows, place(name, self.where))
+
+    def children(self, row: SessionRow[Any]) -> list[tuple[str, int | None]]:
+        return self.connection.execute(self.statements.children, (row.uid,)).fetchall()
 
     def copies(self, member: str, seq: int) -> list[tuple[tuple[str, str], Event]]:
         copies: list[tuple[tuple[str, str], Event]] = []
@@ -71,24 +81,45 @@ class _TableCopies:
         )
 
     def forget(self, record: bytes, members: Sequence[str], seq: int) -> None:
+        self.forgotten.append(seq)
         for member in members:
             self.connection.execute(self.statements.forget_metadata, (record.decode(), member, seq))
 
+    def append(self, row: SessionRow[Any], event: Event) -> None:
+        head = event.seq + 1
+        self.connection.execute(
+            self.statements.append_erasure,
+            {
+                "name": row.key,
+                "seq": event.seq,
+                "record": encode(event),
+                "channel": self.channel,
+                "payload": dumps({"session": row.key, "head": head}).decode(),
+            },
+        )
+
 
 def erase_in_tables(
-    connection: psycopg.Connection[Any], statements: Statements, where: str, request: ErasureRequest
-) -> tuple[Erasure, str]:
+    connection: psycopg.Connection[Any],
+    statements: Statements,
+    where: str,
+    channel: str,
+    request: ErasureRequest,
+) -> tuple[Erasure, str, bool]:
     """Rewrite every stored copy of the events to erase in one transaction (rolled back for
-    a dry run); the result, and the transaction's id (for :func:`scrub_tables`)."""
+    a dry run); the result, the transaction's id (for :func:`scrub_tables`), and whether an
+    erased metadata record's listing copies were replaced (the sessions table too must be
+    scrubbed)."""
     with connection.transaction(force_rollback=request.dry_run):
-        done = erase_rows(_TableCopies(connection, statements, where), request)
+        copies = _TableCopies(connection, statements, where, channel)
+        done = erase_rows(copies, request)
         xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
-    return done, str(int(xid[0]) % 2**32) if xid else "0"
+    return done, str(int(xid[0]) % 2**32) if xid else "0", bool(copies.forgotten)
 
 
 def scrub_tables(
     url: str,
-    tables: tuple[sql.Identifier, sql.Identifier],
+    tables: tuple[sql.Identifier, ...],
     xid: str,
     *,
     rewrite: bool,
@@ -142,6 +173,7 @@ def scrub_tables(
             sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{int(lock_timeout * 1000)}ms"))
         )
         verb = "VACUUM FULL" if rewrite else "VACUUM"
+        names = " and ".join(table.as_string(connection) for table in tables)
         # The server reports through notices: a VACUUM it will not run (a role that does
         # not own the tables) is only a WARNING, and VERBOSE's INFO says what it kept.
         notices: list[tuple[str, str]] = []
@@ -151,7 +183,7 @@ def scrub_tables(
             )
         )
         try:
-            connection.execute(sql.SQL(verb + " VERBOSE {}, {}").format(*tables))
+            connection.execute(sql.SQL(verb + " VERBOSE {}").format(sql.SQL(", ").join(tables)))
         except psycopg.errors.LockNotAvailable:
             done.append(
                 f"{verb} did not get its lock within {lock_timeout} s: the old row versions"
@@ -170,7 +202,7 @@ def scrub_tables(
         return False, "; ".join(done)
     reports = [DEAD_KEPT.search(detail) for _, detail in notices]
     kept = sum(int(found.group(1)) for found in reports if found is not None)
-    if sum(found is not None for found in reports) < 2:
+    if sum(found is not None for found in reports) < len(tables):
         done.append(
             "VACUUM FULL rewrote the tables, but its report could not be read (is"
             " lc_messages English?): not proven"
@@ -184,8 +216,8 @@ def scrub_tables(
         )
         return False, "; ".join(done)
     done.append(
-        "VACUUM FULL rewrote the events and kept tables (and their TOAST tables),"
-        " keeping no dead row version"
+        f"VACUUM FULL rewrote {names} (their TOAST tables and indexes too), keeping no dead"
+        " row version"
     )
     return not blocking, "; ".join(done)
 
@@ -198,6 +230,7 @@ class ErasingTables:
     direct_url: str
     _sql: Statements
     _where: str
+    _channel: str
     _pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
     _connect_timeout: float
 
@@ -215,6 +248,7 @@ class ErasingTables:
         reason: str,
         at: datetime | None = None,
         dry_run: bool = False,
+        summaries: bool = True,
         rewrite: bool = True,
         lock_timeout: float = 60.0,
     ) -> Erasure:
@@ -238,10 +272,10 @@ class ErasingTables:
 
         Raises:
             ValueError: a bad seq or reason, or no such session; nothing was changed.
-            StoreError: the database failed; nothing was changed (or, if only the scrub
-                failed, the rows were erased and the result says so).
+            StoreError: the database failed; nothing was changed. (When only the scrub
+                fails, the rows are erased: the result says it is not proven, and why.)
         """
-        request = ErasureRequest.events(session_id, seqs, reason, at, dry_run)
+        request = ErasureRequest.events(session_id, seqs, reason, at, dry_run, summaries)
         return await self._erase(request, rewrite, lock_timeout)
 
     async def erase_session(
@@ -251,6 +285,7 @@ class ErasingTables:
         reason: str,
         inherited: bool = False,
         dry_run: bool = False,
+        summaries: bool = True,
         rewrite: bool = True,
         lock_timeout: float = 60.0,
     ) -> Erasure:
@@ -261,7 +296,7 @@ class ErasingTables:
             ValueError: a bad reason, or no such session; nothing was changed.
             StoreError: the database failed; nothing was changed.
         """
-        request = ErasureRequest.session(session_id, reason, inherited, dry_run)
+        request = ErasureRequest.session(session_id, reason, inherited, dry_run, summaries)
         return await self._erase(request, rewrite, lock_timeout)
 
     async def _erase(self, request: ErasureRequest, rewrite: bool, lock_timeout: float) -> Erasure:
@@ -271,27 +306,48 @@ class ErasingTables:
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
             raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
 
-        def erase() -> tuple[Erasure, str]:
+        def erase() -> tuple[Erasure, str, bool]:
             what = f"cannot erase from session {request.session_id!r}"
             with pooled(self._pool, what) as connection:
-                return erase_in_tables(connection, self._sql, self._where, request)
+                return erase_in_tables(connection, self._sql, self._where, self._channel, request)
 
-        done, xid = await self._run(erase)
+        done, xid, listing = await self._run(erase)
         if dry_run:
             return attrs.evolve(done, detail="dry run: nothing was changed")
-        proven, detail = await self._run(lambda: self._scrub(xid, rewrite, lock_timeout))
+        proven, detail = await self._run(lambda: self._scrub(xid, rewrite, lock_timeout, listing))
         return attrs.evolve(done, proven=proven, detail=detail)
 
-    def _scrub(self, xid: str, rewrite: bool, lock_timeout: float) -> tuple[bool, str]:
+    def _scrub(
+        self, xid: str, rewrite: bool, lock_timeout: float, listing: bool
+    ) -> tuple[bool, str]:
         """After an erasing commit (transaction ``xid``), the tables scrubbed (see
-        :func:`~nous_session.stores.postgres._erasure.scrub_tables`)."""
-        with errors("the events were erased, but scrubbing the tables failed"):
-            return scrub_tables(
-                self.direct_url,  # a session of its own (lock_timeout, VACUUM): no pooler
-                (self._sql.events, self._sql.kept),
-                xid,
-                rewrite=rewrite,
-                lock_timeout=lock_timeout,
-                connect_timeout=self._connect_timeout,
-                application_name=APPLICATION,
-            )
+        :func:`~nous_session.stores.postgres._erasure.scrub_tables`): the events and kept
+        tables, then, when an erased metadata record's listing copies were replaced
+        (``listing``), the sessions table, whose old row versions and owner indexes hold them.
+        Apart: every commit updates a session's row, so the sessions table nearly always has
+        recently dead row versions under load, and those (which hold no erased text, when
+        made after the erasure) must not cost the events' proof."""
+        tables: list[tuple[sql.Identifier, ...]] = [(self._sql.events, self._sql.kept)]
+        if listing:
+            tables.append((self._sql.sessions,))
+        proven = True
+        details = []
+        for group in tables:
+            try:
+                with errors("scrubbing the tables failed"):
+                    done, detail = scrub_tables(
+                        self.direct_url,  # a session of its own (lock_timeout, VACUUM): no pooler
+                        group,
+                        xid,
+                        rewrite=rewrite,
+                        lock_timeout=lock_timeout,
+                        connect_timeout=self._connect_timeout,
+                        application_name=APPLICATION,
+                    )
+            except StoreError as error:
+                # The rows are erased (that transaction committed): every holder reads the
+                # erased form; only the proof is missing.
+                return False, f"the events were erased, but {error} (not proven)"
+            proven = proven and done
+            details.append(detail)
+        return proven, "; ".join(details)

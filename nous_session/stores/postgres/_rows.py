@@ -39,8 +39,10 @@ _SEQ: Final[Callable[[Any], int]] = itemgetter(0)
 
 def make_row(name: str, found: Sequence[Any]) -> SessionRow[str]:
     """The typed row of ``found``, a result of :attr:`Statements.row_query`."""
-    count, horizon, parent, fork_point, shares = found
-    return SessionRow(name, count, horizon, parent, fork_point, bool(shares))
+    count, horizon, parent, fork_point, shares, uid, parent_uid = found
+    return SessionRow(
+        name, count, horizon, parent, fork_point, bool(shares), uid=uid, parent_uid=parent_uid
+    )
 
 
 def row_of(
@@ -205,7 +207,8 @@ def fork_row(
     check_fork_point(session_id, at, parent.count, parent.horizon)
     meta, meta_seq = metadata_at(connection, statements, parent, at, where)
     made = connection.execute(
-        statements.fork, (new_session_id, at + 1, parent.horizon, session_id, at, meta, meta_seq)
+        statements.fork,
+        (new_session_id, at + 1, parent.horizon, session_id, at, meta, meta_seq, parent.uid),
     ).fetchone()
     if made is None:
         raise ValueError(f"session {new_session_id!r} exists already")

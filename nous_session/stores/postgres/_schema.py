@@ -13,7 +13,7 @@ from nous_session.stores.postgres._leases import LEASES_TABLE
 
 __all__ = ["SCHEMA_VERSION", "check_schema", "migrate"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 
 # Any 64-bit key works; it only has to be the same for every process migrating this schema.
@@ -86,6 +86,19 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX nous_sessions_owner_created ON {schema}.nous_sessions (owner, created, name)",
         "CREATE INDEX nous_sessions_active ON {schema}.nous_sessions (active, name)",
         "CREATE INDEX nous_sessions_created ON {schema}.nous_sessions (created, name)",
+    ),
+    3: (
+        # A session's identity, made when its row is, and a fork's link to its parent's: a
+        # name is reused after a delete, an identity never is.
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN uid text NOT NULL"
+        " DEFAULT gen_random_uuid()::text",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN parent_uid text",
+        # A fork from before links to the session of its parent's name only when that one is
+        # not younger than the fork (a parent deleted and made again is another session).
+        """UPDATE {schema}.nous_sessions s SET parent_uid = p.uid
+           FROM {schema}.nous_sessions p WHERE p.name = s.parent AND p.created <= s.created""",
+        "CREATE INDEX nous_sessions_parent_uid ON {schema}.nous_sessions (parent_uid)"
+        " WHERE parent_uid IS NOT NULL",
     ),
 }
 

@@ -230,7 +230,8 @@ class Statements:
                AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s"""
         ).format(**tables)
         self.row_query = sql.SQL(
-            "SELECT count, horizon, parent, fork_point, shares FROM {sessions} WHERE name = %s"
+            "SELECT count, horizon, parent, fork_point, shares, uid, parent_uid FROM {sessions}"
+            " WHERE name = %s"
         ).format(**tables)
         self.range_query = sql.SQL(
             "SELECT seq, record FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
@@ -292,9 +293,10 @@ class Statements:
         # Forks and deletes.
         self.fork = sql.SQL(
             "INSERT INTO {sessions} (name, count, horizon, parent, fork_point, shares, meta,"
-            " meta_seq) VALUES (%s, %s, %s, %s, %s, true, %s::jsonb, %s)"
+            " meta_seq, parent_uid) VALUES (%s, %s, %s, %s, %s, true, %s::jsonb, %s, %s)"
             " ON CONFLICT (name) DO UPDATE SET count = excluded.count, horizon = excluded.horizon,"
             " parent = excluded.parent, fork_point = excluded.fork_point, shares = true,"
+            " parent_uid = excluded.parent_uid,"
             " meta = excluded.meta, meta_seq = excluded.meta_seq, created = now(), active = now()"
             " WHERE {sessions}.count = 0 RETURNING 1"
         ).format(**tables)
@@ -320,11 +322,22 @@ class Statements:
             for name, table in (("events", self.events), ("kept", self.kept))
         }
         self.children = sql.SQL(
-            "SELECT name, fork_point FROM {sessions} WHERE parent = %s AND fork_point IS NOT NULL"
-            " ORDER BY name FOR SHARE"
+            "SELECT name, fork_point FROM {sessions} WHERE parent_uid = %s"
+            " AND fork_point IS NOT NULL ORDER BY name FOR UPDATE"
         ).format(**tables)
         self.own_kept_seqs = sql.SQL(
             "SELECT seq FROM {kept} WHERE session = %s AND seq >= %s"
+        ).format(**tables)
+        # An erasure's record: the session's next event, and a notification of its head.
+        self.append_erasure = sql.SQL(
+            """WITH moved AS (
+                UPDATE {sessions} SET count = %(seq)s + 1
+                WHERE name = %(name)s AND count = %(seq)s RETURNING 1
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record)
+                SELECT %(name)s, %(seq)s, %(record)s FROM moved RETURNING 1
+            )
+            SELECT pg_notify(%(channel)s, %(payload)s) FROM moved"""
         ).format(**tables)
         self.forget_metadata = sql.SQL(
             "UPDATE {sessions} SET meta = %s::jsonb WHERE name = %s AND meta_seq = %s"

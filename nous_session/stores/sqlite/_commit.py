@@ -172,7 +172,8 @@ def write_commit(
     now = _now()
     if row is None:
         sid = connection.execute(
-            "INSERT INTO nous_sessions (name, count, held, created, active) VALUES (?, 0, 0, ?, ?)",
+            "INSERT INTO nous_sessions (name, count, held, created, active, uid)"
+            " VALUES (?, 0, 0, ?, ?, lower(hex(randomblob(8))))",
             (session_id, now, now),
         ).lastrowid
         assert sid is not None

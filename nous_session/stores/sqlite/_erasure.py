@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from nous_session.codec import decode, encode
+from nous_session.codec import decode, decode_rows, encode
 from nous_session.erasure import (
     Erasure,
 )
@@ -43,8 +43,11 @@ class _FileCopies:
         yield from (seq for seq, _ in _inherited(self.connection, row, low)[1] if seq >= low)
         yield from (seq for (seq,) in self.connection.execute(OWN_KEPT_SEQS, (row.key, low)))
 
-    def children(self, name: str) -> list[tuple[str, int | None]]:
-        return self.connection.execute(CHILDREN, (name,)).fetchall()
+    def events(self, name: str, row: SessionRow[Any]) -> list[Event]:
+        return decode_rows(_rows(self.connection, row, 0), place(name, self.path))
+
+    def children(self, row: SessionRow[Any]) -> list[tuple[str, int | None]]:
+        return self.connection.execute(CHILDREN, (row.uid,)).fetchall()
 
     def copies(self, member: str, seq: int) -> list[tuple[tuple[str, int], Event]]:
         found = _row(self.connection, member)
@@ -68,6 +71,16 @@ class _FileCopies:
 
     def forget(self, record: bytes, members: Sequence[str], seq: int) -> None:
         self.connection.executemany(FORGET_METADATA, [(record.decode(), m, seq) for m in members])
+
+    def append(self, row: SessionRow[Any], event: Event) -> None:
+        self.connection.execute(
+            "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
+            (row.key, event.seq, encode(event)),
+        )
+        self.connection.execute(
+            "UPDATE nous_sessions SET count = ?, held = held + 1 WHERE id = ? AND count = ?",
+            (event.seq + 1, row.key, event.seq),
+        )
 
 
 def _erase_rows(connection: sqlite3.Connection, request: ErasureRequest, path: str) -> Erasure:
@@ -99,12 +112,12 @@ def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bo
         temp_store = connection.execute("PRAGMA temp_store").fetchone()[0]
         connection.execute("PRAGMA temp_store = MEMORY")  # no temporary copy on disk
         try:
-            with _errors(f"erased, but VACUUM of {path} failed"):
+            with _errors(f"VACUUM of {path} failed"):
                 connection.execute("VACUUM")
         finally:
             connection.execute(f"PRAGMA temp_store = {int(temp_store)}")
         done.append("VACUUM rebuilt the file")
-    with _errors(f"erased, but the WAL checkpoint of {path} failed"):
+    with _errors(f"the WAL checkpoint of {path} failed"):
         busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     if busy:
         done.append(
@@ -160,6 +173,7 @@ class FileErasure:
         reason: str,
         at: datetime | None = None,
         dry_run: bool = False,
+        summaries: bool = True,
         rewrite: bool = True,
     ) -> Erasure:
         """Replace the events at ``seqs`` by their erased form wherever the file holds them
@@ -178,11 +192,11 @@ class FileErasure:
 
         Raises:
             ValueError: a bad seq or reason, or no such session; nothing was changed.
-            StoreError: SQLite failed; nothing was changed (or, if only the scrub failed,
-                the rows were erased and the error says so).
+            StoreError: SQLite failed; nothing was changed. (When only the scrub fails,
+                the rows are erased: the result says it is not proven, and why.)
         """
         return await self._erase(
-            ErasureRequest.events(session_id, seqs, reason, at, dry_run), rewrite
+            ErasureRequest.events(session_id, seqs, reason, at, dry_run, summaries), rewrite
         )
 
     async def erase_session(
@@ -192,6 +206,7 @@ class FileErasure:
         reason: str,
         inherited: bool = False,
         dry_run: bool = False,
+        summaries: bool = True,
         rewrite: bool = True,
     ) -> Erasure:
         """Erase every event the session wrote itself (with ``inherited``, also what it took
@@ -202,7 +217,7 @@ class FileErasure:
             StoreError: SQLite failed; nothing was changed.
         """
         return await self._erase(
-            ErasureRequest.session(session_id, reason, inherited, dry_run), rewrite
+            ErasureRequest.session(session_id, reason, inherited, dry_run, summaries), rewrite
         )
 
     async def _erase(self, request: ErasureRequest, rewrite: bool) -> Erasure:
@@ -218,7 +233,12 @@ class FileErasure:
                 done = _erase_rows(connection, request, self.path)
             if dry_run:
                 return attrs.evolve(done, detail="dry run: nothing was changed")
-            proven, detail = _scrub(connection, rewrite, self.path)
+            try:
+                proven, detail = _scrub(connection, rewrite, self.path)
+            except StoreError as error:
+                # The rows are erased (that transaction committed): every holder reads the
+                # erased form; only the proof is missing.
+                proven, detail = False, f"the events were erased, but {error} (not proven)"
             return attrs.evolve(done, proven=proven, detail=detail)
 
         # On the writer's thread outside its transactions (VACUUM cannot run in one): it runs

@@ -24,7 +24,7 @@ from nous_session.stores.sqlite._sql import FORK, KEPT_OF, KEYS_FROM
 _ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
 
 
-_ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares"
+_ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares, uid, parent_uid"
 
 
 _Row = SessionRow[int]
@@ -36,8 +36,10 @@ def _now() -> int:
 
 
 def _make_row(found: Sequence[Any]) -> _Row:
-    sid, count, held, horizon, parent, fork_point, shares = found
-    return SessionRow(sid, count, horizon, parent, fork_point, bool(shares), held)
+    sid, count, held, horizon, parent, fork_point, shares, uid, parent_uid = found
+    return SessionRow(
+        sid, count, horizon, parent, fork_point, bool(shares), held, uid or "", parent_uid
+    )
 
 
 def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
@@ -226,7 +228,18 @@ def fork_row(
     now = _now()
     connection.execute(
         FORK,
-        (new_session_id, at + 1, parent.horizon, session_id, at, now, now, meta, meta_seq),
+        (
+            new_session_id,
+            at + 1,
+            parent.horizon,
+            session_id,
+            at,
+            now,
+            now,
+            meta,
+            meta_seq,
+            parent.uid,
+        ),
     )
 
 

@@ -16,7 +16,7 @@ from nous_session.errors import StoreError
 from nous_session.stores._common import check_schema_version, migration_start
 from nous_session.stores.sqlite._errors import _describe, _errors, _transaction
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The schema this version writes; older files are migrated on open, newer ones refused."""
 
 
@@ -86,6 +86,20 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX nous_sessions_owner_created ON nous_sessions (owner, created, name)",
         "CREATE INDEX nous_sessions_active ON nous_sessions (active, name)",
         "CREATE INDEX nous_sessions_created ON nous_sessions (created, name)",
+    ),
+    3: (
+        # A session's identity, made when it is created, and a fork's link to its parent's:
+        # a name is reused after a delete, an identity never is.
+        "ALTER TABLE nous_sessions ADD COLUMN uid TEXT",
+        "ALTER TABLE nous_sessions ADD COLUMN parent_uid TEXT",
+        "UPDATE nous_sessions SET uid = lower(hex(randomblob(8)))",
+        # A fork from before links to the session of its parent's name only when that one
+        # is not younger than the fork (a parent deleted and made again is another session).
+        """UPDATE nous_sessions SET parent_uid = (SELECT p.uid FROM nous_sessions AS p
+               WHERE p.name = nous_sessions.parent AND p.created <= nous_sessions.created)
+           WHERE parent IS NOT NULL""",
+        "CREATE INDEX nous_sessions_parent_uid ON nous_sessions (parent_uid)"
+        " WHERE parent_uid IS NOT NULL",
     ),
 }
 

@@ -111,7 +111,7 @@ _TOUCH: Final = "UPDATE nous_sessions SET active = ? WHERE id = ? AND active <= 
 
 # Erasure: a session's own kept seqs, its forks, and an erased metadata record's copies.
 OWN_KEPT_SEQS: Final = "SELECT seq FROM nous_kept WHERE sid = ? AND seq >= ?"
-CHILDREN: Final = "SELECT name, fork_point FROM nous_sessions WHERE parent = ?"
+CHILDREN: Final = "SELECT name, fork_point FROM nous_sessions WHERE parent_uid = ?"
 FORGET_METADATA: Final = "UPDATE nous_sessions SET meta = ? WHERE name = ? AND meta_seq = ?"
 
 # Reads and forks.
@@ -119,6 +119,6 @@ KEYS_FROM: Final = "SELECT key, seq, n FROM nous_keys WHERE sid = ? AND seq >= ?
 KEPT_OF: Final = "SELECT seq, record FROM nous_kept WHERE sid = ? ORDER BY seq"
 FORK: Final = (
     "INSERT INTO nous_sessions (name, count, held, horizon, parent, fork_point,"
-    " shares, created, active, meta, meta_seq)"
-    " VALUES (?, ?, 0, ?, ?, ?, 1, ?, ?, ?, ?)"
+    " shares, created, active, meta, meta_seq, uid, parent_uid)"
+    " VALUES (?, ?, 0, ?, ?, ?, 1, ?, ?, ?, ?, lower(hex(randomblob(8))), ?)"
 )
