@@ -295,12 +295,17 @@ def covering(events: Iterable[Event], seqs: Iterable[int]) -> set[int]:
     """The seqs of the replace events among ``events`` (a session's, in seq order) that are
     copies of the events at ``seqs``: each whose range covered one of them, or covered
     another such copy, when it was appended (a compaction summary may quote what it
-    summarised, and a later summary the earlier one). ``seqs`` themselves are not included.
+    summarised, and a later summary the earlier one), whether or not the events at ``seqs``
+    are still held. ``seqs`` themselves are not included.
     """
     chosen = set(seqs)
-    positions: list[int] = []  # the surface positions of the chosen events and copies
+    listed = list(events)
+    # The surface positions of the chosen events and their copies. A chosen event that is
+    # not among ``events`` (a snapshot dropped it) was a message, at its own seq: a summary
+    # that replaced it is what still holds it.
+    positions = sorted(chosen - {event.seq for event in listed})
     found: set[int] = set()
-    for event in events:
+    for event in listed:
         if event.seq in chosen:
             positions.append(event.position)
             continue
