@@ -428,3 +428,60 @@ def test_a_bot_in_another_process_cannot_write_the_erased_text_back(
         assert bot.wait(timeout=30) == 0
     assert hidden not in anyio.run(stored, backend=loop)
     assert sum(durable.hits(hidden).values()) == 0
+
+
+def _downgrade(backend: Backend) -> None:
+    """Make the store's file or schema as the version before fork identities left it: no
+    ``uid`` and ``parent_uid`` columns, schema version 3."""
+    statements = [
+        "DROP INDEX {prefix}nous_sessions_parent_uid",
+        "ALTER TABLE {prefix}nous_sessions DROP COLUMN parent_uid",
+        "ALTER TABLE {prefix}nous_sessions DROP COLUMN uid",
+        "UPDATE {prefix}nous_schema SET version = 3",
+    ]
+    if backend.kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(str(backend.path)) as connection:
+            for statement in statements:
+                connection.execute(statement.format(prefix=""))
+        return
+    import psycopg
+
+    from tests.support.erasure import POSTGRES_URL
+
+    assert POSTGRES_URL is not None
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+        for statement in statements:
+            connection.execute(statement.format(prefix=f"{backend.schema}."))
+
+
+async def test_a_store_from_before_links_forks_to_their_parents_by_identity(
+    durable: Backend,
+) -> None:
+    """Forks made before sessions had identities: the migration links each to the session of
+    its parent's name unless that one is younger than the fork (its parent was deleted and a
+    new session took the name)."""
+    kept, old = secret(), secret()
+    store = durable.make()
+    try:
+        for name, text in (("p", kept), ("q", old)):
+            async with SessionActor.open(session_id=name, store=store) as session:
+                await session.add_message(Message.user(f"{name}: {text}"))
+            await store.fork(name, f"{name}-fork", at=0)
+        assert await store.delete("q")
+        async with SessionActor.open(session_id="q", store=store) as session:
+            await session.add_message(Message.user("the new q"))
+    finally:
+        await store.aclose()
+    _downgrade(durable)
+    store = durable.make()
+    try:
+        reached = await store.erase("p", [0], reason="r")  # migrates first
+        assert reached.sessions == ("p-fork",)
+        assert kept not in text_of(await store.load("p-fork"))
+        apart = await store.erase("q", [0], reason="r")
+        assert apart.sessions == ()
+        assert old in text_of(await store.load("q-fork"))
+    finally:
+        await store.aclose()
