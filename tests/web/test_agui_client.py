@@ -105,7 +105,13 @@ def test_the_agui_client_runs_resumes_and_hydrates_against_two_server_processes(
         result = subprocess.run(
             [node, "--test", "--test-reporter=spec", *tests],
             cwd=CLIENT,
-            env={**os.environ, "AGUI_SERVER_A": first, "AGUI_SERVER_B": second},
+            env={
+                **os.environ,
+                "AGUI_SERVER_A": first,
+                "AGUI_SERVER_B": second,
+                "AGUI_STORE": store,
+                "AGUI_PYTHON": sys.executable,
+            },
             capture_output=True,
             text=True,
             timeout=NODE_TIMEOUT,

@@ -1,5 +1,6 @@
 // nous_session.web judged by the AG-UI protocol's own client (see tests/web/test_agui_client.py).
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { test } from "node:test";
 import {
   ResumableAgent,
@@ -15,6 +16,17 @@ import {
 } from "./helpers.mjs";
 
 assert.ok(SERVER_A && SERVER_B, "AGUI_SERVER_A and AGUI_SERVER_B name the servers");
+
+// Erase a thread's messages of one role through the library's command line, as an operator
+// would (AGUI_PYTHON and AGUI_STORE name the interpreter and the servers' store).
+function erase(threadId, role) {
+  execFileSync(
+    process.env.AGUI_PYTHON,
+    ["-m", "nous_session", "--store", process.env.AGUI_STORE, "erase", threadId, "--role", role,
+      "--reason", "asked to", "--yes"],
+    { stdio: "pipe" },
+  );
+}
 
 function assertValid(record) {
   assert.deepEqual(record.invalid, [], "every event validates against @ag-ui/core's schemas");
@@ -183,4 +195,35 @@ test("a connection cut in the middle of a live answer resumes to the whole answe
   assertNoDuplicates(agent.messages);
   assert.equal(agent.messages.at(-1).content, "You said: slow: cut me off mid-sentence please");
   assert.deepEqual(comparable(agent.messages), comparable((await hydrated(SERVER_A, threadId)).messages));
+});
+
+test("an erasure reaches the client: re-attaching replaces the erased text on screen", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: recordingFetch(record) });
+  const secret = `SECRET-${Date.now()}`;
+  agent.addMessage(userMessage(`my secret is ${secret}`));
+  await agent.runAgent();
+  assert.ok(JSON.stringify(agent.messages).includes(secret), "on screen before the erasure");
+  // An operator erases what was said, from the command line, while the page is open.
+  for (const role of ["user", "assistant"]) {
+    erase(threadId, role);
+  }
+  const resumed = newRecord();
+  agent.fetch = recordingFetch(resumed);
+  agent.lastEventId = record.lastEventId;
+  await agent.connectAgent();
+  assertValid(resumed);
+  const erasures = resumed.events.filter(
+    (event) => event.type === "CUSTOM" && event.name === "nous_session.erasure",
+  );
+  assert.equal(erasures.length, 2, "one redaction per erasure");
+  assert.ok(erasures.every((event) => event.value.seqs.length > 0));
+  assert.ok(!JSON.stringify(agent.messages).includes(secret), "gone from the client's messages");
+  assert.ok(agent.messages.some((message) => message.content === "[erased]"));
+  for (const server of [SERVER_A, SERVER_B]) {
+    const page = await hydrated(server, threadId);
+    assertValid(page.record);
+    assert.ok(!JSON.stringify(page.messages).includes(secret), "a fresh page never shows it");
+  }
 });
