@@ -11,9 +11,9 @@ says how to read and write its copies through a :class:`Copies`."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import attrs
 
@@ -31,7 +31,7 @@ from nous_session.erasure import (
 from nous_session.event import Event, EventType, make_event
 from nous_session.stores._lineage import SessionRow
 
-__all__ = ["Copies", "ErasureRequest", "erase_rows"]
+__all__ = ["Copies", "Erasing", "ErasureRequest", "erase_rows"]
 
 Where = TypeVar("Where")
 
@@ -81,6 +81,80 @@ def _flag(summaries: object) -> bool:
     if type(summaries) is not bool:
         raise ValueError(f"summaries is True or False, got {summaries!r}")
     return summaries
+
+
+class Erasing:
+    """``erase`` and ``erase_session`` (the
+    :class:`~nous_session.stores.base.ErasingStore` methods) for a store, written once: the
+    store runs the checked request in its ``_erase``, which takes the store's own options by
+    keyword (``erase_options`` names them)."""
+
+    erase_options: ClassVar[frozenset[str]] = frozenset()
+    # The store's own: ``async def _erase(self, request, *, <its options>) -> Erasure``.
+    _erase: Callable[..., Awaitable[Erasure]]
+
+    async def erase(
+        self,
+        session_id: str,
+        seqs: Iterable[int],
+        *,
+        reason: str,
+        at: datetime | None = None,
+        dry_run: bool = False,
+        summaries: bool = True,
+        **options: Any,
+    ) -> Erasure:
+        """Erase the events at ``seqs`` wherever the store holds them, and the summaries that
+        copy them, then scrub (see :meth:`ErasingStore.erase
+        <nous_session.stores.base.ErasingStore.erase>` and docs/erasure.md, "How each store
+        makes sure").
+
+        Args:
+            options: the store's own: ``rewrite`` (SQLite and PostgreSQL: rebuild the file or
+                rewrite the tables, for a proven result; default True) and ``lock_timeout``
+                (PostgreSQL: seconds to wait for the rewrite's lock; default 60).
+
+        Raises:
+            ValueError: a bad seq, reason or option value, or no such session; nothing was
+                changed.
+            TypeError: an option this store does not take.
+            StoreError: the store failed; nothing was changed. (When only the scrub fails,
+                the rows are erased: the result says it is not proven, and why.)
+        """
+        request = ErasureRequest.events(session_id, seqs, reason, at, dry_run, summaries)
+        return await self._erase(request, **self._erase_options(options))
+
+    async def erase_session(
+        self,
+        session_id: str,
+        *,
+        reason: str,
+        inherited: bool = False,
+        dry_run: bool = False,
+        summaries: bool = True,
+        **options: Any,
+    ) -> Erasure:
+        """Erase every event the session wrote wherever it is still held (with
+        ``inherited``, also what it took from its parent), then scrub as :meth:`erase` does
+        (see :meth:`ErasingStore.erase_session
+        <nous_session.stores.base.ErasingStore.erase_session>`).
+
+        Raises:
+            ValueError: a bad reason or option value, or no such session; nothing was changed.
+            TypeError: an option this store does not take.
+            StoreError: the store failed; nothing was changed.
+        """
+        request = ErasureRequest.session(session_id, reason, inherited, dry_run, summaries)
+        return await self._erase(request, **self._erase_options(options))
+
+    def _erase_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(options) - self.erase_options)
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}.erase got an unexpected keyword argument {unknown[0]!r}"
+                f" (its options: {', '.join(sorted(self.erase_options)) or 'none'})"
+            )
+        return options
 
 
 class Copies(Protocol, Generic[Where]):

@@ -33,7 +33,7 @@ from nous_session.listing import (
 )
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, StoreBase
-from nous_session.stores._erase import ErasureRequest, erase_rows
+from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import (
     Rebased,
@@ -92,7 +92,7 @@ def _touch(session: _Session, events: Sequence[Event]) -> None:
 
 
 @attrs.define
-class MemoryStore(StoreBase):
+class MemoryStore(Erasing, StoreBase):
     """Sessions in a dict, in this process. Durable only as long as the process lives."""
 
     _sessions: dict[str, _Session] = attrs.field(factory=dict, init=False)
@@ -398,50 +398,10 @@ class MemoryStore(StoreBase):
             self._own_copy(child)
         return self._sessions.pop(session_id, None) is not None
 
-    async def erase(
-        self,
-        session_id: str,
-        seqs: Iterable[int],
-        *,
-        reason: str,
-        at: datetime | None = None,
-        dry_run: bool = False,
-        summaries: bool = True,
-    ) -> Erasure:
-        """Replace the events at ``seqs`` by their erased form, in the session and in every
-        session that holds the same events (see
-        :class:`~nous_session.stores.base.ErasingStore`).
-
-        In process memory nothing can be proven: the old values are released, not
-        overwritten, and any Log value still referencing them keeps them alive.
-
-        Raises:
-            ValueError: a bad seq or reason, or no such session; nothing was changed.
-        """
+    async def _erase(self, request: ErasureRequest) -> Erasure:
+        """In process memory nothing can be proven: the old values are released, not
+        overwritten, and any Log value still referencing them keeps them alive."""
         self._check_open()
-        return self._erase(ErasureRequest.events(session_id, seqs, reason, at, dry_run, summaries))
-
-    async def erase_session(
-        self,
-        session_id: str,
-        *,
-        reason: str,
-        inherited: bool = False,
-        dry_run: bool = False,
-        summaries: bool = True,
-    ) -> Erasure:
-        """Erase every event the session wrote itself (and, with ``inherited``, what it took
-        from the session it was forked from); see
-        :class:`~nous_session.stores.base.ErasingStore`.
-
-        Raises:
-            ValueError: a bad reason, or no such session; nothing was changed.
-        """
-        self._check_open()
-        request = ErasureRequest.session(session_id, reason, inherited, dry_run, summaries)
-        return self._erase(request)
-
-    def _erase(self, request: ErasureRequest) -> Erasure:
         done = erase_rows(_MemoryCopies(self), request)
         detail = "in process memory: the old values were released, not overwritten"
         return attrs.evolve(

@@ -195,13 +195,15 @@ async def test_an_event_a_snapshot_kept_for_its_idempotency_key_is_erased_too(
     secret = _secret()
     async with SessionActor.open(session_id="s", store=store) as session:
         said = await session.add_message(Message.user(secret), key="call-1")
-        await session.replace(said.position, said.position, Message.user("edited"))
+        edit = await session.replace(said.position, said.position, Message.user("edited"))
         await session.snapshot()  # drops the original, kept aside for its key
         stored = await store.read("s")
         assert [event.seq for event in stored.kept] == [said.seq]
         assert said.seq not in {event.seq for event in session.log.events()}
         result = await session.erase([said.seq], reason="r")
-        assert result.erased == (said.seq,)
+        # The replace that took its place may copy it: it goes too, by default.
+        assert result.erased == (said.seq, edit.seq)
+        assert result.summaries == (edit.seq,)
         # A retry with the key still gets its (erased) event, at its seq.
         again = await session.add_message(Message.user(secret), key="call-1")
         assert again.seq == said.seq
@@ -618,3 +620,23 @@ async def test_postgres_a_role_that_cannot_vacuum_the_tables_is_not_proven(
         with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
             connection.execute(f"DROP OWNED BY {role}")
             connection.execute(f"DROP ROLE {role}")
+
+
+async def test_an_option_the_store_does_not_take_is_refused_before_anything_changes(
+    backend: Backend, store: Any
+) -> None:
+    async with SessionActor.open(session_id="s", store=store) as session:
+        said = await session.add_message(Message.user("keep me"))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        await store.erase("s", [said.seq], reason="r", bogus=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        await store.erase_session("s", reason="r", bogus=True)
+    if backend.kind == "memory":
+        with pytest.raises(TypeError, match="'rewrite'.*its options: none"):
+            await store.erase("s", [said.seq], reason="r", rewrite=False)
+    else:
+        with pytest.raises(ValueError, match="rewrite is True or False"):
+            await store.erase("s", [said.seq], reason="r", rewrite="no")
+    with pytest.raises(ValueError, match="summaries is True or False"):
+        await store.erase("s", [said.seq], reason="r", summaries=None)
+    assert (await store.load("s"))[0].data["content"] == "keep me"

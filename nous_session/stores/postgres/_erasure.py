@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -20,7 +19,7 @@ from nous_session.codec import decode, decode_rows, encode
 from nous_session.erasure import Erasure
 from nous_session.errors import StoreError
 from nous_session.event import Event
-from nous_session.stores._erase import ErasureRequest, erase_rows
+from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import place
 from nous_session.stores.postgres._errors import errors, pooled
@@ -222,9 +221,12 @@ def scrub_tables(
     return not blocking, "; ".join(done)
 
 
-class ErasingTables:
+class ErasingTables(Erasing):
     """:class:`~nous_session.stores.postgres.PostgresStore`'s erasure: the rows rewritten in
-    one transaction, then the tables scrubbed."""
+    one transaction, then the tables scrubbed (``erase`` and ``erase_session`` take
+    ``rewrite`` and ``lock_timeout``)."""
+
+    erase_options = frozenset({"rewrite", "lock_timeout"})
 
     url: str
     direct_url: str
@@ -240,66 +242,25 @@ class ErasingTables:
     def _check_writable(self) -> None:
         raise NotImplementedError
 
-    async def erase(
-        self,
-        session_id: str,
-        seqs: Iterable[int],
-        *,
-        reason: str,
-        at: datetime | None = None,
-        dry_run: bool = False,
-        summaries: bool = True,
-        rewrite: bool = True,
-        lock_timeout: float = 60.0,
+    async def _erase(
+        self, request: ErasureRequest, *, rewrite: bool = True, lock_timeout: float = 60.0
     ) -> Erasure:
-        """Replace the events at ``seqs`` by their erased form wherever the tables hold them
-        (see :class:`~nous_session.stores.base.ErasingStore`), then scrub the tables.
-
-        The rows are updated in one transaction (the sessions involved are locked against
-        a concurrent snapshot or delete copying them meanwhile; commits to them wait for it).
-        An UPDATE leaves the old row version in its page, and a plain ``VACUUM`` only marks
-        it free: its bytes stay in the page's free space until something is written over
-        them. So, with ``rewrite`` (the default), ``VACUUM FULL`` then rewrites the events
-        and kept tables (and their TOAST tables) into new files: it takes an ACCESS
-        EXCLUSIVE lock on each, so every read and commit of every session in this schema
-        waits for it, and it costs time and disk in proportion to the table. It waits at
-        most ``lock_timeout`` seconds for its lock. It copies a dead row version that some
-        transaction's snapshot may still see: the result is proven only when no snapshot
-        older than the erasure was open (checked for up to ``lock_timeout`` seconds, in
-        ``pg_stat_activity``, prepared transactions and replication slots) and the
-        ``VACUUM FULL`` ran. Without ``rewrite``, a plain ``VACUUM`` runs and the result is
-        not proven.
-
-        Raises:
-            ValueError: a bad seq or reason, or no such session; nothing was changed.
-            StoreError: the database failed; nothing was changed. (When only the scrub
-                fails, the rows are erased: the result says it is not proven, and why.)
-        """
-        request = ErasureRequest.events(session_id, seqs, reason, at, dry_run, summaries)
-        return await self._erase(request, rewrite, lock_timeout)
-
-    async def erase_session(
-        self,
-        session_id: str,
-        *,
-        reason: str,
-        inherited: bool = False,
-        dry_run: bool = False,
-        summaries: bool = True,
-        rewrite: bool = True,
-        lock_timeout: float = 60.0,
-    ) -> Erasure:
-        """Erase every event the session wrote itself (with ``inherited``, also what it took
-        from the session it was forked from), then scrub as :meth:`erase` does.
-
-        Raises:
-            ValueError: a bad reason, or no such session; nothing was changed.
-            StoreError: the database failed; nothing was changed.
-        """
-        request = ErasureRequest.session(session_id, reason, inherited, dry_run, summaries)
-        return await self._erase(request, rewrite, lock_timeout)
-
-    async def _erase(self, request: ErasureRequest, rewrite: bool, lock_timeout: float) -> Erasure:
+        """Update the rows in one transaction (the sessions involved are locked against a
+        concurrent snapshot, delete or fork copying them meanwhile; commits to them wait for
+        it). An UPDATE leaves the old row version in its page, and a plain ``VACUUM`` only
+        marks it free: its bytes stay in the page's free space until something is written
+        over them. So, with ``rewrite`` (the default), ``VACUUM FULL`` then rewrites the
+        events and kept tables (and their TOAST tables) into new files (and the sessions
+        table, after a metadata erasure): it takes an ACCESS EXCLUSIVE lock on each, so every
+        read and commit of every session in this schema waits for it, and it costs time and
+        disk in proportion to the table. It waits at most ``lock_timeout`` seconds for its
+        lock. It copies a dead row version that some transaction's snapshot may still see:
+        the result is proven only when no snapshot older than the erasure was open (checked
+        for up to ``lock_timeout`` seconds, in ``pg_stat_activity``, prepared transactions
+        and replication slots) and the ``VACUUM FULL`` ran. Without ``rewrite``, a plain
+        ``VACUUM`` runs and the result is not proven."""
+        if type(rewrite) is not bool:
+            raise ValueError(f"rewrite is True or False, got {rewrite!r}")
         dry_run = request.dry_run
         if not dry_run:
             self._check_writable()

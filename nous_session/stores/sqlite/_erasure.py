@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 import attrs
@@ -15,7 +14,7 @@ from nous_session.erasure import (
 )
 from nous_session.errors import StoreError
 from nous_session.event import Event
-from nous_session.stores._erase import ErasureRequest, erase_rows
+from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
 from nous_session.stores.base import (
     place,
@@ -133,9 +132,12 @@ def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bo
     return rewrite, "; ".join(done)
 
 
-class FileErasure:
+class FileErasure(Erasing):
     """:class:`~nous_session.stores.sqlite.SQLiteStore`'s erasure and vacuum: rows rewritten
-    with ``secure_delete`` on, then the file rebuilt and its WAL truncated."""
+    with ``secure_delete`` on, then the file rebuilt and its WAL truncated (``erase`` and
+    ``erase_session`` take ``rewrite``)."""
+
+    erase_options = frozenset({"rewrite"})
 
     path: str
     read_only: bool
@@ -165,22 +167,9 @@ class FileErasure:
 
         await self._run(vacuum)
 
-    async def erase(
-        self,
-        session_id: str,
-        seqs: Iterable[int],
-        *,
-        reason: str,
-        at: datetime | None = None,
-        dry_run: bool = False,
-        summaries: bool = True,
-        rewrite: bool = True,
-    ) -> Erasure:
-        """Replace the events at ``seqs`` by their erased form wherever the file holds them
-        (see :class:`~nous_session.stores.base.ErasingStore`), then scrub the file.
-
-        The rows are rewritten in one transaction with ``PRAGMA secure_delete`` on, so
-        SQLite zeroes the space the old records took. Then, with ``rewrite`` (the default),
+    async def _erase(self, request: ErasureRequest, *, rewrite: bool = True) -> Erasure:
+        """Rewrite the rows in one transaction with ``PRAGMA secure_delete`` on, so SQLite
+        zeroes the space the old records took. Then, with ``rewrite`` (the default),
         ``VACUUM`` rebuilds the whole file (temporary data in memory), so no free page and no
         stale copy an earlier page split or snapshot left behind survives; and a ``TRUNCATE``
         checkpoint copies the WAL into the file and empties it. The result is proven only
@@ -188,39 +177,9 @@ class FileErasure:
         checkpoint give up after ``busy_timeout`` (the WAL may then still hold old pages;
         erase again, with the same seqs, once it is done). Without ``rewrite`` the result is
         not proven. ``VACUUM`` costs time in proportion to the file and holds the write lock
-        meanwhile: every other commit to this file waits for it.
-
-        Raises:
-            ValueError: a bad seq or reason, or no such session; nothing was changed.
-            StoreError: SQLite failed; nothing was changed. (When only the scrub fails,
-                the rows are erased: the result says it is not proven, and why.)
-        """
-        return await self._erase(
-            ErasureRequest.events(session_id, seqs, reason, at, dry_run, summaries), rewrite
-        )
-
-    async def erase_session(
-        self,
-        session_id: str,
-        *,
-        reason: str,
-        inherited: bool = False,
-        dry_run: bool = False,
-        summaries: bool = True,
-        rewrite: bool = True,
-    ) -> Erasure:
-        """Erase every event the session wrote itself (with ``inherited``, also what it took
-        from the session it was forked from), then scrub the file as :meth:`erase` does.
-
-        Raises:
-            ValueError: a bad reason, or no such session; nothing was changed.
-            StoreError: SQLite failed; nothing was changed.
-        """
-        return await self._erase(
-            ErasureRequest.session(session_id, reason, inherited, dry_run, summaries), rewrite
-        )
-
-    async def _erase(self, request: ErasureRequest, rewrite: bool) -> Erasure:
+        meanwhile: every other commit to this file waits for it."""
+        if type(rewrite) is not bool:
+            raise ValueError(f"rewrite is True or False, got {rewrite!r}")
         session_id, dry_run = request.session_id, request.dry_run
         if self.read_only and not dry_run:
             raise StoreError(f"the store {self.url} is open read-only")
