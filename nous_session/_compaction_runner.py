@@ -6,9 +6,10 @@ a :class:`Compaction` request, which applies a replacement only if it still appl
 from __future__ import annotations
 
 import secrets
+import weakref
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -112,10 +113,12 @@ class CompactionTurn:
             self._logger.debug("nous_session.compaction_turn_failed", error=repr(error))
             return False
 
-    async def keep(self) -> None:
-        """Renew the turn every third of its ttl until cancelled."""
+    async def keep(self, finished: anyio.Event) -> None:
+        """Renew the turn every third of its ttl until ``finished`` is set."""
         while True:
-            await anyio.sleep(self._ttl / 3)
+            with anyio.move_on_after(self._ttl / 3):
+                await finished.wait()
+                return
             await self.take()
 
     async def give_up(self) -> None:
@@ -178,7 +181,9 @@ class CompactionRunner:
     ) -> None:
         self._policy = policy
         self._meter = TokenMeter(policy.token_counter)
-        self._state = state
+        # The state holds this runner: holding the state only weakly (and, once closed, not
+        # the actor's queue either) leaves no reference cycle for the collector.
+        self._state: SessionState = cast("SessionState", weakref.proxy(state))
         self._logger = state.logger
         self._post = post
         self._telemetry = telemetry
@@ -214,8 +219,10 @@ class CompactionRunner:
             self._state.task_group.start_soon(self._compact, self._scope, log, len(surface), tokens)
 
     def close(self) -> None:
-        """Start no more compactions, and cancel the running one."""
+        """Start no more compactions, and cancel the running one (its posts are refused, as
+        the closing actor would)."""
         self._closing = True
+        self._post = _refused
         if self._scope is not None:
             self._scope.cancel()
 
@@ -299,16 +306,20 @@ class CompactionRunner:
             return "deferred"
         failure: Exception | None = None
         outcome = "failed"
+        finished = anyio.Event()
         try:
             async with anyio.create_task_group() as renewing:
-                renewing.start_soon(turn.keep)
+                renewing.start_soon(turn.keep, finished)
                 # The work's own error leaves the task group as itself, not wrapped in an
                 # exception group (the caller tells a closing session from a failure by type).
                 try:
                     outcome = await self._turn_taken()
                 except Exception as error:
                     failure = error
-                renewing.cancel_scope.cancel()
+                finally:
+                    # The renewal ends by itself, not by a cancellation (a cancelled task
+                    # leaves its exception in a reference cycle on asyncio).
+                    finished.set()
         finally:
             await turn.give_up()
         if failure is not None:
@@ -357,6 +368,11 @@ class CompactionRunner:
         if applied:
             return "applied"
         return "pruned, summary stale" if pruned else "stale"
+
+
+async def _refused(request: Request[Any]) -> Any:
+    """What posting to the actor does once the session is closing."""
+    raise SessionClosedError("the session is closed")
 
 
 def _summary_bytes(policy: CompactionPolicy) -> int | None:

@@ -71,7 +71,6 @@ class Engine:
     __slots__ = (
         "_aborted",
         "_can_rebase",
-        "_committer",
         "_parked",
         "_queue",
         "_rebase",
@@ -80,6 +79,7 @@ class Engine:
         "_space",
         "_space_waiters",
         "_state",
+        "_telemetry",
         "_thread",
         "follower",
         "traced",
@@ -107,12 +107,10 @@ class Engine:
         self._parked: Waiter | None = None  # the actor's wake-up while the queue is empty
         # Telemetry hook: with telemetry off the loop calls the plain method (no check, no
         # wrapper on its path); on, a wrapper that traces and times each segment's commit.
+        # (The wrapper is made when the loop starts, not kept here: a bound method of the
+        # engine kept by the engine would be a reference cycle, left for the collector.)
         self.traced = telemetry is not None
-        self._committer = (
-            self.commit_segment
-            if telemetry is None
-            else telemetry.traced_commit(self.commit_segment, state)
-        )
+        self._telemetry = telemetry
         self._space: anyio.Event | None = None  # set when queue space may have freed, if waited
         self._space_waiters = 0  # callers waiting for queue space
         self._aborted = False  # the block ended by an exception: stop, refuse the rest
@@ -213,7 +211,12 @@ class Engine:
         task_status.started()
         state = self._state
         batch: list[Request[Any]] = []
-        commit = self._committer  # telemetry hook: commit_segment itself when telemetry is off
+        telemetry = self._telemetry  # telemetry hook: commit_segment itself when telemetry is off
+        commit = (
+            self.commit_segment
+            if telemetry is None
+            else telemetry.traced_commit(self.commit_segment, state)
+        )
         with anyio.CancelScope(shield=True), anyio.CancelScope() as work:
             state.work_scope = work
             if self._aborted:

@@ -54,11 +54,13 @@ class Follower:
         self._watch_scope: anyio.CancelScope | None = None
 
     def close(self) -> None:
-        """Stop following: the watcher and any waiting retry end."""
+        """Stop following: the watcher and any waiting retry end (and the engine, which holds
+        this follower, is no longer held by it: no reference cycle is left to the collector)."""
         if self._watch_scope is not None:
             self._watch_scope.cancel()
         if self._retry is not None:
             self._retry.cancel()
+        self._enqueue = _closed
 
     async def reload(self, request: Reload | None) -> BaseException | None:
         """Catch up with what other writers committed after our count.
@@ -242,3 +244,8 @@ def erases(events: Sequence[Event]) -> bool:
     """Whether ``events`` (another writer's, read from the store) hold an ``erasure`` event:
     the events it names changed in place, and a log holding them must be read again whole."""
     return any(event.type is EventType.ERASURE for event in events)
+
+
+async def _closed(request: Reload) -> None:
+    """What queueing a catch-up does once the session is closing (as the engine would)."""
+    raise anyio.ClosedResourceError

@@ -115,6 +115,7 @@ class SessionState:
     """
 
     __slots__ = (
+        "__weakref__",  # the compaction runner's reference (see CompactionRunner)
         "abort_requested",
         "batches",
         "can_rebase",

@@ -23,6 +23,7 @@ rewrites the stored rows and scrubs the space the old ones took, and says in an
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -292,28 +293,45 @@ def select_events(
 
 
 def covering(events: Iterable[Event], seqs: Iterable[int]) -> set[int]:
-    """The seqs of the replace events among ``events`` (a session's, in seq order) that are
-    copies of the events at ``seqs``: each whose range covered one of them, or covered
-    another such copy, when it was appended (a compaction summary may quote what it
-    summarised, and a later summary the earlier one), whether or not the events at ``seqs``
-    are still held. ``seqs`` themselves are not included.
+    """The seqs of the replace events among ``events`` (a session's held events, in seq order)
+    that may be copies of the events at ``seqs``: each whose range covered one of them, or
+    covered another such copy, when it was appended (a compaction summary may quote what it
+    summarised, and a later summary the earlier one). ``seqs`` themselves are not included.
+
+    An event at ``seqs`` that is no longer held (a snapshot dropped it, with the summaries
+    that were shadowed since) may have reached a held summary through a dropped one, which
+    the store cannot see any more. So a held replace counts as its copy when its range covers
+    it, or when its range starts at or before it and some event between the two is gone (a
+    dropped replace that copied it may have been there): the store erases what may hold the
+    text rather than keep what may.
     """
     chosen = set(seqs)
     listed = list(events)
-    # The surface positions of the chosen events and their copies. A chosen event that is
-    # not among ``events`` (a snapshot dropped it) was a message, at its own seq: a summary
-    # that replaced it is what still holds it.
-    positions = sorted(chosen - {event.seq for event in listed})
+    held = sorted(event.seq for event in listed)
+    gone = sorted(chosen.difference(held))
+    positions: list[int] = []  # the surface positions of the chosen events and their copies
     found: set[int] = set()
     for event in listed:
         if event.seq in chosen:
             positions.append(event.position)
             continue
         op = event.op
-        if type(op) is Replace and any(op.start <= place <= op.stop for place in positions):
+        if type(op) is not Replace:
+            continue
+        if any(op.start <= place <= op.stop for place in positions) or any(
+            op.start <= seq and (seq <= op.stop or _dropped_between(held, seq, event.seq))
+            for seq in gone
+            if seq < event.seq
+        ):
             found.add(event.seq)
             positions.append(event.position)
     return found
+
+
+def _dropped_between(held: Sequence[int], low: int, high: int) -> bool:
+    """Whether some seq strictly between ``low`` and ``high`` is not in ``held`` (sorted)."""
+    inside = bisect_left(held, high) - bisect_right(held, low)
+    return inside < high - low - 1
 
 
 def erasure_data(seqs: Iterable[int], *, reason: str, at: datetime) -> dict[str, JSON]:

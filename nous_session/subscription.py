@@ -100,6 +100,7 @@ class Published:
     def close(self) -> None:
         """Nothing more will be published: wake every subscriber so it can finish."""
         self.closed = True
+        self._start_waker = None  # the session's: no reference cycle left to the collector
         self.wake()
 
     def wake(self) -> None:

@@ -388,7 +388,8 @@ async def test_with_no_provider_nothing_is_recorded_and_nothing_changes() -> Non
     async with SessionActor.open(session_id="dark", store=store, compaction=policy) as session:
         # No telemetry object anywhere: the store is not wrapped, the loop commits directly.
         assert session._state.store is store
-        assert session._engine._committer == session._engine.commit_segment
+        assert session._engine._telemetry is None
+        assert not session._engine.traced
         async with session.subscribe() as events:
             for index in range(6):
                 await session.append(USER, {"content": f"m {index}"})

@@ -632,7 +632,7 @@ async def test_an_option_the_store_does_not_take_is_refused_before_anything_chan
     with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         await store.erase_session("s", reason="r", bogus=True)
     if backend.kind == "memory":
-        with pytest.raises(TypeError, match="'rewrite'.*its options: none"):
+        with pytest.raises(TypeError, match=r"'rewrite'.*its options: none"):
             await store.erase("s", [said.seq], reason="r", rewrite=False)
     else:
         with pytest.raises(ValueError, match="rewrite is True or False"):

@@ -485,3 +485,24 @@ async def test_a_store_from_before_links_forks_to_their_parents_by_identity(
         assert old in text_of(await store.load("q-fork"))
     finally:
         await store.aclose()
+
+
+async def test_a_summary_of_a_summary_a_snapshot_dropped_goes_with_the_text(
+    backend: Backend, store: Any
+) -> None:
+    """The first summary quoted the text and the second quoted the first; a snapshot dropped
+    the text and the first summary. The second one still holds the words: it goes too."""
+    hidden = secret()
+    async with SessionActor.open(session_id="s", store=store) as session:
+        await session.add_message(Message.user("hello"))
+        said = await session.add_message(Message.user(f"my secret is {hidden}"))
+        await session.add_message(Message.assistant("noted"))
+        await session.replace(0, 2, [Message.system(f"summary: {hidden}")])
+        second = await session.replace(0, 0, [Message.system(f"older: {hidden}")])
+        await session.snapshot()  # drops the messages and the first summary
+        result = await session.erase([said.seq], reason="gdpr")
+        assert result.absent == (said.seq,)
+        assert result.summaries == (second.seq,)
+        assert hidden not in text_of(session.log.events())
+    assert hidden not in text_of(await store.load("s"))
+    assert sum(backend.hits(hidden).values()) == 0
