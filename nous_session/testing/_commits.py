@@ -10,7 +10,7 @@ import pytest
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.stores.base import RebasingStore, Store, Stored
-from nous_session.testing._shared import T0, sample_log, user_event
+from nous_session.testing._shared import T0, sample_log, stored_sample, user_event
 
 
 class CommitConformance:
@@ -26,8 +26,7 @@ class CommitConformance:
 
     @pytest.mark.anyio
     async def test_commit_then_load_round_trips_every_event(self, store: Store) -> None:
-        log = sample_log()
-        await store.commit("s", expected_count=0, events=log.events())
+        log = await stored_sample(store, "s")
         assert list(await store.load("s")) == list(log.events())
 
     @pytest.mark.anyio
@@ -94,8 +93,7 @@ class CommitConformance:
 
     @pytest.mark.anyio
     async def test_dropped_seqs_go_in_the_same_step_as_new_events(self, store: Store) -> None:
-        log = sample_log(12)
-        await store.commit("s", expected_count=0, events=log.events())
+        log = await stored_sample(store, "s", 12)
         snapshot = log.snapshot()
         dropped = [event.seq for event in log.shadowed()]
         assert dropped, "the sample must shadow something"
@@ -111,8 +109,7 @@ class CommitConformance:
 
     @pytest.mark.anyio
     async def test_a_drop_only_commit_keeps_the_count(self, store: Store) -> None:
-        log = sample_log(12)
-        await store.commit("s", expected_count=0, events=log.events())
+        log = await stored_sample(store, "s", 12)
         dropped = [event.seq for event in log.shadowed()]
         await store.commit("s", expected_count=12, events=[], dropped=dropped, horizon=12)
         assert [info.count for info in await store.sessions()] == [12]

@@ -8,7 +8,13 @@ import pytest
 
 from nous_session.actor import SessionActor
 from nous_session.stores.base import ForkingStore, SessionInfo, Store
-from nous_session.testing._shared import Capabilities, reopened, sample_log, user_event
+from nous_session.testing._shared import (
+    Capabilities,
+    reopened,
+    sample_log,
+    stored_sample,
+    user_event,
+)
 
 
 class ForkConformance(Capabilities):
@@ -19,8 +25,7 @@ class ForkConformance(Capabilities):
     async def test_a_fork_has_the_parents_history_up_to_its_point_and_then_its_own(
         self, store: Store, forking: ForkingStore, reopen: Callable[[], Store]
     ) -> None:
-        log = sample_log(10)
-        await store.commit("parent", expected_count=0, events=log.events())
+        log = await stored_sample(store, "parent", 10)
         await forking.fork("parent", "child", at=5)
         assert list(await store.load("child")) == list(log.upto(5).events())
         await store.commit("child", expected_count=6, events=[user_event(6, "child's own")])
@@ -58,8 +63,7 @@ class ForkConformance(Capabilities):
     async def test_a_snapshot_or_delete_of_the_parent_leaves_its_forks_whole(
         self, store: Store, forking: ForkingStore
     ) -> None:
-        log = sample_log(12)
-        await store.commit("p", expected_count=0, events=log.events())
+        log = await stored_sample(store, "p", 12)
         await forking.fork("p", "early", at=3)
         await forking.fork("p", "late", at=11)
         await forking.fork("late", "grandchild", at=10)  # a fork of a fork

@@ -10,7 +10,7 @@ import pytest
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.stores.base import RebasingStore, SessionInfo, Store
-from nous_session.testing._shared import Capabilities, sample_log, user_event
+from nous_session.testing._shared import Capabilities, sample_log, stored_sample, user_event
 
 
 class RebasingConformance(Capabilities):
@@ -34,8 +34,7 @@ class RebasingConformance(Capabilities):
     async def test_a_rebasing_commit_goes_after_what_other_writers_stored(
         self, store: Store, rebasing: RebasingStore
     ) -> None:
-        log = sample_log(4)
-        await store.commit("s", expected_count=0, events=log.events())
+        log = await stored_sample(store, "s", 4)
         mine = [user_event(2, "mine a"), user_event(3, "mine b ✓")]
         done = await rebasing.commit_rebased("s", expected_count=2, events=mine)
         assert done.shift == 2

@@ -17,7 +17,15 @@ from nous_session.stores.base import ForkingStore, RebasingStore, Store, support
 
 _T = TypeVar("_T")
 
-__all__ = ["ODD_SESSION_IDS", "T0", "Capabilities", "reopened", "sample_log", "user_event"]
+__all__ = [
+    "ODD_SESSION_IDS",
+    "T0",
+    "Capabilities",
+    "reopened",
+    "sample_log",
+    "stored_sample",
+    "user_event",
+]
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -92,6 +100,14 @@ def sample_log(size: int = 12, *, start: datetime = T0) -> Log:
                 {"content": f"summary up to {index - 2}", "surface_op": ["replace", 0, index - 2]},
                 time=time,
             )
+    return log
+
+
+async def stored_sample(store: Store, session_id: str, size: int = 12) -> Log:
+    """``sample_log(size)`` committed whole as ``session_id``'s first commit; the log is
+    returned, to compare with what the store gives back."""
+    log = sample_log(size)
+    await store.commit(session_id, expected_count=0, events=log.events())
     return log
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from nous_session.errors import ConflictError
 from nous_session.stores.base import OutcomeStore, RebasingStore, Store, Stored, supports
-from nous_session.testing._shared import T0, reopened, sample_log, user_event
+from nous_session.testing._shared import T0, reopened, sample_log, stored_sample, user_event
 
 
 class StoredConformance:
@@ -44,8 +44,7 @@ class StoredConformance:
     async def test_a_snapshot_sets_the_horizon_and_the_count_outlives_its_events(
         self, store: Store, reopen: Callable[[], Store]
     ) -> None:
-        log = sample_log(6)
-        await store.commit("s", expected_count=0, events=log.events())
+        await stored_sample(store, "s", 6)
         # Drop the newest events too: the count is the store's to keep, not the rows'.
         await store.commit(
             "s", expected_count=6, events=[], dropped=[3, 4, 5], expected_horizon=0, horizon=6
@@ -59,8 +58,7 @@ class StoredConformance:
 
     @pytest.mark.anyio
     async def test_a_stale_horizon_is_a_conflict(self, store: Store) -> None:
-        log = sample_log(6)
-        await store.commit("s", expected_count=0, events=log.events())
+        log = await stored_sample(store, "s", 6)
         await store.commit("s", expected_count=6, events=[], dropped=[1], horizon=6)
         late = log.append("user_message", {"content": "stale"}, time=T0)
         with pytest.raises(ConflictError):
