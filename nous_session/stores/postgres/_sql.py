@@ -45,17 +45,23 @@ class Statements:
         # the keys and the commit id, and notify. A concurrent writer's UPDATE waits for the
         # row and then finds the count moved, so it changes nothing: a conflict. The row lock
         # is held for this one statement, never across round trips. A key or commit id that
-        # exists already fails the statement as a whole (a unique violation). The session's
+        # exists already fails the statement as a whole (a unique violation). Nothing to keep
+        # or drop is a constant false the planner sees (no scan at all): ``seq = ANY('{}')``
+        # alone is a contradiction, which "implies" the predicate of the partial index on kid,
+        # and with statistics from before a store began sealing, the planner would pick that
+        # index and read all of it for nothing. The session's
         # data key must be the one the records were sealed under (``kid``; NULL for a store
         # without encryption): an erasure replaces it, and then the commit moves nothing.
         writes = """
             , kept AS (
                 INSERT INTO {kept} (session, seq, record, kid)
                 SELECT session, seq, record, kid FROM {events}
-                WHERE session = %(name)s AND seq = ANY(%(kept)s) AND EXISTS (SELECT 1 FROM moved)
+                WHERE cardinality(%(kept)s::bigint[]) > 0
+                AND session = %(name)s AND seq = ANY(%(kept)s) AND EXISTS (SELECT 1 FROM moved)
                 RETURNING 1
             ), dropped AS (
-                DELETE FROM {events} WHERE session = %(name)s AND seq = ANY(%(dropped)s)
+                DELETE FROM {events} WHERE cardinality(%(dropped)s::bigint[]) > 0
+                AND session = %(name)s AND seq = ANY(%(dropped)s)
                 AND EXISTS (SELECT 1 FROM moved) RETURNING 1
             ), inserted AS (
                 INSERT INTO {events} (session, seq, record, kid)
