@@ -1,6 +1,7 @@
 """Erasure in PostgreSQL: rewriting every stored copy (the steps are
 :mod:`nous_session.stores._erase`'s), then scrubbing the tables: the old row versions out of
-the pages."""
+the pages (or, when the store encrypts, destroying the old records' data keys and scrubbing
+only the key table: :mod:`._keys`)."""
 
 from __future__ import annotations
 

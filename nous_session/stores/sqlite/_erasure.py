@@ -1,4 +1,5 @@
-"""Erasure in a SQLite file: rewriting every stored copy, then scrubbing the file."""
+"""Erasure in a SQLite file: rewriting every stored copy, then scrubbing the file (or, when
+the store encrypts, destroying the old records' data keys: :mod:`._keys`)."""
 
 from __future__ import annotations
 
