@@ -6,7 +6,7 @@ How the layers stack (imports only point down):
     integrations (by path): framework adapters over the registry and the actor
     Sessions, SessionsPortal (registry.py): many sessions of one store
     SessionActor (actor.py)  -- compaction policy + summarizers
-    stores (memory, sqlite, postgres) -- codec (orjson)
+    stores (memory, sqlite, postgres) -- codec (orjson), encryption at rest (encryption.py)
     Log (log.py)  -- Transcript (transcript.py)
     Event (event.py)
     Message, ToolCall, content parts, messages helpers (message.py, parts.py, messages.py)
@@ -20,6 +20,7 @@ Log, Transcript, Event and Message are pure and synchronous: no I/O, no event lo
 from nous_session import formats, messages, retention, telemetry, transcript
 from nous_session.actor import SessionActor, SessionStatistics, Subscription
 from nous_session.compaction import CompactionPolicy, Summarizer
+from nous_session.encryption import Encryption, KeyProvider, LocalKeyFile, RewrappingStore
 from nous_session.erasure import Erasure, select_events
 from nous_session.errors import (
     ConflictError,
@@ -75,6 +76,7 @@ __all__ = [
     "ContentPart",
     "Conversion",
     "CorruptRecordError",
+    "Encryption",
     "ErasingStore",
     "Erasure",
     "Event",
@@ -83,9 +85,11 @@ __all__ = [
     "FormatError",
     "ImagePart",
     "InvalidEventError",
+    "KeyProvider",
     "LeasingStore",
     "ListQuery",
     "ListingStore",
+    "LocalKeyFile",
     "Log",
     "LossyConversionError",
     "MemoryStore",
@@ -103,6 +107,7 @@ __all__ = [
     "Replace",
     "RetentionReport",
     "Rewind",
+    "RewrappingStore",
     "Role",
     "SURFACE_TYPES",
     "SessionActor",

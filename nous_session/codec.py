@@ -40,6 +40,8 @@ __all__ = ["FORMAT_VERSION", "decode", "decode_rows", "encode", "from_json", "to
 FORMAT_VERSION: Final = 1
 """The record format this version writes (and the newest it reads)."""
 
+# The first byte of a record a store sealed (nous_session.stores._sealed); JSON never has it.
+_SEALED: Final = b"\x01"
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
 _INT_MAX: Final = 2**63 - 1
@@ -80,6 +82,11 @@ def decode(
     try:
         value = orjson.loads(record)
     except orjson.JSONDecodeError as error:
+        if not isinstance(record, str) and record[:1] == _SEALED:
+            raise CorruptRecordError(
+                f"{_name(where)}: the record is encrypted: open the store with its"
+                " encryption (encryption=Encryption(provider), nous_session.encryption)"
+            ) from None
         # An int too wide even for orjson's float reading: the exact reader takes it.
         value = _exact(record) if may_be_wide(record) else None
         if value is None:

@@ -17,6 +17,8 @@ SUITES: tuple[str, ...] = (
     "engine",
     "registry",
     "postgres",
+    "encryption",
+    "erasure",
     "listing",
     "followers",
     "scaling",

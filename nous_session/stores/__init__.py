@@ -86,7 +86,8 @@ def open_store(url: str | None = None, *, read_only: bool = False, **options: ob
     (:func:`default_path`); which one is logged at info level. ``read_only=True`` opens the
     store for inspecting only: nothing is created or changed, and a missing store is an error
     (a memory store is empty, so it reads as such). ``options`` go to the store's constructor
-    (``synchronous="NORMAL"``, ``min_size=...``).
+    (``synchronous="NORMAL"``, ``min_size=...``, ``encryption=Encryption(provider)`` for the
+    SQL stores: see :mod:`nous_session.encryption`).
 
     Raises:
         ValueError: the URL's scheme is unknown, or the URL is malformed.
@@ -104,6 +105,11 @@ def open_store(url: str | None = None, *, read_only: bool = False, **options: ob
         raise ValueError(f"not a store URL (no scheme): {url!r}; try memory:, sqlite:///path")
     scheme = scheme.lower()
     if scheme == "memory":
+        if "encryption" in options:
+            raise ValueError(
+                "memory: holds nothing at rest, so it takes no encryption= (use a sqlite:/// or"
+                " postgresql:// store)"
+            )
         if options:
             raise ValueError(f"memory: takes no options, got {sorted(options)}")
         if rest not in ("", "//"):

@@ -28,7 +28,7 @@ from nous_session.log import Log
 from nous_session.metadata import SessionMetadata
 from nous_session.retention import apply, parse_duration
 from nous_session.stores import MemoryStore, Store
-from nous_session.stores.sqlite import SQLiteStore
+from nous_session.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 from nous_session.stores.sqlite._schema import _MIGRATIONS
 from nous_session.stores.sqlite._sql import _listing
 from nous_session.testing import ListingConformance
@@ -284,7 +284,8 @@ def test_a_version_2_file_gets_times_from_its_events(tmp_path: Path) -> None:
 
     anyio.run(check)
     with closing(sqlite3.connect(path)) as connection:
-        assert connection.execute("SELECT version FROM nous_schema").fetchone() == (4,)
+        version = connection.execute("SELECT version FROM nous_schema").fetchone()
+        assert version == (SCHEMA_VERSION,)
 
 
 # Retention ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nous_session.encryption import Encryption, LocalKeyFile
 from nous_session.stores import MemoryStore, Store
 from nous_session.stores.sqlite import SQLiteStore
 from nous_session.testing import StoreConformance
@@ -39,6 +40,24 @@ class TestSQLiteStore(StoreConformance):
     @pytest.fixture
     def reopen(self, path: Path) -> Callable[[], Store]:
         return lambda: SQLiteStore(path)
+
+
+class TestSQLiteStoreEncrypted(TestSQLiteStore):
+    """The suite with every record sealed (encryption at rest)."""
+
+    @pytest.fixture
+    def encryption(self, tmp_path: Path) -> Encryption:
+        return Encryption(LocalKeyFile.create(tmp_path / "master.key"))
+
+    @pytest.fixture
+    async def store(self, path: Path, encryption: Encryption) -> AsyncIterator[Store]:
+        store = SQLiteStore(path, encryption=encryption)
+        yield store
+        await store.aclose()
+
+    @pytest.fixture
+    def reopen(self, path: Path, encryption: Encryption) -> Callable[[], Store]:
+        return lambda: SQLiteStore(path, encryption=encryption)
 
 
 class TestSQLiteStoreNormalDurability(TestSQLiteStore):
@@ -77,3 +96,22 @@ class TestPostgresStore(StoreConformance):
     @pytest.fixture
     def reopen(self, schema: str) -> Callable[[], Store]:
         return lambda: PostgresStore(POSTGRES_URL, schema=schema)  # type: ignore[arg-type]
+
+
+@needs_postgres
+class TestPostgresStoreEncrypted(TestPostgresStore):
+    """The suite on PostgreSQL with every record sealed (encryption at rest)."""
+
+    @pytest.fixture
+    def encryption(self, tmp_path: Path) -> Encryption:
+        return Encryption(LocalKeyFile.create(tmp_path / "master.key"))
+
+    @pytest.fixture
+    async def store(self, schema: str, encryption: Encryption) -> AsyncIterator[Store]:
+        store = PostgresStore(POSTGRES_URL, schema=schema, encryption=encryption)  # type: ignore[arg-type]
+        yield store
+        await store.aclose()
+
+    @pytest.fixture
+    def reopen(self, schema: str, encryption: Encryption) -> Callable[[], Store]:
+        return lambda: PostgresStore(POSTGRES_URL, schema=schema, encryption=encryption)  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ Needs the ``postgres`` extra (``pip install nous_session[postgres]``: psycopg 3 
 psycopg's async API runs only on asyncio, so this store drives the synchronous driver in worker
 threads, as the SQLite store does; it therefore works on asyncio and trio alike.
 
-Schema (version 3), in the schema given to the store (``public`` by default)::
+Schema (version 5), in the schema given to the store (``public`` by default)::
 
     nous_schema   (version)
     nous_sessions (name text PRIMARY KEY, count bigint, horizon bigint, parent text,
@@ -16,6 +16,10 @@ Schema (version 3), in the schema given to the store (``public`` by default)::
     nous_commits  (session text, commit_id text, seq bigint, n integer,
                    PRIMARY KEY (session, commit_id))
     nous_kept     (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
+    nous_data_keys (kid bytea PRIMARY KEY, provider text, wrapped bytea)
+
+(and a ``kid`` column on nous_sessions, nous_events and nous_kept: encryption at rest, see
+:mod:`nous_session.encryption`; NULL for plain records)
 
 ``meta`` is the session's current metadata record (its newest metadata event's, at
 ``meta_seq``); ``created`` and ``active`` are the server's time at its first and its last

@@ -4,7 +4,7 @@ is one statement; a group of them shares one transaction in :mod:`._group`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -60,6 +60,11 @@ def commit_parameters(commit: Commit, channel: str) -> dict[str, Any]:
         "payload": orjson.dumps({"session": session_id, "head": count}).decode(),
         "meta": None if metadata is None else metadata[1].decode(),
         "meta_seq": None if metadata is None else metadata[0],
+        "kid": None,  # the data key the records are sealed under (None: plain records)
+        # A new data key for the session, stored by its first commit (see resolve_key).
+        "new_kid": None,
+        "new_provider": None,
+        "new_wrapped": None,
     }
 
 
@@ -74,17 +79,19 @@ def commit_alone(
     dropped: Sequence[int],
     horizon: int | None,
     expected_horizon: int | None,
+    sealer: Callable[[Sequence[Event]], list[bytes]] | None = None,
 ) -> None:
     """Run one commit's statement in a transaction of its own (in a worker thread). With
     ``locked`` (a snapshot, or a horizon to check against the stored one), under the
-    session's row lock, after giving the forks sharing what it drops their copies.
+    session's row lock, after giving the forks sharing what it drops their copies. With a
+    ``sealer``, the records are sealed by it.
 
     Raises:
-        Unmatched: the statement matched no row (a conflict).
+        Unmatched: the statement matched no row (a conflict, or another data key).
     """
     session_id, expected_count = parameters["name"], parameters["expected"]
     parameters["seqs"] = [event.seq for event in rows]
-    parameters["records"] = [encode(event) for event in rows]
+    parameters["records"] = [encode(event) for event in rows] if sealer is None else sealer(rows)
     with commit_errors(session_id), pool.connection() as connection:
         if locked:
             with connection.transaction():

@@ -1,6 +1,7 @@
 """Erasure in PostgreSQL: rewriting every stored copy (the steps are
 :mod:`nous_session.stores._erase`'s), then scrubbing the tables: the old row versions out of
-the pages."""
+the pages (or, when the store encrypts, destroying the old records' data keys and scrubbing
+only the key table: :mod:`._keys`)."""
 
 from __future__ import annotations
 
@@ -21,30 +22,44 @@ from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
+from nous_session.stores._sealed import Keyring, kid_of
 from nous_session.stores.base import place
 from nous_session.stores.postgres._errors import errors, pooled
+from nous_session.stores.postgres._keys import crypto_erase, fetcher
 from nous_session.stores.postgres._rows import inherited, row_of, view
 from nous_session.stores.postgres._sql import APPLICATION, Statements
 
 T = TypeVar("T")
 
-__all__ = ["ErasingTables", "erase_in_tables", "scrub_tables"]
+__all__ = ["Crypto", "ErasingTables", "erase_in_tables", "scrub_tables"]
 
 # What VACUUM FULL VERBOSE says of the dead row versions it copied (a snapshot may see them).
 DEAD_KEPT: Final = re.compile(r"(\d+) dead row versions cannot be removed yet")
 
 
+_Copy = tuple[str, str, bytes | None]
+
+
 @attrs.frozen
 class _TableCopies:
     """The copies of a session's events in the tables (see
-    :class:`~nous_session.stores._erase.Copies`): a copy is named by its table and session.
-    Every session row read is locked against a concurrent snapshot or delete copying it."""
+    :class:`~nous_session.stores._erase.Copies`): a copy is named by its table, its session
+    and the data key its record is sealed under (None: a plain record). Every session row
+    read is locked against a concurrent snapshot or delete copying it.
+
+    With a ``keyring`` (the store encrypts), an erased copy is sealed under its old record's
+    key, and that key is noted in ``destroyed`` for :func:`crypto_erase`; ``plain`` notes a
+    copy read in plain text, whose old bytes only a rewrite of the tables removes.
+    """
 
     connection: psycopg.Connection[Any]
     statements: Statements
     where: str
     channel: str
+    keyring: Keyring | None = None
     forgotten: list[int] = attrs.field(factory=list)  # erased metadata events' seqs
+    destroyed: set[bytes] = attrs.field(factory=set)
+    plain: list[bool] = attrs.field(factory=list)
 
     def row(self, name: str) -> SessionRow[str] | None:
         # FOR UPDATE: a fork (which reads its parent FOR SHARE) waits for the erasure, and
@@ -59,25 +74,39 @@ class _TableCopies:
 
     def events(self, name: str, row: SessionRow[Any]) -> list[Event]:
         rows = view(self.connection, self.statements, row, 0)
-        return decode_rows(rows, place(name, self.where))
+        named = place(name, self.where)
+        if self.keyring is not None:
+            rows = self.keyring.open_rows(rows, fetcher(self.connection, self.statements), named)
+        return decode_rows(rows, named)
 
     def children(self, row: SessionRow[Any]) -> list[tuple[str, int | None]]:
         return self.connection.execute(self.statements.children, (row.uid,)).fetchall()
 
-    def copies(self, member: str, seq: int) -> list[tuple[tuple[str, str], Event]]:
-        copies: list[tuple[tuple[str, str], Event]] = []
+    def copies(self, member: str, seq: int) -> list[tuple[_Copy, Event]]:
+        copies: list[tuple[_Copy, Event]] = []
         for table, query in self.statements.erase_select.items():
             found = self.connection.execute(query, (member, seq)).fetchone()
             if found is not None:
-                event = decode(found[0], where=place(member, self.where)(seq))
-                copies.append(((table, member), event))
+                where = place(member, self.where)(seq)
+                stored, kid = found[0], kid_of(found[0])
+                if kid is None:
+                    self.plain.append(True)
+                elif self.keyring is not None:
+                    fetch = fetcher(self.connection, self.statements)
+                    stored = self.keyring.open(seq, stored, fetch, where)
+                event = decode(stored, where=where)
+                copies.append(((table, member, kid), event))
         return copies
 
-    def write(self, where: tuple[str, str], event: Event) -> None:
-        table, member = where
-        self.connection.execute(
-            self.statements.erase_update[table], (encode(event), member, event.seq)
-        )
+    def write(self, where: _Copy, event: Event) -> None:
+        table, member, kid = where
+        record = encode(event)
+        if kid is not None and self.keyring is not None:
+            # Sealed under the old key for now: crypto_erase re-seals every row of that key.
+            cipher = self.keyring.cipher(kid, fetcher(self.connection, self.statements))
+            record = self.keyring.seal(kid, cipher, event.seq, record)
+            self.destroyed.add(kid)
+        self.connection.execute(self.statements.erase_update[table], (record, member, event.seq))
 
     def forget(self, record: bytes, members: Sequence[str], seq: int) -> None:
         self.forgotten.append(seq)
@@ -86,12 +115,22 @@ class _TableCopies:
 
     def append(self, row: SessionRow[Any], event: Event) -> None:
         head = event.seq + 1
+        record, kid = encode(event), None
+        if self.keyring is not None:
+            # Sealed under the session's current key, as a commit would (a crypto-erasure
+            # that destroys that key next re-seals it with the rest).
+            found = self.connection.execute(self.statements.session_kid, (row.key,)).fetchone()
+            if found is not None and found[1] is not None:
+                kid = bytes(found[1])
+                cipher = self.keyring.cipher(kid, fetcher(self.connection, self.statements))
+                record = self.keyring.seal(kid, cipher, event.seq, record)
         self.connection.execute(
             self.statements.append_erasure,
             {
                 "name": row.key,
                 "seq": event.seq,
-                "record": encode(event),
+                "record": record,
+                "kid": kid,
                 "channel": self.channel,
                 "payload": dumps({"session": row.key, "head": head}).decode(),
             },
@@ -104,16 +143,39 @@ def erase_in_tables(
     where: str,
     channel: str,
     request: ErasureRequest,
-) -> tuple[Erasure, str, bool]:
+    keyring: Keyring | None = None,
+) -> tuple[Erasure, str, bool, Crypto | None]:
     """Rewrite every stored copy of the events to erase in one transaction (rolled back for
-    a dry run); the result, the transaction's id (for :func:`scrub_tables`), and whether an
+    a dry run); the result, the transaction's id (for :func:`scrub_tables`), whether an
     erased metadata record's listing copies were replaced (the sessions table too must be
-    scrubbed)."""
+    scrubbed), and with a ``keyring``, what destroying the old records' data keys in the same
+    transaction did (:func:`~nous_session.stores.postgres._keys.crypto_erase`)."""
+    crypto = None
     with connection.transaction(force_rollback=request.dry_run):
-        copies = _TableCopies(connection, statements, where, channel)
+        copies = _TableCopies(connection, statements, where, channel, keyring)
         done = erase_rows(copies, request)
+        if keyring is not None and not request.dry_run:
+            destroyed = sorted(copies.destroyed)
+            resealed = crypto_erase(connection, statements, keyring, destroyed)
+            crypto = Crypto(len(destroyed), resealed, bool(copies.plain))
         xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
-    return done, str(int(xid[0]) % 2**32) if xid else "0", bool(copies.forgotten)
+    return done, str(int(xid[0]) % 2**32) if xid else "0", bool(copies.forgotten), crypto
+
+
+@attrs.frozen
+class Crypto:
+    """What a crypto-erasure did: keys destroyed, rows re-sealed, and whether a copy was
+    in plain text (then the tables are rewritten too)."""
+
+    destroyed: int
+    resealed: int
+    plain: bool
+
+    def detail(self) -> str:
+        return (
+            f"crypto-erasure: {self.destroyed} data key(s) destroyed; {self.resealed} row(s)"
+            " re-sealed under new key(s) (row updates, no table rewrite)"
+        )
 
 
 def scrub_tables(
@@ -235,6 +297,7 @@ class ErasingTables(Erasing):
     _channel: str
     _pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
     _connect_timeout: float
+    _keyring: Keyring | None
 
     async def _run(self, function: Callable[[], T]) -> T:
         raise NotImplementedError
@@ -258,7 +321,16 @@ class ErasingTables(Erasing):
         the result is proven only when no snapshot older than the erasure was open (checked
         for up to ``lock_timeout`` seconds, in ``pg_stat_activity``, prepared transactions
         and replication slots) and the ``VACUUM FULL`` ran. Without ``rewrite``, a plain
-        ``VACUUM`` runs and the result is not proven."""
+        ``VACUUM`` runs and the result is not proven.
+
+        A store opened with ``encryption`` crypto-erases instead (``rewrite`` does not apply):
+        in the same transaction, the data keys the old records were sealed under are
+        destroyed (every other row of those keys sealed again under new ones: row updates,
+        the sessions of those keys moved to the new ones, the key rows deleted), then
+        ``VACUUM FULL`` runs on the key table alone, as above (its lock lasts a small table's
+        rewrite; the events and kept tables are not rewritten; the sessions table still is
+        after a metadata erasure). A copy in plain text (written before encryption was on)
+        makes it rewrite the events and kept tables as above too."""
         if type(rewrite) is not bool:
             raise ValueError(f"rewrite is True or False, got {rewrite!r}")
         dry_run = request.dry_run
@@ -267,28 +339,46 @@ class ErasingTables(Erasing):
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
             raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
 
-        def erase() -> tuple[Erasure, str, bool]:
+        def erase() -> tuple[Erasure, str, bool, Crypto | None]:
             what = f"cannot erase from session {request.session_id!r}"
             with pooled(self._pool, what) as connection:
-                return erase_in_tables(connection, self._sql, self._where, self._channel, request)
+                return erase_in_tables(
+                    connection, self._sql, self._where, self._channel, request, self._keyring
+                )
 
-        done, xid, listing = await self._run(erase)
+        done, xid, listing, crypto = await self._run(erase)
         if dry_run:
             return attrs.evolve(done, detail="dry run: nothing was changed")
+        if crypto is not None and not crypto.plain:
+            # Only the key table: the old records stay, sealed under keys that are gone.
+            proven, detail = await self._run(
+                lambda: self._scrub(xid, True, lock_timeout, listing, keys_only=True)
+            )
+            return attrs.evolve(done, proven=proven, detail=f"{crypto.detail()}; {detail}")
         proven, detail = await self._run(lambda: self._scrub(xid, rewrite, lock_timeout, listing))
+        if crypto is not None:
+            detail = f"{crypto.detail()}; a copy was in plain text, so: {detail}"
         return attrs.evolve(done, proven=proven, detail=detail)
 
     def _scrub(
-        self, xid: str, rewrite: bool, lock_timeout: float, listing: bool
+        self,
+        xid: str,
+        rewrite: bool,
+        lock_timeout: float,
+        listing: bool,
+        *,
+        keys_only: bool = False,
     ) -> tuple[bool, str]:
         """After an erasing commit (transaction ``xid``), the tables scrubbed (see
         :func:`~nous_session.stores.postgres._erasure.scrub_tables`): the events and kept
-        tables, then, when an erased metadata record's listing copies were replaced
-        (``listing``), the sessions table, whose old row versions and owner indexes hold them.
+        tables (``keys_only``, after a crypto-erasure: the key table alone instead), then,
+        when an erased metadata record's listing copies were replaced (``listing``), the
+        sessions table, whose old row versions and owner indexes hold them.
         Apart: every commit updates a session's row, so the sessions table nearly always has
         recently dead row versions under load, and those (which hold no erased text, when
         made after the erasure) must not cost the events' proof."""
-        tables: list[tuple[sql.Identifier, ...]] = [(self._sql.events, self._sql.kept)]
+        first = (self._sql.data_keys,) if keys_only else (self._sql.events, self._sql.kept)
+        tables: list[tuple[sql.Identifier, ...]] = [first]
         if listing:
             tables.append((self._sql.sessions,))
         proven = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -31,7 +31,7 @@ class Grouped:
     raises (None: the commit landed).
     """
 
-    __slots__ = ("done", "error", "parameters", "rows", "session_id", "statement")
+    __slots__ = ("done", "error", "parameters", "rows", "sealer", "session_id", "statement")
 
     def __init__(
         self,
@@ -39,11 +39,13 @@ class Grouped:
         statement: sql.Composed,
         parameters: dict[str, Any],
         rows: list[Event],
+        sealer: Callable[[Sequence[Event]], list[bytes]] | None = None,
     ) -> None:
         self.session_id = session_id
         self.statement = statement
         self.parameters = parameters
         self.rows = rows
+        self.sealer = sealer  # seals the records (a store that encrypts), else None
         # The event loop's own primitive, not an anyio.Event (which looks the backend up and
         # builds an asyncio.Event per commit): set and awaited on the loop's thread.
         self.done = Done()
@@ -153,7 +155,11 @@ class GroupCommits:
         """On a worker thread: commit ``group`` in one transaction (see :meth:`commit`)."""
         for item in group:
             item.parameters["seqs"] = [event.seq for event in item.rows]
-            item.parameters["records"] = [encode(event) for event in item.rows]
+            item.parameters["records"] = (
+                [encode(event) for event in item.rows]
+                if item.sealer is None
+                else item.sealer(item.rows)
+            )
         if len(group) == 1:
             self._commit_alone(group[0])
             return
@@ -212,7 +218,7 @@ class GroupCommits:
     def _group_parameters(self, common: list[Grouped]) -> dict[str, Any]:
         """The arrays of the group commit statement for ``common``: one entry per commit,
         event, key and commit id."""
-        names, expected, counts, expected_horizons, payloads = [], [], [], [], []
+        names, expected, counts, expected_horizons, payloads, kids = [], [], [], [], [], []
         event_sessions: list[str] = []
         seqs: list[int] = []
         records: list[bytes] = []
@@ -228,6 +234,7 @@ class GroupCommits:
             counts.append(parameters["count"])
             expected_horizons.append(parameters["expected_horizon"])
             payloads.append(parameters["payload"])
+            kids.append(parameters["kid"])
             event_sessions += [name] * len(parameters["seqs"])
             seqs += parameters["seqs"]
             records += parameters["records"]
@@ -246,6 +253,7 @@ class GroupCommits:
             "counts": counts,
             "expected_horizons": expected_horizons,
             "payloads": payloads,
+            "kids": kids,
             "event_sessions": event_sessions,
             "seqs": seqs,
             "records": records,

@@ -15,8 +15,10 @@ from nous_session._json import dumps
 from nous_session.codec import decode_rows
 from nous_session.event import EventType
 from nous_session.stores._lineage import SessionRow, lineage, stored
+from nous_session.stores._sealed import KeyGone, Keyring, kid_of
 from nous_session.stores.base import SessionInfo, Stored, check_fork_point, place
 from nous_session.stores.postgres._errors import pipelined
+from nous_session.stores.postgres._keys import fetcher
 from nous_session.stores.postgres._sql import Statements
 
 __all__ = [
@@ -105,7 +107,12 @@ def _own_copy(connection: Connection, statements: Statements, name: str) -> None
     if kept:
         connection.execute(
             statements.copy_kept,
-            (name, [seq for seq, _ in kept], [record for _, record in kept]),
+            (
+                name,
+                [seq for seq, _ in kept],
+                [record for _, record in kept],
+                [kid_of(record) for _, record in kept],
+            ),
         )
     for source, low, high in ranges(connection, statements, row)[:-1]:
         connection.execute(statements.copy_events, (name, source, low, high))
@@ -125,7 +132,12 @@ def release_shared(
 
 
 def metadata_at(
-    connection: Connection, statements: Statements, row: SessionRow[str], at: int, where: str
+    connection: Connection,
+    statements: Statements,
+    row: SessionRow[str],
+    at: int,
+    where: str,
+    keyring: Keyring | None = None,
 ) -> tuple[str | None, int | None]:
     """The metadata record (JSON text) and its seq that the session had at seq ``at``: its
     current one unless it changed after ``at``; then the newest metadata event up to
@@ -138,6 +150,8 @@ def metadata_at(
     named = place(row.key, where)
     held = [item for item in view(connection, statements, row, 0) if item[0] <= at]
     for seq, record in reversed(held):
+        if keyring is not None:
+            record = keyring.open(seq, record, fetcher(connection, statements), named(seq))
         (event,) = decode_rows([(seq, record)], named)
         if event.type is EventType.METADATA:
             return dumps(event.data.get("metadata", {})).decode(), seq
@@ -152,15 +166,34 @@ def read_stored(
     since: int,
     *,
     full: bool,
+    keyring: Keyring | None = None,
 ) -> Stored:
     """The session's events from ``since`` (with ``full``, also its keys and kept events), in
     one repeatable-read transaction: one round trip unless the session is a sharing fork.
     Read committed would let a commit land between the statements, and the rows would not
-    fit the count.
+    fit the count. With a ``keyring`` (the store encrypts), sealed records are opened; a
+    read that raced an erasure destroying their key reads again (they are re-sealed).
 
     Raises:
         CorruptRecordError: a row cannot be decoded (the error names session and seq).
     """
+    if keyring is None:
+        return _read_stored(connection, statements, where, session_id, since, full=full)
+    try:
+        return _read_stored(connection, statements, where, session_id, since, full, keyring)
+    except KeyGone:
+        return _read_stored(connection, statements, where, session_id, since, full, keyring)
+
+
+def _read_stored(
+    connection: Connection,
+    statements: Statements,
+    where: str,
+    session_id: str,
+    since: int,
+    full: bool,
+    keyring: Keyring | None = None,
+) -> Stored:
     with pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"):
         found = connection.execute(statements.row_query, (session_id,))
         own = connection.execute(statements.events_from, (session_id, since))
@@ -180,6 +213,10 @@ def read_stored(
             rows = own.fetchall()
         keys = inherited_keys + ([] if keyed is None else keyed.fetchall())  # the fork's after
         kept = [] if aside is None else sorted(inherited_kept + aside.fetchall())
+    if keyring is not None:
+        fetch, named = fetcher(connection, statements), place(session_id, where)
+        rows = keyring.open_rows(rows, fetch, named)
+        kept = keyring.open_rows(kept, fetch, named)
     if row is None:
         return Stored((), 0) if full else Stored(decode_rows(rows, place(session_id, where)), 0)
     return stored(session_id, row, rows, since, where, keys=keys, kept=kept)
@@ -192,6 +229,7 @@ def fork_row(
     session_id: str,
     new_session_id: str,
     at: int,
+    keyring: Keyring | None = None,
 ) -> None:
     """Insert the row of a fork sharing ``session_id``'s rows up to ``at`` (in the caller's
     transaction).
@@ -205,7 +243,7 @@ def fork_row(
     if parent is None or parent.count == 0:
         raise ValueError(f"no session {session_id!r} to fork")
     check_fork_point(session_id, at, parent.count, parent.horizon)
-    meta, meta_seq = metadata_at(connection, statements, parent, at, where)
+    meta, meta_seq = metadata_at(connection, statements, parent, at, where, keyring)
     made = connection.execute(
         statements.fork,
         (new_session_id, at + 1, parent.horizon, session_id, at, meta, meta_seq, parent.uid),

@@ -13,7 +13,7 @@ from nous_session.stores.postgres._leases import LEASES_TABLE
 
 __all__ = ["SCHEMA_VERSION", "check_schema", "migrate"]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 
 # Any 64-bit key works; it only has to be the same for every process migrating this schema.
@@ -99,6 +99,21 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
            FROM {schema}.nous_sessions p WHERE p.name = s.parent AND p.created <= s.created""",
         "CREATE INDEX nous_sessions_parent_uid ON {schema}.nous_sessions (parent_uid)"
         " WHERE parent_uid IS NOT NULL",
+    ),
+    # Encryption at rest: the data keys, each session's current one, and the key each
+    # sealed row is sealed under (NULL: a plain record), indexed to find every row of a key.
+    4: (
+        """CREATE TABLE {schema}.nous_data_keys (
+               kid      bytea PRIMARY KEY,
+               provider text NOT NULL,
+               wrapped  bytea NOT NULL
+           )""",
+        "ALTER TABLE {schema}.nous_sessions ADD COLUMN kid bytea",
+        "ALTER TABLE {schema}.nous_events ADD COLUMN kid bytea",
+        "ALTER TABLE {schema}.nous_kept ADD COLUMN kid bytea",
+        "CREATE INDEX nous_sessions_kid ON {schema}.nous_sessions (kid) WHERE kid IS NOT NULL",
+        "CREATE INDEX nous_events_kid ON {schema}.nous_events (kid) WHERE kid IS NOT NULL",
+        "CREATE INDEX nous_kept_kid ON {schema}.nous_kept (kid) WHERE kid IS NOT NULL",
     ),
 }
 

@@ -30,12 +30,14 @@ class Statements:
         self.keys = sql.Identifier(schema, "nous_keys")
         self.commits = sql.Identifier(schema, "nous_commits")
         self.kept = sql.Identifier(schema, "nous_kept")
+        self.data_keys = sql.Identifier(schema, "nous_data_keys")
         tables = {
             "sessions": self.sessions,
             "events": self.events,
             "keys": self.keys,
             "commits": self.commits,
             "kept": self.kept,
+            "data_keys": self.data_keys,
         }
         # A commit is one statement, atomic by itself (the pool's connections autocommit):
         # move the session's count from the expected value (and check its horizon), and only
@@ -43,19 +45,27 @@ class Statements:
         # the keys and the commit id, and notify. A concurrent writer's UPDATE waits for the
         # row and then finds the count moved, so it changes nothing: a conflict. The row lock
         # is held for this one statement, never across round trips. A key or commit id that
-        # exists already fails the statement as a whole (a unique violation).
+        # exists already fails the statement as a whole (a unique violation). Nothing to keep
+        # or drop is a constant false the planner sees (no scan at all): ``seq = ANY('{}')``
+        # alone is a contradiction, which "implies" the predicate of the partial index on kid,
+        # and with statistics from before a store began sealing, the planner would pick that
+        # index and read all of it for nothing. The session's
+        # data key must be the one the records were sealed under (``kid``; NULL for a store
+        # without encryption): an erasure replaces it, and then the commit moves nothing.
         writes = """
             , kept AS (
-                INSERT INTO {kept} (session, seq, record)
-                SELECT session, seq, record FROM {events}
-                WHERE session = %(name)s AND seq = ANY(%(kept)s) AND EXISTS (SELECT 1 FROM moved)
+                INSERT INTO {kept} (session, seq, record, kid)
+                SELECT session, seq, record, kid FROM {events}
+                WHERE cardinality(%(kept)s::bigint[]) > 0
+                AND session = %(name)s AND seq = ANY(%(kept)s) AND EXISTS (SELECT 1 FROM moved)
                 RETURNING 1
             ), dropped AS (
-                DELETE FROM {events} WHERE session = %(name)s AND seq = ANY(%(dropped)s)
+                DELETE FROM {events} WHERE cardinality(%(dropped)s::bigint[]) > 0
+                AND session = %(name)s AND seq = ANY(%(dropped)s)
                 AND EXISTS (SELECT 1 FROM moved) RETURNING 1
             ), inserted AS (
-                INSERT INTO {events} (session, seq, record)
-                SELECT %(name)s, seq, record
+                INSERT INTO {events} (session, seq, record, kid)
+                SELECT %(name)s, seq, record, %(kid)s::bytea
                 FROM unnest(%(seqs)s::bigint[], %(records)b::bytea[]) AS rows (seq, record)
                 WHERE EXISTS (SELECT 1 FROM moved) RETURNING 1
             ), keyed AS (
@@ -81,22 +91,30 @@ class Statements:
                     meta_seq = coalesce(%(meta_seq)s::bigint, meta_seq)
                 WHERE name = %(name)s AND count = %(expected)s
                 AND (%(expected_horizon)s::bigint IS NULL OR horizon = %(expected_horizon)s)
+                AND kid IS NOT DISTINCT FROM %(kid)s::bytea
                 RETURNING name
             )"""
             + writes
         ).format(**tables)
-        # The first commit of a session creates its row, unless another writer just did.
+        # The first commit of a session creates its row, unless another writer just did. A
+        # store that encrypts stores the session's new data key with it (``new_kid``, ...).
         self.first_commit = sql.SQL(
             """WITH moved AS (
-                INSERT INTO {sessions} AS s (name, count, horizon, meta, meta_seq)
+                INSERT INTO {sessions} AS s (name, count, horizon, meta, meta_seq, kid)
                 VALUES (%(name)s, %(count)s, coalesce(%(horizon)s, 0), %(meta)s::jsonb,
-                        %(meta_seq)s::bigint)
+                        %(meta_seq)s::bigint, %(kid)s::bytea)
                 ON CONFLICT (name) DO UPDATE SET count = excluded.count,
                     active = greatest(s.active, now()), meta = coalesce(excluded.meta, s.meta),
                     meta_seq = coalesce(excluded.meta_seq, s.meta_seq)
                 WHERE s.count = 0
                 AND (%(expected_horizon)s::bigint IS NULL OR s.horizon = %(expected_horizon)s)
+                AND s.kid IS NOT DISTINCT FROM %(kid)s::bytea
                 RETURNING name
+            ), data_key AS (
+                INSERT INTO {data_keys} (kid, provider, wrapped)
+                SELECT %(new_kid)s::bytea, %(new_provider)s::text, %(new_wrapped)s::bytea
+                WHERE %(new_kid)s::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM moved)
+                RETURNING 1
             )"""
             + writes
         ).format(**tables)
@@ -109,8 +127,9 @@ class Statements:
         self.group_commit = sql.SQL(
             """WITH v AS (
                 SELECT * FROM unnest(%(names)s::text[], %(expected)s::bigint[],
-                    %(counts)s::bigint[], %(expected_horizons)s::bigint[], %(payloads)s::text[])
-                    AS v (name, expected, count, expected_horizon, payload)
+                    %(counts)s::bigint[], %(expected_horizons)s::bigint[], %(payloads)s::text[],
+                    %(kids)s::bytea[])
+                    AS v (name, expected, count, expected_horizon, payload, kid)
             ), locked AS (
                 SELECT name FROM {sessions} WHERE name = ANY(%(names)s::text[])
                 ORDER BY name FOR UPDATE
@@ -121,13 +140,14 @@ class Statements:
                 FROM v JOIN locked USING (name)
                 WHERE s.name = v.name AND s.count = v.expected
                 AND (v.expected_horizon IS NULL OR s.horizon = v.expected_horizon)
-                RETURNING s.name, v.payload
+                AND s.kid IS NOT DISTINCT FROM v.kid
+                RETURNING s.name, v.payload, v.kid
             ), inserted AS (
-                INSERT INTO {events} (session, seq, record)
-                SELECT e.session, e.seq, e.record
+                INSERT INTO {events} (session, seq, record, kid)
+                SELECT e.session, e.seq, e.record, moved.kid
                 FROM unnest(%(event_sessions)s::text[], %(seqs)s::bigint[],
                     %(records)b::bytea[]) AS e (session, seq, record)
-                WHERE e.session IN (SELECT name FROM moved) RETURNING 1
+                JOIN moved ON moved.name = e.session RETURNING 1
             ), keyed AS (
                 INSERT INTO {keys} (session, key, seq, n)
                 SELECT k.session, k.key, k.seq, k.n
@@ -147,14 +167,22 @@ class Statements:
         # A rebasing commit moves the count by the batch's length from wherever it is (taking
         # the row lock), and inserts the batch after the old count; the record is rebuilt
         # around its new seq (the client sends what follows the seq), and the keys and the
-        # commit id move with it. Its first commit of a session may create the row.
-        rebased = """
+        # commit id move with it. Its first commit of a session may create the row. (A store
+        # that encrypts seals the records itself, under the row lock: see rebased_sealed.)
+        inserted_plain = """
             ), inserted AS (
                 INSERT INTO {events} (session, seq, record)
                 SELECT %(name)s, moved.base + rows.pos - 1,
                        convert_to('[1,' || (moved.base + rows.pos - 1)::text, 'UTF8') || rows.tail
                 FROM moved, unnest(%(tails)b::bytea[]) WITH ORDINALITY AS rows (tail, pos)
-                RETURNING 1
+                RETURNING 1"""
+        inserted_sealed = """
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record, kid)
+                SELECT %(name)s, moved.base + rows.pos - 1, rows.record, %(kid)s::bytea
+                FROM moved, unnest(%(records)b::bytea[]) WITH ORDINALITY AS rows (record, pos)
+                RETURNING 1"""
+        rebased = """
             ), keyed AS (
                 INSERT INTO {keys} (session, key, seq, n)
                 SELECT %(name)s, k.key, moved.base + k.seq - %(expected)s, k.n
@@ -176,8 +204,7 @@ class Statements:
         # for committed, so the row lock is taken by an earlier statement (_lock_row): a
         # statement's snapshot is taken when it starts, and a subquery in an UPDATE that
         # waited for the lock would still count with the snapshot from before the wait.
-        self.rebased = sql.SQL(
-            """WITH moved AS (
+        moving = """WITH moved AS (
                 UPDATE {sessions} AS s SET count = s.count + %(n)s,
                     active = CASE WHEN s.active <= now() - interval '1 second' THEN now()
                                   ELSE s.active END,
@@ -185,6 +212,7 @@ class Statements:
                     meta_seq = CASE WHEN %(meta)s::jsonb IS NULL THEN s.meta_seq
                                     ELSE s.count + %(meta_offset)s::bigint END
                 WHERE s.name = %(name)s AND s.count >= %(expected)s
+                AND s.kid IS NOT DISTINCT FROM %(kid)s::bytea
                 AND (SELECT count(*) FROM {events} e WHERE e.session = s.name
                      AND e.seq >= greatest(%(expected)s, s.horizon,
                                            CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END)
@@ -192,8 +220,8 @@ class Statements:
                     = greatest(0, s.count - greatest(%(expected)s, s.horizon,
                                            CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END))
                 RETURNING s.count - %(n)s AS base, s.horizon"""
-            + rebased
-        ).format(**tables)
+        self.rebased = sql.SQL(moving + inserted_plain + rebased).format(**tables)
+        self.rebased_sealed = sql.SQL(moving + inserted_sealed + rebased).format(**tables)
         # A rebase's first commit of a session makes its row (count 0) if missing, so that
         # _lock_row always has a row to lock: another writer's first commit is waited for.
         self.ensure_row = sql.SQL(
@@ -201,7 +229,7 @@ class Statements:
             " ON CONFLICT (name) DO NOTHING"
         ).format(**tables)
         self.lock_row = sql.SQL(
-            "SELECT count FROM {sessions} WHERE name = %(name)s FOR UPDATE"
+            "SELECT count, kid FROM {sessions} WHERE name = %(name)s FOR UPDATE"
         ).format(**tables)
         # Where the rows a refused rebase missed should be: the session's own rows from
         # max(horizon, the caller's count, a sharing fork's first own seq) to its count.
@@ -274,13 +302,14 @@ class Statements:
             " FROM unnest(%s::text[], %s::bigint[], %s::int[]) AS k (key, seq, n)"
             " ON CONFLICT DO NOTHING"
         ).format(**tables)
+        # Byte copies: a sealed record stays sealed under its key, and its kid goes with it.
         self.copy_kept = sql.SQL(
-            "INSERT INTO {kept} (session, seq, record) SELECT %s, k.seq, k.record"
-            " FROM unnest(%s::bigint[], %s::bytea[]) AS k (seq, record)"
+            "INSERT INTO {kept} (session, seq, record, kid) SELECT %s, k.seq, k.record, k.kid"
+            " FROM unnest(%s::bigint[], %s::bytea[], %s::bytea[]) AS k (seq, record, kid)"
             " ON CONFLICT DO NOTHING"
         ).format(**tables)
         self.copy_events = sql.SQL(
-            "INSERT INTO {events} (session, seq, record) SELECT %s, seq, record"
+            "INSERT INTO {events} (session, seq, record, kid) SELECT %s, seq, record, kid"
             " FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
         ).format(**tables)
         self.stop_sharing = sql.SQL("UPDATE {sessions} SET shares = false WHERE name = %s").format(
@@ -334,10 +363,55 @@ class Statements:
                 UPDATE {sessions} SET count = %(seq)s + 1
                 WHERE name = %(name)s AND count = %(seq)s RETURNING 1
             ), inserted AS (
-                INSERT INTO {events} (session, seq, record)
-                SELECT %(name)s, %(seq)s, %(record)s FROM moved RETURNING 1
+                INSERT INTO {events} (session, seq, record, kid)
+                SELECT %(name)s, %(seq)s, %(record)s, %(kid)s::bytea FROM moved RETURNING 1
             )
             SELECT pg_notify(%(channel)s, %(payload)s) FROM moved"""
+        ).format(**tables)
+        # Encryption at rest: data keys, a session's current one, the rows of a key.
+        self.data_key = sql.SQL("SELECT provider, wrapped FROM {data_keys} WHERE kid = %s").format(
+            **tables
+        )
+        self.add_data_key = sql.SQL(
+            "INSERT INTO {data_keys} (kid, provider, wrapped) VALUES (%s, %s, %s)"
+        ).format(**tables)
+        self.session_kid = sql.SQL("SELECT count, kid FROM {sessions} WHERE name = %s").format(
+            **tables
+        )
+        # A session's key, set unless it has one (its row made, count 0, if missing): the key
+        # it has after this.
+        self.set_session_kid = sql.SQL(
+            "INSERT INTO {sessions} AS s (name, count, kid) VALUES (%s, 0, %s)"
+            " ON CONFLICT (name) DO UPDATE SET kid = coalesce(s.kid, excluded.kid)"
+            " RETURNING kid"
+        ).format(**tables)
+        self.set_kid_locked = sql.SQL("UPDATE {sessions} SET kid = %s WHERE name = %s").format(
+            **tables
+        )
+        # A crypto-erasure: the sessions whose current key is destroyed move to its successor
+        # first (taking their row locks: a commit sealed under the old key waits, then moves
+        # nothing), then the rows of the old key are read, re-sealed and rewritten.
+        self.replace_kid = sql.SQL("UPDATE {sessions} SET kid = %s WHERE kid = %s").format(**tables)
+        self.rows_of_key = {
+            name: sql.SQL("SELECT session, seq, record FROM {} WHERE kid = %s FOR UPDATE").format(
+                table
+            )
+            for name, table in (("events", self.events), ("kept", self.kept))
+        }
+        self.reseal = {
+            name: sql.SQL(
+                "UPDATE {} AS t SET record = r.record, kid = %s"
+                " FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS r (session, seq, record)"
+                " WHERE t.session = r.session AND t.seq = r.seq"
+            ).format(table)
+            for name, table in (("events", self.events), ("kept", self.kept))
+        }
+        self.drop_data_key = sql.SQL("DELETE FROM {data_keys} WHERE kid = %s").format(**tables)
+        self.all_data_keys = sql.SQL(
+            "SELECT kid, provider, wrapped FROM {data_keys} ORDER BY kid FOR UPDATE"
+        ).format(**tables)
+        self.rewrap_data_key = sql.SQL(
+            "UPDATE {data_keys} SET provider = %s, wrapped = %s WHERE kid = %s"
         ).format(**tables)
         self.forget_metadata = sql.SQL(
             "UPDATE {sessions} SET meta = %s::jsonb WHERE name = %s AND meta_seq = %s"

@@ -20,7 +20,9 @@ from psycopg_pool import ConnectionPool
 
 from nous_session._logging import get_logger
 from nous_session.codec import decode_rows
+from nous_session.encryption import Encryption, KeyProvider
 from nous_session.errors import (
+    ConflictError,
     CorruptRecordError,
     StoreError,
 )
@@ -28,6 +30,7 @@ from nous_session.event import Event
 from nous_session.listing import ListQuery, SessionEntry, latest_metadata
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, FeedStore
+from nous_session.stores._sealed import Keyring
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -53,6 +56,13 @@ from nous_session.stores.postgres._errors import (
 )
 from nous_session.stores.postgres._feed import Listener, ListenerFeed
 from nous_session.stores.postgres._group import GroupCommits, Grouped
+from nous_session.stores.postgres._keys import (
+    key_moved,
+    rebase_sealed,
+    resolve_key,
+    rewrap_keys,
+    seal_events,
+)
 from nous_session.stores.postgres._leases import TableLeases
 from nous_session.stores.postgres._rows import (
     delete_row,
@@ -99,6 +109,10 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         direct_url: a URL that reaches the server itself, for what needs a session of its
             own: the change feed's ``LISTEN``, the schema's migration and erasure's scrub
             (default: ``url``). ``direct_url=`` in the URL's query (percent-encoded) too.
+        encryption: seal every record written from now on under the session's data key
+            (:class:`~nous_session.encryption.Encryption`; the ``crypto`` extra), and erase by
+            destroying keys (see docs/erasure.md). Plain records already in the tables are
+            read as they are. A schema holding encrypted sessions needs it to read them.
 
     Nothing connects until first use. Close with :meth:`aclose` (or ``async with``).
     """
@@ -117,6 +131,7 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         read_only: bool = False,
         pooled: bool = False,
         direct_url: str | None = None,
+        encryption: Encryption | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
             raise ValueError(f"a PostgreSQL URL starts with postgresql://, got {url!r}")
@@ -139,6 +154,8 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
                 "pooler: a change feed's LISTEN through a transaction pooler misses "
                 "notifications without a word, and erasure's scrub needs a session of its own"
             )
+        if encryption is not None and not isinstance(encryption, Encryption):
+            raise TypeError(f"encryption is an Encryption(provider), got {encryption!r}")
         if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
             raise ValueError(f"schema must be a plain identifier, got {schema!r}")
         if (
@@ -155,6 +172,8 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         self.pooled = pooled
         self.schema = schema
         self.read_only = read_only
+        self.encryption = encryption
+        self._keyring = None if encryption is None else Keyring(encryption)
         self._connect_timeout = connect_timeout
         self._channel = f"nous_session.{schema}"
         self._pool = ConnectionPool(
@@ -275,7 +294,9 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
 
         def load() -> Sequence[Event]:
             with errors(f"cannot read session {session_id!r}"), self._pool.connection() as c:
-                return read_stored(c, self._sql, self._where, session_id, since, full=False).events
+                return read_stored(
+                    c, self._sql, self._where, session_id, since, full=False, keyring=self._keyring
+                ).events
 
         return await self._read(load)
 
@@ -291,7 +312,9 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
 
         def read() -> Stored:
             with errors(f"cannot read session {session_id!r}"), self._pool.connection() as c:
-                return read_stored(c, self._sql, self._where, session_id, since, full=True)
+                return read_stored(
+                    c, self._sql, self._where, session_id, since, full=True, keyring=self._keyring
+                )
 
         return await self._read(read)
 
@@ -299,15 +322,59 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
     """Whether a commit that drops nothing joins a round's group (a switch for benchmarks)."""
 
     async def _commit(self, commit: Commit) -> None:
+        keyring = self._keyring
+        if keyring is None:
+            await self._commit_once(commit, commit_parameters(commit, self._channel))
+            return
+        session_id = commit.session_id
+        for _ in range(3):
+            known = keyring.current.get(session_id)
+            cached = keyring.cached(known)
+            new = None
+            if known is not None and cached is not None:
+                kid, cipher = known, cached
+            else:
+                kid, cipher, new = await self._run(
+                    functools.partial(resolve_key, self._pool, self._sql, keyring, session_id)
+                )
+            parameters = commit_parameters(commit, self._channel)
+            parameters["kid"] = kid
+            if new is not None:  # the session has no row: its first commit stores the key
+                if commit.expected_count != 0:
+                    raise conflict(session_id, commit.expected_count, commit.expected_horizon)
+                parameters["new_kid"], parameters["new_provider"], parameters["new_wrapped"] = new
+            sealer = functools.partial(seal_events, keyring, kid, cipher)
+            try:
+                await self._commit_once(commit, parameters, sealer)
+                if new is not None:
+                    keyring.current[session_id] = kid
+            except ConflictError:
+                # An erasure may have replaced the session's key (the commit then moved
+                # nothing): send it again under the new one; any other conflict stands.
+                moved = functools.partial(key_moved, self._pool, self._sql, keyring)
+                if not await self._run(functools.partial(moved, session_id, kid)):
+                    raise
+            else:
+                return
+        raise ConflictError(
+            f"session {session_id!r}: its data key kept changing while committing (erasures"
+            " in progress); nothing was written"
+        )
+
+    async def _commit_once(
+        self,
+        commit: Commit,
+        parameters: dict[str, Any],
+        sealer: Callable[[Sequence[Event]], list[bytes]] | None = None,
+    ) -> None:
         session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
         dropped, expected_horizon, horizon = commit.dropped, commit.expected_horizon, commit.horizon
-        parameters = commit_parameters(commit, self._channel)
         statement = self._sql.first_commit if expected_count == 0 else self._sql.commit
         # A snapshot, or a horizon to check against the stored one, is committed under the
         # session's row lock (check_commit_state needs the stored horizon).
         locked = bool(dropped) or (horizon is not None and expected_horizon is None)
         if not locked and self._group_commits:
-            await self._groups.commit(Grouped(session_id, statement, parameters, rows))
+            await self._groups.commit(Grouped(session_id, statement, parameters, rows, sealer))
             return
         alone = functools.partial(
             commit_alone,
@@ -320,6 +387,7 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
             dropped=dropped,
             horizon=horizon,
             expected_horizon=expected_horizon,
+            sealer=sealer,
         )
         try:
             await self._run(alone)
@@ -341,10 +409,17 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
             "channel": self._channel,
             "meta": None if metadata is None else metadata[1].decode(),
             "meta_offset": None if metadata is None else metadata[0] - expected_count,
+            "kid": None,
         }
-        done, others, keyed = await self._run(
-            functools.partial(rebase, self._pool, self._sql, parameters, rows)
-        )
+        if self._keyring is None:
+            done, others, keyed = await self._run(
+                functools.partial(rebase, self._pool, self._sql, parameters, rows)
+            )
+        else:
+            sealed = functools.partial(
+                rebase_sealed, self._pool, self._sql, parameters, rows, self._keyring, self._where
+            )
+            done, others, keyed = await self._run(sealed)
         if done is None:
             raise await self._run(
                 functools.partial(refused, self._pool, self._sql, parameters, self._where)
@@ -394,7 +469,15 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
             with pooled(
                 self._pool, f"cannot fork session {session_id!r}", transaction=True
             ) as connection:
-                fork_row(connection, self._sql, self._where, session_id, new_session_id, at)
+                fork_row(
+                    connection,
+                    self._sql,
+                    self._where,
+                    session_id,
+                    new_session_id,
+                    at,
+                    self._keyring,
+                )
 
         await self._run(fork)
 
@@ -462,6 +545,40 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
                 return row is not None
 
         return await self._run(delete)
+
+    async def rewrap(self, provider: KeyProvider) -> int:
+        """Re-wrap every data key under ``provider``'s master key in one transaction, then
+        ``VACUUM FULL`` the key table alone, so that its pages keep no key wrapped the old way;
+        new keys are wrapped by ``provider`` from then on. Returns how many keys there are
+        (see :func:`nous_session.encryption.rewrap`).
+
+        Raises:
+            TypeError: the store was opened without encryption.
+            StoreError: a key cannot be unwrapped or wrapped, or the database failed; nothing
+                was changed (or, if only the scrub failed, the error says so).
+        """
+        keyring = self._keyring
+        if keyring is None:
+            raise TypeError(f"the store {self._redacted()} was opened without encryption")
+        self._check_writable()
+
+        def rewrap() -> tuple[int, str]:
+            with pooled(self._pool, "cannot re-wrap the data keys", transaction=True) as connection:
+                count = rewrap_keys(connection, self._sql, keyring, provider)
+                xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
+            return count, str(int(xid[0]) % 2**32) if xid else "0"
+
+        count, xid = await self._run(rewrap)
+        keyring.use(provider)
+        proven, detail = await self._run(
+            lambda: self._scrub(xid, True, 60.0, False, keys_only=True)
+        )
+        if not proven:
+            raise StoreError(
+                f"re-wrapped {count} data key(s), but the key table could not be scrubbed of"
+                f" the old wrapped keys: {detail}; run rewrap again"
+            )
+        return count
 
     # Lifecycle --------------------------------------------------------------------------------
 

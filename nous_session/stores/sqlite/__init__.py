@@ -13,7 +13,7 @@ Durability: ``synchronous="FULL"`` (the default) makes SQLite fsync the WAL at e
 an acknowledged event survives power loss; ``"NORMAL"`` survives a crash of the process but may
 lose the last commits on power loss, and is much faster on slow disks.
 
-Schema (version 3)::
+Schema (version 5)::
 
     nous_schema   (version)
     nous_sessions (id INTEGER PRIMARY KEY, name TEXT UNIQUE, count, held, horizon,
@@ -23,6 +23,10 @@ Schema (version 3)::
     nous_keys     (sid, key, seq, n, PRIMARY KEY (sid, key)) WITHOUT ROWID
     nous_commits  (sid, commit_id, seq, n, PRIMARY KEY (sid, commit_id)) WITHOUT ROWID
     nous_kept     (sid, seq, record BLOB, PRIMARY KEY (sid, seq)) WITHOUT ROWID
+    nous_data_keys (kid BLOB PRIMARY KEY, provider TEXT, wrapped BLOB) WITHOUT ROWID
+
+(and a ``kid`` column on nous_sessions, nous_events and nous_kept: encryption at rest, see
+:mod:`nous_session.encryption`; NULL for plain records)
 
 ``held`` counts a session's own rows. A fork that ``shares`` reads its parent's rows up to its
 ``fork_point`` instead of holding copies; before its parent drops or deletes any of them, it is

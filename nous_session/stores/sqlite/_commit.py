@@ -12,6 +12,7 @@ from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.listing import latest_metadata
 from nous_session.stores._common import Commit
+from nous_session.stores._sealed import Keyring
 from nous_session.stores.base import (
     Rebased,
     check_commit_state,
@@ -21,6 +22,7 @@ from nous_session.stores.base import (
     place,
 )
 from nous_session.stores.sqlite._errors import _translated
+from nous_session.stores.sqlite._keys import fetcher, refuse_sealed_session, session_key
 from nous_session.stores.sqlite._rows import _ROW_SEQ, _now, _release_shared, _row, _rows
 from nous_session.stores.sqlite._sql import (
     _ADVANCE,
@@ -39,7 +41,7 @@ class _CommitJob:
     :meth:`SQLiteStore._write` wraps around other jobs), naming the commit only on error.
     """
 
-    __slots__ = ("commit", "ids", "metadata", "path", "records")
+    __slots__ = ("commit", "ids", "keyring", "metadata", "path", "records")
 
     def __init__(
         self,
@@ -48,17 +50,19 @@ class _CommitJob:
         records: list[tuple[int, bytes]],
         metadata: tuple[int, bytes] | None,
         ids: dict[str, int] | None,
+        keyring: Keyring | None = None,
     ) -> None:
         self.path = path
         self.commit = commit
         self.records = records  # the commit's events, encoded
         self.metadata = metadata
         self.ids = ids
+        self.keyring = keyring
 
     def __call__(self, connection: sqlite3.Connection) -> None:
         commit = self.commit
         try:
-            write_commit(connection, commit, self.records, self.metadata, self.ids)
+            write_commit(connection, commit, self.records, self.metadata, self.ids, self.keyring)
         except sqlite3.Error as error:
             what = f"commit to session {commit.session_id!r} in {self.path}"
             raise _translated(error, what) from error
@@ -85,6 +89,7 @@ def write_commit(
     records: list[tuple[int, bytes]],
     metadata: tuple[int, bytes] | None = None,
     ids: dict[str, int] | None = None,
+    keyring: Keyring | None = None,
 ) -> None:
     """Write one commit in the caller's transaction.
 
@@ -92,9 +97,13 @@ def write_commit(
         ids: the ids of sessions this store has written, by name (read and filled here, on
             the writer's thread only); a stale one is harmless, as the row it names must
             still have the session's name.
+        keyring: the store's data keys when it encrypts: the plain ``records`` are sealed
+            under the session's current key (made at its first encrypted commit).
 
     Raises:
         ConflictError: the stored count (or horizon) is not the expected one.
+        StoreError: a store without encryption was to write into an encrypted session, or a
+            data key could not be made or unwrapped.
         sqlite3.Error: SQLite failed.
     """
     session_id, expected_count, dropped = commit.session_id, commit.expected_count, commit.dropped
@@ -112,23 +121,35 @@ def write_commit(
         # the conflict check.
         count = records[-1][0] + 1
         sid = None if ids is None else ids.get(session_id)
+        # The key the session seals with, as this store last saw it (checked by the UPDATE).
+        kid = None if keyring is None else keyring.current.get(session_id)
         moved = False
-        if sid is not None:
+        if keyring is not None and kid is None:
+            pass  # the session's key is not known here yet: the full path reads it
+        elif sid is not None:
             moved = (
                 connection.execute(
                     _ADVANCE_KNOWN if expected_horizon is None else _ADVANCE_KNOWN_AT_HORIZON,
-                    (count, len(records), sid, session_id, expected_count)
+                    (count, len(records), sid, session_id, expected_count, kid)
                     if expected_horizon is None
-                    else (count, len(records), sid, session_id, expected_count, expected_horizon),
+                    else (
+                        count,
+                        len(records),
+                        sid,
+                        session_id,
+                        expected_count,
+                        expected_horizon,
+                        kid,
+                    ),
                 ).rowcount
                 == 1
             )
         else:
             found = connection.execute(
                 _ADVANCE if expected_horizon is None else _ADVANCE_AT_HORIZON,
-                (count, len(records), session_id, expected_count)
+                (count, len(records), session_id, expected_count, kid)
                 if expected_horizon is None
-                else (count, len(records), session_id, expected_count, expected_horizon),
+                else (count, len(records), session_id, expected_count, expected_horizon, kid),
             ).fetchone()
             if found is not None:
                 moved = True
@@ -137,7 +158,10 @@ def write_commit(
         if moved:
             now = _now()
             connection.execute(_TOUCH, (now, sid, now - _ACTIVE_STEP))
-            if len(records) == 1:
+            if keyring is not None and kid is not None:
+                assert sid is not None
+                _insert_sealed(connection, keyring, sid, kid, records)
+            elif len(records) == 1:
                 connection.execute(
                     "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
                     (sid, *records[0]),
@@ -148,7 +172,7 @@ def write_commit(
                     [(sid, seq, record) for seq, record in records],
                 )
             return
-        # No row moved: the full path below says what the conflict is.
+        # No row moved: the full path below says what the conflict is (or reads the key).
     row = _row(connection, session_id)
     stored = 0 if row is None else row.count
     if stored != expected_count:
@@ -180,13 +204,18 @@ def write_commit(
     else:
         sid = row.key
     _keep_id(ids, session_id, sid)
+    kid = None
+    if records and keyring is not None:
+        kid = session_key(connection, keyring, sid, session_id)
+    elif records and row is not None:
+        refuse_sealed_session(connection, sid, session_id)
     deleted = 0
     if dropped:
         if row is not None:
             _release_shared(connection, row, session_id, min(dropped))
         if kept:
             connection.executemany(
-                "INSERT INTO nous_kept (sid, seq, record) SELECT sid, seq, record"
+                "INSERT INTO nous_kept (sid, seq, record, kid) SELECT sid, seq, record, kid"
                 " FROM nous_events WHERE sid = ? AND seq = ?",
                 [(sid, seq) for seq in kept],
             )
@@ -195,7 +224,9 @@ def write_commit(
             "DELETE FROM nous_events WHERE sid = ? AND seq = ?", [(sid, seq) for seq in dropped]
         )
         deleted = connection.total_changes - before
-    if records:
+    if records and keyring is not None and kid is not None:
+        _insert_sealed(connection, keyring, sid, kid, records)
+    elif records:
         connection.executemany(
             "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
             [(sid, seq, record) for seq, record in records],
@@ -227,6 +258,22 @@ def write_commit(
     )
 
 
+def _insert_sealed(
+    connection: sqlite3.Connection,
+    keyring: Keyring,
+    sid: int,
+    kid: bytes,
+    records: list[tuple[int, bytes]],
+) -> None:
+    """Insert the plain ``records`` sealed under the data key ``kid``."""
+    cipher = keyring.cipher(kid, fetcher(connection))
+    sealed = keyring.seal_rows(kid, cipher, records)
+    connection.executemany(
+        "INSERT INTO nous_events (sid, seq, record, kid) VALUES (?, ?, ?, ?)",
+        [(sid, seq, record, kid) for seq, record in sealed],
+    )
+
+
 def instrument(wrap: Callable[[str, Callable[..., None]], Callable[..., None]]) -> None:
     """A hook for benchmarks only (benchmarks/one_session_chain.py): replace the statements of
     every commit job (``"statements"``) by ``wrap("statements", function)``, to time them."""
@@ -235,7 +282,11 @@ def instrument(wrap: Callable[[str, Callable[..., None]], Callable[..., None]]) 
 
 
 def rebase_in(
-    connection: sqlite3.Connection, commit: Commit, ids: dict[str, int], path: str
+    connection: sqlite3.Connection,
+    commit: Commit,
+    ids: dict[str, int],
+    path: str,
+    keyring: Keyring | None = None,
 ) -> Rebased:
     """A rebasing commit in the writer's transaction: read the count and what other writers
     stored since the caller's count, then write the events after it."""
@@ -263,7 +314,10 @@ def rebase_in(
             where=path,
             seq=_ROW_SEQ,
         )
-        others = decode_rows(found, place(session_id, path))
+        named = place(session_id, path)
+        if keyring is not None:
+            found = keyring.open_rows(found, fetcher(connection), named)
+        others = decode_rows(found, named)
         between = {
             key: (seq, n)
             for key, seq, n in connection.execute(
@@ -274,7 +328,7 @@ def rebase_in(
     placed = moved(listed, shift) if shift else listed
     records = [(event.seq, encode(event)) for event in placed]
     rebased = Commit(session_id, stored, placed, keys=moved_keys(keys, shift), commit_id=commit_id)
-    write_commit(connection, rebased, records, latest_metadata(placed), ids)
+    write_commit(connection, rebased, records, latest_metadata(placed), ids, keyring)
     return Rebased(
         shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon
     )

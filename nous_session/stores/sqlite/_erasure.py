@@ -1,4 +1,5 @@
-"""Erasure in a SQLite file: rewriting every stored copy, then scrubbing the file."""
+"""Erasure in a SQLite file: rewriting every stored copy, then scrubbing the file (or, when
+the store encrypts, destroying the old records' data keys: :mod:`._keys`)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,17 @@ from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
+from nous_session.stores._sealed import Keyring, kid_of
 from nous_session.stores.base import (
     place,
 )
 from nous_session.stores.sqlite._errors import _errors
+from nous_session.stores.sqlite._keys import (
+    crypto_erase,
+    fetcher,
+    rebuild_key_table,
+    stored_kid,
+)
 from nous_session.stores.sqlite._rows import _inherited, _row, _rows
 from nous_session.stores.sqlite._sql import CHILDREN, FORGET_METADATA, OWN_KEPT_SEQS
 
@@ -29,10 +37,19 @@ T = TypeVar("T")
 @attrs.frozen
 class _FileCopies:
     """The copies of a session's events in a SQLite file (see :class:`Copies`): a copy is
-    named by its table and session id."""
+    named by its table, its session id and the data key its record is sealed under (None:
+    a plain record).
+
+    With a ``keyring`` (the store encrypts), an erased copy is sealed under its old record's
+    key, and that key is noted in ``destroyed`` for :func:`crypto_erase`; ``plain`` notes a
+    copy read in plain text, whose old bytes only a rewrite of the file removes.
+    """
 
     connection: sqlite3.Connection
     path: str
+    keyring: Keyring | None = None
+    destroyed: set[bytes] = attrs.field(factory=set)
+    plain: list[bool] = attrs.field(factory=list)
 
     def row(self, name: str) -> SessionRow[int] | None:
         return _row(self.connection, name)
@@ -43,38 +60,61 @@ class _FileCopies:
         yield from (seq for (seq,) in self.connection.execute(OWN_KEPT_SEQS, (row.key, low)))
 
     def events(self, name: str, row: SessionRow[Any]) -> list[Event]:
-        return decode_rows(_rows(self.connection, row, 0), place(name, self.path))
+        rows, named = _rows(self.connection, row, 0), place(name, self.path)
+        if self.keyring is not None:
+            rows = self.keyring.open_rows(rows, fetcher(self.connection), named)
+        return decode_rows(rows, named)
 
     def children(self, row: SessionRow[Any]) -> list[tuple[str, int | None]]:
         return self.connection.execute(CHILDREN, (row.uid,)).fetchall()
 
-    def copies(self, member: str, seq: int) -> list[tuple[tuple[str, int], Event]]:
+    def copies(self, member: str, seq: int) -> list[tuple[_Copy, Event]]:
         found = _row(self.connection, member)
         assert found is not None
-        copies: list[tuple[tuple[str, int], Event]] = []
+        copies: list[tuple[_Copy, Event]] = []
         for table in ("nous_events", "nous_kept"):
             record = self.connection.execute(
                 f"SELECT record FROM {table} WHERE sid = ? AND seq = ?", (found.key, seq)
             ).fetchone()
             if record is not None:
-                event = decode(record[0], where=place(member, self.path)(seq))
-                copies.append(((table, found.key), event))
+                where = place(member, self.path)(seq)
+                kid = kid_of(record[0])
+                stored = record[0]
+                if kid is None:
+                    self.plain.append(True)
+                elif self.keyring is not None:
+                    stored = self.keyring.open(seq, stored, fetcher(self.connection), where)
+                event = decode(stored, where=where)
+                copies.append(((table, found.key, kid), event))
         return copies
 
-    def write(self, where: tuple[str, int], event: Event) -> None:
-        table, sid = where
+    def write(self, where: _Copy, event: Event) -> None:
+        table, sid, kid = where
+        record = encode(event)
+        if kid is not None and self.keyring is not None:
+            # Sealed under the old key for now: crypto_erase re-seals every row of that key.
+            cipher = self.keyring.cipher(kid, fetcher(self.connection))
+            record = self.keyring.seal(kid, cipher, event.seq, record)
+            self.destroyed.add(kid)
         self.connection.execute(
-            f"UPDATE {table} SET record = ? WHERE sid = ? AND seq = ?",
-            (encode(event), sid, event.seq),
+            f"UPDATE {table} SET record = ? WHERE sid = ? AND seq = ?", (record, sid, event.seq)
         )
 
     def forget(self, record: bytes, members: Sequence[str], seq: int) -> None:
         self.connection.executemany(FORGET_METADATA, [(record.decode(), m, seq) for m in members])
 
     def append(self, row: SessionRow[Any], event: Event) -> None:
+        record, kid = encode(event), None
+        if self.keyring is not None:
+            # Sealed under the session's current key, as a commit would (a crypto-erasure
+            # that destroys that key next re-seals it with the rest).
+            kid = stored_kid(self.connection, row.key)
+            if kid is not None:
+                cipher = self.keyring.cipher(kid, fetcher(self.connection))
+                record = self.keyring.seal(kid, cipher, event.seq, record)
         self.connection.execute(
-            "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
-            (row.key, event.seq, encode(event)),
+            "INSERT INTO nous_events (sid, seq, record, kid) VALUES (?, ?, ?, ?)",
+            (row.key, event.seq, record, kid),
         )
         self.connection.execute(
             "UPDATE nous_sessions SET count = ?, held = held + 1 WHERE id = ? AND count = ?",
@@ -82,17 +122,34 @@ class _FileCopies:
         )
 
 
-def _erase_rows(connection: sqlite3.Connection, request: ErasureRequest, path: str) -> Erasure:
+_Copy = tuple[str, int, bytes | None]
+
+
+def _erase_rows(
+    connection: sqlite3.Connection,
+    request: ErasureRequest,
+    path: str,
+    keyring: Keyring | None = None,
+) -> tuple[Erasure, _Crypto | None]:
     """Rewrite every stored copy of the events to erase, in one transaction with
     ``secure_delete`` on (the old records' space is zeroed); ``wanted`` None: the session's
-    own events (and, with ``inherited``, those it took from its parent)."""
+    own events (and, with ``inherited``, those it took from its parent). With a ``keyring``,
+    the same transaction then destroys the data keys the old records were sealed under
+    (:func:`crypto_erase`); what that did comes back too."""
     dry_run = request.dry_run
     secure = connection.execute("PRAGMA secure_delete").fetchone()[0]
     connection.execute("PRAGMA secure_delete = ON")
+    crypto = None
     try:
         connection.execute("BEGIN" if dry_run else "BEGIN IMMEDIATE")
         try:
-            done = erase_rows(_FileCopies(connection, path), request)
+            copies = _FileCopies(connection, path, keyring)
+            done = erase_rows(copies, request)
+            if keyring is not None and not dry_run:
+                destroyed = sorted(copies.destroyed)
+                resealed = crypto_erase(connection, keyring, destroyed)
+                rebuild_key_table(connection)
+                crypto = _Crypto(len(destroyed), resealed, bool(copies.plain))
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
@@ -100,7 +157,24 @@ def _erase_rows(connection: sqlite3.Connection, request: ErasureRequest, path: s
         connection.execute("ROLLBACK" if dry_run else "COMMIT")
     finally:
         connection.execute(f"PRAGMA secure_delete = {int(secure)}")
-    return done
+    return done, crypto
+
+
+@attrs.frozen
+class _Crypto:
+    """What a crypto-erasure did: keys destroyed, rows re-sealed, and whether a copy was
+    in plain text (then the file is rewritten too)."""
+
+    destroyed: int
+    resealed: int
+    plain: bool
+
+    def detail(self) -> str:
+        return (
+            f"crypto-erasure: {self.destroyed} data key(s) destroyed; {self.resealed} row(s)"
+            " re-sealed under new key(s); secure_delete zeroed the key rows and the key table"
+            " was rebuilt"
+        )
 
 
 def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bool, str]:
@@ -132,15 +206,31 @@ def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bo
     return rewrite, "; ".join(done)
 
 
+def _checkpoint(connection: sqlite3.Connection, path: str) -> tuple[bool, str]:
+    """After a crypto-erasure: checkpoint the WAL into the file and truncate it (no file
+    rebuild: the old records' keys are gone). Whether that happened, and what was done."""
+    with _errors(f"the WAL checkpoint of {path} failed"):
+        busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    if busy:
+        return False, (
+            "the WAL could not be checkpointed and truncated: another connection holds an old"
+            " snapshot (the WAL may still hold the destroyed keys' rows; erase again once it"
+            " is done)"
+        )
+    return True, "the WAL was checkpointed and truncated (no VACUUM: the file was not rebuilt)"
+
+
 class FileErasure(Erasing):
     """:class:`~nous_session.stores.sqlite.SQLiteStore`'s erasure and vacuum: rows rewritten
     with ``secure_delete`` on, then the file rebuilt and its WAL truncated (``erase`` and
-    ``erase_session`` take ``rewrite``)."""
+    ``erase_session`` take ``rewrite``); or, when the store encrypts, the old records' data
+    keys destroyed and only the key table rebuilt."""
 
     erase_options = frozenset({"rewrite"})
 
     path: str
     read_only: bool
+    _keyring: Keyring | None
 
     @property
     def url(self) -> str:
@@ -177,7 +267,14 @@ class FileErasure(Erasing):
         checkpoint give up after ``busy_timeout`` (the WAL may then still hold old pages;
         erase again, with the same seqs, once it is done). Without ``rewrite`` the result is
         not proven. ``VACUUM`` costs time in proportion to the file and holds the write lock
-        meanwhile: every other commit to this file waits for it."""
+        meanwhile: every other commit to this file waits for it.
+
+        A store opened with ``encryption`` crypto-erases instead (``rewrite`` does not apply):
+        in the same transaction, the data keys the old records were sealed under are
+        destroyed (every other row of those keys sealed again under new ones, the key rows
+        deleted with ``secure_delete`` on, the key table rebuilt), then the WAL is checkpointed
+        and truncated; no ``VACUUM``. Proven when the checkpoint succeeded. A copy in plain
+        text (written before encryption was on) makes it rewrite the file as above too."""
         if type(rewrite) is not bool:
             raise ValueError(f"rewrite is True or False, got {rewrite!r}")
         session_id, dry_run = request.session_id, request.dry_run
@@ -189,11 +286,17 @@ class FileErasure(Erasing):
             if not dry_run:
                 self._check_file()
             with _errors(what):
-                done = _erase_rows(connection, request, self.path)
+                done, crypto = _erase_rows(connection, request, self.path, self._keyring)
             if dry_run:
                 return attrs.evolve(done, detail="dry run: nothing was changed")
             try:
-                proven, detail = _scrub(connection, rewrite, self.path)
+                if crypto is not None and not crypto.plain:
+                    proven, detail = _checkpoint(connection, self.path)
+                    detail = f"{crypto.detail()}; {detail}"
+                else:
+                    proven, detail = _scrub(connection, rewrite, self.path)
+                    if crypto is not None:
+                        detail = f"{crypto.detail()}; a copy was in plain text, so: {detail}"
             except StoreError as error:
                 # The rows are erased (that transaction committed): every holder reads the
                 # erased form; only the proof is missing.

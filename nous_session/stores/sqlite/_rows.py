@@ -13,12 +13,14 @@ from nous_session._json import dumps
 from nous_session.codec import decode_rows
 from nous_session.event import EventType
 from nous_session.stores._lineage import SessionRow, lineage, stored
+from nous_session.stores._sealed import Keyring, kid_of
 from nous_session.stores.base import (
     SessionInfo,
     Stored,
     check_fork_point,
     place,
 )
+from nous_session.stores.sqlite._keys import fetcher
 from nous_session.stores.sqlite._sql import FORK, KEPT_OF, KEYS_FROM
 
 _ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
@@ -112,15 +114,16 @@ def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
         "INSERT OR IGNORE INTO nous_keys (sid, key, seq, n) VALUES (?, ?, ?, ?)",
         [(row.key, key, seq, n) for key, seq, n in keys],
     )
+    # Byte copies: a sealed record stays sealed under its key, and its kid goes with it.
     connection.executemany(
-        "INSERT OR IGNORE INTO nous_kept (sid, seq, record) VALUES (?, ?, ?)",
-        [(row.key, seq, record) for seq, record in kept],
+        "INSERT OR IGNORE INTO nous_kept (sid, seq, record, kid) VALUES (?, ?, ?, ?)",
+        [(row.key, seq, record, kid_of(record)) for seq, record in kept],
     )
     for sid, low, high in _ranges(connection, row)[:-1]:
         before = connection.total_changes
         connection.execute(
-            "INSERT INTO nous_events (sid, seq, record) SELECT ?, seq, record FROM nous_events"
-            " WHERE sid = ? AND seq >= ? AND seq <= ?",
+            "INSERT INTO nous_events (sid, seq, record, kid) SELECT ?, seq, record, kid"
+            " FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ?",
             (row.key, sid, low, high),
         )
         copied += connection.total_changes - before
@@ -146,7 +149,12 @@ def _release_shared(
 
 
 def _metadata_at(
-    connection: sqlite3.Connection, parent: _Row, name: str, at: int, path: str
+    connection: sqlite3.Connection,
+    parent: _Row,
+    name: str,
+    at: int,
+    path: str,
+    keyring: Keyring | None = None,
 ) -> tuple[str | None, int | None]:
     """The metadata record (JSON text) and its seq that the parent had at seq ``at``: its
     current one unless it changed after ``at``; then the newest metadata event up to ``at``
@@ -158,6 +166,8 @@ def _metadata_at(
         return meta, meta_seq
     where = place(name, path)
     for seq, record in reversed(_rows(connection, parent, 0, at)):
+        if keyring is not None:
+            record = keyring.open(seq, record, fetcher(connection), where(seq))
         (event,) = decode_rows([(seq, record)], where)
         if event.type is EventType.METADATA:
             return dumps(event.data.get("metadata", {})).decode(), seq
@@ -176,7 +186,13 @@ def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
 
 
 def read_stored(
-    connection: sqlite3.Connection, session_id: str, since: int, where: str, *, full: bool
+    connection: sqlite3.Connection,
+    session_id: str,
+    since: int,
+    where: str,
+    *,
+    full: bool,
+    keyring: Keyring | None = None,
 ) -> Stored:
     """The session's events from ``since`` (with ``full``, also its keys and kept events), in
     one read transaction: the count and the rows agree. A query that fails leaves the
@@ -202,12 +218,21 @@ def read_stored(
             keys = inherited + keys  # the fork's own keys come after
             if since == 0:
                 kept = sorted(inherited_kept + kept)
+    if keyring is not None:  # in the same snapshot: the keys of the rows read are there
+        fetch, named = fetcher(connection), place(session_id, where)
+        rows = keyring.open_rows(rows, fetch, named)
+        kept = keyring.open_rows(kept, fetch, named)
     connection.execute("COMMIT")
     return stored(session_id, row, rows, since, where, keys=keys, kept=kept)
 
 
 def fork_row(
-    connection: sqlite3.Connection, session_id: str, new_session_id: str, at: int, where: str
+    connection: sqlite3.Connection,
+    session_id: str,
+    new_session_id: str,
+    at: int,
+    where: str,
+    keyring: Keyring | None = None,
 ) -> None:
     """Insert the row of a fork sharing ``session_id``'s rows up to ``at`` (in the writer's
     transaction).
@@ -224,7 +249,7 @@ def fork_row(
         if existing.count:
             raise ValueError(f"session {new_session_id!r} exists already")
         connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.key,))
-    meta, meta_seq = _metadata_at(connection, parent, session_id, at, where)
+    meta, meta_seq = _metadata_at(connection, parent, session_id, at, where, keyring)
     now = _now()
     connection.execute(
         FORK,

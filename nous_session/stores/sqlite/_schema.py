@@ -16,7 +16,7 @@ from nous_session.errors import StoreError
 from nous_session.stores._common import check_schema_version, migration_start
 from nous_session.stores.sqlite._errors import _describe, _errors, _transaction
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The schema this version writes; older files are migrated on open, newer ones refused."""
 
 
@@ -36,6 +36,13 @@ _KEPT_TABLE: Final = """CREATE TABLE nous_kept (
     sid INTEGER NOT NULL, seq INTEGER NOT NULL, record BLOB NOT NULL,
     PRIMARY KEY (sid, seq)
 ) WITHOUT ROWID"""
+
+
+DATA_KEYS_TABLE: Final = """CREATE TABLE {name} (
+    kid BLOB PRIMARY KEY, provider TEXT NOT NULL, wrapped BLOB NOT NULL
+) WITHOUT ROWID"""
+"""The key table (encryption at rest): each data key, wrapped by the master key ``provider``
+names. ``{name}``: the table's name (an erasure rebuilds it under another, then renames it)."""
 
 
 # _MIGRATIONS[v] takes a file from schema version v to v + 1.
@@ -101,11 +108,30 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX nous_sessions_parent_uid ON nous_sessions (parent_uid)"
         " WHERE parent_uid IS NOT NULL",
     ),
+    # Encryption at rest: the data keys, each session's current one, and the key each
+    # sealed row is sealed under (NULL: a plain record), indexed to find every row of a key.
+    4: (
+        DATA_KEYS_TABLE.format(name="nous_data_keys"),
+        "ALTER TABLE nous_sessions ADD COLUMN kid BLOB",
+        "ALTER TABLE nous_events ADD COLUMN kid BLOB",
+        "ALTER TABLE nous_kept ADD COLUMN kid BLOB",
+        "CREATE INDEX nous_sessions_kid ON nous_sessions (kid) WHERE kid IS NOT NULL",
+        "CREATE INDEX nous_events_kid ON nous_events (kid) WHERE kid IS NOT NULL",
+        "CREATE INDEX nous_kept_kid ON nous_kept (kid) WHERE kid IS NOT NULL",
+    ),
 }
 
 
 _OURS: Final = frozenset(
-    {"nous_schema", "nous_sessions", "nous_events", "nous_keys", "nous_commits", "nous_kept"}
+    {
+        "nous_schema",
+        "nous_sessions",
+        "nous_events",
+        "nous_keys",
+        "nous_commits",
+        "nous_kept",
+        "nous_data_keys",
+    }
 )
 
 

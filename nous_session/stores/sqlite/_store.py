@@ -17,6 +17,7 @@ import attrs
 
 from nous_session._json import loads
 from nous_session.codec import encode
+from nous_session.encryption import Encryption, KeyProvider
 from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.listing import (
@@ -28,6 +29,7 @@ from nous_session.listing import (
 )
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, FeedStore
+from nous_session.stores._sealed import Keyring
 from nous_session.stores._watch import closing
 from nous_session.stores.base import (
     Rebased,
@@ -40,6 +42,7 @@ from nous_session.stores.sqlite._commit import _CommitJob, rebase_in
 from nous_session.stores.sqlite._erasure import FileErasure
 from nous_session.stores.sqlite._errors import _errors
 from nous_session.stores.sqlite._feed import DEFAULT_POLL, ChangeMonitor
+from nous_session.stores.sqlite._keys import rewrap_keys
 from nous_session.stores.sqlite._leases import FileLeases
 from nous_session.stores.sqlite._rows import (
     _row,
@@ -74,6 +77,10 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
         adopt: allow creating the nous_session tables in a database that already holds other
             tables (refused by default, so a mistyped path cannot alter another application's
             database).
+        encryption: seal every record written from now on under the session's data key
+            (:class:`~nous_session.encryption.Encryption`; the ``crypto`` extra), and erase by
+            destroying keys (see docs/erasure.md). Plain records already in the file are read
+            as they are. A file holding encrypted sessions needs it to read them.
 
     The connection opens on first use. Close the store with :meth:`aclose` (or ``async
     with``); a store garbage-collected while open warns with :class:`ResourceWarning`.
@@ -84,6 +91,8 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
     busy_timeout: float = attrs.field(default=5.0, kw_only=True)
     read_only: bool = attrs.field(default=False, kw_only=True)
     adopt: bool = attrs.field(default=False, kw_only=True)
+    encryption: Encryption | None = attrs.field(default=None, kw_only=True)
+    _keyring: Keyring | None = attrs.field(default=None, init=False)
     _connection: sqlite3.Connection | None = attrs.field(default=None, init=False)
     _file: _File = attrs.field(init=False)
     _immutable: bool = attrs.field(default=False, init=False)
@@ -104,6 +113,10 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
             )
         if isinstance(self.busy_timeout, bool) or not isinstance(self.busy_timeout, int | float):
             raise ValueError(f"busy_timeout must be a number of seconds, got {self.busy_timeout!r}")
+        if self.encryption is not None:
+            if not isinstance(self.encryption, Encryption):
+                raise TypeError(f"encryption is an Encryption(provider), got {self.encryption!r}")
+            self._keyring = Keyring(self.encryption)
 
     @property
     def url(self) -> str:
@@ -200,7 +213,9 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
 
         def load(connection: sqlite3.Connection) -> Sequence[Event]:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
-                return read_stored(connection, session_id, since, self.path, full=False).events
+                return read_stored(
+                    connection, session_id, since, self.path, full=False, keyring=self._keyring
+                ).events
 
         return await self._run(load)
 
@@ -216,7 +231,9 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
 
         def read(connection: sqlite3.Connection) -> Stored:
             with _errors(f"cannot read session {session_id!r} from {self.path}"):
-                return read_stored(connection, session_id, since, self.path, full=True)
+                return read_stored(
+                    connection, session_id, since, self.path, full=True, keyring=self._keyring
+                )
 
         return await self._run(read)
 
@@ -229,14 +246,14 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
         if self.read_only:
             raise StoreError(f"the store {self.url} is open read-only")
         await self._writer_thread().write(
-            _CommitJob(self.path, commit, records, metadata, self._ids)
+            _CommitJob(self.path, commit, records, metadata, self._ids, self._keyring)
         )
 
     async def _commit_rebased(self, commit: Commit) -> Rebased:
         session_id = commit.session_id
 
         def rebase(connection: sqlite3.Connection) -> Rebased:
-            return rebase_in(connection, commit, self._ids, self.path)
+            return rebase_in(connection, commit, self._ids, self.path, self._keyring)
 
         return await self._write(rebase, f"commit to session {session_id!r} in {self.path}")
 
@@ -264,7 +281,7 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
         check_session_id(new_session_id)
 
         def fork(connection: sqlite3.Connection) -> None:
-            fork_row(connection, session_id, new_session_id, at, self.path)
+            fork_row(connection, session_id, new_session_id, at, self.path, self._keyring)
 
         await self._write(fork, f"cannot fork session {session_id!r}")
 
@@ -326,6 +343,53 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
             return row is not None
 
         return await self._write(delete, f"cannot delete session {session_id!r}")
+
+    async def rewrap(self, provider: KeyProvider) -> int:
+        """Re-wrap every data key under ``provider``'s master key, in one transaction with
+        ``secure_delete`` on, rebuilding the key table so that no page keeps a key wrapped the
+        old way, then checkpoint and truncate the WAL; new keys are wrapped by ``provider``
+        from then on. Returns how many keys there are (see
+        :func:`nous_session.encryption.rewrap`).
+
+        Raises:
+            TypeError: the store was opened without encryption.
+            StoreError: a key cannot be unwrapped or wrapped, or SQLite failed; nothing was
+                changed (or, if only the checkpoint failed, the error says so).
+        """
+        keyring = self._keyring
+        if keyring is None:
+            raise TypeError(f"the store {self.url} was opened without encryption")
+        if self.read_only:
+            raise StoreError(f"the store {self.url} is open read-only")
+
+        def rewrap(connection: sqlite3.Connection) -> int:
+            self._check_file()
+            secure = connection.execute("PRAGMA secure_delete").fetchone()[0]
+            connection.execute("PRAGMA secure_delete = ON")
+            try:
+                with _errors(f"cannot re-wrap the data keys of {self.path}"):
+                    connection.execute("BEGIN IMMEDIATE")
+                    try:
+                        count = rewrap_keys(connection, keyring, provider)
+                    except BaseException:
+                        connection.execute("ROLLBACK")
+                        raise
+                    connection.execute("COMMIT")
+            finally:
+                connection.execute(f"PRAGMA secure_delete = {int(secure)}")
+            keyring.use(provider)
+            with _errors(f"re-wrapped, but the WAL checkpoint of {self.path} failed"):
+                busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy:
+                raise StoreError(
+                    f"re-wrapped the data keys of {self.path}, but the WAL could not be"
+                    " truncated (another connection holds an old snapshot): it may still"
+                    " hold keys wrapped the old way; run rewrap again once it is done"
+                )
+            return count
+
+        # Outside the writer's transactions, as erase does: serialised with every write.
+        return await self._run(rewrap)
 
     # The change feed --------------------------------------------------------------------------
 

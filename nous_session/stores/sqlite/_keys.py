@@ -1,0 +1,141 @@
+"""Encryption at rest in a SQLite file: the key table, a session's current data key,
+crypto-erasure (re-sealing the rows of destroyed keys) and re-wrapping (see
+:mod:`nous_session.stores._sealed`)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+
+from nous_session.encryption import KeyProvider
+from nous_session.errors import StoreError
+from nous_session.stores._sealed import Fetch, Keyring
+from nous_session.stores.sqlite._schema import DATA_KEYS_TABLE
+
+__all__ = [
+    "crypto_erase",
+    "fetcher",
+    "rebuild_key_table",
+    "refuse_sealed_session",
+    "rewrap_keys",
+    "session_key",
+    "stored_kid",
+]
+
+
+def fetcher(connection: sqlite3.Connection) -> Fetch:
+    """Reads a data key's row in ``connection``'s current transaction (or snapshot)."""
+
+    def fetch(kid: bytes) -> tuple[str, bytes] | None:
+        found = connection.execute(
+            "SELECT provider, wrapped FROM nous_data_keys WHERE kid = ?", (kid,)
+        ).fetchone()
+        return None if found is None else (found[0], found[1])
+
+    return fetch
+
+
+def stored_kid(connection: sqlite3.Connection, sid: int) -> bytes | None:
+    """The session's current data key's kid (None: it has none)."""
+    found = connection.execute("SELECT kid FROM nous_sessions WHERE id = ?", (sid,)).fetchone()
+    return None if found is None or found[0] is None else bytes(found[0])
+
+
+def session_key(
+    connection: sqlite3.Connection, keyring: Keyring, sid: int, session_id: str
+) -> bytes:
+    """The kid a commit to the session seals under, in the writer's transaction: its
+    current key, or a new one made its current key (a session's first encrypted commit)."""
+    kid = stored_kid(connection, sid)
+    if kid is None:
+        kid, provider, wrapped = keyring.new_key()
+        connection.execute(
+            "INSERT INTO nous_data_keys (kid, provider, wrapped) VALUES (?, ?, ?)",
+            (kid, provider, wrapped),
+        )
+        connection.execute("UPDATE nous_sessions SET kid = ? WHERE id = ?", (kid, sid))
+    keyring.current[session_id] = kid
+    return kid
+
+
+def refuse_sealed_session(connection: sqlite3.Connection, sid: int, session_id: str) -> None:
+    """A store without encryption does not write plain records into an encrypted session.
+
+    Raises:
+        StoreError: the session has a data key.
+    """
+    if stored_kid(connection, sid) is not None:
+        raise StoreError(
+            f"session {session_id!r} is encrypted; this store was opened without encryption"
+            " (pass encryption=Encryption(provider)): refusing to write it in plain text"
+        )
+
+
+def crypto_erase(
+    connection: sqlite3.Connection, keyring: Keyring, destroyed: Iterable[bytes]
+) -> int:
+    """Destroy the data keys ``destroyed``, in the caller's (erasing) transaction: each gets a
+    successor, every row sealed under it (events and kept, any session) is re-sealed under
+    that, the sessions whose current key it was move to it, and its key row is deleted
+    (with ``secure_delete`` on, as the caller sets it: its bytes are zeroed). Returns how many
+    rows were re-sealed.
+
+    Raises:
+        StoreError: a key cannot be unwrapped, or a new one cannot be wrapped.
+        CorruptRecordError: a row under a destroyed key does not open.
+    """
+    fetch = fetcher(connection)
+    resealed = 0
+    for old in sorted(set(destroyed)):
+        keyring.cipher(old, fetch)  # unwrapped before anything changes, or a clear error
+        kid, provider, wrapped = keyring.new_key()
+        connection.execute(
+            "INSERT INTO nous_data_keys (kid, provider, wrapped) VALUES (?, ?, ?)",
+            (kid, provider, wrapped),
+        )
+        new_cipher = keyring.cipher(kid, fetch)
+        for table in ("nous_events", "nous_kept"):
+            rows = connection.execute(
+                f"SELECT sid, seq, record FROM {table} WHERE kid = ?", (old,)
+            ).fetchall()
+            updates = []
+            for sid, seq, record in rows:
+                plain = keyring.open(seq, record, fetch, f"{table} row ({sid}, {seq})")
+                updates.append((keyring.seal(kid, new_cipher, seq, plain), kid, sid, seq))
+            connection.executemany(
+                f"UPDATE {table} SET record = ?, kid = ? WHERE sid = ? AND seq = ?", updates
+            )
+            resealed += len(updates)
+        connection.execute("UPDATE nous_sessions SET kid = ? WHERE kid = ?", (kid, old))
+        connection.execute("DELETE FROM nous_data_keys WHERE kid = ?", (old,))
+        keyring.forget(old)
+        for name, current in list(keyring.current.items()):
+            if current == old:
+                keyring.current[name] = kid
+    return resealed
+
+
+def rebuild_key_table(connection: sqlite3.Connection) -> None:
+    """Copy the key table into a new one and drop the old, in the caller's transaction with
+    ``secure_delete`` on: SQLite zeroes every page the old table held, so no stale copy of a
+    deleted or re-wrapped key survives in its pages or their free space (a small table: a
+    few pages, whatever the size of the file)."""
+    connection.execute(DATA_KEYS_TABLE.format(name="nous_data_keys_new"))
+    connection.execute(
+        "INSERT INTO nous_data_keys_new SELECT kid, provider, wrapped FROM nous_data_keys"
+    )
+    connection.execute("DROP TABLE nous_data_keys")
+    connection.execute("ALTER TABLE nous_data_keys_new RENAME TO nous_data_keys")
+
+
+def rewrap_keys(connection: sqlite3.Connection, keyring: Keyring, provider: KeyProvider) -> int:
+    """Re-wrap every data key under ``provider`` and rebuild the key table, in the caller's
+    transaction (``secure_delete`` on). Returns how many keys there are."""
+    rows = connection.execute("SELECT kid, provider, wrapped FROM nous_data_keys").fetchall()
+    done = keyring.rewrapped(rows, provider)
+    connection.executemany(
+        "UPDATE nous_data_keys SET provider = ?, wrapped = ? WHERE kid = ?",
+        [(name, wrapped, kid) for kid, name, wrapped in done],
+    )
+    rebuild_key_table(connection)
+    return len(done)
