@@ -26,7 +26,7 @@ from nous_session.web._app import (
     create_app,
     is_loopback,
 )
-from nous_session.web._live import Draft, live_message
+from nous_session.web._live import Draft, LiveToolCall, live_message, live_tool_call
 from nous_session.web._native import compaction_source, event_json, event_stream
 from nous_session.web._sse import PING_SECONDS, RETRY_MS, resume_point, stream_response
 
@@ -37,6 +37,7 @@ __all__ = [
     "Agent",
     "Authorize",
     "Draft",
+    "LiveToolCall",
     "SessionStreams",
     "compaction_source",
     "create_app",
@@ -45,6 +46,7 @@ __all__ = [
     "from_agui",
     "is_loopback",
     "live_message",
+    "live_tool_call",
     "messages_snapshot",
     "resume_point",
     "stream_response",
