@@ -26,6 +26,7 @@ import anyio
 import attrs
 from ag_ui.core import (
     BaseEvent,
+    CustomEvent,
     MessagesSnapshotEvent,
     RunErrorEvent,
     RunFinishedEvent,
@@ -54,15 +55,31 @@ from nous_session.web._agui import (
 )
 from nous_session.web._live import ChannelDraft, LiveChannel
 
-__all__ = ["Send", "active_run", "connect_stream", "encode", "run_stream"]
+__all__ = [
+    "RESUME_EVENT",
+    "Send",
+    "active_run",
+    "connect_stream",
+    "encode",
+    "resume_notice",
+    "run_stream",
+]
 
-Send: TypeAlias = Callable[[bytes], Awaitable[None]]
-"""Where a stream's chunks go (the SSE response's memory stream)."""
+Send: TypeAlias = Callable[[bytes, int | None], Awaitable[None]]
+"""Where a stream's chunks go, each with the seq its SSE id carries (the response's outbox)."""
 
 _ENCODER = EventEncoder()
+# The custom event that ends a stream whose client was too slow: re-attach from its cursor.
+RESUME_EVENT: Final = "nous_session.resume"
 # Items between a stream's readers (the log, the live channel) and its writer: few, since
 # each live item reads the channel's whole state, and the log's reader can wait.
 _ITEMS: Final = 16
+
+
+def resume_notice(cursor: str | None) -> bytes:
+    """The last message of a stream that overflowed (its client was too slow): a custom event
+    naming the ``Last-Event-ID`` to re-attach with (None: re-attach without one)."""
+    return encode([CustomEvent(name=RESUME_EVENT, value={"lastEventId": cursor})], None)
 
 
 def encode(events: Iterable[BaseEvent], seq: int | None) -> bytes:
@@ -295,20 +312,20 @@ async def _follow(subscription: Subscription, relay: _Relay, step: _Step, send: 
             if item is True:
                 chunk = relay.live()
                 if chunk:
-                    await send(encode(chunk, None))
+                    await send(encode(chunk, None), None)
                 continue
             if item is False:
                 break
             chunk, finished = step(item)
             if chunk:
-                await send(encode(chunk, item.seq))
+                await send(encode(chunk, item.seq), item.seq)
             if finished:
                 break
             if channel.drafts:
                 # A draft waiting for this event (it began after it) is shown now.
                 chunk = relay.live()
                 if chunk:
-                    await send(encode(chunk, None))
+                    await send(encode(chunk, None), None)
         task_group.cancel_scope.cancel()
 
 
@@ -363,7 +380,8 @@ async def connect_stream(
             opening.append(StateSnapshotEvent(snapshot=metadata.to_json()))
         since = log.count
     relay.position = since - 1
-    await send(encode(opening, since - 1 if since > 0 else None))
+    opened = since - 1 if since > 0 else None
+    await send(encode(opening, opened), opened)
 
     def closing() -> BaseEvent:
         if error is not None:
@@ -382,7 +400,7 @@ async def connect_stream(
         return chunk, False
 
     if active is None and since >= log.count:
-        await send(encode([closing()], None))
+        await send(encode([closing()], None), None)
         return
     async with session.subscribe(since) as subscription:
         await _follow(subscription, relay, step, send)
