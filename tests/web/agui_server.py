@@ -1,6 +1,6 @@
 """A server the Node tests drive with AG-UI's own client: nous_session.web under uvicorn.
 
-``python tests/web/agui_server.py --store sqlite:///x.sqlite3 --port 8123``. Its agent is
+``python tests/web/agui_server.py --store sqlite:///x.sqlite3 --port 8123 [--page DIR]``. Its agent is
 scripted: it titles the session after the user's last message, calls a weather tool (its
 arguments streamed live, a few characters at a time), gets its result, and answers by quoting
 the message, word by word as live text (nous_session.web's live_message); a message
@@ -15,6 +15,7 @@ import argparse
 import anyio
 import uvicorn
 from ag_ui.core import RunAgentInput
+from starlette.staticfiles import StaticFiles
 
 from nous_session import Message, SessionActor
 from nous_session.web import create_app, live_message
@@ -56,9 +57,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--store", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--page", help="a folder to serve at /page/ (the browser test's page)")
     args = parser.parse_args()
+    app = create_app(args.store, scripted_agent)
+    if args.page:
+        app.mount("/page", StaticFiles(directory=args.page, html=True))
     uvicorn.run(
-        create_app(args.store, scripted_agent),
+        app,
         host="127.0.0.1",
         port=args.port,
         log_level="warning",
