@@ -207,13 +207,16 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between appends")
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--stuck", type=int, default=0, help="clients that never read")
+    parser.add_argument("--stuck", type=int, default=None, help="clients that never read")
     parser.add_argument(
         "--full", action="store_true", help="1,000 clients on 200 sessions for 20 s, 50 stuck"
     )
     args = parser.parse_args()
     if args.full:
+        stuck = args.stuck
         args.clients, args.sessions, args.seconds, args.stuck = FULL
+        args.stuck = args.stuck if stuck is None else stuck
+    args.stuck = args.stuck or 0
     if args.command == "serve":
         serve(args.store, args.port, args.sessions, args.interval)
         return

@@ -28,16 +28,25 @@ from nous_session.web._app import (
 )
 from nous_session.web._live import Draft, LiveToolCall, live_message, live_tool_call
 from nous_session.web._native import compaction_source, event_json, event_stream
-from nous_session.web._sse import PING_SECONDS, RETRY_MS, resume_point, stream_response
+from nous_session.web._sse import (
+    PING_SECONDS,
+    RETRY_MS,
+    SLOW_CLIENT_SECONDS,
+    Outbox,
+    resume_point,
+    stream_response,
+)
 
 __all__ = [
     "PING_SECONDS",
     "RETRY_MS",
+    "SLOW_CLIENT_SECONDS",
     "Access",
     "Agent",
     "Authorize",
     "Draft",
     "LiveToolCall",
+    "Outbox",
     "SessionStreams",
     "compaction_source",
     "create_app",

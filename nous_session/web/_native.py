@@ -76,7 +76,7 @@ def event_stream(
     ``hold`` gives the session for as long as the stream runs (``sessions.use(id)``, so that
     the registry does not close it as idle under a client that is watching it). The stream
     ends when the session closes, after everything it committed, or, when the client is too
-    slow (:mod:`nous_session.web._sse`), with a :func:`resume_notice`.
+    slow (see ``slow_client_timeout``), with a ``resume`` event naming its cursor.
     """
 
     async def produce(outbox: Outbox) -> None:

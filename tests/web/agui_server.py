@@ -1,9 +1,9 @@
 """A server the Node tests drive with AG-UI's own client: nous_session.web under uvicorn.
 
-``python tests/web/agui_server.py --store sqlite:///x.sqlite3 --port 8123 [--page DIR]``. Its agent is
-scripted: it titles the session after the user's last message, calls a weather tool (its
-arguments streamed live, a few characters at a time), gets its result, and answers by quoting
-the message, word by word as live text (nous_session.web's live_message); a message
+``python tests/web/agui_server.py --store sqlite:///x.sqlite3 --port 8123 [--page DIR]``. Its
+agent is scripted: it titles the session after the user's last message, calls a weather tool
+(its arguments streamed live, a few characters at a time), gets its result, and answers by
+quoting the message, word by word as live text (nous_session.web's live_message); a message
 containing "slow" makes it pause between those steps, fragments and words, so that a test can
 cut the connection in the middle of a run, of a tool call, or of the answer.
 """

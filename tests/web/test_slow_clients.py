@@ -10,6 +10,7 @@ takes the message: a client that stops reading is a test that stops taking.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,8 @@ def resume_cursor(blocks: list[tuple[str | None, str | None, dict[str, Any]]]) -
     _, event, data = blocks[-1]
     if event == "resume":
         return data["last_event_id"]  # type: ignore[no-any-return]
-    assert data["type"] == "CUSTOM" and data["name"] == "nous_session.resume", data
+    assert data["type"] == "CUSTOM", data
+    assert data["name"] == "nous_session.resume", data
     return data["value"]["lastEventId"]  # type: ignore[no-any-return]
 
 
@@ -148,6 +150,32 @@ async def test_a_client_that_stops_reading_is_told_to_resume_and_slows_nobody(
     tmp_path: Path, kind: str
 ) -> None:
     target = FORMATS[kind]
+    overflowed = anyio.Event()
+    watching = Overflows(overflowed)
+    logger = logging.getLogger("nous_session.web")
+    level = logger.level
+    logger.addHandler(watching)
+    logger.setLevel(logging.INFO)
+    try:
+        await _stops_reading(tmp_path, target, overflowed)
+    finally:
+        logger.removeHandler(watching)
+        logger.setLevel(level)
+
+
+class Overflows(logging.Handler):
+    """Sets an event when a stream logs that it overflowed (after letting go of the session)."""
+
+    def __init__(self, event: anyio.Event) -> None:
+        super().__init__(logging.INFO)
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("a slow client is told to resume"):
+            self.event.set()
+
+
+async def _stops_reading(tmp_path: Path, target: str, overflowed: anyio.Event) -> None:
     async with serving(tmp_path) as (app, streams):
         session = await streams.sessions.get("t")
         # A run going on (as another worker records it), so the AG-UI stream follows it.
@@ -165,8 +193,8 @@ async def test_a_client_that_stops_reading_is_told_to_resume_and_slows_nobody(
                         await session.add_message(Message.user(f"message {number}"))
                 assert other.ids[-WRITES:] == list(range(first, last + 1))
                 # Its stream overflows: it lets go of its subscription (the other's remains).
-                while session.statistics().subscribers > 1:
-                    await anyio.sleep(0.01)
+                await overflowed.wait()
+                assert session.statistics().subscribers == 1
                 assert not slow_done.is_set(), "not dropped: the notice waits behind its buffer"
                 # When it reads again: what was buffered, then where to resume, then the end.
                 await slow.take()
