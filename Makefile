@@ -56,8 +56,10 @@ lint: $(TEST_STAMP)
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
+# BENCH_ARGS: more options for benchmarks/run.py, e.g. `--only web --full-load` (1,000 SSE clients).
+BENCH_ARGS ?=
 bench: $(TEST_STAMP)
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 # The documentation site (mkdocs.yml, docs/) into site/, in a virtualenv of its own built from
 # the `docs` extra; --strict turns every warning (a broken link or cross-reference) into a failure.

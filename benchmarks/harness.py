@@ -176,6 +176,7 @@ class Context:
 
     rounds: int
     quick: bool
+    full_load: bool = False  # the load benchmarks (web) at their full size
 
     def size(self, full: int, quick: int) -> int:
         """A workload size: ``full`` normally, ``quick`` under ``--quick``."""

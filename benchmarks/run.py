@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/run.py [--quick] [--only NAME ...] [--rounds N] [--strict]
+    python benchmarks/run.py [--quick] [--only NAME ...] [--rounds N] [--strict] [--full-load]
 
 ``NAME`` is a suite (``log``, ``actor``), a benchmark (``log.append``), or a prefix of either.
 ``--quick`` shrinks workloads and rounds for a smoke run (well under a minute); its figures are
@@ -88,13 +88,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--strict", action="store_true", help="exit with status 2 when a target is missed"
     )
     parser.add_argument(
+        "--full-load",
+        action="store_true",
+        help="the load benchmarks at full size (web: 1,000 SSE clients on 200 sessions)",
+    )
+    parser.add_argument(
         "--output", type=Path, default=RESULTS, help="directory for latest.json and latest.md"
     )
     args = parser.parse_args(argv)
     rounds = args.rounds if args.rounds is not None else (3 if args.quick else 10)
     if rounds < 1:
         parser.error("--rounds must be >= 1")
-    ctx = Context(rounds=rounds, quick=args.quick)
+    ctx = Context(rounds=rounds, quick=args.quick, full_load=args.full_load)
     chosen = select(discover(args.only), args.only)
 
     machine = machine_info()

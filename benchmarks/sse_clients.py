@@ -1,8 +1,9 @@
 """Many SSE clients on one server process: delivery latency and server memory per client.
 
     python benchmarks/sse_clients.py                       # 200 clients, 50 sessions, 10 s
-    python benchmarks/sse_clients.py --clients 1000 --sessions 200 --seconds 20
+    python benchmarks/sse_clients.py --full                # 1,000 clients, 200 sessions, 20 s
     python benchmarks/sse_clients.py --store postgresql://...   # default: a SQLite file
+    python benchmarks/run.py --only web [--full-load]      # as part of `make bench`
 
 The server (this script's ``serve`` command, in a process of its own under uvicorn) serves
 ``nous_session.web`` and runs a writer task that appends one message to each session every
@@ -11,7 +12,9 @@ streams (``GET /threads/{id}/events``, the library's own SSE format), spread eve
 sessions. Each event's latency is the time from its append (the event's time) to its arrival
 at a client, so it counts the commit, the fan-out and the HTTP delivery. Memory per client is
 the growth of the server's resident set from before the clients connect to when all of them
-are streaming, divided by their number.
+are streaming, divided by their number. The writer's commit latency (each ``add_message``
+awaited) is measured in the server over the same window, and ``--stuck`` more clients open a
+stream and never read it, to show that they slow neither the writer nor the others.
 
 Checks its run: every client must get every event its session committed while it streamed,
 in order, with no duplicate, or the script fails instead of reporting.
@@ -44,11 +47,20 @@ def serve(store: str, port: int, sessions: int, interval: float) -> None:
     import anyio
     import uvicorn
     from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
 
-    from nous_session import Message
+    from nous_session import Message, SessionActor
     from nous_session.web import SessionStreams
 
     streams = SessionStreams(store, authorize=lambda request, thread, access: True)
+    commits: list[tuple[float, float]] = []  # (when it began, wall clock; how long, s)
+
+    async def commit(session: SessionActor, number: int) -> None:
+        began, clock = time.time(), time.perf_counter()
+        await session.add_message(Message.user(f"tick {number}"))
+        commits.append((began, time.perf_counter() - clock))
 
     async def write() -> None:
         number = 0
@@ -57,9 +69,14 @@ def serve(store: str, port: int, sessions: int, interval: float) -> None:
             async with anyio.create_task_group() as task_group:
                 for index in range(sessions):
                     session = await streams.sessions.get(f"s{index}")
-                    task_group.start_soon(session.add_message, Message.user(f"tick {number}"))
+                    task_group.start_soon(commit, session, number)
             number += 1
             await anyio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    async def commit_latency(request: Request) -> JSONResponse:
+        since, until = float(request.query_params["since"]), float(request.query_params["until"])
+        taken = sorted(took for began, took in commits if since <= began <= until)
+        return JSONResponse({"count": len(taken), "latencies": taken})
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -68,7 +85,8 @@ def serve(store: str, port: int, sessions: int, interval: float) -> None:
             yield
             task_group.cancel_scope.cancel()
 
-    app = Starlette(routes=streams.app.routes, lifespan=lifespan)
+    routes = [*streams.app.routes, Route("/bench/commits", commit_latency)]
+    app = Starlette(routes=routes, lifespan=lifespan)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=2)
 
 
@@ -85,8 +103,10 @@ async def measure(args: argparse.Namespace, base: str, pid: int) -> dict[str, fl
     before = rss_kib(pid)
     limits = httpx.Limits(max_connections=args.clients + 10, max_keepalive_connections=0)
     timeout = httpx.Timeout(args.seconds + 30)
+    stuck = [open_stuck(base, f"s{index % args.sessions}") for index in range(args.stuck)]
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        until = time.time() + args.seconds
+        began = time.time()
+        until = began + args.seconds
         latencies: list[list[float]] = [[] for _ in range(args.clients)]
         seqs: list[list[int]] = [[] for _ in range(args.clients)]
         tasks = [
@@ -100,6 +120,10 @@ async def measure(args: argparse.Namespace, base: str, pid: int) -> dict[str, fl
         await asyncio.sleep(min(5.0, args.seconds / 2))
         during = rss_kib(pid)
         await asyncio.gather(*tasks)
+        answer = await client.get(f"{base}/bench/commits", params={"since": began, "until": until})
+        commit_latencies = answer.json()["latencies"]
+    for connection in stuck:
+        connection.close()
     for got in seqs:
         if not got:
             raise AssertionError("a client got no event")
@@ -115,8 +139,24 @@ async def measure(args: argparse.Namespace, base: str, pid: int) -> dict[str, fl
         "p99 ms": 1000 * every[int(len(every) * 0.99) - 1],
         "max ms": 1000 * every[-1],
         "server RSS before clients MiB": before / 1024,
-        "server KiB per client": (during - before) / args.clients,
+        "server KiB per client": (during - before) / (args.clients + args.stuck),
+        "stuck clients": args.stuck,
+        "commits": len(commit_latencies),
+        "commit p50 ms": 1000 * statistics.median(commit_latencies),
+        "commit p99 ms": 1000 * commit_latencies[int(len(commit_latencies) * 0.99) - 1],
     }
+
+
+def open_stuck(base: str, session: str) -> socket.socket:
+    """A client that opens a session's stream and never reads it (a small receive buffer, so
+    the server's side fills soon)."""
+    host, port = base.removeprefix("http://").split(":")
+    connection = socket.socket()
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    connection.connect((host, int(port)))
+    request = f"GET /threads/{session}/events HTTP/1.1\r\nHost: {host}\r\n\r\n"
+    connection.sendall(request.encode())
+    return connection
 
 
 async def follow_from_now(
@@ -167,10 +207,30 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between appends")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--stuck", type=int, default=None, help="clients that never read")
+    parser.add_argument(
+        "--full", action="store_true", help="1,000 clients on 200 sessions for 20 s, 50 stuck"
+    )
     args = parser.parse_args()
+    if args.full:
+        stuck = args.stuck
+        args.clients, args.sessions, args.seconds, args.stuck = FULL
+        args.stuck = args.stuck if stuck is None else stuck
+    args.stuck = args.stuck or 0
     if args.command == "serve":
         serve(args.store, args.port, args.sessions, args.interval)
         return
+    result = run(args)
+    for name, value in result.items():
+        print(f"{name:32} {value:10.1f}" if isinstance(value, float) else f"{name:32} {value:10}")
+
+
+# The full size: clients, sessions, seconds, stuck clients.
+FULL = (1000, 200, 20.0, 50)
+
+
+def run(args: argparse.Namespace) -> dict[str, float]:
+    """Start a server, measure, stop it: the figures (see the module's docstring)."""
     with tempfile.TemporaryDirectory() as directory:
         store = args.store or f"sqlite:///{Path(directory) / 'bench.sqlite3'}"
         port = free_port()
@@ -201,12 +261,10 @@ def main() -> None:
                     raise SystemExit("the server did not start")
                 time.sleep(0.1)
             time.sleep(2 * args.interval)  # the sessions exist and the writer is steady
-            result = asyncio.run(measure(args, f"http://127.0.0.1:{port}", server.pid))
+            return asyncio.run(measure(args, f"http://127.0.0.1:{port}", server.pid))
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
-    for name, value in result.items():
-        print(f"{name:32} {value:10.1f}" if isinstance(value, float) else f"{name:32} {value:10}")
 
 
 if __name__ == "__main__":

@@ -24,4 +24,5 @@ SUITES: tuple[str, ...] = (
     "scaling",
     "peers",
     "fleet",
+    "web",
 )

@@ -26,17 +26,27 @@ from nous_session.web._app import (
     create_app,
     is_loopback,
 )
-from nous_session.web._live import Draft, live_message
+from nous_session.web._live import Draft, LiveToolCall, live_message, live_tool_call
 from nous_session.web._native import compaction_source, event_json, event_stream
-from nous_session.web._sse import PING_SECONDS, RETRY_MS, resume_point, stream_response
+from nous_session.web._sse import (
+    PING_SECONDS,
+    RETRY_MS,
+    SLOW_CLIENT_SECONDS,
+    Outbox,
+    resume_point,
+    stream_response,
+)
 
 __all__ = [
     "PING_SECONDS",
     "RETRY_MS",
+    "SLOW_CLIENT_SECONDS",
     "Access",
     "Agent",
     "Authorize",
     "Draft",
+    "LiveToolCall",
+    "Outbox",
     "SessionStreams",
     "compaction_source",
     "create_app",
@@ -45,6 +55,7 @@ __all__ = [
     "from_agui",
     "is_loopback",
     "live_message",
+    "live_tool_call",
     "messages_snapshot",
     "resume_point",
     "stream_response",

@@ -42,6 +42,7 @@ __all__ = [
     "RUN_ERROR",
     "RUN_FINISHED",
     "RUN_STARTED",
+    "arguments_text",
     "from_agui",
     "known_message_ids",
     "message_id",
@@ -192,10 +193,16 @@ def tool_call_events(event: Event, identifier: str) -> Iterator[BaseEvent]:
             tool_call_name=str(call.get("name", "")),
             parent_message_id=identifier,
         )
-        arguments = _arguments(call.get("arguments", {}))
+        arguments = arguments_text(call)
         if arguments:
             yield ToolCallArgsEvent(tool_call_id=call_id, delta=arguments)
         yield ToolCallEndEvent(tool_call_id=call_id)
+
+
+def arguments_text(call: Mapping[str, Any]) -> str:
+    """A stored tool call's arguments as AG-UI carries them: a string as it was kept (a live
+    call's, as streamed), an object as compact JSON."""
+    return _arguments(call.get("arguments", {}))
 
 
 def live_id(event: Event) -> str | None:

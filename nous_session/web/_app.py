@@ -13,7 +13,6 @@ from typing import Any, Literal, TypeAlias
 import anyio
 import anyio.abc
 from ag_ui.core import RunAgentInput
-from anyio.abc import ObjectSendStream
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -31,8 +30,8 @@ from nous_session.web._agui import (
 )
 from nous_session.web._live import LiveChannel, current_channel
 from nous_session.web._native import event_stream
-from nous_session.web._sse import Chunk, resume_point, stream_response
-from nous_session.web._streams import connect_stream, run_stream
+from nous_session.web._sse import SLOW_CLIENT_SECONDS, Outbox, resume_point, stream_response
+from nous_session.web._streams import connect_stream, resume_notice, run_stream
 
 __all__ = ["Access", "Agent", "Authorize", "SessionStreams", "create_app", "is_loopback"]
 
@@ -94,6 +93,9 @@ class SessionStreams:
         agent: the function each run calls; None serves the streams and refuses runs.
         authorize: ``(request, thread_id, access) -> bool`` (or an awaitable of it); None lets
             only loopback clients in.
+        slow_client_timeout: how long a stream waits for its client to take a chunk while
+            its 64-chunk buffer is full before it ends, telling the client the cursor to
+            resume from; a client that takes nothing for six times as long is disconnected.
     """
 
     def __init__(
@@ -105,7 +107,11 @@ class SessionStreams:
         compaction: CompactionPolicy | None = None,
         idle_timeout: float = 60.0,
         max_open: int = 10_000,
+        slow_client_timeout: float = SLOW_CLIENT_SECONDS,
     ) -> None:
+        if not slow_client_timeout > 0:
+            raise ValueError(f"slow_client_timeout must be positive, got {slow_client_timeout!r}")
+        self._slow_client_timeout = slow_client_timeout
         self._given = sessions if isinstance(sessions, Sessions) else None
         self._store = sessions
         self._agent = agent
@@ -206,16 +212,18 @@ class SessionStreams:
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
 
-        async def produce(sender: ObjectSendStream[Chunk]) -> None:
+        async def produce(outbox: Outbox) -> None:
             async with (
                 self.sessions.use(run.thread_id) as session,
                 self._channel(run.thread_id) as channel,
             ):
                 await run_stream(
-                    session, channel, run.thread_id, run.run_id, since, skip, sender.send
+                    session, channel, run.thread_id, run.run_id, since, skip, outbox.send
                 )
 
-        return stream_response(produce)
+        return stream_response(
+            produce, resume_notice, slow_client_timeout=self._slow_client_timeout
+        )
 
     async def _start(self, session: SessionActor, run: RunAgentInput) -> tuple[int, frozenset[str]]:
         """Record the run's start and the client's new messages, start the agent; the seq to
@@ -294,11 +302,13 @@ class SessionStreams:
             return JSONResponse({"error": str(error)}, status_code=400)
         start = None if why == "start" else since
 
-        async def produce(sender: ObjectSendStream[Chunk]) -> None:
+        async def produce(outbox: Outbox) -> None:
             async with self.sessions.use(thread_id) as session, self._channel(thread_id) as channel:
-                await connect_stream(session, channel, thread_id, run_id, start, sender.send)
+                await connect_stream(session, channel, thread_id, run_id, start, outbox.send)
 
-        return stream_response(produce)
+        return stream_response(
+            produce, resume_notice, slow_client_timeout=self._slow_client_timeout
+        )
 
     async def _events(self, request: Request) -> Response:
         thread_id = request.path_params["thread_id"]
@@ -311,7 +321,9 @@ class SessionStreams:
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
         logger.info("stream of %r from seq %d (%s)", thread_id, since, why)
-        return event_stream(self.sessions.use(thread_id), since)
+        return event_stream(
+            self.sessions.use(thread_id), since, slow_client_timeout=self._slow_client_timeout
+        )
 
 
 def create_app(

@@ -12,13 +12,12 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
 import orjson
-from anyio.abc import ObjectSendStream
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from nous_session import Event, Replace, SessionActor
-from nous_session.web._sse import Chunk, stream_response
+from nous_session.web._sse import SLOW_CLIENT_SECONDS, Outbox, stream_response
 
-__all__ = ["compaction_source", "event_json", "event_stream"]
+__all__ = ["compaction_source", "event_json", "event_stream", "resume_notice"]
 
 # What a preview of an event's text is cut to.
 PREVIEW: Final = 160
@@ -58,21 +57,35 @@ def event_json(event: Event) -> dict[str, Any]:
     return shown
 
 
+def resume_notice(cursor: str | None) -> ServerSentEvent:
+    """The last message of a stream whose client was too slow: a ``resume`` event naming the
+    seq of the last event sent (``Last-Event-ID`` already holds it; EventSource reconnects
+    with it when the response ends)."""
+    data = orjson.dumps({"last_event_id": cursor}).decode()
+    return ServerSentEvent(data, event="resume", id=cursor, sep="\r\n")
+
+
 def event_stream(
-    hold: AbstractAsyncContextManager[SessionActor], since: int
+    hold: AbstractAsyncContextManager[SessionActor],
+    since: int,
+    *,
+    slow_client_timeout: float = SLOW_CLIENT_SECONDS,
 ) -> EventSourceResponse:
     """The SSE response carrying a session's events from ``since`` on, each with its seq as id.
 
     ``hold`` gives the session for as long as the stream runs (``sessions.use(id)``, so that
     the registry does not close it as idle under a client that is watching it). The stream
-    ends when the session closes, after everything it committed.
+    ends when the session closes, after everything it committed, or, when the client is too
+    slow (see ``slow_client_timeout``), with a ``resume`` event naming its cursor.
     """
 
-    async def produce(sender: ObjectSendStream[Chunk]) -> None:
+    async def produce(outbox: Outbox) -> None:
         async with hold as session, session.subscribe(since) as subscription:
             async for event in subscription:
                 data = orjson.dumps(event_json(event)).decode()
-                await sender.send(ServerSentEvent(data, id=str(event.seq)))
+                await outbox.send(ServerSentEvent(data, id=str(event.seq)))
 
     # Lines end with "\r\n", sse-starlette's default, as this stream's readers have known it.
-    return stream_response(produce, sep="\r\n")
+    return stream_response(
+        produce, resume_notice, sep="\r\n", slow_client_timeout=slow_client_timeout
+    )

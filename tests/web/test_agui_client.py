@@ -63,12 +63,13 @@ def accepting(port: int) -> bool:
 
 
 @contextmanager
-def server(store: str, log: Path) -> Iterator[str]:
+def server(store: str, log: Path, *options: str) -> Iterator[str]:
     """A server process on a free port, stopped gracefully (SIGTERM) at the end."""
     port = free_port()
+    command = [sys.executable, str(HERE / "agui_server.py"), "--store", store, "--port", str(port)]
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [sys.executable, str(HERE / "agui_server.py"), "--store", store, "--port", str(port)],
+            [*command, *options],
             cwd=ROOT,
             stdout=output,
             stderr=subprocess.STDOUT,

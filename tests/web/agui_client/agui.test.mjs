@@ -53,7 +53,10 @@ test("HttpAgent runs an agent: tool call, result and answer; the conversation is
     ["user", "assistant", "tool", "assistant"],
   );
   assert.equal(agent.messages[1].toolCalls[0].function.name, "get_weather");
-  assert.deepEqual(JSON.parse(agent.messages[1].toolCalls[0].function.arguments), { city: "Paris" });
+  assert.deepEqual(JSON.parse(agent.messages[1].toolCalls[0].function.arguments), {
+    city: "Paris",
+    units: "metric",
+  });
   assert.equal(agent.messages[3].content, "You said: hello");
   assert.deepEqual(agent.state, { title: "hello" });
   // Reload after the run finished: a fresh page gets the same conversation, from either server.
@@ -195,6 +198,84 @@ test("a connection cut in the middle of a live answer resumes to the whole answe
   assertNoDuplicates(agent.messages);
   assert.equal(agent.messages.at(-1).content, "You said: slow: cut me off mid-sentence please");
   assert.deepEqual(comparable(agent.messages), comparable((await hydrated(SERVER_A, threadId)).messages));
+});
+
+// The deltas of one tool call's arguments in a stream, in order.
+function argumentDeltas(record, toolCallId) {
+  return record.events
+    .filter((event) => event.type === "TOOL_CALL_ARGS" && event.toolCallId === toolCallId)
+    .map((event) => event.delta);
+}
+
+test("a tool call's arguments stream live and reassemble into what the log stores", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: recordingFetch(record) });
+  agent.addMessage(userMessage("slow: stream the arguments"));
+  await agent.runAgent();
+  assertValid(record);
+  const call = agent.messages[1].toolCalls[0];
+  const deltas = argumentDeltas(record, call.id);
+  assert.ok(deltas.length > 1, `the arguments came in ${deltas.length} delta(s)`);
+  // Each event once, in order: start, the deltas, end (before the call's message is kept).
+  const ofCall = record.events.filter((event) => event.toolCallId === call.id);
+  assert.deepEqual(
+    ofCall.map((event) => event.type),
+    ["TOOL_CALL_START", ...deltas.map(() => "TOOL_CALL_ARGS"), "TOOL_CALL_END", "TOOL_CALL_RESULT"],
+  );
+  assert.equal(ofCall[0].parentMessageId, agent.messages[1].id);
+  // What the log keeps (a fresh page's snapshot carries the stored string) is what streamed.
+  const page = await hydrated(SERVER_B, threadId);
+  const stored = page.messages[1].toolCalls[0];
+  assert.equal(stored.id, call.id);
+  assert.equal(deltas.join(""), stored.function.arguments);
+  assert.equal(call.function.arguments, stored.function.arguments);
+  assert.deepEqual(JSON.parse(stored.function.arguments), { city: "Paris", units: "metric" });
+  assertNoDuplicates(page.messages);
+  assert.deepEqual(comparable(page.messages), comparable(agent.messages));
+});
+
+test("a connection cut in the middle of a tool call resumes to the whole call", async () => {
+  const threadId = newThread();
+  const record = newRecord();
+  const cutting = recordingFetch(record, {
+    cutAfter: (event) => event.type === "TOOL_CALL_ARGS" && event.delta.includes("Par"),
+  });
+  const agent = new ResumableAgent({ server: SERVER_A, threadId, fetch: cutting });
+  agent.addMessage(userMessage("slow: cut me off mid-call"));
+  await agent.runAgent().catch(() => {});
+  assert.ok(record.cut);
+  assert.ok(!record.events.some((event) => event.type === "TOOL_CALL_END"), "cut before its end");
+  const partial = agent.messages.find((message) => message.toolCalls?.length);
+  assert.ok(partial, "the client holds part of the call");
+  const callId = partial.toolCalls[0].id;
+  assert.notEqual(partial.toolCalls[0].function.arguments, "");
+  const resumed = newRecord();
+  agent.fetch = recordingFetch(resumed);
+  agent.lastEventId = record.lastEventId;
+  await agent.connectAgent();
+  assertValid(resumed);
+  const types = resumed.events.map((event) => event.type);
+  // The call was still being generated: a snapshot drops the client's partial copy, then the
+  // call is shown from its start, so its arguments are whole once (not appended twice).
+  const snapshot = types.indexOf("MESSAGES_SNAPSHOT");
+  const start = resumed.events.findIndex(
+    (event) => event.type === "TOOL_CALL_START" && event.toolCallId === callId,
+  );
+  assert.ok(snapshot >= 0 && start > snapshot, `a snapshot, then the call again: ${types}`);
+  assert.ok(
+    !resumed.events[snapshot].messages.some((message) => message.toolCalls?.length),
+    "the snapshot holds no partial call",
+  );
+  assert.equal(argumentDeltas(resumed, callId).join(""), '{"city": "Paris", "units": "metric"}');
+  assert.equal(types.at(-1), "RUN_FINISHED");
+  assertNoDuplicates(agent.messages);
+  const page = await hydrated(SERVER_A, threadId);
+  assert.deepEqual(comparable(agent.messages), comparable(page.messages));
+  assert.equal(
+    agent.messages.find((message) => message.toolCalls?.length).toolCalls[0].function.arguments,
+    page.messages[1].toolCalls[0].function.arguments,
+  );
 });
 
 test("an erasure reaches the client: re-attaching replaces the erased text on screen", async () => {
