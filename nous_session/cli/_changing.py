@@ -1,12 +1,12 @@
 """The verbs that change stored sessions: each records what it does as events, but for
-``delete`` and ``erase``, which say what they remove."""
+``delete``, which says what it removes (``erase`` has a module of its own)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any, TextIO
+from collections.abc import Iterable
+from typing import TextIO
 
 import anyio
 
@@ -22,13 +22,11 @@ from nous_session.cli._common import (
 )
 from nous_session.cli._reading import _set_metadata
 from nous_session.codec import from_json, to_json
-from nous_session.erasure import Erasure, select_events
 from nous_session.errors import NousSessionError
 from nous_session.event import Event
 from nous_session.log import Log
 from nous_session.metadata import SessionMetadata
 from nous_session.stores import Store
-from nous_session.stores.base import ErasingStore, supports
 
 
 async def _fork(store: Store, args: argparse.Namespace, out: TextIO) -> None:
@@ -187,55 +185,6 @@ async def _delete(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         )
     await store.delete(args.session)
     out.write(f"deleted {args.session!r}\n")
-
-
-async def _erase(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    if not supports(store, ErasingStore):
-        raise CommandError(f"{_where(store)} cannot erase events")
-    chosen = bool(args.seqs) + (args.role is not None or args.name is not None) + args.all
-    if chosen != 1:
-        raise CommandError("name the events to erase: SEQs, or --role/--name, or --all")
-    if args.inherited and not args.all:
-        raise CommandError("--inherited goes with --all")
-    eraser: Any = store
-    dry_run = not args.yes
-    if args.all:
-        result = await eraser.erase_session(
-            args.session, reason=args.reason, inherited=args.inherited, dry_run=dry_run
-        )
-    else:
-        seqs = args.seqs
-        if not seqs:
-            stored = await _stored(store, args.session)
-            seqs = select_events(stored.events, role=args.role, name=args.name)
-        result = await eraser.erase(args.session, seqs, reason=args.reason, dry_run=dry_run)
-    if args.json:
-        _emit(out, result.to_json())
-    else:
-        _erasure_lines(out, result, args.session)
-    if not dry_run and not result.proven:
-        raise CommandError(f"erased, but it is not proven that no copy remains: {result.detail}")
-
-
-def _erasure_lines(out: TextIO, result: Erasure, session_id: str) -> None:
-    dry_run = result.dry_run
-    verb = "would erase" if dry_run else "erased"
-    out.write(f"{verb} {len(result.erased)} events of {session_id!r}: {_seqs(result.erased)}\n")
-    if result.already:
-        out.write(f"erased before: {_seqs(result.already)}\n")
-    if result.absent:
-        out.write(f"held nowhere any more (a snapshot dropped them): {_seqs(result.absent)}\n")
-    if result.sessions:
-        out.write(f"also in: {', '.join(repr(name) for name in result.sessions)}\n")
-    if dry_run:
-        out.write("dry run: nothing was changed; pass --yes to erase\n")
-        return
-    if result.proven:
-        out.write(f"proven: {result.detail}\n")
-
-
-def _seqs(seqs: Sequence[int]) -> str:
-    return ", ".join(str(seq) for seq in seqs) if seqs else "none"
 
 
 async def _demo(store: Store, args: argparse.Namespace, out: TextIO) -> None:
