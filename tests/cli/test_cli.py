@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import io
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -1021,3 +1023,60 @@ def test_erase_refuses_a_role_that_no_message_has(travel: Path) -> None:
     )
     assert result.returncode == 2
     assert "argument --role: invalid choice: 'usr'" in result.stderr
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal, and keeps what is written to it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def bar_states(written: str) -> list[tuple[str, int, int]]:
+    """Each state of the progress bar ``written`` shows: its stage, count and total, in
+    order, repeats left out."""
+    states: list[tuple[str, int, int]] = []
+    for part in written.split("\r"):
+        found = re.match(r"(import: [^:]+): +\d+%\|.*?\| (\d+)/(\d+) ", part)
+        if found:
+            state = (found[1], int(found[2]), int(found[3]))
+            if not states or states[-1] != state:
+                states.append(state)
+    return states
+
+
+def test_import_shows_its_progress_as_it_reads_writes_and_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bar jumped from 0 to 100%: it was made after every record was read and moved once,
+    after the one commit. It advances as records are read and checked; the write, one
+    transaction so that an import is all or nothing, is one step, and says so."""
+    from nous_session.cli import main
+
+    source = _events_file(tmp_path / "many.jsonl", list(range(5000)))
+    url = f"sqlite:///{tmp_path / 'many.sqlite3'}"
+    monkeypatch.setenv("TQDM_MININTERVAL", "0")  # tqdm's own settings: show every update
+    monkeypatch.setenv("TQDM_MINITERS", "1")
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    out = io.StringIO()
+    assert main(["--store", url, "import", "many", str(source)], out=out) == 0
+    assert out.getvalue() == f"imported 5000 events from {source} into 'many'\n"
+    states = bar_states(terminal.getvalue())
+    reading = [(count, total) for stage, count, total in states if stage == "import: reading"]
+    assert reading == [(count, 5000) for count in range(0, 5001, 1000)]
+    assert [state for state in states if state[0] != "import: reading"] == [
+        ("import: writing (one transaction)", 0, 5000),
+        ("import: writing (one transaction)", 5000, 5000),
+        *(("import: checking", count, 5000) for count in range(0, 5001, 1000)),
+    ]
+    assert states.index(("import: writing (one transaction)", 0, 5000)) > states.index(
+        ("import: reading", 5000, 5000)
+    )
+    # Not a terminal: no bar, and the same import.
+    plain = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", plain)
+    out = io.StringIO()
+    assert main(["--store", url, "import", "again", str(source)], out=out) == 0
+    assert out.getvalue() == f"imported 5000 events from {source} into 'again'\n"
+    assert plain.getvalue() == ""
