@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -1080,3 +1081,39 @@ def test_import_shows_its_progress_as_it_reads_writes_and_checks(
     assert main(["--store", url, "import", "again", str(source)], out=out) == 0
     assert out.getvalue() == f"imported 5000 events from {source} into 'again'\n"
     assert plain.getvalue() == ""
+
+
+@pytest.mark.parametrize("page", ["cli.md", "erasure.md"])
+def test_the_console_examples_print_what_the_docs_say(tmp_path: Path, page: str) -> None:
+    """Every ``$ nous-session ...`` line of the page's console blocks, run in order on the
+    travel chat (``sqlite:///sessions.db`` in the working directory), prints what follows it."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / page).read_text(encoding="utf-8")
+    steps: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"```console\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            else:
+                steps[-1][1].append(line)
+    assert len(steps) >= 2
+    anyio.run(travel_chat, tmp_path / "sessions.db")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    for command, expected in steps:
+        words = shlex.split(command)
+        assert words[0] == "nous-session"
+        result = subprocess.run(
+            [sys.executable, "-m", "nous_session", *words[1:]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=env,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == expected, command
