@@ -101,7 +101,12 @@ def _choose(args: argparse.Namespace, stored: Stored | None) -> _Choice:
     if not criteria:
         return _Choice(tuple(args.seqs))
     assert stored is not None
-    chosen = set(select_events(stored.events, role=args.role, name=args.name))
+    # The summaries that copy the chosen messages: alone, the store adds them and names them
+    # (Erasure.summaries); with SEQs, a SEQ that is one of them is chosen too, so that no SEQ
+    # is listed as not erased while the store erases it as a summary.
+    chosen = set(
+        select_events(stored.events, role=args.role, name=args.name, summaries=bool(args.seqs))
+    )
     if not args.seqs:
         return _Choice(tuple(sorted(chosen)), criteria=criteria)
     # Both: only those of the SEQs that --role/--name choose (what "erase 3 5 9 --name alice"
