@@ -624,7 +624,8 @@ def test_every_command_the_demo_suggests_runs(tmp_path: Path) -> None:
 
 async def travel_chat(path: Path) -> None:
     """The group chat the erasure examples in docs/cli.md and docs/erasure.md use:
-    ``chat-42``, where Alice and Bob write, and ``chat-42-fork``, forked at seq 4."""
+    ``chat-42``, where Alice and Bob write, with a summary at seq 11 over Alice's first
+    message and its reply, and ``chat-42-fork``, forked at seq 4."""
     async with SessionActor.open(session_id="chat-42", store=f"sqlite:///{path}") as s:
         await s.add_message(Message.system("You are a travel assistant."))
         await s.add_message(
@@ -645,6 +646,11 @@ async def travel_chat(path: Path) -> None:
             Message.user("Thanks! Send the invoice to alice@example.com.", name="alice")
         )
         await s.add_message(Message.assistant("Sent."))
+        # A summary of the first turn, in place of Alice's greeting and the reply: it copies
+        # her address.
+        await s.replace(
+            1, 2, Message.system("Summary: Alice, of 12 Rue des Lilas, wants to travel.")
+        )
         await s.fork("chat-42-fork", at=4)
 
 
@@ -674,26 +680,25 @@ def test_messages_shows_the_seq_erase_takes_beside_the_index(chat42: str) -> Non
     shown = rows(cli("messages", "chat-42", store=chat42).stdout)
     assert [(row[0], row[1], row[2]) for row in shown] == [
         ("0", "0", "system"),
-        ("1", "1", "user"),
-        ("2", "2", "assistant"),
-        ("3", "4", "user"),
-        ("4", "5", "assistant"),
-        ("5", "6", "tool"),
-        ("6", "7", "assistant"),
-        ("7", "9", "user"),
-        ("8", "10", "assistant"),
+        ("1", "11", "system"),  # the summary: its own seq, not those it replaced
+        ("2", "4", "user"),
+        ("3", "5", "assistant"),
+        ("4", "6", "tool"),
+        ("5", "7", "assistant"),
+        ("6", "9", "user"),
+        ("7", "10", "assistant"),
     ]
     as_json = json_lines(cli("messages", "chat-42", "--json", store=chat42).stdout)
     assert [(m["seq"], m["role"]) for m in as_json] == [(int(row[1]), row[2]) for row in shown]
     assert list(as_json[0])[:2] == ["seq", "role"]
-    # Row 7 is Alice's thanks, at seq 9: erasing seq 9 erases that row, and only it.
-    assert shown[7][3].startswith("Thanks!")
-    cli("erase", "chat-42", shown[7][1], "--reason", "request", "--yes", store=chat42)
+    # Row 6 is Alice's thanks, at seq 9: erasing seq 9 erases that row, and only it.
+    assert shown[6][3].startswith("Thanks!")
+    cli("erase", "chat-42", shown[6][1], "--reason", "request", "--yes", store=chat42)
     after = json_lines(cli("messages", "chat-42", "--json", store=chat42).stdout)
     assert [m["content"] for m in after] == [
-        *(m["content"] for m in as_json[:7]),
+        *(m["content"] for m in as_json[:6]),
         "[erased]",
-        as_json[8]["content"],
+        as_json[7]["content"],
     ]
 
 
@@ -736,17 +741,19 @@ def test_the_erase_dry_run_describes_each_event(travel: Path) -> None:
     url = f"sqlite:///{travel}"
     result = cli("erase", "chat-42", "1", "2", "4", "5", "6", "--reason", "r", store=url)
     assert result.stdout.splitlines() == [
-        "would erase 5 events of 'chat-42': 1, 2, 4-6",
-        "  SEQ  TYPE       NAME          TEXT",
-        "    1  user       alice         Hi, I'm Alice. I live at 12 Rue des Lil…",
-        "    2  assistant                Hello Alice! Where would you like to go?",
-        "    4  user       bob           Bob here: two seats to Lisbon, please.",
-        "    5  assistant                -> find_flights(c1)",
-        '    6  tool       find_flights  [c1] {"flights":3}',
+        "would erase 6 events of 'chat-42': 1, 2, 4-6, 11",
+        "  SEQ  TYPE              NAME          TEXT",
+        "    1  user              alice         Hi, I'm Alice. I live at 12 Rue des Lil…",
+        "    2  assistant                       Hello Alice! Where would you like to go?",
+        "    4  user              bob           Bob here: two seats to Lisbon, please.",
+        "    5  assistant                       -> find_flights(c1)",
+        '    6  tool              find_flights  [c1] {"flights":3}',
+        "   11  system (replace)                Summary: Alice, of 12 Rue des Lilas, wa…",
+        "with them, the summaries that cover them: 11",
         "also in: 'chat-42-fork'",
         "dry run: nothing was changed; pass --yes to erase",
     ]
-    # Nothing else is described: bookkeeping events show their data.
+    # An event that is not a message shows its data.
     other = cli("erase", "chat-42", "3", "--reason", "r", store=url).stdout.splitlines()
     assert other[1:3] == ["  SEQ  TYPE      NAME  TEXT", '    3  turn_end        {"turn":1}']
     # The JSON is the result, as before.
@@ -766,7 +773,7 @@ def test_the_erase_dry_run_describes_each_event(travel: Path) -> None:
         "detail",
         "dry_run",
     }
-    assert (as_json["erased"], as_json["dry_run"]) == ([1, 2], True)
+    assert (as_json["erased"], as_json["summaries"], as_json["dry_run"]) == ([1, 2, 11], [11], True)
 
 
 def test_snippets_are_one_line_of_forty_characters() -> None:
@@ -840,32 +847,30 @@ def test_erase_names_the_summaries_it_erases_with_what_they_cover() -> None:
     assert not [line for line in _erasure_lines(none, _Choice((1,)), {}) if "summar" in line]
 
 
-def test_erase_prints_the_summaries_the_store_names(
+def test_erase_by_role_names_the_summaries_the_store_erases_with_them(
     tmp_path: Path, stored: tuple[str, Path]
 ) -> None:
-    """End to end: the summary at seq 6 covers the user's message at seq 1. Whatever the
-    store puts in ``summaries`` (the stores fill it in), the text says the same."""
+    """The summary at seq 6 covers the user's message at seq 1: --role user chooses the user's
+    messages, and the store erases the summary with them and names it (it was passed as one of
+    the chosen events, and the output did not say why it was there)."""
     _, source = stored
     path = tmp_path / "summary.sqlite3"
     path.write_bytes(source.read_bytes())
     url = f"sqlite:///{path}"
-    for extra in ((), ("--yes",)):
-        args = ("erase", "chat", "--role", "user", "--reason", "r")
-        found = orjson.loads(cli(*args, "--json", store=url).stdout)
-        text = cli(*args, *extra, store=url).stdout.splitlines()
-        named = [line for line in text if line.startswith("with them, the summaries")]
-        if found["summaries"]:
-            (line,) = named
-            assert line.endswith(": " + ", ".join(map(str, found["summaries"])))
-        else:
-            assert named == []
+    args = ("erase", "chat", "--role", "user", "--reason", "r")
+    found = orjson.loads(cli(*args, "--json", store=url).stdout)
+    assert (found["erased"], found["summaries"]) == ([1, 6, 7], [6])
+    dry = cli(*args, store=url).stdout.splitlines()
+    assert dry[0] == "would erase 3 events of 'chat': 1, 6, 7"
+    assert "with them, the summaries that cover them: 6" in dry
+    done = cli(*args, "--yes", store=url).stdout.splitlines()
+    assert done[:2] == [
+        "erased 3 events of 'chat': 1, 6, 7",
+        "with them, the summaries that covered them: 6",
+    ]
     assert [
         m["content"] for m in json_lines(cli("messages", "chat", "--json", store=url).stdout)
-    ] == [
-        "be brief",
-        "[erased]",
-        "[erased]",
-    ]
+    ] == ["be brief", "[erased]", "[erased]"]
 
 
 def test_seqs_with_a_name_erase_only_those_that_match(chat42: str) -> None:
@@ -873,23 +878,30 @@ def test_seqs_with_a_name_erase_only_those_that_match(chat42: str) -> None:
     say why; it erases those of the seqs that are Alice's, and says which were not."""
     args = ("erase", "chat-42", "1", "4", "9", "--name", "alice", "--reason", "request")
     dry = cli(*args, store=chat42).stdout.splitlines()
-    assert dry[0] == "would erase 2 events of 'chat-42': 1, 9"
+    assert dry[0] == "would erase 3 events of 'chat-42': 1, 9, 11"
+    assert "with them, the summaries that cover them: 11" in dry
     assert "not erased: 4 (not chosen by --name alice)" in dry
-    assert orjson.loads(cli(*args, "--json", store=chat42).stdout)["erased"] == [1, 9]
+    assert orjson.loads(cli(*args, "--json", store=chat42).stdout)["erased"] == [1, 9, 11]
     done = cli(*args, "--yes", store=chat42).stdout.splitlines()
-    assert done[:2] == [
-        "erased 2 events of 'chat-42': 1, 9",
+    assert done[:3] == [
+        "erased 3 events of 'chat-42': 1, 9, 11",
+        "with them, the summaries that covered them: 11",
         "not erased: 4 (not chosen by --name alice)",
     ]
-    names = [
-        (m.get("name"), m["content"])
-        for m in json_lines(cli("messages", "chat-42", "--json", store=chat42).stdout)
-        if m["role"] == "user"
+    contents = {
+        event["seq"]: event["data"].get("content")
+        for event in json_lines(cli("events", "chat-42", "--json", store=chat42).stdout)
+    }
+    assert [contents[seq] for seq in (1, 4, 9)] == [
+        "[erased]",
+        "Bob here: two seats to Lisbon, please.",
+        "[erased]",
     ]
-    assert names == [
-        (None, "[erased]"),
-        ("bob", "Bob here: two seats to Lisbon, please."),
-        (None, "[erased]"),
+    surface = json_lines(cli("messages", "chat-42", "--json", store=chat42).stdout)
+    assert [(m["seq"], m["content"]) for m in surface if m["seq"] in (11, 4, 9)] == [
+        (11, "[erased]"),
+        (4, "Bob here: two seats to Lisbon, please."),
+        (9, "[erased]"),
     ]
     # With --role too, both must match.
     both = cli(
