@@ -20,7 +20,7 @@ from nous_session.cli._common import (
     _stored,
     _where,
 )
-from nous_session.erasure import Erasure, check_seqs, select_events
+from nous_session.erasure import Erasure, check_seqs, erase_event, now, select_events
 from nous_session.event import Event, EventType, replace_entries, to_message
 from nous_session.ops import OP_KEY
 from nous_session.stores import Store, Stored
@@ -112,7 +112,15 @@ def _choose(args: argparse.Namespace, stored: Stored | None) -> _Choice:
     # Both: only those of the SEQs that --role/--name choose (what "erase 3 5 9 --name alice"
     # means). A seq the session does not have is an error, as it is without --role/--name.
     given = check_seqs(args.seqs, stored.count, session_id=args.session)
-    held = {event.seq for event in stored.events}
+    held = {event.seq: event for event in stored.events}
+    # An event erased before no longer has a name to match: it goes to the store, which
+    # changes nothing and lists it as erased before (so the same command run twice agrees).
+    at = now()
+    chosen.update(
+        seq
+        for seq in given
+        if seq in held and erase_event(held[seq], reason=args.reason, at=at) is held[seq]
+    )
     choice = _Choice(
         tuple(seq for seq in given if seq in chosen),
         unmatched=tuple(seq for seq in given if seq not in chosen and seq in held),
@@ -210,7 +218,7 @@ def _describe(event: Event | None) -> tuple[str, str, str]:
     """An event as a dry run shows it: its type (a message's role), the message's name, and
     the first :data:`TEXT_WIDTH` characters of what it says, on one line."""
     if event is None:
-        return "?", "", "(held by another session of its family, not by this one)"
+        return "?", "", "(held by another session, not this one)"
     if event.is_surface:
         message = to_message(event)
         kind, name, text = message.role.value, message.name or "", _message_text(message)

@@ -888,6 +888,12 @@ def test_seqs_with_a_name_erase_only_those_that_match(chat42: str) -> None:
         "with them, the summaries that covered them: 11",
         "not erased: 4 (not chosen by --name alice)",
     ]
+    # Run again: the same answer, nothing more to erase (the erased events have no name to
+    # match any more, and are not listed as not chosen).
+    again = cli(*args, "--yes", store=chat42).stdout.splitlines()
+    assert again[0] == "erased 0 events of 'chat-42': none"
+    assert "erased before: 1, 9, 11" in again
+    assert "not erased: 4 (not chosen by --name alice)" in again
     contents = {
         event["seq"]: event["data"].get("content")
         for event in json_lines(cli("events", "chat-42", "--json", store=chat42).stdout)
