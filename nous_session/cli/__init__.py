@@ -11,6 +11,7 @@ Inspecting (these open the store read-only: they create and change nothing)::
     nous-session [--store URL] stats SESSION [--json]
     nous-session [--store URL] events SESSION [--since SEQ] [--json]
     nous-session [--store URL] messages SESSION [--as-of SEQ] [--json]
+                                      (each message's index, and the seq erase takes)
     nous-session [--store URL] history SESSION [--json]
     nous-session [--store URL] export SESSION [--output FILE]
     nous-session [--store URL] tail SESSION [--since SEQ] [--json] [--interval SECONDS]
@@ -27,14 +28,16 @@ Changing (each records what it does as events; nothing is overwritten)::
     nous-session [--store URL] snapshot SESSION [--yes] [--vacuum]
     nous-session [--store URL] delete SESSION [--yes]
     nous-session [--store URL] erase SESSION [SEQ ...] [--role ROLE] [--name NAME] [--all]
-                 [--inherited] --reason TEXT [--yes] [--json]   (overwrites; dry run without --yes)
+                 [--inherited] --reason TEXT [--yes] [--json]   (overwrites; dry run without --yes:
+                                                                 it shows what it would erase)
     nous-session [--store URL] demo [--turns N] [--session ID]
 
 Without ``--store`` the store is ``$NOUS_SESSION_STORE``, else the default SQLite file (for
 ``demo``: ``nous_session_demo.sqlite3`` in the working directory). Output is
 for people by default and JSON (one object per line) with ``--json``. Errors are one line on
-stderr and exit status 1. Long work (export, import, snapshot) shows a progress bar on a
-terminal when ``tqdm`` is installed (the ``cli`` extra).
+stderr and exit status 1. Long work (export, import, snapshot) shows a progress bar on
+stderr when it is a terminal and ``tqdm`` is installed (the ``cli`` extra). Lists of seqs
+print as ranges (``1-5, 9, 12-200000``).
 """
 
 from __future__ import annotations
@@ -56,7 +59,6 @@ import structlog
 from nous_session.cli._changing import (
     _delete,
     _demo,
-    _erase,
     _fork,
     _import,
     _remove,
@@ -64,6 +66,7 @@ from nous_session.cli._changing import (
     _snapshot,
 )
 from nous_session.cli._common import CommandError
+from nous_session.cli._erasing import _erase
 from nous_session.cli._parser import _parser
 from nous_session.cli._reading import (
     _events,

@@ -1,18 +1,19 @@
 """The verbs that change stored sessions: each records what it does as events, but for
-``delete`` and ``erase``, which say what they remove."""
+``delete``, which says what it removes (``erase`` has a module of its own)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 import anyio
 
 from nous_session._json import loads
 from nous_session.cli._common import (
     CommandError,
+    _Bar,
     _emit,
     _progress,
     _read,
@@ -22,13 +23,11 @@ from nous_session.cli._common import (
 )
 from nous_session.cli._reading import _set_metadata
 from nous_session.codec import from_json, to_json
-from nous_session.erasure import Erasure, select_events
 from nous_session.errors import NousSessionError
 from nous_session.event import Event
 from nous_session.log import Log
 from nous_session.metadata import SessionMetadata
 from nous_session.stores import Store
-from nous_session.stores.base import ErasingStore, supports
 
 
 async def _fork(store: Store, args: argparse.Namespace, out: TextIO) -> None:
@@ -77,17 +76,25 @@ async def _remove(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     out.write(f"removed messages {args.first}..{last} of {args.session!r} (seq {event.seq})\n")
 
 
-def _decode_lines(lines: Iterable[bytes], source: str) -> list[Event]:
+_CHUNK = 1000  # records decoded or checked between two steps of the progress bar
+
+
+async def _decode_lines(lines: Sequence[bytes], source: str, advance: _Bar) -> list[Event]:
+    """The events of an export's lines, decoded a chunk at a time: the bar advances as
+    records are read, and a Ctrl-C stops the command between two chunks."""
     events = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{source} line {number}"
-        try:
-            value = loads(line)  # exact for ints wider than 64 bits
-        except ValueError as error:
-            raise CommandError(f"{where}: not JSON ({error})") from None
-        events.append(from_json(value, where=where))
+    for start in range(0, len(lines), _CHUNK):
+        for number, line in enumerate(lines[start : start + _CHUNK], start + 1):
+            if not line.strip():
+                continue
+            where = f"{source} line {number}"
+            try:
+                value = loads(line)  # exact for ints wider than 64 bits
+            except ValueError as error:
+                raise CommandError(f"{where}: not JSON ({error})") from None
+            events.append(from_json(value, where=where))
+        advance(min(_CHUNK, len(lines) - start))
+        await anyio.lowlevel.checkpoint()
     return events
 
 
@@ -102,17 +109,24 @@ async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         raw = await anyio.Path(args.file).read_bytes()
     else:
         raw = await anyio.to_thread.run_sync(sys.stdin.buffer.read)
-    events = _decode_lines(raw.splitlines(), source)
-    if not events:
-        raise CommandError(f"{source} holds no events")
-    try:
-        log = Log.restore(events)
-    except NousSessionError as error:
-        raise CommandError(f"{source}: {error}") from None
-    if (await store.read(args.new_session)).count:
-        raise CommandError(f"session {args.new_session!r} exists already in {_where(store)}")
-    horizon = _horizon_of(events)
-    with _progress(len(events), "import") as advance:
+    lines = raw.splitlines()
+    # One bar, three stages, each counting the records: reading them (a chunk at a time),
+    # writing them (one transaction, so that an import is all or nothing: that stage
+    # completes in one step), and checking what the store holds (read back in one step, then
+    # compared a chunk at a time).
+    with _progress(len(lines), "import: reading") as advance:
+        events = await _decode_lines(lines, source, advance)
+        if not events:
+            raise CommandError(f"{source} holds no events")
+        horizon = _horizon_of(events)
+        try:  # the events make a session that opens (they fold), before anything is written
+            log = Log.restore(events, horizon=horizon)
+            log.derive_messages()
+        except (NousSessionError, ValueError) as error:
+            raise CommandError(f"{source}: {error}") from None
+        if (await store.read(args.new_session)).count:
+            raise CommandError(f"session {args.new_session!r} exists already in {_where(store)}")
+        advance.stage("import: writing (one transaction)", total=len(events))
         await store.commit(
             args.new_session,
             expected_count=0,
@@ -120,12 +134,21 @@ async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
             horizon=horizon or None,
         )
         advance(len(events))
-    back = await store.read(args.new_session)
-    if list(back.events) != events or back.count != log.count:
-        raise CommandError(
-            f"session {args.new_session!r} does not read back as {source}: the store changed it"
-        )
-    Log.restore(back.events, count=back.count, horizon=back.horizon).derive_messages()
+        advance.stage("import: checking", total=len(events))
+        back = await store.read(args.new_session)
+        held = list(back.events)
+        # The same events, count and horizon as the log folded above: the same session.
+        same = (len(held), back.count, back.horizon) == (len(events), log.count, log.horizon)
+        for start in range(0, len(events), _CHUNK):
+            if not same:
+                break
+            same = held[start : start + _CHUNK] == events[start : start + _CHUNK]
+            advance(min(_CHUNK, len(events) - start))
+            await anyio.lowlevel.checkpoint()
+        if not same:
+            raise CommandError(
+                f"session {args.new_session!r} does not read back as {source}: the store changed it"
+            )
     out.write(f"imported {len(events)} events from {source} into {args.new_session!r}\n")
     if args.metadata is not None:
         await _set_metadata(store, args.new_session, args.metadata, out)
@@ -187,55 +210,6 @@ async def _delete(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         )
     await store.delete(args.session)
     out.write(f"deleted {args.session!r}\n")
-
-
-async def _erase(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    if not supports(store, ErasingStore):
-        raise CommandError(f"{_where(store)} cannot erase events")
-    chosen = bool(args.seqs) + (args.role is not None or args.name is not None) + args.all
-    if chosen != 1:
-        raise CommandError("name the events to erase: SEQs, or --role/--name, or --all")
-    if args.inherited and not args.all:
-        raise CommandError("--inherited goes with --all")
-    eraser: Any = store
-    dry_run = not args.yes
-    if args.all:
-        result = await eraser.erase_session(
-            args.session, reason=args.reason, inherited=args.inherited, dry_run=dry_run
-        )
-    else:
-        seqs = args.seqs
-        if not seqs:
-            stored = await _stored(store, args.session)
-            seqs = select_events(stored.events, role=args.role, name=args.name)
-        result = await eraser.erase(args.session, seqs, reason=args.reason, dry_run=dry_run)
-    if args.json:
-        _emit(out, result.to_json())
-    else:
-        _erasure_lines(out, result, args.session)
-    if not dry_run and not result.proven:
-        raise CommandError(f"erased, but it is not proven that no copy remains: {result.detail}")
-
-
-def _erasure_lines(out: TextIO, result: Erasure, session_id: str) -> None:
-    dry_run = result.dry_run
-    verb = "would erase" if dry_run else "erased"
-    out.write(f"{verb} {len(result.erased)} events of {session_id!r}: {_seqs(result.erased)}\n")
-    if result.already:
-        out.write(f"erased before: {_seqs(result.already)}\n")
-    if result.absent:
-        out.write(f"held nowhere any more (a snapshot dropped them): {_seqs(result.absent)}\n")
-    if result.sessions:
-        out.write(f"also in: {', '.join(repr(name) for name in result.sessions)}\n")
-    if dry_run:
-        out.write("dry run: nothing was changed; pass --yes to erase\n")
-        return
-    if result.proven:
-        out.write(f"proven: {result.detail}\n")
-
-
-def _seqs(seqs: Sequence[int]) -> str:
-    return ", ".join(str(seq) for seq in seqs) if seqs else "none"
 
 
 async def _demo(store: Store, args: argparse.Namespace, out: TextIO) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO, TypeGuard
 
@@ -41,43 +41,109 @@ def _event_line(event: Event) -> str:
     return _clip(f"{event.seq:>6}  {_stamp(event)}  {event.type:<17}  {data}", 140)
 
 
-def _message_json(message: Message) -> dict[str, Any]:
-    data: dict[str, Any] = {"role": message.role.value}
+def _message_json(seq: int, message: Message) -> dict[str, Any]:
+    """A surface message as ``messages --json`` prints it: the seq of the event it comes from
+    (what ``erase`` takes; a replace event's for each of its messages), its role, its fields."""
+    data: dict[str, Any] = {"seq": seq, "role": message.role.value}
     data.update(message.to_json())
     data["created_at"] = message.created_at.isoformat()
     return data
 
 
-def _message_line(index: int, message: Message) -> str:
+def _message_text(message: Message) -> str:
+    """What a message says, in one string: its text, its tool calls, the call it answers."""
     text = message.text
     if message.tool_calls:
         calls = ", ".join(f"{call.name}({call.id})" for call in message.tool_calls)
         text = f"{text} -> {calls}" if text else f"-> {calls}"
     if message.tool_call_id:
         text = f"[{message.tool_call_id}] {text}"
-    return _clip(f"{index:>4}  {message.role.value:<9}  {text}")
+    return text
+
+
+def _message_lines(rows: Sequence[tuple[int, Message]]) -> Iterator[str]:
+    """The surface as ``messages`` prints it: a header, then one line per message: its
+    index on the surface (what ``remove`` takes), the seq of the event it comes from (what
+    ``erase`` takes), its role and what it says."""
+    index_width = max(len("INDEX"), len(str(len(rows) - 1)))
+    seq_width = max([len("SEQ"), *(len(str(seq)) for seq, _ in rows)])
+    yield f"{'INDEX':>{index_width}}  {'SEQ':>{seq_width}}  {'ROLE':<9}  TEXT"
+    for index, (seq, message) in enumerate(rows):
+        line = f"{index:>{index_width}}  {seq:>{seq_width}}  {message.role.value:<9}  "
+        yield _clip(line + _message_text(message), max(_WIDTH, len(line) + 40))
+
+
+def _snippet(text: str, width: int = 40) -> str:
+    """The start of ``text`` on one line: every whitespace character (a newline, a tab)
+    shown as a space and any other unprintable one as U+FFFD, cut to ``width`` characters
+    with an ellipsis."""
+    head = text[: width + 1]
+    shown = "".join(
+        char if char.isprintable() else " " if char.isspace() else "\ufffd" for char in head
+    )
+    return shown if len(text) <= width else shown[: width - 1] + "…"
+
+
+def _seq_ranges(seqs: Iterable[int]) -> str:
+    """Seqs as a person reads them: sorted, each run of three or more consecutive seqs as one
+    range (``1-5, 9, 12-200000``; a pair stays ``3, 4``), ``none`` for no seqs. O(n log n)
+    in the seqs given, whatever values they hold."""
+    ordered = sorted(set(seqs))
+    if not ordered:
+        return "none"
+    parts: list[str] = []
+    start = previous = ordered[0]
+    for seq in [*ordered[1:], None]:
+        if seq is not None and seq == previous + 1:
+            previous = seq
+            continue
+        if previous - start >= 2:
+            parts.append(f"{start}-{previous}")
+        else:
+            parts.extend(str(value) for value in range(start, previous + 1))
+        if seq is not None:
+            start = previous = seq
+    return ", ".join(parts)
+
+
+class _Bar:
+    """A progress bar's handle: call it with how many more units are done; :meth:`stage`
+    starts the next stage of the same work on the same line (its own name, from zero)."""
+
+    def __init__(self, bar: Any = None) -> None:
+        self._bar = bar  # a tqdm bar, or None: nothing is shown
+
+    def __call__(self, done: int) -> None:
+        bar = self._bar
+        if bar is not None:
+            bar.update(done)
+            if bar.n >= bar.total:
+                bar.refresh()  # a stage's end is shown, however soon after its last update
+
+    def stage(self, what: str, *, total: int | None = None) -> None:
+        """Show ``what`` as the bar's name, and count from zero again (to ``total`` when
+        given, else to the same total)."""
+        if self._bar is not None:
+            self._bar.set_description(what, refresh=False)
+            self._bar.reset(total=total)
 
 
 @contextmanager
-def _progress(
-    total: int, what: str, *, unit: str = "event", least: int = 1000
-) -> Iterator[Callable[[int], None]]:
-    """A progress bar on a terminal (stderr) when tqdm is there, for ``least`` units or more;
-    a no-op otherwise."""
-    if total < least or not sys.stderr.isatty():
-        yield lambda _done: None
+def _progress(total: int, what: str, *, unit: str = "event", least: int = 1000) -> Iterator[_Bar]:
+    """A progress bar on stderr when it is a terminal and tqdm is there, for ``least`` units
+    or more; a handle that shows nothing otherwise. (Only the command line shows one: the
+    library never prints.)"""
+    stream = sys.stderr
+    if total < least or not stream.isatty():
+        yield _Bar()
         return
     try:
         from tqdm import tqdm  # the `cli` extra
     except ImportError:
-        yield lambda _done: None
+        yield _Bar()
         return
-    with tqdm(total=total, desc=what, unit=unit, file=sys.stderr, leave=False) as bar:
-
-        def advance(done: int) -> None:
-            bar.update(done)
-
-        yield advance
+    with tqdm(total=total, desc=what, unit=unit, file=stream, leave=False) as bar:
+        yield _Bar(bar)
 
 
 def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

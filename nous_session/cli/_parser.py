@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from nous_session._json import loads
+from nous_session.message import Role
 
 T = TypeVar("T")
 
@@ -110,7 +111,14 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("--since", type=_seq, default=0, metavar="SEQ")
 
     messages = verb(
-        "messages", help="print the messages the model sees", session=True, json=_JSON_LINES
+        "messages",
+        help="print the messages the model sees",
+        description="Print the messages the model sees, in order: each one's INDEX on the "
+        "surface (what `remove` takes), the SEQ of the event it comes from (what `erase` "
+        "takes; the messages of a replace event, such as a summary, all show that event's "
+        "seq), its role and its text. With --json, one object per message, its seq included.",
+        session=True,
+        json=_JSON_LINES,
     )
     messages.add_argument(
         "--as-of", type=_seq, default=None, metavar="SEQ", help="as they were when SEQ was newest"
@@ -159,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     remove = verb(
         "remove",
         help="take messages off the surface (an event records it)",
-        description="Take the messages FIRST..LAST (indexes as `messages` prints them) off "
+        description="Take the messages FIRST..LAST (the INDEX column of `messages`) off "
         "SESSION's surface. The events stay in the log; a remove event records the operation.",
         session=True,
         json="print the remove event as JSON",
@@ -197,15 +205,30 @@ def _parser() -> argparse.ArgumentParser:
         help="erase events' content for good (a person's messages, or a whole session)",
         description="Replace the content of chosen events by a record of their erasure, in"
         " the session and in every fork holding them, and scrub the store's files or tables."
-        " Without --yes, only says what it would erase.",
+        " Choose them by SEQ (as `messages` and `events` print them), by --role and/or --name,"
+        " by both (only those of the SEQs that --role/--name choose), or --all. Without --yes,"
+        " only says what it would erase: each event's seq, type, name and the start of its"
+        " text.",
         session=True,
         json=_JSON_OBJECT,
     )
-    erase.add_argument("seqs", nargs="*", type=_seq, metavar="SEQ", help="the events to erase")
-    erase.add_argument("--role", help="erase the messages of this role (user, assistant, ...)")
+    erase.add_argument(
+        "seqs",
+        nargs="*",
+        type=_seq,
+        metavar="SEQ",
+        help="the events to erase (the SEQ column of `messages`, not its INDEX)",
+    )
+    erase.add_argument(
+        "--role",
+        choices=[role.value for role in Role],
+        help="erase the messages of this role",
+    )
     erase.add_argument("--name", help="erase the messages with this name (an author)")
     erase.add_argument(
-        "--all", action="store_true", help="erase every event the session wrote itself"
+        "--all",
+        action="store_true",
+        help="erase every event the session wrote itself (not with SEQs, --role or --name)",
     )
     erase.add_argument(
         "--inherited",

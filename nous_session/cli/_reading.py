@@ -22,7 +22,7 @@ from nous_session.cli._common import (
     _fields,
     _listing_store,
     _message_json,
-    _message_line,
+    _message_lines,
     _progress,
     _read,
     _stamp,
@@ -254,11 +254,16 @@ async def _messages(store: Store, args: argparse.Namespace, out: TextIO) -> None
         if args.as_of >= log.count:
             raise CommandError(f"--as-of {args.as_of} is past the newest seq ({log.count - 1})")
         log = log.upto(args.as_of)  # a ValueError before the horizon: one line, exit 1
-    for index, message in enumerate(log.derive_messages()):
-        if args.json:
-            _emit(out, _message_json(message))
-        else:
-            out.write(_message_line(index, message) + "\n")
+    rows = log.derive_indexed()
+    if args.json:
+        for seq, message in rows:
+            _emit(out, _message_json(seq, message))
+        return
+    if not rows:
+        out.write(f"no messages on the surface of {args.session!r}\n")
+        return
+    for line in _message_lines(rows):
+        out.write(line + "\n")
 
 
 def _describe_op(event: Event) -> str:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import io
 import json
 import os
+import re
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -15,6 +18,7 @@ import time
 from pathlib import Path
 
 import anyio
+import attrs
 import orjson
 import pytest
 
@@ -40,6 +44,14 @@ def cli(*args: str, store: str, check: bool = True) -> subprocess.CompletedProce
     if check:
         assert result.returncode == 0, result.stderr
     return result
+
+
+def rows(out: str) -> list[list[str]]:
+    """The rows ``messages`` printed, each as INDEX, SEQ, ROLE and TEXT, once its header is
+    checked."""
+    header, *lines = out.splitlines()
+    assert header.split() == ["INDEX", "SEQ", "ROLE", "TEXT"]
+    return [line.split(None, 3) for line in lines]
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +116,10 @@ def test_messages_shows_the_surface_and_time_travels(stored: tuple[str, Path]) -
         ("system", "summary: Paris is 18C"),
         ("user", "thanks"),
     ]
-    then = cli("messages", "chat", "--as-of", "3", store=url).stdout.splitlines()
+    then = rows(cli("messages", "chat", "--as-of", "3", store=url).stdout)
     assert len(then) == 4
-    assert "get_weather(c1)" in then[2]
-    assert "[c1]" in then[3]
+    assert "get_weather(c1)" in then[2][3]
+    assert "[c1]" in then[3][3]
 
 
 def test_export_writes_json_lines_that_decode_to_the_events(
@@ -418,7 +430,7 @@ def test_as_of_before_the_horizon_is_one_line(tmp_path: Path, stored: tuple[str,
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert "before the horizon 8" in line
-    assert len(cli("messages", "chat", "--as-of", "7", store=url).stdout.splitlines()) == 3
+    assert len(rows(cli("messages", "chat", "--as-of", "7", store=url).stdout)) == 3
 
 
 @pytest.mark.parametrize("command", ["fork", "rewind", "remove", "import", "history", "delete"])
@@ -469,7 +481,7 @@ def test_import_keeps_the_horizon_of_an_export_with_gaps(tmp_path: Path) -> None
     cli("import", "gaps", str(_events_file(tmp_path / "gaps.jsonl", [0, 3, 4, 9, 10])), store=url)
     result = cli("messages", "gaps", "--as-of", "7", store=url, check=False)
     assert "before the horizon 9" in result.stderr
-    assert len(cli("messages", "gaps", "--as-of", "8", store=url).stdout.splitlines()) == 3
+    assert len(rows(cli("messages", "gaps", "--as-of", "8", store=url).stdout)) == 3
 
 
 def test_import_of_a_seq_whose_count_cannot_be_stored_is_one_line(tmp_path: Path) -> None:
@@ -605,3 +617,521 @@ def test_every_command_the_demo_suggests_runs(tmp_path: Path) -> None:
             cwd=tmp_path,
         )
         assert result.returncode == 0, f"{command}: {result.stderr}"
+
+
+# Erasing what `messages` shows: seqs, not positions -----------------------------------------
+
+
+async def travel_chat(path: Path) -> None:
+    """The group chat the erasure examples in docs/cli.md and docs/erasure.md use:
+    ``chat-42``, where Alice and Bob write, with a summary at seq 11 over Alice's first
+    message and its reply, and ``chat-42-fork``, forked at seq 4."""
+    async with SessionActor.open(session_id="chat-42", store=f"sqlite:///{path}") as s:
+        await s.add_message(Message.system("You are a travel assistant."))
+        await s.add_message(
+            Message.user(
+                "Hi, I'm Alice.\nI live at 12 Rue des Lilas, Lyon; my phone is 06 12 34 56 78.",
+                name="alice",
+            )
+        )
+        await s.add_message(Message.assistant("Hello Alice! Where would you like to go?"))
+        await s.append("turn_end", {"turn": 1})
+        await s.add_message(Message.user("Bob here: two seats to Lisbon, please.", name="bob"))
+        call = ToolCall("c1", "find_flights", {"to": "LIS", "seats": 2})
+        await s.add_message(Message.assistant("", tool_calls=[call]))
+        await s.add_message(Message.tool("c1", {"flights": 3}, name="find_flights"))
+        await s.add_message(Message.assistant("Booked: two seats to Lisbon on Tuesday."))
+        await s.append("turn_end", {"turn": 2})
+        await s.add_message(
+            Message.user("Thanks! Send the invoice to alice@example.com.", name="alice")
+        )
+        await s.add_message(Message.assistant("Sent."))
+        # A summary of the first turn, in place of Alice's greeting and the reply: it copies
+        # her address.
+        await s.replace(
+            1, 2, Message.system("Summary: Alice, of 12 Rue des Lilas, wants to travel.")
+        )
+        await s.fork("chat-42-fork", at=4)
+
+
+@pytest.fixture(scope="module")
+def travel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("travel") / "sessions.db"
+    anyio.run(travel_chat, path)
+    return path
+
+
+@pytest.fixture
+def chat42(tmp_path: Path, travel: Path) -> str:
+    """A copy of the travel chat's store, for a test that changes it: its URL."""
+    copy = tmp_path / "sessions.db"
+    copy.write_bytes(travel.read_bytes())
+    return f"sqlite:///{copy}"
+
+
+def json_lines(out: str) -> list[dict]:  # type: ignore[type-arg]
+    return [orjson.loads(line) for line in out.splitlines()]
+
+
+def test_messages_shows_the_seq_erase_takes_beside_the_index(chat42: str) -> None:
+    """A user erased "row 8" and lost an assistant reply of the first turn: messages numbered
+    rows by position, erase takes seqs. Each row now shows both, and the seq of a row erases
+    that row's message."""
+    shown = rows(cli("messages", "chat-42", store=chat42).stdout)
+    assert [(row[0], row[1], row[2]) for row in shown] == [
+        ("0", "0", "system"),
+        ("1", "11", "system"),  # the summary: its own seq, not those it replaced
+        ("2", "4", "user"),
+        ("3", "5", "assistant"),
+        ("4", "6", "tool"),
+        ("5", "7", "assistant"),
+        ("6", "9", "user"),
+        ("7", "10", "assistant"),
+    ]
+    as_json = json_lines(cli("messages", "chat-42", "--json", store=chat42).stdout)
+    assert [(m["seq"], m["role"]) for m in as_json] == [(int(row[1]), row[2]) for row in shown]
+    assert list(as_json[0])[:2] == ["seq", "role"]
+    # Row 6 is Alice's thanks, at seq 9: erasing seq 9 erases that row, and only it.
+    assert shown[6][3].startswith("Thanks!")
+    cli("erase", "chat-42", shown[6][1], "--reason", "request", "--yes", store=chat42)
+    after = json_lines(cli("messages", "chat-42", "--json", store=chat42).stdout)
+    assert [m["content"] for m in after] == [
+        *(m["content"] for m in as_json[:6]),
+        "[erased]",
+        as_json[7]["content"],
+    ]
+
+
+def test_messages_of_a_replace_event_show_its_seq(tmp_path: Path) -> None:
+    path = tmp_path / "edit.sqlite3"
+
+    async def fill() -> None:
+        async with SessionActor.open(session_id="e", store=f"sqlite:///{path}") as s:
+            for text in ("one", "two", "three"):
+                await s.add_message(Message.user(text))
+            await s.replace(0, 1, [Message.system("summary"), Message.user("two, kept")])
+
+    anyio.run(fill)
+    url = f"sqlite:///{path}"
+    shown = rows(cli("messages", "e", store=url).stdout)
+    assert [(row[0], row[1], row[3]) for row in shown] == [
+        ("0", "3", "summary"),
+        ("1", "3", "two, kept"),
+        ("2", "2", "three"),
+    ]
+    assert [m["seq"] for m in json_lines(cli("messages", "e", "--json", store=url).stdout)] == [
+        3,
+        3,
+        2,
+    ]
+    empty = tmp_path / "empty.sqlite3"
+
+    async def clear() -> None:
+        async with SessionActor.open(session_id="gone", store=f"sqlite:///{empty}") as s:
+            await s.add_message(Message.user("hi"))
+            await s.remove(0, 0)
+
+    anyio.run(clear)
+    result = cli("messages", "gone", store=f"sqlite:///{empty}")
+    assert result.stdout == "no messages on the surface of 'gone'\n"
+    assert cli("messages", "gone", "--json", store=f"sqlite:///{empty}").stdout == ""
+
+
+def test_the_erase_dry_run_describes_each_event(travel: Path) -> None:
+    url = f"sqlite:///{travel}"
+    result = cli("erase", "chat-42", "1", "2", "4", "5", "6", "--reason", "r", store=url)
+    assert result.stdout.splitlines() == [
+        "would erase 6 events of 'chat-42': 1, 2, 4-6, 11",
+        "  SEQ  TYPE              NAME          TEXT",
+        "    1  user              alice         Hi, I'm Alice. I live at 12 Rue des Lil…",
+        "    2  assistant                       Hello Alice! Where would you like to go?",
+        "    4  user              bob           Bob here: two seats to Lisbon, please.",
+        "    5  assistant                       -> find_flights(c1)",
+        '    6  tool              find_flights  [c1] {"flights":3}',
+        "   11  system (replace)                Summary: Alice, of 12 Rue des Lilas, wa…",
+        "with them, the summaries that cover them: 11",
+        "also in: 'chat-42-fork'",
+        "dry run: nothing was changed; pass --yes to erase",
+    ]
+    # An event that is not a message shows its data.
+    other = cli("erase", "chat-42", "3", "--reason", "r", store=url).stdout.splitlines()
+    assert other[1:3] == ["  SEQ  TYPE      NAME  TEXT", '    3  turn_end        {"turn":1}']
+    # The JSON is the result, as before.
+    as_json = orjson.loads(
+        cli("erase", "chat-42", "1", "2", "--reason", "r", "--json", store=url).stdout
+    )
+    assert set(as_json) == {
+        "session",
+        "reason",
+        "at",
+        "erased",
+        "already",
+        "absent",
+        "sessions",
+        "summaries",
+        "proven",
+        "detail",
+        "dry_run",
+    }
+    assert (as_json["erased"], as_json["summaries"], as_json["dry_run"]) == ([1, 2, 11], [11], True)
+
+
+def test_snippets_are_one_line_of_forty_characters() -> None:
+    from nous_session.cli._common import _snippet
+
+    assert _snippet("a\nb\tc\r\nd") == "a b c  d"
+    assert _snippet("x" * 40) == "x" * 40
+    assert _snippet("x" * 41) == "x" * 39 + "…"
+    assert _snippet("bell\x07 and \x1b[2J") == "bell\ufffd and \ufffd[2J"
+
+
+def test_seqs_print_as_ranges() -> None:
+    from nous_session.cli._common import _seq_ranges
+
+    assert _seq_ranges([]) == "none"
+    assert _seq_ranges([7]) == "7"
+    assert _seq_ranges([3, 4]) == "3, 4"
+    assert _seq_ranges([*range(1, 6), 9, *range(12, 200_001)]) == "1-5, 9, 12-200000"
+    assert _seq_ranges([9, 1, 2, 3, 2, 12, 13, 14, 20]) == "1-3, 9, 12-14, 20"
+    assert _seq_ranges([0, 2**63 - 2, 2**63 - 1]) == f"0, {2**63 - 2}, {2**63 - 1}"
+
+
+def test_a_long_erase_prints_ranges_and_details_twenty(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'long.sqlite3'}"
+    cli("import", "long", str(_events_file(tmp_path / "long.jsonl", list(range(60)))), store=url)
+    seqs = [*range(25), 30, *range(40, 60)]
+    result = cli("erase", "long", *map(str, seqs), "--reason", "r", store=url)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "would erase 46 events of 'long': 0-24, 30, 40-59"
+    assert lines[1] == "  SEQ  TYPE  NAME  TEXT"
+    assert [line.split() for line in lines[2:22]] == [
+        [str(seq), "user", f"m{seq}"] for seq in seqs[:20]
+    ]
+    assert lines[22:] == [
+        "  ... and 26 more (the first line lists them all)",
+        "dry run: nothing was changed; pass --yes to erase",
+    ]
+    done = cli("erase", "long", *map(str, seqs), "--reason", "r", "--yes", store=url)
+    assert done.stdout.splitlines()[0] == "erased 46 events of 'long': 0-24, 30, 40-59"
+    again = cli("erase", "long", "--all", "--reason", "r", store=url).stdout.splitlines()
+    assert again[0] == "would erase 14 events of 'long': 25-29, 31-39"
+    assert "erased before: 0-24, 30, 40-59" in again
+
+
+def test_erase_names_the_summaries_it_erases_with_what_they_cover() -> None:
+    """Erasure.summaries (the stores fill it: the summaries that cover an erased event go
+    with it), in a dry run and when done, as ranges; no line when there are none."""
+    from datetime import UTC, datetime
+
+    from nous_session.cli._erasing import _Choice, _erasure_lines
+    from nous_session.erasure import Erasure
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    would = Erasure("s", "r", at, (1, 6, 8, 9, 10), sessions=("f",), dry_run=True)
+    would = attrs.evolve(would, summaries=(6, 8, 9, 10))
+    lines = list(_erasure_lines(would, _Choice((1,)), {}))
+    assert lines[0] == "would erase 5 events of 's': 1, 6, 8-10"
+    assert "with them, the summaries that cover them: 6, 8-10" in lines
+    assert lines.index("with them, the summaries that cover them: 6, 8-10") < lines.index(
+        "also in: 'f'"
+    )
+    done = attrs.evolve(would, dry_run=False, proven=True, detail="scrubbed")
+    lines = list(_erasure_lines(done, _Choice((1,)), {}))
+    assert lines == [
+        "erased 5 events of 's': 1, 6, 8-10",
+        "with them, the summaries that covered them: 6, 8-10",
+        "also in: 'f'",
+        "proven: scrubbed",
+    ]
+    none = attrs.evolve(done, summaries=())
+    assert not [line for line in _erasure_lines(none, _Choice((1,)), {}) if "summar" in line]
+
+
+def test_erase_by_role_names_the_summaries_the_store_erases_with_them(
+    tmp_path: Path, stored: tuple[str, Path]
+) -> None:
+    """The summary at seq 6 covers the user's message at seq 1: --role user chooses the user's
+    messages, and the store erases the summary with them and names it (it was passed as one of
+    the chosen events, and the output did not say why it was there)."""
+    _, source = stored
+    path = tmp_path / "summary.sqlite3"
+    path.write_bytes(source.read_bytes())
+    url = f"sqlite:///{path}"
+    args = ("erase", "chat", "--role", "user", "--reason", "r")
+    found = orjson.loads(cli(*args, "--json", store=url).stdout)
+    assert (found["erased"], found["summaries"]) == ([1, 6, 7], [6])
+    dry = cli(*args, store=url).stdout.splitlines()
+    assert dry[0] == "would erase 3 events of 'chat': 1, 6, 7"
+    assert "with them, the summaries that cover them: 6" in dry
+    done = cli(*args, "--yes", store=url).stdout.splitlines()
+    assert done[:2] == [
+        "erased 3 events of 'chat': 1, 6, 7",
+        "with them, the summaries that covered them: 6",
+    ]
+    assert [
+        m["content"] for m in json_lines(cli("messages", "chat", "--json", store=url).stdout)
+    ] == ["be brief", "[erased]", "[erased]"]
+
+
+def test_seqs_with_a_name_erase_only_those_that_match(chat42: str) -> None:
+    """``erase chat-42 1 4 9 --name alice`` used to be refused with a message that did not
+    say why; it erases those of the seqs that are Alice's, and says which were not."""
+    args = ("erase", "chat-42", "1", "4", "9", "--name", "alice", "--reason", "request")
+    dry = cli(*args, store=chat42).stdout.splitlines()
+    assert dry[0] == "would erase 3 events of 'chat-42': 1, 9, 11"
+    assert "with them, the summaries that cover them: 11" in dry
+    assert "not erased: 4 (not chosen by --name alice)" in dry
+    assert orjson.loads(cli(*args, "--json", store=chat42).stdout)["erased"] == [1, 9, 11]
+    done = cli(*args, "--yes", store=chat42).stdout.splitlines()
+    assert done[:3] == [
+        "erased 3 events of 'chat-42': 1, 9, 11",
+        "with them, the summaries that covered them: 11",
+        "not erased: 4 (not chosen by --name alice)",
+    ]
+    # Run again: the same answer, nothing more to erase (the erased events have no name to
+    # match any more, and are not listed as not chosen).
+    again = cli(*args, "--yes", store=chat42).stdout.splitlines()
+    assert again[0] == "erased 0 events of 'chat-42': none"
+    assert "erased before: 1, 9, 11" in again
+    assert "not erased: 4 (not chosen by --name alice)" in again
+    contents = {
+        event["seq"]: event["data"].get("content")
+        for event in json_lines(cli("events", "chat-42", "--json", store=chat42).stdout)
+    }
+    assert [contents[seq] for seq in (1, 4, 9)] == [
+        "[erased]",
+        "Bob here: two seats to Lisbon, please.",
+        "[erased]",
+    ]
+    surface = json_lines(cli("messages", "chat-42", "--json", store=chat42).stdout)
+    assert [(m["seq"], m["content"]) for m in surface if m["seq"] in (11, 4, 9)] == [
+        (11, "[erased]"),
+        (4, "Bob here: two seats to Lisbon, please."),
+        (9, "[erased]"),
+    ]
+    # With --role too, both must match.
+    both = cli(
+        "erase",
+        "chat-42",
+        "4",
+        "7",
+        "--role",
+        "user",
+        "--name",
+        "bob",
+        "--reason",
+        "r",
+        store=chat42,
+    )
+    assert both.stdout.splitlines()[0] == "would erase 1 events of 'chat-42': 4"
+    assert "not erased: 7 (not chosen by --role user --name bob)" in both.stdout
+
+
+def test_seqs_with_a_name_that_match_nothing_or_do_not_exist_are_refused(
+    chat42: str, travel: Path
+) -> None:
+    before = travel.read_bytes()
+    nothing = cli(
+        "erase",
+        "chat-42",
+        "2",
+        "4",
+        "--name",
+        "alice",
+        "--reason",
+        "r",
+        "--yes",
+        store=chat42,
+        check=False,
+    )
+    assert nothing.returncode == 1
+    assert nothing.stderr == (
+        "nous-session: error: none of the SEQs given (2, 4) is chosen by --name alice: nothing"
+        " to erase (`erase chat-42 --name alice` without SEQs shows the events it chooses)\n"
+    )
+    missing = cli(
+        "erase",
+        "chat-42",
+        "1",
+        "99",
+        "--name",
+        "alice",
+        "--reason",
+        "r",
+        "--yes",
+        store=chat42,
+        check=False,
+    )
+    assert missing.returncode == 1
+    assert "cannot erase seq 99" in missing.stderr
+    assert (
+        cli("events", "chat-42", "--json", store=chat42).stdout
+        == cli("events", "chat-42", "--json", store=f"sqlite:///{travel}").stdout
+    )
+    assert travel.read_bytes() == before
+
+
+def test_seqs_a_snapshot_dropped_cannot_be_matched(
+    tmp_path: Path, stored: tuple[str, Path]
+) -> None:
+    _, source = stored
+    path = tmp_path / "snap.sqlite3"
+    path.write_bytes(source.read_bytes())
+    url = f"sqlite:///{path}"
+    cli("snapshot", "chat", "--yes", store=url)  # drops 1..5: the summary at 6 replaced them
+    lines = cli(
+        "erase", "chat", "1", "7", "--role", "user", "--reason", "r", store=url
+    ).stdout.splitlines()
+    assert lines[0] == "would erase 1 events of 'chat': 7"
+    assert (
+        "not erased: 1 (no longer held by 'chat': a snapshot dropped them, so --role user"
+        " cannot be checked)"
+    ) in lines
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("3", "--all"),
+            "--all erases every event the session wrote itself: give it without SEQs, or SEQs"
+            " without --all",
+        ),
+        (
+            ("--all", "--name", "alice"),
+            "--all erases every event the session wrote itself, whoever wrote it: give it"
+            " without --name alice, or --name alice without --all",
+        ),
+        (
+            (),
+            "name the events to erase: SEQs, or --role/--name, or both (only those of the SEQs"
+            " that --role/--name choose), or --all",
+        ),
+        (("3", "--inherited"), "--inherited goes with --all"),
+    ],
+)
+def test_erase_refuses_what_does_not_name_the_events(
+    travel: Path, args: tuple[str, ...], message: str
+) -> None:
+    before = travel.read_bytes()
+    result = cli(
+        "erase",
+        "chat-42",
+        *args,
+        "--reason",
+        "r",
+        "--yes",
+        store=f"sqlite:///{travel}",
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"nous-session: error: {message}\n"
+    assert travel.read_bytes() == before
+
+
+def test_erase_refuses_a_role_that_no_message_has(travel: Path) -> None:
+    result = cli(
+        "erase",
+        "chat-42",
+        "--role",
+        "usr",
+        "--reason",
+        "r",
+        store=f"sqlite:///{travel}",
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "argument --role: invalid choice: 'usr'" in result.stderr
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal, and keeps what is written to it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def bar_states(written: str) -> list[tuple[str, int, int]]:
+    """Each state of the progress bar ``written`` shows: its stage, count and total, in
+    order, repeats left out."""
+    states: list[tuple[str, int, int]] = []
+    for part in written.split("\r"):
+        found = re.match(r"(import: [^:]+): +\d+%\|.*?\| (\d+)/(\d+) ", part)
+        if found:
+            state = (found[1], int(found[2]), int(found[3]))
+            if not states or states[-1] != state:
+                states.append(state)
+    return states
+
+
+def test_import_shows_its_progress_as_it_reads_writes_and_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bar jumped from 0 to 100%: it was made after every record was read and moved once,
+    after the one commit. It advances as records are read and checked; the write, one
+    transaction so that an import is all or nothing, is one step, and says so."""
+    from nous_session.cli import main
+
+    source = _events_file(tmp_path / "many.jsonl", list(range(5000)))
+    url = f"sqlite:///{tmp_path / 'many.sqlite3'}"
+    monkeypatch.setenv("TQDM_MININTERVAL", "0")  # tqdm's own settings: show every update
+    monkeypatch.setenv("TQDM_MINITERS", "1")
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    out = io.StringIO()
+    assert main(["--store", url, "import", "many", str(source)], out=out) == 0
+    assert out.getvalue() == f"imported 5000 events from {source} into 'many'\n"
+    states = bar_states(terminal.getvalue())
+    reading = [(count, total) for stage, count, total in states if stage == "import: reading"]
+    assert reading == [(count, 5000) for count in range(0, 5001, 1000)]
+    assert [state for state in states if state[0] != "import: reading"] == [
+        ("import: writing (one transaction)", 0, 5000),
+        ("import: writing (one transaction)", 5000, 5000),
+        *(("import: checking", count, 5000) for count in range(0, 5001, 1000)),
+    ]
+    assert states.index(("import: writing (one transaction)", 0, 5000)) > states.index(
+        ("import: reading", 5000, 5000)
+    )
+    # Not a terminal: no bar, and the same import.
+    plain = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", plain)
+    out = io.StringIO()
+    assert main(["--store", url, "import", "again", str(source)], out=out) == 0
+    assert out.getvalue() == f"imported 5000 events from {source} into 'again'\n"
+    assert plain.getvalue() == ""
+
+
+@pytest.mark.parametrize("page", ["cli.md", "erasure.md"])
+def test_the_console_examples_print_what_the_docs_say(tmp_path: Path, page: str) -> None:
+    """Every ``$ nous-session ...`` line of the page's console blocks, run in order on the
+    travel chat (``sqlite:///sessions.db`` in the working directory), prints what follows it."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / page).read_text(encoding="utf-8")
+    steps: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"```console\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            else:
+                steps[-1][1].append(line)
+    assert len(steps) >= 2
+    anyio.run(travel_chat, tmp_path / "sessions.db")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    for command, expected in steps:
+        words = shlex.split(command)
+        assert words[0] == "nous-session"
+        result = subprocess.run(
+            [sys.executable, "-m", "nous_session", *words[1:]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=env,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == expected, command
