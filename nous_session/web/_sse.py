@@ -65,7 +65,7 @@ class Outbox:
     """The bounded way from a stream's producer to its connection.
 
     The memory stream under it is unbounded, and this bounds it: :meth:`send` waits while
-    :data:`BUFFERED` chunks are waiting (so the notice of an overflow always fits after
+    ``BUFFERED`` (64) chunks are waiting (so the notice of an overflow always fits after
     them), and tracks the cursor of the last chunk it buffered.
     """
 
