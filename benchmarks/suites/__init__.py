@@ -16,6 +16,7 @@ SUITES: tuple[str, ...] = (
     "many",
     "engine",
     "registry",
+    "server",
     "postgres",
     "encryption",
     "erasure",
