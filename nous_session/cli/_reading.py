@@ -25,6 +25,7 @@ from nous_session.cli._common import (
     _message_lines,
     _progress,
     _read,
+    _seq_ranges,
     _stamp,
     _stored,
     _where,
@@ -267,6 +268,12 @@ async def _messages(store: Store, args: argparse.Namespace, out: TextIO) -> None
 
 
 def _describe_op(event: Event) -> str:
+    if event.type is EventType.ERASURE:
+        seqs = event.data.get("seqs")
+        listed = (
+            _seq_ranges(seq for seq in seqs if type(seq) is int) if isinstance(seqs, list) else ""
+        )
+        return f"erase seqs {listed} ({event.data.get('reason')})"
     op = event.op
     if type(op) is Replace:
         if event.type is EventType.REPLACE:
@@ -287,7 +294,9 @@ def _describe_op(event: Event) -> str:
 
 async def _history(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     stored = await _stored(store, args.session)
-    operations = [event for event in stored.events if event.op is not None]
+    operations = [
+        event for event in stored.events if event.op is not None or event.type is EventType.ERASURE
+    ]
     if args.json:
         if stored.parent is not None or stored.horizon:
             _emit(
@@ -307,7 +316,7 @@ async def _history(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if stored.horizon:
         out.write(f"history before seq {stored.horizon - 1} was dropped by a snapshot\n")
     if not operations:
-        out.write("no surface operations\n")
+        out.write("no surface operations or erasures\n")
     for event in operations:
         out.write(f"{event.seq:>6}  {_stamp(event)}  {_describe_op(event)}\n")
 

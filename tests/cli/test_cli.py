@@ -374,6 +374,11 @@ def test_history_lists_operations_and_lineage(tmp_path: Path) -> None:
         "uncompact the replace at seq 4",
     ]
     assert [line.split()[0] for line in lines] == ["4", "5", "6", "7"]
+    # An erasure is in the history too: which seqs, and why.
+    cli("erase", "a", "0", "1", "--reason", "asked to", "--yes", store=url)
+    last = cli("history", "a", store=url).stdout.splitlines()[-1]
+    assert last.split()[0] == "8"
+    assert last.split(None, 3)[3] == "erase seqs 0, 1, 4 (asked to)"
     cli("fork", "a", "b", "--at", "5", store=url)
     assert cli("history", "b", store=url).stdout.splitlines()[0] == "forked from 'a' at seq 5"
     rows = [orjson.loads(line) for line in cli("sessions", "--json", store=url).stdout.splitlines()]
