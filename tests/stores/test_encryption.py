@@ -389,6 +389,14 @@ async def test_forks_that_share_or_copy_read_fine_and_seal_under_their_own_key(
     copied = backend.record("copying", 1)
     assert copied[1:17] == kids["root"]
     assert backend.hits(secret) == 0
+    # Both forks hold rows (events, and the kept ones the summary set aside) under the root's
+    # key now, and the key holders table says so.
+    assert {name for kid, name in backend.holders() if kid == kids["root"]} == {
+        "root",
+        "sharing",
+        "copying",
+    }
+    _holders_right(backend)
 
 
 # Erasure --------------------------------------------------------------------------------------
