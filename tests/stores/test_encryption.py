@@ -94,9 +94,41 @@ class Backend:
             )
         ]
 
-    def hits(self, text: str) -> int:
-        """How often ``text`` is in the store's raw bytes (files, or table pages)."""
-        needle = text.encode()
+    def holders(self) -> set[tuple[bytes, str]]:
+        """The key holders table: (kid, session name)."""
+        if self.kind == "sqlite":
+            found = self.query(
+                "SELECT h.kid, s.name FROM nous_key_holders h"
+                " LEFT JOIN nous_sessions s ON s.id = h.sid"
+            )
+        else:
+            found = self.query("SELECT kid, session FROM {t}nous_key_holders")
+        return {(bytes(kid), name) for kid, name in found}
+
+    def sealed_rows(self) -> set[tuple[bytes, str]]:
+        """(kid, session name) of every sealed row in the events and kept tables, from the
+        records' own headers; asserts each row's kid column says the same."""
+        found: set[tuple[bytes, str]] = set()
+        for table in ("nous_events", "nous_kept"):
+            if self.kind == "sqlite":
+                rows = self.query(
+                    f"SELECT s.name, t.record, t.kid FROM {table} t"
+                    " LEFT JOIN nous_sessions s ON s.id = t.sid"
+                )
+            else:
+                rows = self.query(f"SELECT session, record, kid FROM {{t}}{table}")
+            for name, record, kid in rows:
+                record = bytes(record)
+                if record[0] == 1:
+                    assert kid is not None, (table, name)
+                    assert bytes(kid) == record[1:17], (table, name)
+                    found.add((record[1:17], name))
+                else:
+                    assert kid is None
+        return found
+
+    def raw_hits(self, needle: bytes) -> int:
+        """How often ``needle`` is in the store's raw bytes (files, or table pages)."""
         if self.kind == "sqlite":
             return sum(
                 Path(f"{self.path}{suffix}").read_bytes().count(needle)
@@ -104,6 +136,10 @@ class Backend:
                 if Path(f"{self.path}{suffix}").exists()
             )
         return sum(_pages(self.schema, needle).values())
+
+    def hits(self, text: str) -> int:
+        """How often ``text`` is in the store's raw bytes (files, or table pages)."""
+        return self.raw_hits(text.encode())
 
     def drop(self) -> None:
         if self.kind == "postgres":
@@ -353,6 +389,14 @@ async def test_forks_that_share_or_copy_read_fine_and_seal_under_their_own_key(
     copied = backend.record("copying", 1)
     assert copied[1:17] == kids["root"]
     assert backend.hits(secret) == 0
+    # Both forks hold rows (events, and the kept ones the summary set aside) under the root's
+    # key now, and the key holders table says so.
+    assert {name for kid, name in backend.holders() if kid == kids["root"]} == {
+        "root",
+        "sharing",
+        "copying",
+    }
+    _holders_right(backend)
 
 
 # Erasure --------------------------------------------------------------------------------------
@@ -482,3 +526,134 @@ async def test_rewrap_lets_the_old_master_key_go(
     async with backend.make(None) as plain:
         with pytest.raises(TypeError, match="without encryption"):
             await rewrap(plain, new)
+
+
+# The key holders table and deletes ----------------------------------------------------------
+
+
+def _holders_right(backend: Backend) -> set[bytes]:
+    """Check the key holders table against the rows: every sealed row's session holds its
+    key, every session holds its current key, and every key held or sealed under is in the
+    key table. Returns the key table's kids."""
+    keys = {kid for kid, _, _ in backend.data_keys()}
+    holders = backend.holders()
+    rows = backend.sealed_rows()
+    assert rows <= holders, rows - holders
+    current = {
+        (bytes(kid), name)
+        for name, kid in backend.query("SELECT name, kid FROM {t}nous_sessions")
+        if kid is not None
+    }
+    assert current <= holders, current - holders
+    assert {kid for kid, _ in holders} <= keys
+    assert None not in {name for _, name in holders}  # no deleted session holds anything
+    return keys
+
+
+async def _all(store: Any, names: list[str]) -> dict[str, list[Any]]:
+    return {name: list(await store.load(name)) for name in names}
+
+
+async def test_the_key_holders_follow_forks_snapshots_erasures_and_deletes(
+    backend: Backend, store: Any
+) -> None:
+    secret = _secret()
+    await _chat(store, "root", secret, summary=False)
+    await store.fork("root", "f1", at=3)  # shares the root's rows
+    await store.fork("root", "f2", at=4)
+    for name in ("f1", "f2"):
+        async with SessionActor.open(session_id=name, store=store) as fork:
+            await fork.add_message(Message.user(f"{name} goes on"))
+    kid = {name: bytes(k) for name, k in backend.query("SELECT name, kid FROM {t}nous_sessions")}
+    # Sharing forks hold only their own rows: the root's are read through the root.
+    assert backend.holders() == {(kid[name], name) for name in ("root", "f1", "f2")}
+    _holders_right(backend)
+
+    async with SessionActor.open(session_id="root", store=store) as session:
+        await session.remove(0, 0)
+        await session.snapshot()  # the forks get byte copies, under the root's key
+    assert backend.holders() == {
+        *((kid[name], name) for name in ("root", "f1", "f2")),
+        (kid["root"], "f1"),
+        (kid["root"], "f2"),
+    }
+    _holders_right(backend)
+
+    await store.fork("f1", "g", at=4)  # shares f1's rows: the root's copies and its own
+    async with SessionActor.open(session_id="g", store=store) as fork:
+        await fork.add_message(Message.user("g goes on"))
+    kid["g"] = bytes(backend.query("SELECT kid FROM {t}nous_sessions WHERE name = ?", ("g",))[0][0])
+    names = ["root", "f1", "f2", "g"]
+    before = await _all(store, names)
+
+    said = 1
+    result = await store.erase("root", [said], reason="r")
+    assert result.proven, result.detail
+    assert set(result.sessions) == {"f1", "f2", "g"}
+    keys = _holders_right(backend)
+    assert kid["root"] not in keys
+    assert kid["root"] not in {k for k, _ in backend.sealed_rows()}  # no row left under it
+    successor = bytes(
+        backend.query("SELECT kid FROM {t}nous_sessions WHERE name = ?", ("root",))[0][0]
+    )
+    assert {name for k, name in backend.holders() if k == successor} == {"root", "f1", "f2"}
+    after = await _all(store, names)
+    for name in names:  # nothing else changed: the erased event, and each its erasure record
+        (erased,) = [e for e in after[name] if e.seq == said]
+        assert erased.data["content"] == ERASED_CONTENT
+        assert after[name][-1].type is EventType.ERASURE
+        kept = [e for e in after[name][:-1] if e.seq != said]
+        assert kept == [e for e in before[name] if e.seq != said]
+
+    assert await store.delete("f1")  # g gets its own copy first; f1's keys are g's too now
+    names.remove("f1")
+    assert {k for k, name in backend.holders() if name == "g"} == {successor, kid["f1"], kid["g"]}
+    assert kid["f1"] in _holders_right(backend)
+    assert await _all(store, names) == {name: after[name] for name in names}
+
+    # Deleting: a key goes only with its last holder.
+    assert await store.delete("root")
+    keys = _holders_right(backend)
+    assert successor in keys  # f2 and g hold rows under it
+    assert await store.delete("f2")
+    keys = _holders_right(backend)
+    assert kid["f2"] not in keys
+    assert {successor, kid["f1"], kid["g"]} <= keys
+    assert list(await store.load("g")) == after["g"]
+    assert await store.delete("g")
+    assert _holders_right(backend) == set()
+    assert backend.holders() == set()
+    assert backend.hits(secret) == 0
+
+
+async def test_deleting_a_session_destroys_its_key_and_scrubs_the_key_table(
+    backend: Backend, store: Any
+) -> None:
+    await _chat(store, "a", _secret())
+    kept = await _chat(store, "b", _secret())
+    (a_kid,) = backend.query("SELECT kid FROM {t}nous_sessions WHERE name = ?", ("a",))
+    old = {kid: wrapped for kid, _, wrapped in backend.data_keys()}
+    wrapped = old[bytes(a_kid[0])]
+    assert backend.raw_hits(wrapped) > 0  # the scan sees the wrapped key
+
+    assert await store.delete("a")
+    assert set({kid for kid, _, _ in backend.data_keys()}) == set(old) - {bytes(a_kid[0])}
+    assert backend.raw_hits(wrapped) == 0  # no page of the key table keeps it
+    assert list(await store.load("b")) == kept
+    assert not await store.delete("a")
+    # The name starts over as a new session under a new key.
+    async with SessionActor.open(session_id="a", store=store) as session:
+        again = await session.add_message(Message.user("again"))
+    assert list(await store.load("a")) == [again]
+    new_kid = {kid for kid, _, _ in backend.data_keys()} - set(old)
+    assert len(new_kid) == 1
+    _holders_right(backend)
+
+    # delete_idle too, and a store without encryption destroys the keys all the same.
+    (entry,) = [e for e in (await store.list_sessions()).sessions if e.session_id == "a"]
+    assert await store.delete_idle("a", count=entry.count, active=entry.active)
+    assert {kid for kid, _, _ in backend.data_keys()} == set(old) - {bytes(a_kid[0])}
+    async with backend.make(None) as plain:
+        assert await plain.delete("b")
+    assert backend.data_keys() == []
+    assert backend.holders() == set()

@@ -433,17 +433,15 @@ def test_a_bot_in_another_process_cannot_write_the_erased_text_back(
 def _downgrade(backend: Backend) -> None:
     """Make the store's file or schema as the version before fork identities left it: no
     ``uid`` and ``parent_uid`` columns (nor what encryption at rest added after them: the key
-    table and the ``kid`` columns), schema version 3."""
+    and key holders tables and the ``kid`` columns), schema version 3."""
     statements = [
-        *(
-            f"DROP INDEX {{prefix}}{table}_kid"
-            for table in ("nous_sessions", "nous_events", "nous_kept")
-        ),
+        "DROP INDEX {prefix}nous_sessions_kid",
         *(
             f"ALTER TABLE {{prefix}}{table} DROP COLUMN kid"
             for table in ("nous_sessions", "nous_events", "nous_kept")
         ),
         "DROP TABLE {prefix}nous_data_keys",
+        "DROP TABLE {prefix}nous_key_holders",
         "DROP INDEX {prefix}nous_sessions_parent_uid",
         "ALTER TABLE {prefix}nous_sessions DROP COLUMN parent_uid",
         "ALTER TABLE {prefix}nous_sessions DROP COLUMN uid",

@@ -17,9 +17,11 @@ Schema (version 5), in the schema given to the store (``public`` by default)::
                    PRIMARY KEY (session, commit_id))
     nous_kept     (session text, seq bigint, record bytea, PRIMARY KEY (session, seq))
     nous_data_keys (kid bytea PRIMARY KEY, provider text, wrapped bytea)
+    nous_key_holders (kid bytea, session text, PRIMARY KEY (kid, session))
 
 (and a ``kid`` column on nous_sessions, nous_events and nous_kept: encryption at rest, see
-:mod:`nous_session.encryption`; NULL for plain records)
+:mod:`nous_session.encryption`; NULL for plain records; not indexed: the key holders table
+says which sessions hold rows under each key)
 
 ``meta`` is the session's current metadata record (its newest metadata event's, at
 ``meta_seq``); ``created`` and ``active`` are the server's time at its first and its last

@@ -1,6 +1,7 @@
 """Encryption at rest in PostgreSQL: the key table, a session's current data key, sealed
-commits and rebases, crypto-erasure (re-sealing the rows of destroyed keys) and re-wrapping
-(see :mod:`nous_session.stores._sealed`)."""
+commits and rebases, the sessions holding rows under each key, crypto-erasure (re-sealing
+the rows of destroyed keys), a deleted session's keys destroyed, and re-wrapping (see
+:mod:`nous_session.stores._sealed`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ __all__ = [
     "fetcher",
     "key_moved",
     "rebase_sealed",
+    "release_keys",
     "resolve_key",
     "rewrap_keys",
     "seal_events",
@@ -68,12 +70,16 @@ def resolve_key(
             kid = bytes(found[1])
         else:
             made, provider, wrapped = keyring.new_key()
-            c.execute(statements.add_data_key, (made, provider, wrapped))
-            row = c.execute(statements.set_session_kid, (session_id, made)).fetchone()
-            assert row is not None  # an upsert's RETURNING always has its row
-            kid = bytes(row[0])
-            if kid != made:  # another writer set the session's key first: ours is not used
-                c.execute(statements.drop_data_key, (made,))
+            with c.transaction():  # the key, the session's, and the session its holder
+                c.execute(statements.add_data_key, (made, provider, wrapped))
+                row = c.execute(statements.set_session_kid, (session_id, made)).fetchone()
+                assert row is not None  # an upsert's RETURNING always has its row
+                kid = bytes(row[0])
+                if kid != made:  # another writer set the session's key first: ours is unused
+                    c.execute(statements.drop_data_key, (made,))
+                else:
+                    c.execute(statements.add_holder, (made, session_id))
+            if kid != made:
                 keyring.forget(made)
         cipher = keyring.cipher(kid, fetcher(c, statements))
     keyring.current[session_id] = kid
@@ -128,6 +134,7 @@ def rebase_sealed(
             kid, provider, wrapped = keyring.new_key()
             connection.execute(statements.add_data_key, (kid, provider, wrapped))
             connection.execute(statements.set_kid_locked, (kid, name))
+            connection.execute(statements.add_holder, (kid, name))
         else:
             kid = bytes(stored)
         cipher = keyring.cipher(kid, fetch)
@@ -148,8 +155,9 @@ def crypto_erase(
     """Destroy the data keys ``destroyed``, in the caller's (erasing) transaction: each gets a
     successor, the sessions whose current key it was move to that first (their row locks
     taken: a commit sealed under the old key waits, then moves nothing and is sent again),
-    every row sealed under it (events and kept, any session) is re-sealed under the
-    successor, and its key row is deleted. Returns how many rows were re-sealed.
+    every row sealed under it (events and kept, in the sessions the key holders table names,
+    read by session through the primary key) is re-sealed under the successor, the holders
+    move to it, and its key row is deleted. Returns how many rows were re-sealed.
 
     Raises:
         StoreError: a key cannot be unwrapped, or a new one cannot be wrapped.
@@ -163,8 +171,11 @@ def crypto_erase(
         connection.execute(statements.add_data_key, (kid, provider, wrapped))
         cipher = keyring.cipher(kid, fetch)
         connection.execute(statements.replace_kid, (kid, old))
+        holders = [name for (name,) in connection.execute(statements.holders_of_key, (old,))]
         for table in ("events", "kept"):
-            found = connection.execute(statements.rows_of_key[table], (old,)).fetchall()
+            if not holders:
+                break
+            found = connection.execute(statements.rows_of_key[table], (holders, old)).fetchall()
             if not found:
                 continue
             sessions, seqs, records = [], [], []
@@ -175,12 +186,34 @@ def crypto_erase(
                 records.append(keyring.seal(kid, cipher, seq, plain))
             connection.execute(statements.reseal[table], (kid, sessions, seqs, records))
             resealed += len(found)
+        connection.execute(statements.replace_holders, (kid, old))
         connection.execute(statements.drop_data_key, (old,))
         keyring.forget(old)
         for session_id, current in list(keyring.current.items()):
             if current == old:
                 keyring.current[session_id] = kid
     return resealed
+
+
+def release_keys(
+    connection: Connection, statements: Statements, session_id: str, keyring: Keyring | None
+) -> int:
+    """A deleted session (its rows gone, in the caller's transaction) holds no key any more:
+    the keys no other session holds are destroyed (their rows deleted; the caller scrubs the
+    key table after the commit). Returns how many keys were destroyed."""
+    held = [bytes(kid) for (kid,) in connection.execute(statements.release_keys, (session_id,))]
+    if keyring is not None:
+        keyring.current.pop(session_id, None)
+    if not held:
+        return 0
+    gone = [bytes(kid) for (kid,) in connection.execute(statements.destroy_unheld, (held,))]
+    if keyring is not None:
+        for kid in gone:
+            keyring.forget(kid)
+        for name, current in list(keyring.current.items()):
+            if current in gone:
+                del keyring.current[name]
+    return len(gone)
 
 
 def rewrap_keys(

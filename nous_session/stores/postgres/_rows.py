@@ -18,7 +18,7 @@ from nous_session.stores._lineage import SessionRow, lineage, stored
 from nous_session.stores._sealed import KeyGone, Keyring, kid_of
 from nous_session.stores.base import SessionInfo, Stored, check_fork_point, place
 from nous_session.stores.postgres._errors import pipelined
-from nous_session.stores.postgres._keys import fetcher
+from nous_session.stores.postgres._keys import fetcher, release_keys
 from nous_session.stores.postgres._sql import Statements
 
 __all__ = [
@@ -94,7 +94,8 @@ def inherited(
 
 def _own_copy(connection: Connection, statements: Statements, name: str) -> None:
     """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
-    events it inherits, and stop it sharing."""
+    events it inherits, and stop it sharing. The fork holds rows under the copies' data keys
+    from then on: the key holders table says so."""
     row = row_of(connection, statements, name, lock="FOR UPDATE")
     if row is None or not row.shares:
         return
@@ -105,17 +106,16 @@ def _own_copy(connection: Connection, statements: Statements, name: str) -> None
             (name, [key for key, _, _ in keys], [seq for _, seq, _ in keys], [n for *_, n in keys]),
         )
     if kept:
+        kids = [kid_of(record) for _, record in kept]
         connection.execute(
             statements.copy_kept,
-            (
-                name,
-                [seq for seq, _ in kept],
-                [record for _, record in kept],
-                [kid_of(record) for _, record in kept],
-            ),
+            (name, [seq for seq, _ in kept], [record for _, record in kept], kids),
         )
+        if any(kid is not None for kid in kids):
+            connection.execute(statements.hold, (name, kids))
     for source, low, high in ranges(connection, statements, row)[:-1]:
         connection.execute(statements.copy_events, (name, source, low, high))
+        connection.execute(statements.copy_holders, (name, source, low, high))
     connection.execute(statements.stop_sharing, (name,))
 
 
@@ -269,9 +269,17 @@ def sessions_info(connection: Connection, statements: Statements) -> list[Sessio
     return infos
 
 
-def delete_row(connection: Connection, statements: Statements, row: SessionRow[str]) -> None:
+def delete_row(
+    connection: Connection,
+    statements: Statements,
+    row: SessionRow[str],
+    keyring: Keyring | None = None,
+) -> int:
     """Delete a session and its rows (its forks get their own copy first), in the caller's
-    transaction."""
+    transaction, and destroy the data keys no other session holds rows under (see
+    :func:`~nous_session.stores.postgres._keys.release_keys`). Returns how many keys were
+    destroyed."""
     release_shared(connection, statements, row, 0)
     for statement in statements.deletes:
         connection.execute(statement, (row.key,))
+    return release_keys(connection, statements, row.key, keyring)

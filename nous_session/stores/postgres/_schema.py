@@ -100,20 +100,27 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX nous_sessions_parent_uid ON {schema}.nous_sessions (parent_uid)"
         " WHERE parent_uid IS NOT NULL",
     ),
-    # Encryption at rest: the data keys, each session's current one, and the key each
-    # sealed row is sealed under (NULL: a plain record), indexed to find every row of a key.
+    # Encryption at rest: the data keys, each session's current one, the key each sealed
+    # row is sealed under (NULL: a plain record; not indexed: an index on it cost every
+    # commit), and the sessions holding rows under each key (a session's current key from
+    # when it is set, the keys of a fork's copies), which is how an erasure finds the rows
+    # of a key (by session, through the primary key) and a delete the keys it may destroy.
     4: (
         """CREATE TABLE {schema}.nous_data_keys (
                kid      bytea PRIMARY KEY,
                provider text NOT NULL,
                wrapped  bytea NOT NULL
            )""",
+        """CREATE TABLE {schema}.nous_key_holders (
+               kid     bytea NOT NULL,
+               session text NOT NULL,
+               PRIMARY KEY (kid, session)
+           )""",
+        "CREATE INDEX nous_key_holders_session ON {schema}.nous_key_holders (session)",
         "ALTER TABLE {schema}.nous_sessions ADD COLUMN kid bytea",
         "ALTER TABLE {schema}.nous_events ADD COLUMN kid bytea",
         "ALTER TABLE {schema}.nous_kept ADD COLUMN kid bytea",
         "CREATE INDEX nous_sessions_kid ON {schema}.nous_sessions (kid) WHERE kid IS NOT NULL",
-        "CREATE INDEX nous_events_kid ON {schema}.nous_events (kid) WHERE kid IS NOT NULL",
-        "CREATE INDEX nous_kept_kid ON {schema}.nous_kept (kid) WHERE kid IS NOT NULL",
     ),
 }
 

@@ -31,6 +31,7 @@ class Statements:
         self.commits = sql.Identifier(schema, "nous_commits")
         self.kept = sql.Identifier(schema, "nous_kept")
         self.data_keys = sql.Identifier(schema, "nous_data_keys")
+        self.key_holders = sql.Identifier(schema, "nous_key_holders")
         tables = {
             "sessions": self.sessions,
             "events": self.events,
@@ -38,6 +39,7 @@ class Statements:
             "commits": self.commits,
             "kept": self.kept,
             "data_keys": self.data_keys,
+            "key_holders": self.key_holders,
         }
         # A commit is one statement, atomic by itself (the pool's connections autocommit):
         # move the session's count from the expected value (and check its horizon), and only
@@ -47,9 +49,8 @@ class Statements:
         # is held for this one statement, never across round trips. A key or commit id that
         # exists already fails the statement as a whole (a unique violation). Nothing to keep
         # or drop is a constant false the planner sees (no scan at all): ``seq = ANY('{}')``
-        # alone is a contradiction, which "implies" the predicate of the partial index on kid,
-        # and with statistics from before a store began sealing, the planner would pick that
-        # index and read all of it for nothing. The session's
+        # alone is a contradiction, which "implies" the predicate of any partial index, and
+        # on stale statistics the planner could read all of one for nothing. The session's
         # data key must be the one the records were sealed under (``kid``; NULL for a store
         # without encryption): an erasure replaces it, and then the commit moves nothing.
         writes = """
@@ -97,7 +98,8 @@ class Statements:
             + writes
         ).format(**tables)
         # The first commit of a session creates its row, unless another writer just did. A
-        # store that encrypts stores the session's new data key with it (``new_kid``, ...).
+        # store that encrypts stores the session's new data key with it (``new_kid``, ...),
+        # and records the session as holding rows under it.
         self.first_commit = sql.SQL(
             """WITH moved AS (
                 INSERT INTO {sessions} AS s (name, count, horizon, meta, meta_seq, kid)
@@ -115,6 +117,11 @@ class Statements:
                 SELECT %(new_kid)s::bytea, %(new_provider)s::text, %(new_wrapped)s::bytea
                 WHERE %(new_kid)s::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM moved)
                 RETURNING 1
+            ), key_holder AS (
+                INSERT INTO {key_holders} (kid, session)
+                SELECT %(new_kid)s::bytea, %(name)s
+                WHERE %(new_kid)s::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM moved)
+                ON CONFLICT DO NOTHING RETURNING 1
             )"""
             + writes
         ).format(**tables)
@@ -312,6 +319,17 @@ class Statements:
             "INSERT INTO {events} (session, seq, record, kid) SELECT %s, seq, record, kid"
             " FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
         ).format(**tables)
+        # The session given copies holds rows under their keys: those of a range of another
+        # session's events (read again, through the primary key), or the keys given.
+        self.copy_holders = sql.SQL(
+            "INSERT INTO {key_holders} (kid, session) SELECT DISTINCT kid, %s::text"
+            " FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s AND kid IS NOT NULL"
+            " ON CONFLICT DO NOTHING"
+        ).format(**tables)
+        self.hold = sql.SQL(
+            "INSERT INTO {key_holders} (kid, session) SELECT DISTINCT k, %s::text"
+            " FROM unnest(%s::bytea[]) AS k WHERE k IS NOT NULL ON CONFLICT DO NOTHING"
+        ).format(**tables)
         self.stop_sharing = sql.SQL("UPDATE {sessions} SET shares = false WHERE name = %s").format(
             **tables
         )
@@ -390,14 +408,35 @@ class Statements:
         )
         # A crypto-erasure: the sessions whose current key is destroyed move to its successor
         # first (taking their row locks: a commit sealed under the old key waits, then moves
-        # nothing), then the rows of the old key are read, re-sealed and rewritten.
+        # nothing), then the rows of the old key are read (in the sessions holding it, by
+        # session: the primary key's range of each), re-sealed and rewritten, and the holders
+        # move to the successor too.
         self.replace_kid = sql.SQL("UPDATE {sessions} SET kid = %s WHERE kid = %s").format(**tables)
+        self.holders_of_key = sql.SQL(
+            'SELECT session FROM {key_holders} WHERE kid = %s ORDER BY session COLLATE "C"'
+        ).format(**tables)
         self.rows_of_key = {
-            name: sql.SQL("SELECT session, seq, record FROM {} WHERE kid = %s FOR UPDATE").format(
-                table
-            )
+            name: sql.SQL(
+                "SELECT session, seq, record FROM {} WHERE session = ANY(%s::text[])"
+                " AND kid = %s FOR UPDATE"
+            ).format(table)
             for name, table in (("events", self.events), ("kept", self.kept))
         }
+        self.replace_holders = sql.SQL("UPDATE {key_holders} SET kid = %s WHERE kid = %s").format(
+            **tables
+        )
+        # A deleted session's keys: its holder rows go, and the keys no other session holds
+        # are destroyed.
+        self.release_keys = sql.SQL(
+            "DELETE FROM {key_holders} WHERE session = %s RETURNING kid"
+        ).format(**tables)
+        self.destroy_unheld = sql.SQL(
+            "DELETE FROM {data_keys} AS d WHERE d.kid = ANY(%s::bytea[])"
+            " AND NOT EXISTS (SELECT 1 FROM {key_holders} h WHERE h.kid = d.kid) RETURNING d.kid"
+        ).format(**tables)
+        self.add_holder = sql.SQL(
+            "INSERT INTO {key_holders} (kid, session) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+        ).format(**tables)
         self.reseal = {
             name: sql.SQL(
                 "UPDATE {} AS t SET record = r.record, kid = %s"

@@ -513,38 +513,65 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
     async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
         """Delete the session if its count and last-active time are still these, checked under
         its row lock in the deleting transaction (see
-        :class:`~nous_session.stores.base.ListingStore`)."""
+        :class:`~nous_session.stores.base.ListingStore`); its data keys go as :meth:`delete`
+        says."""
         self._check_writable()
 
-        def delete() -> bool:
+        def delete() -> tuple[int, str] | None:
             with pooled(
                 self._pool, f"cannot delete session {session_id!r}", transaction=True
             ) as connection:
                 found = connection.execute(self._sql.idle, (session_id,)).fetchone()
                 if found is None or found[0] != count or found[1] != active:
-                    return False
+                    return None
                 row = row_of(connection, self._sql, session_id)
                 assert row is not None
-                delete_row(connection, self._sql, row)
-                return True
+                return delete_row(connection, self._sql, row, self._keyring), _xid(connection)
 
-        return await self._run(delete)
+        done = await self._run(delete)
+        if done is not None and done[0]:
+            await self._scrub_after_delete(session_id, *done)
+        return done is not None
 
     async def delete(self, session_id: str) -> bool:
         """Delete a session and all its events in one transaction (its forks get their own
-        copy first); True when it existed."""
+        copy first); True when it existed.
+
+        Its data keys (encryption at rest) that no other session holds rows under (the key
+        holders table says) are destroyed in the same transaction, as an erasure destroys
+        keys; then ``VACUUM FULL`` scrubs the key table alone, as after an erasure.
+
+        Raises:
+            StoreError: the database failed (nothing was deleted), or the session was deleted
+                and its keys destroyed but the key table could not be scrubbed (the error
+                says so).
+        """
         self._check_writable()
 
-        def delete() -> bool:
+        def delete() -> tuple[int, str] | None:
             with pooled(
                 self._pool, f"cannot delete session {session_id!r}", transaction=True
             ) as connection:
                 row = row_of(connection, self._sql, session_id, lock="FOR UPDATE")
-                if row is not None:
-                    delete_row(connection, self._sql, row)
-                return row is not None
+                if row is None:
+                    return None
+                return delete_row(connection, self._sql, row, self._keyring), _xid(connection)
 
-        return await self._run(delete)
+        done = await self._run(delete)
+        if done is not None and done[0]:
+            await self._scrub_after_delete(session_id, *done)
+        return done is not None
+
+    async def _scrub_after_delete(self, session_id: str, destroyed: int, xid: str) -> None:
+        proven, detail = await self._run(
+            lambda: self._scrub(xid, True, 60.0, False, keys_only=True)
+        )
+        if not proven:
+            raise StoreError(
+                f"deleted session {session_id!r} and destroyed {destroyed} data key(s), but the"
+                f" key table could not be scrubbed of them: {detail}; a later erase or rewrap"
+                " scrubs it"
+            )
 
     async def rewrap(self, provider: KeyProvider) -> int:
         """Re-wrap every data key under ``provider``'s master key in one transaction, then
@@ -565,8 +592,7 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         def rewrap() -> tuple[int, str]:
             with pooled(self._pool, "cannot re-wrap the data keys", transaction=True) as connection:
                 count = rewrap_keys(connection, self._sql, keyring, provider)
-                xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
-            return count, str(int(xid[0]) % 2**32) if xid else "0"
+                return count, _xid(connection)
 
         count, xid = await self._run(rewrap)
         keyring.use(provider)
@@ -588,6 +614,12 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
             return
         self._closed = True
         await anyio.to_thread.run_sync(self._pool.close)
+
+
+def _xid(connection: psycopg.Connection[Any]) -> str:
+    """The id of the connection's current transaction (32 bits: as pg_stat_activity has it)."""
+    found = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
+    return str(int(found[0]) % 2**32) if found else "0"
 
 
 _OURS: Final = ("schema", "pooled", "direct_url")

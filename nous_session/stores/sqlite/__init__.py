@@ -24,9 +24,11 @@ Schema (version 5)::
     nous_commits  (sid, commit_id, seq, n, PRIMARY KEY (sid, commit_id)) WITHOUT ROWID
     nous_kept     (sid, seq, record BLOB, PRIMARY KEY (sid, seq)) WITHOUT ROWID
     nous_data_keys (kid BLOB PRIMARY KEY, provider TEXT, wrapped BLOB) WITHOUT ROWID
+    nous_key_holders (kid BLOB, sid, PRIMARY KEY (kid, sid)) WITHOUT ROWID
 
 (and a ``kid`` column on nous_sessions, nous_events and nous_kept: encryption at rest, see
-:mod:`nous_session.encryption`; NULL for plain records)
+:mod:`nous_session.encryption`; NULL for plain records; not indexed: the key holders table
+says which sessions hold rows under each key)
 
 ``held`` counts a session's own rows. A fork that ``shares`` reads its parent's rows up to its
 ``fork_point`` instead of holding copies; before its parent drops or deletes any of them, it is

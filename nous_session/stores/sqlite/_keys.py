@@ -1,6 +1,6 @@
-"""Encryption at rest in a SQLite file: the key table, a session's current data key,
-crypto-erasure (re-sealing the rows of destroyed keys) and re-wrapping (see
-:mod:`nous_session.stores._sealed`)."""
+"""Encryption at rest in a SQLite file: the key table, a session's current data key, the
+sessions holding rows under each key, crypto-erasure (re-sealing the rows of destroyed keys),
+a deleted session's keys destroyed, and re-wrapping (see :mod:`nous_session.stores._sealed`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ from nous_session.stores._sealed import Fetch, Keyring
 from nous_session.stores.sqlite._schema import DATA_KEYS_TABLE
 
 __all__ = [
+    "copy_holders",
     "crypto_erase",
     "fetcher",
+    "hold",
     "rebuild_key_table",
+    "release_keys",
     "refuse_sealed_session",
     "rewrap_keys",
     "session_key",
@@ -54,8 +57,30 @@ def session_key(
             (kid, provider, wrapped),
         )
         connection.execute("UPDATE nous_sessions SET kid = ? WHERE id = ?", (kid, sid))
+        connection.execute("INSERT INTO nous_key_holders (kid, sid) VALUES (?, ?)", (kid, sid))
     keyring.current[session_id] = kid
     return kid
+
+
+def copy_holders(
+    connection: sqlite3.Connection, sid: int, source: int, low: int, high: int
+) -> None:
+    """Record that session ``sid`` holds rows under the keys of session ``source``'s events
+    with ``low <= seq <= high``, which it was just given copies of (a range of the primary
+    key, read again)."""
+    connection.execute(
+        "INSERT OR IGNORE INTO nous_key_holders (kid, sid) SELECT DISTINCT kid, ?"
+        " FROM nous_events WHERE sid = ? AND seq >= ? AND seq <= ? AND kid IS NOT NULL",
+        (sid, source, low, high),
+    )
+
+
+def hold(connection: sqlite3.Connection, sid: int, kids: Iterable[bytes | None]) -> None:
+    """Record that session ``sid`` holds rows under the keys ``kids`` (None: a plain row)."""
+    connection.executemany(
+        "INSERT OR IGNORE INTO nous_key_holders (kid, sid) VALUES (?, ?)",
+        [(kid, sid) for kid in set(kids) if kid is not None],
+    )
 
 
 def refuse_sealed_session(connection: sqlite3.Connection, sid: int, session_id: str) -> None:
@@ -75,10 +100,11 @@ def crypto_erase(
     connection: sqlite3.Connection, keyring: Keyring, destroyed: Iterable[bytes]
 ) -> int:
     """Destroy the data keys ``destroyed``, in the caller's (erasing) transaction: each gets a
-    successor, every row sealed under it (events and kept, any session) is re-sealed under
-    that, the sessions whose current key it was move to it, and its key row is deleted
-    (with ``secure_delete`` on, as the caller sets it: its bytes are zeroed). Returns how many
-    rows were re-sealed.
+    successor, every row sealed under it (events and kept, in the sessions the key holders
+    table names: each read by session, through the primary key) is re-sealed under that, the
+    holders and the sessions whose current key it was move to it, and its key row is deleted
+    (with ``secure_delete`` on, as the caller sets it: its bytes are zeroed). Returns how
+    many rows were re-sealed.
 
     Raises:
         StoreError: a key cannot be unwrapped, or a new one cannot be wrapped.
@@ -94,18 +120,26 @@ def crypto_erase(
             (kid, provider, wrapped),
         )
         new_cipher = keyring.cipher(kid, fetch)
-        for table in ("nous_events", "nous_kept"):
-            rows = connection.execute(
-                f"SELECT sid, seq, record FROM {table} WHERE kid = ?", (old,)
+        holders = [
+            sid
+            for (sid,) in connection.execute(
+                "SELECT sid FROM nous_key_holders WHERE kid = ? ORDER BY sid", (old,)
             ).fetchall()
+        ]
+        for table in ("nous_events", "nous_kept"):
             updates = []
-            for sid, seq, record in rows:
-                plain = keyring.open(seq, record, fetch, f"{table} row ({sid}, {seq})")
-                updates.append((keyring.seal(kid, new_cipher, seq, plain), kid, sid, seq))
+            for sid in holders:
+                rows = connection.execute(
+                    f"SELECT seq, record FROM {table} WHERE sid = ? AND kid = ?", (sid, old)
+                ).fetchall()
+                for seq, record in rows:
+                    plain = keyring.open(seq, record, fetch, f"{table} row ({sid}, {seq})")
+                    updates.append((keyring.seal(kid, new_cipher, seq, plain), kid, sid, seq))
             connection.executemany(
                 f"UPDATE {table} SET record = ?, kid = ? WHERE sid = ? AND seq = ?", updates
             )
             resealed += len(updates)
+        connection.execute("UPDATE nous_key_holders SET kid = ? WHERE kid = ?", (kid, old))
         connection.execute("UPDATE nous_sessions SET kid = ? WHERE kid = ?", (kid, old))
         connection.execute("DELETE FROM nous_data_keys WHERE kid = ?", (old,))
         keyring.forget(old)
@@ -113,6 +147,46 @@ def crypto_erase(
             if current == old:
                 keyring.current[name] = kid
     return resealed
+
+
+def release_keys(connection: sqlite3.Connection, sid: int, keyring: Keyring | None = None) -> int:
+    """A deleted session (its rows gone, in the caller's transaction) holds no key any more:
+    the keys no other session holds are destroyed, their rows deleted with ``secure_delete``
+    on and the key table rebuilt, as an erasure does (so no page keeps them; the caller
+    checkpoints the WAL after the commit). Returns how many keys were destroyed."""
+    held = [
+        kid
+        for (kid,) in connection.execute(
+            "SELECT kid FROM nous_key_holders WHERE sid = ?", (sid,)
+        ).fetchall()
+    ]
+    if not held:
+        return 0
+    connection.execute("DELETE FROM nous_key_holders WHERE sid = ?", (sid,))
+    gone = [
+        kid
+        for kid in held
+        if connection.execute(
+            "SELECT 1 FROM nous_key_holders WHERE kid = ? LIMIT 1", (kid,)
+        ).fetchone()
+        is None
+    ]
+    if not gone:
+        return 0
+    secure = connection.execute("PRAGMA secure_delete").fetchone()[0]
+    connection.execute("PRAGMA secure_delete = ON")
+    try:
+        connection.executemany("DELETE FROM nous_data_keys WHERE kid = ?", [(k,) for k in gone])
+        rebuild_key_table(connection)
+    finally:
+        connection.execute(f"PRAGMA secure_delete = {int(secure)}")
+    if keyring is not None:
+        for kid in gone:
+            keyring.forget(kid)
+        for name, current in list(keyring.current.items()):
+            if current in gone:
+                del keyring.current[name]
+    return len(gone)
 
 
 def rebuild_key_table(connection: sqlite3.Connection) -> None:

@@ -20,7 +20,7 @@ from nous_session.stores.base import (
     check_fork_point,
     place,
 )
-from nous_session.stores.sqlite._keys import fetcher
+from nous_session.stores.sqlite._keys import copy_holders, fetcher, hold, release_keys
 from nous_session.stores.sqlite._sql import FORK, KEPT_OF, KEYS_FROM
 
 _ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
@@ -107,7 +107,8 @@ def _inherited(
 
 def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
     """Give a sharing fork its own copy of the rows it shares, and of the keys and kept
-    events it inherits, and stop it sharing."""
+    events it inherits, and stop it sharing. The fork holds rows under the copies' data keys
+    from then on: the key holders table says so."""
     copied = 0
     keys, kept = _inherited(connection, row, 0)
     connection.executemany(
@@ -115,9 +116,10 @@ def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
         [(row.key, key, seq, n) for key, seq, n in keys],
     )
     # Byte copies: a sealed record stays sealed under its key, and its kid goes with it.
+    kids = [kid_of(record) for _, record in kept]
     connection.executemany(
         "INSERT OR IGNORE INTO nous_kept (sid, seq, record, kid) VALUES (?, ?, ?, ?)",
-        [(row.key, seq, record, kid_of(record)) for seq, record in kept],
+        [(row.key, seq, record, kid) for (seq, record), kid in zip(kept, kids, strict=True)],
     )
     for sid, low, high in _ranges(connection, row)[:-1]:
         before = connection.total_changes
@@ -127,6 +129,8 @@ def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
             (row.key, sid, low, high),
         )
         copied += connection.total_changes - before
+        copy_holders(connection, row.key, sid, low, high)
+    hold(connection, row.key, kids)
     connection.execute(
         "UPDATE nous_sessions SET shares = 0, held = held + ? WHERE id = ?", (copied, row.key)
     )
@@ -281,10 +285,17 @@ def sessions_info(connection: sqlite3.Connection) -> list[SessionInfo]:
     return infos
 
 
-def delete_row(connection: sqlite3.Connection, row: _Row, session_id: str) -> None:
+def delete_row(
+    connection: sqlite3.Connection, row: _Row, session_id: str, keyring: Keyring | None = None
+) -> int:
     """Delete a session and its rows (its forks get their own copy first), in the writer's
-    transaction."""
+    transaction, and destroy the data keys no other session holds rows under (see
+    :func:`~nous_session.stores.sqlite._keys.release_keys`). Returns how many keys were
+    destroyed."""
     _release_shared(connection, row, session_id, 0)
     for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
         connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.key,))
     connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.key,))
+    if keyring is not None:
+        keyring.current.pop(session_id, None)
+    return release_keys(connection, row.key, keyring)

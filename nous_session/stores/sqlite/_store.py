@@ -316,33 +316,66 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
 
     async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
         """Delete the session if its count and last-active time are still these, checked in
-        the deleting transaction (see :class:`~nous_session.stores.base.ListingStore`)."""
+        the deleting transaction (see :class:`~nous_session.stores.base.ListingStore`); its
+        data keys go as :meth:`delete` says."""
         moment = to_micros(active)
 
-        def delete(connection: sqlite3.Connection) -> bool:
+        def delete(connection: sqlite3.Connection) -> int | None:
             found = connection.execute(
                 "SELECT count, active FROM nous_sessions WHERE name = ?", (session_id,)
             ).fetchone()
             if found is None or tuple(found) != (count, moment):
-                return False
+                return None
             row = _row(connection, session_id)
             assert row is not None
-            delete_row(connection, row, session_id)
-            return True
+            return delete_row(connection, row, session_id, self._keyring)
 
-        return await self._write(delete, f"cannot delete session {session_id!r}")
+        destroyed = await self._write(delete, f"cannot delete session {session_id!r}")
+        if destroyed:
+            await self._truncate_after_delete(session_id, destroyed)
+        return destroyed is not None
 
     async def delete(self, session_id: str) -> bool:
         """Delete a session and all its events (its forks get their own copy first); True
-        when it existed."""
+        when it existed.
 
-        def delete(connection: sqlite3.Connection) -> bool:
+        Its data keys (encryption at rest) that no other session holds rows under (the key
+        holders table says) are destroyed in the same transaction, as an erasure destroys
+        keys: the key rows deleted with ``secure_delete`` on and the key table rebuilt; then
+        the WAL is checkpointed and truncated.
+
+        Raises:
+            StoreError: SQLite failed (nothing was deleted), or the session was deleted and
+                its keys destroyed but the WAL could not be truncated (the error says so).
+        """
+
+        def delete(connection: sqlite3.Connection) -> int | None:
             row = _row(connection, session_id)
-            if row is not None:
-                delete_row(connection, row, session_id)
-            return row is not None
+            if row is None:
+                return None
+            return delete_row(connection, row, session_id, self._keyring)
 
-        return await self._write(delete, f"cannot delete session {session_id!r}")
+        destroyed = await self._write(delete, f"cannot delete session {session_id!r}")
+        if destroyed:
+            await self._truncate_after_delete(session_id, destroyed)
+        return destroyed is not None
+
+    async def _truncate_after_delete(self, session_id: str, destroyed: int) -> None:
+        """After a delete destroyed data keys: checkpoint the WAL into the file and truncate
+        it (the key table's old pages were zeroed in the file's pages, not in the WAL)."""
+
+        def truncate(connection: sqlite3.Connection) -> None:
+            with _errors(f"deleted session {session_id!r}, but the WAL checkpoint failed"):
+                busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy:
+                raise StoreError(
+                    f"deleted session {session_id!r} and destroyed {destroyed} data key(s),"
+                    f" but the WAL of {self.path} could not be truncated (another connection"
+                    " holds an old snapshot): it may still hold the destroyed keys' rows until"
+                    " a later erase or rewrap truncates it"
+                )
+
+        await self._run(truncate)
 
     async def rewrap(self, provider: KeyProvider) -> int:
         """Re-wrap every data key under ``provider``'s master key, in one transaction with
