@@ -323,6 +323,10 @@ def erase_rows(store: Copies[Where], request: ErasureRequest) -> Erasure:
                     summaries.add(seq)
         queue.extend(reached.items())
         first = False
+    if request.wanted is not None and absent:
+        # No row holds them any more (a snapshot dropped them), but a holder that has not
+        # read the session since may: the erasure's record names them too, so it reads again.
+        run.changed.setdefault(session_id, set()).update(absent)
     if not request.dry_run:
         for member, seqs in run.changed.items():
             found = store.row(member)  # read again: counts as of now, in this transaction

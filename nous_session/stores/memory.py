@@ -396,7 +396,22 @@ class MemoryStore(Erasing, StoreBase):
         self._check_open()
         for child in self._children(session_id):
             self._own_copy(child)
-        return self._sessions.pop(session_id, None) is not None
+        gone = self._sessions.pop(session_id, None)
+        if gone is not None:
+            self._relink_forks(gone)
+        return gone is not None
+
+    def _relink_forks(self, gone: _Session) -> None:
+        """Link a deleted session's forks to the session it was forked from (if that one is
+        still the same session), at the lower fork point: what they hold up to it is that
+        session's history, and erasing there must reach them."""
+        parent = None if gone.parent is None else self._sessions.get(gone.parent)
+        if parent is None or parent.uid != gone.parent_uid or gone.fork_point is None:
+            return
+        for child in self._sessions.values():
+            if child.parent_uid == gone.uid and child.fork_point is not None:
+                child.parent, child.parent_uid = gone.parent, gone.parent_uid
+                child.fork_point = min(child.fork_point, gone.fork_point)
 
     async def _erase(self, request: ErasureRequest) -> Erasure:
         """In process memory nothing can be proven: the old values are released, not

@@ -514,3 +514,25 @@ async def test_a_summary_of_a_summary_a_snapshot_dropped_goes_with_the_text(
         assert hidden not in text_of(session.log.events())
     assert hidden not in text_of(await store.load("s"))
     assert sum(backend.hits(hidden).values()) == 0
+
+
+async def test_erasure_reaches_the_forks_of_a_deleted_fork(backend: Backend, store: Any) -> None:
+    """A -> B -> C, then B is deleted: C is linked to A (at the lower fork point), so erasing
+    A's events reaches C's copy of them."""
+    hidden = secret()
+    async with SessionActor.open(session_id="a", store=store) as session:
+        await session.add_message(Message.user(f"a says {hidden}"))
+        await session.add_message(Message.assistant("noted"))
+    await store.fork("a", "b", at=1)
+    async with SessionActor.open(session_id="b", store=store) as session:
+        await session.add_message(Message.user("b's own"))
+    await store.fork("b", "c", at=2)
+    assert await store.delete("b")
+    assert hidden in text_of(await store.load("c"))
+    result = await store.erase("a", [0], reason="gdpr")
+    assert result.sessions == ("c",)
+    assert hidden not in text_of(await store.load("c"))
+    stored = await store.read("c")
+    assert (stored.parent, stored.fork_point) == ("a", 1)
+    assert "b's own" in text_of(await store.load("c"))  # what b wrote is c's own copy now
+    assert sum(backend.hits(hidden).values()) == 0

@@ -282,4 +282,12 @@ def delete_row(
     release_shared(connection, statements, row, 0)
     for statement in statements.deletes:
         connection.execute(statement, (row.key,))
+    # Its forks are linked to the session it was forked from (still that one), at the lower
+    # fork point: what they hold up to it is that session's history, and erasing there must
+    # reach them.
+    parent = None if row.parent is None else row_of(connection, statements, row.parent)
+    if parent is not None and parent.uid == row.parent_uid and row.fork_point is not None:
+        connection.execute(
+            statements.relink_forks, (row.parent, row.parent_uid, row.fork_point, row.uid)
+        )
     return release_keys(connection, statements, row.key, keyring)

@@ -375,6 +375,10 @@ class Statements:
         self.own_kept_seqs = sql.SQL(
             "SELECT seq FROM {kept} WHERE session = %s AND seq >= %s"
         ).format(**tables)
+        self.relink_forks = sql.SQL(
+            "UPDATE {sessions} SET parent = %s, parent_uid = %s,"
+            " fork_point = least(fork_point, %s) WHERE parent_uid = %s"
+        ).format(**tables)
         # An erasure's record: the session's next event, and a notification of its head.
         self.append_erasure = sql.SQL(
             """WITH moved AS (

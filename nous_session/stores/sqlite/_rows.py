@@ -296,6 +296,16 @@ def delete_row(
     for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
         connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.key,))
     connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.key,))
+    # Its forks are linked to the session it was forked from (still that one), at the lower
+    # fork point: what they hold up to it is that session's history, and erasing there must
+    # reach them.
+    parent = None if row.parent is None else _row(connection, row.parent)
+    if parent is not None and parent.uid == row.parent_uid and row.fork_point is not None:
+        connection.execute(
+            "UPDATE nous_sessions SET parent = ?, parent_uid = ?, fork_point = min(fork_point, ?)"
+            " WHERE parent_uid = ?",
+            (row.parent, row.parent_uid, row.fork_point, row.uid),
+        )
     if keyring is not None:
         keyring.current.pop(session_id, None)
     return release_keys(connection, row.key, keyring)
