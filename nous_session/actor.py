@@ -102,7 +102,8 @@ _OPEN_KEY: Final = object()
 class SessionActor(HistoryOperations):
     """The runtime of one session: an actor task that owns its Log.
 
-    Open it with :meth:`open`; the constructor is not public. Every call is safe from any task
+    Open it with :meth:`open` (``async with SessionActor.open(session_id=...) as session``),
+    which loads the session and runs its actor for the block. Every call is safe from any task
     of the event loop the actor runs in.
     """
 
