@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nous_session.formats._validation import Problem
+    from nous_session.formats._validation import HistoryProblem
 
 __all__ = [
     "ConflictError",
@@ -89,11 +89,11 @@ class InvalidHistoryError(FormatError):
 
     Attributes:
         provider: the provider.
-        problems: what it would reject, one :class:`~nous_session.formats.Problem` per thing,
-            each naming the message by its index.
+        problems: what it would reject, one :class:`~nous_session.formats.HistoryProblem` per
+            thing, each naming the message by its index.
     """
 
-    def __init__(self, provider: str, problems: Sequence[Problem]) -> None:
+    def __init__(self, provider: str, problems: Sequence[HistoryProblem]) -> None:
         lines = "".join(f"\n  {problem}" for problem in problems)
         super().__init__(
             f"{provider} would reject this history ({len(problems)} problem(s)):{lines}"

@@ -47,7 +47,8 @@ def test_the_marker_always_opens_a_python_block() -> None:
     # example without a word.
     for page in pages():
         text = page.read_text(encoding="utf-8")
-        assert text.count(MARKER) == len(_BLOCK.findall(text)), page
+        markers = re.findall(rf"^{re.escape(MARKER)}$", text, re.M)
+        assert len(markers) == len(_BLOCK.findall(text)), page
 
 
 def test_the_guides_examples_are_marked() -> None:

@@ -53,14 +53,14 @@ from nous_session._json import JSON
 from nous_session.errors import FormatError, InvalidHistoryError, LossyConversionError
 from nous_session.formats import anthropic, gemini, openai_chat, openai_responses
 from nous_session.formats._common import Notes
-from nous_session.formats._validation import Problem, problems
+from nous_session.formats._validation import HistoryProblem, problems
 from nous_session.message import Message, utc_datetime
 
 __all__ = [
     "PROVIDERS",
     "Conversion",
     "Payload",
-    "Problem",
+    "HistoryProblem",
     "Provider",
     "convert",
     "from_provider",
@@ -114,7 +114,7 @@ class Conversion:
     payload: Payload
     dropped: tuple[str, ...]
     changed: tuple[str, ...] = ()
-    problems: tuple[Problem, ...] = ()
+    problems: tuple[HistoryProblem, ...] = ()
 
     @property
     def lossless(self) -> bool:
@@ -155,7 +155,7 @@ def convert(messages: Iterable[Message], provider: Provider) -> Conversion:
     return Conversion(provider, payload, tuple(notes.items), tuple(notes.changed), found)
 
 
-def validate(messages: Iterable[Message], provider: Provider) -> list[Problem]:
+def validate(messages: Iterable[Message], provider: Provider) -> list[HistoryProblem]:
     """What ``provider``'s API would reject in this history, if it were sent as it is.
 
     The rules are the APIs' own (the requests they answer with an error), checked on the
@@ -174,8 +174,8 @@ def validate(messages: Iterable[Message], provider: Provider) -> list[Problem]:
         provider: one of :data:`PROVIDERS`.
 
     Returns:
-        One :class:`Problem` per thing the API would reject, in message order, each naming the
-        message by its index; an empty list when the API would accept the history.
+        One :class:`HistoryProblem` per thing the API would reject, in message order, each
+        naming the message by its index; an empty list when the API would accept the history.
 
     Raises:
         FormatError: ``provider`` is unknown, or ``messages`` holds something else than

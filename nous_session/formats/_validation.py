@@ -43,7 +43,7 @@ _NO_EMPTY_USER: Final = frozenset({"anthropic", "gemini"})
 
 
 @attrs.frozen
-class Problem:
+class HistoryProblem:
     """One thing in a history that a provider's API would reject.
 
     Attributes:
@@ -69,10 +69,10 @@ class _Call:
         return f"tool call {self.k} ({self.call.name}{ident}) of message {self.index}"
 
 
-def problems(messages: Sequence[Message], provider: str) -> list[Problem]:
+def problems(messages: Sequence[Message], provider: str) -> list[HistoryProblem]:
     """What ``provider``'s API would reject in ``messages``, in message order (see the module
     docstring for the rules)."""
-    found: list[Problem] = []
+    found: list[HistoryProblem] = []
     adjacent = provider in _ADJACENT
     waiting: list[_Call] = []  # calls made and not answered yet
     answered: dict[str, int] = {}  # call id -> the index of its result
@@ -82,7 +82,9 @@ def problems(messages: Sequence[Message], provider: str) -> list[Problem]:
     def unanswered() -> None:
         where = " right after it" if adjacent else ""
         found.extend(
-            Problem(entry.index, f"{entry.label()} has no result{where}: {provider} needs one")
+            HistoryProblem(
+                entry.index, f"{entry.label()} has no result{where}: {provider} needs one"
+            )
             for entry in waiting
         )
         waiting.clear()
@@ -95,7 +97,7 @@ def problems(messages: Sequence[Message], provider: str) -> list[Problem]:
                 # which no call id pairs)
                 reason = _answer(message, i, waiting, answered, made, provider, adjacent)
                 if reason is not None:
-                    found.append(Problem(i, reason))
+                    found.append(HistoryProblem(i, reason))
         elif adjacent:
             unanswered()  # their results had to come before this message
         if (
@@ -105,7 +107,7 @@ def problems(messages: Sequence[Message], provider: str) -> list[Problem]:
         ):
             what = "no text, no tool calls" if role is Role.ASSISTANT else "no content"
             found.append(
-                Problem(i, f"an empty {role.value} message ({what}): {provider} refuses it")
+                HistoryProblem(i, f"an empty {role.value} message ({what}): {provider} refuses it")
             )
             continue
         if provider == "anthropic":
@@ -118,7 +120,7 @@ def problems(messages: Sequence[Message], provider: str) -> list[Problem]:
                 made.setdefault(call.id, i)
             if provider in _OBJECT_ARGUMENTS and not _object_arguments(call):
                 found.append(
-                    Problem(
+                    HistoryProblem(
                         i,
                         f"the arguments of tool call {k} ({call.name}) are not a JSON object: "
                         f"{provider} needs one (they would be sent as {{}})",
@@ -126,7 +128,7 @@ def problems(messages: Sequence[Message], provider: str) -> list[Problem]:
                 )
         if provider == "anthropic" and i == last and _trailing_space(message):
             reason = "the last assistant message ends with whitespace: anthropic refuses that"
-            found.append(Problem(i, reason))
+            found.append(HistoryProblem(i, reason))
     unanswered()
     found.sort(key=lambda problem: problem.index)  # (stable: each message's in the order found)
     return found
@@ -196,12 +198,14 @@ def _empty(message: Message, provider: str) -> bool:
     return not any(texts)
 
 
-def _empty_text_blocks(message: Message, i: int) -> list[Problem]:
+def _empty_text_blocks(message: Message, i: int) -> list[HistoryProblem]:
     content = message.content
     if content is None or isinstance(content, str):
         return []  # (an empty string is an empty message, checked above, or a tool result's)
     return [
-        Problem(i, f"text part {j} is empty or only whitespace: anthropic refuses such blocks")
+        HistoryProblem(
+            i, f"text part {j} is empty or only whitespace: anthropic refuses such blocks"
+        )
         for j, part in enumerate(content)
         if type(part) is TextPart and not part.text.strip()
     ]

@@ -19,7 +19,14 @@ from nous_session import (
     ToolCall,
 )
 from nous_session.errors import FormatError
-from nous_session.formats import PROVIDERS, Problem, convert, from_provider, to_provider, validate
+from nous_session.formats import (
+    PROVIDERS,
+    HistoryProblem,
+    convert,
+    from_provider,
+    to_provider,
+    validate,
+)
 from tests.support.message_strategies import T0
 
 DATA = Path(__file__).parent.parent / "data" / "formats"
@@ -70,7 +77,7 @@ def test_a_tool_result_with_no_call(provider: Any) -> None:
     with pytest.raises(InvalidHistoryError) as info:
         to_provider(messages, provider, strict=True)
     assert info.value.problems == (
-        Problem(1, "a tool result for call 'c9', which no earlier assistant message made"),
+        HistoryProblem(1, "a tool result for call 'c9', which no earlier assistant message made"),
     )
     assert "message 1: a tool result for call 'c9'" in str(info.value)
 
