@@ -27,6 +27,7 @@ from nous_session.errors import (
     CorruptRecordError,
     FormatError,
     InvalidEventError,
+    InvalidHistoryError,
     LossyConversionError,
     NousSessionError,
     OutcomeUnknownError,
@@ -35,7 +36,7 @@ from nous_session.errors import (
     WrongEventLoopError,
 )
 from nous_session.event import SURFACE_TYPES, Event, EventType
-from nous_session.formats import Conversion
+from nous_session.formats import Conversion, HistoryProblem
 from nous_session.listing import ListQuery, SessionEntry, SessionPage
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
@@ -83,8 +84,10 @@ __all__ = [
     "EventType",
     "ForkingStore",
     "FormatError",
+    "HistoryProblem",
     "ImagePart",
     "InvalidEventError",
+    "InvalidHistoryError",
     "KeyProvider",
     "LeasingStore",
     "ListQuery",

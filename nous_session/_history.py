@@ -16,7 +16,14 @@ from nous_session._requests import Append, Call, Edit, Erase, Recover, Snapshot
 from nous_session._state import SessionState
 from nous_session.erasure import Erasure, check_reason, check_seqs, now
 from nous_session.errors import InvalidEventError
-from nous_session.event import Event, EventType, message_event, prepare, replace_data
+from nous_session.event import (
+    Event,
+    EventType,
+    check_size,
+    message_event,
+    prepare,
+    replace_data,
+)
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.ops import Remove, Replace, Rewind, Uncompact
@@ -32,6 +39,7 @@ class HistoryOperations:
 
     _call: Call
     _state: SessionState
+    _max_event_size: int | None
 
     async def replace(
         self,
@@ -60,8 +68,8 @@ class HistoryOperations:
         surface, or use ``expect``, before trying again).
 
         Raises:
-            InvalidEventError: a malformed range, a range not below the new event's seq, or
-                a value that is not a Message.
+            InvalidEventError: a malformed range, a range not below the new event's seq, a
+                value that is not a Message, or an event larger than ``max_event_size``.
             ConflictError: ``expect`` does not hold.
             StoreError, OutcomeUnknownError, SessionClosedError: as
                 :meth:`~nous_session.actor.SessionActor.append`.
@@ -81,6 +89,7 @@ class HistoryOperations:
                     f"replace takes a Message or a sequence of Messages, not {message!r}"
                 )
             item = prepare(EventType.REPLACE, replace_data(start, stop, list(message)))
+        check_size(item[0], item[1], self._max_event_size)
         events = await self._call(Edit(item, start, stop, _expectation(expect)))
         return events[0]
 

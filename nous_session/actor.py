@@ -36,7 +36,14 @@ from nous_session._requests import Append, Reload
 from nous_session._state import SessionState, restored
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import InvalidEventError
-from nous_session.event import Event, EventType, message_event, prepare
+from nous_session.event import (
+    MAX_EVENT_SIZE,
+    Event,
+    EventType,
+    check_size,
+    message_event,
+    prepare,
+)
 from nous_session.listing import metadata_of
 from nous_session.log import Log
 from nous_session.message import Message
@@ -95,12 +102,13 @@ _OPEN_KEY: Final = object()
 class SessionActor(HistoryOperations):
     """The runtime of one session: an actor task that owns its Log.
 
-    Open it with :meth:`open`; the constructor is not public. Every call is safe from any task
+    Open it with :meth:`open` (``async with SessionActor.open(session_id=...) as session``),
+    which loads the session and runs its actor for the block. Every call is safe from any task
     of the event loop the actor runs in.
     """
 
     # __weakref__: adapters keep per-actor helpers (a lock, say) that must not keep it open.
-    __slots__ = ("__weakref__", "_call", "_engine", "_metadata", "_state")
+    __slots__ = ("__weakref__", "_call", "_engine", "_max_event_size", "_metadata", "_state")
 
     def __init__(
         self,
@@ -115,6 +123,7 @@ class SessionActor(HistoryOperations):
         task_group: anyio.abc.TaskGroup,
         rebase: bool,
         telemetry: _telemetry.SessionTelemetry | None = None,
+        max_event_size: int | None = MAX_EVENT_SIZE,
     ) -> None:
         if key is not _OPEN_KEY:
             raise TypeError("use `async with SessionActor.open(session_id=...) as session`")
@@ -130,6 +139,7 @@ class SessionActor(HistoryOperations):
         # only grow, so each look reads only the events committed since the last one.
         self._metadata: tuple[int, SessionMetadata | None] = (0, None)
         self._call = engine.call  # bound once: every call goes through it
+        self._max_event_size = max_event_size
         if compaction is not None:
             state.compaction = CompactionRunner(
                 compaction,
@@ -160,6 +170,7 @@ class SessionActor(HistoryOperations):
         on_conflict: Literal["raise", "rebase"] = "raise",
         recover: bool = False,
         metadata: SessionMetadata | Mapping[str, Any] | None = None,
+        max_event_size: int | None = MAX_EVENT_SIZE,
     ) -> AsyncIterator[SessionActor]:
         """Load the session and run its actor for the duration of the ``async with`` block.
 
@@ -197,6 +208,11 @@ class SessionActor(HistoryOperations):
                 differs from what the session has (a new session has none), a metadata event
                 sets it before the block starts; reopening with the same record appends
                 nothing.
+            max_event_size: the largest event this actor appends, in bytes of its data as
+                compact UTF-8 JSON (as stored): 4 MiB by default
+                (:data:`~nous_session.event.MAX_EVENT_SIZE`); None for no limit. A larger
+                event is refused with :class:`InvalidEventError`, in the caller, before
+                anything is queued. Events other writers commit are not checked.
 
         On leaving the block, requests already in the queue are applied and acknowledged;
         callers still waiting for queue space, and every later call, get
@@ -212,7 +228,7 @@ class SessionActor(HistoryOperations):
             check_session_id(session_id)
         except ValueError as error:
             raise ValueError(f"bad session_id: {error}") from None
-        check_options(queue_size, on_conflict, compaction)
+        check_options(queue_size, on_conflict, compaction, max_event_size)
         record = None if metadata is None else SessionMetadata.coerce(metadata)
         owned = store is None or isinstance(store, str)
         if store is None:
@@ -245,6 +261,7 @@ class SessionActor(HistoryOperations):
                     task_group=task_group,
                     rebase=on_conflict == "rebase",
                     telemetry=telemetry,
+                    max_event_size=max_event_size,
                 )
                 # The actor holds the log now; this frame lives as long as the block, and a
                 # Log shares its storage with the logs built on it, so keeping it here would
@@ -313,14 +330,17 @@ class SessionActor(HistoryOperations):
         store lost contact and could not be asked again in time) is resolved the same way.
 
         Raises:
-            InvalidEventError: the event or the key is invalid (nothing was appended).
+            InvalidEventError: the event or the key is invalid, or the event is larger than
+                ``max_event_size`` (nothing was appended).
             StoreError: the store failed to commit the batch (nothing was appended).
             OutcomeUnknownError: the store could not say whether the batch landed.
             SessionClosedError: the session is closed.
         """
         # Validated and copied here, in the caller: its errors surface on the caller's stack,
         # and changing `data` after the call (even a cancelled one) changes nothing.
-        request = Append((prepare(type, data, time),), None if key is None else _key(key))
+        item = prepare(type, data, time)
+        check_size(item[0], item[1], self._max_event_size)
+        request = Append((item,), None if key is None else _key(key))
         return (await self._call(request))[0]
 
     async def append_many(
@@ -345,7 +365,8 @@ class SessionActor(HistoryOperations):
                 optimistic writers: read ``log.count``, decide, append conditionally.
 
         Raises:
-            InvalidEventError: an item is malformed or an event is invalid (nothing appended).
+            InvalidEventError: an item is malformed, or an event is invalid or larger than
+                ``max_event_size`` (nothing appended).
             ConflictError: ``expect_count`` does not hold (nothing appended).
             StoreError: the store failed to commit (nothing appended).
             OutcomeUnknownError, SessionClosedError: as :meth:`append`.
@@ -355,9 +376,14 @@ class SessionActor(HistoryOperations):
         ):
             raise ValueError(f"expect_count must be an int >= 0 or None, got {expect_count!r}")
         normalised: list[tuple[EventType | str, Any, datetime]] = []
+        limit = self._max_event_size
         for index, item in enumerate(items):
             if isinstance(item, Message):
                 surface_type, surface_data = message_event(item)
+                try:
+                    check_size(surface_type, surface_data, limit)
+                except InvalidEventError as error:
+                    raise InvalidEventError(f"append_many item {index}: {error}") from None
                 normalised.append((surface_type, surface_data, item.created_at))
                 continue
             if not isinstance(item, tuple | list) or len(item) not in (2, 3):
@@ -367,7 +393,9 @@ class SessionActor(HistoryOperations):
                     f"(type, data)), got {item!r}"
                 )
             try:
-                normalised.append(prepare(item[0], item[1], item[2] if len(item) == 3 else None))
+                prepared = prepare(item[0], item[1], item[2] if len(item) == 3 else None)
+                check_size(prepared[0], prepared[1], limit)
+                normalised.append(prepared)
             except InvalidEventError as error:
                 raise InvalidEventError(f"append_many item {index}: {error}") from None
         if not normalised:
@@ -382,11 +410,14 @@ class SessionActor(HistoryOperations):
         :meth:`append`.
 
         Raises:
-            InvalidEventError: ``message`` is not a Message (or the key is invalid).
+            InvalidEventError: ``message`` is not a Message, is larger than ``max_event_size``,
+                or the key is invalid.
             StoreError, OutcomeUnknownError, SessionClosedError: as :meth:`append`.
         """
         event_type, data = message_event(message)
-        # The message's JSON is a fresh copy that only holds valid fields: nothing to re-check.
+        # The message's JSON is a fresh copy that only holds valid fields: nothing to re-check
+        # but its size.
+        check_size(event_type, data, self._max_event_size)
         item = (event_type, data, message.created_at)
         request = Append((item,), None if key is None else _key(key))
         return (await self._call(request))[0]
@@ -535,7 +566,12 @@ async def _load(store: Store, session_id: str, *, fold: bool) -> tuple[Log, Stor
     return log, stored
 
 
-def check_options(queue_size: object, on_conflict: object, compaction: object) -> None:
+def check_options(
+    queue_size: object,
+    on_conflict: object,
+    compaction: object,
+    max_event_size: object = MAX_EVENT_SIZE,
+) -> None:
     """Check, in the caller, the options an actor runs with (the registry checks them once for
     every actor it opens).
 
@@ -548,6 +584,12 @@ def check_options(queue_size: object, on_conflict: object, compaction: object) -
         raise ValueError(f'on_conflict must be "raise" or "rebase", got {on_conflict!r}')
     if compaction is not None and not isinstance(compaction, CompactionPolicy):
         raise ValueError(f"compaction must be a CompactionPolicy, got {compaction!r}")
+    if max_event_size is not None and (
+        not isinstance(max_event_size, int)
+        or isinstance(max_event_size, bool)
+        or max_event_size < 1
+    ):
+        raise ValueError(f"max_event_size must be an int >= 1 or None, got {max_event_size!r}")
 
 
 def _key(key: object) -> str | None:

@@ -1,10 +1,10 @@
 """Compaction: when to compact a session (:class:`CompactionPolicy`) and what to replace.
 
 Planning is pure: from a committed :class:`~nous_session.log.Log` value it decides which tool
-results to prune and which range of the surface to summarise. The runner
-(:mod:`nous_session._compaction_runner`) does that in a background task of the session and
-posts the resulting replaces back to the actor, where they are applied only if the surface in
-their range is still exactly what was planned over.
+results to prune and which range of the surface to summarise. The session's compaction runner
+(internal) does that in a background task of the session and posts the resulting replaces back
+to the actor, where they are applied only if the surface in their range is still exactly what
+was planned over.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ raises on purpose::
     │                                          the log or session is exactly as it was
     ├── FormatError (also a ValueError)        a provider payload is malformed, or the
     │   │                                      provider is unknown (nous_session.formats)
-    │   └── LossyConversionError               a strict conversion would drop something
+    │   ├── LossyConversionError               a strict conversion would drop something
+    │   └── InvalidHistoryError                a strict conversion's history is one the
+    │                                          provider's API would reject
     ├── SessionClosedError (also a             the session no longer takes requests
     │   RuntimeError)
     ├── WrongEventLoopError (also a            a call came from another event loop or
@@ -25,11 +27,18 @@ raises on purpose::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nous_session.formats._validation import HistoryProblem
+
 __all__ = [
     "ConflictError",
     "CorruptRecordError",
     "FormatError",
     "InvalidEventError",
+    "InvalidHistoryError",
     "LossyConversionError",
     "NousSessionError",
     "OutcomeUnknownError",
@@ -72,6 +81,25 @@ class LossyConversionError(FormatError):
         super().__init__(f"converting to {provider} would lose {len(dropped)} item(s):{lines}")
         self.provider = provider
         self.dropped = dropped
+
+
+class InvalidHistoryError(FormatError):
+    """A strict conversion (``to_provider(..., strict=True)``) was given a history the
+    provider's API would reject (see :func:`nous_session.formats.validate`).
+
+    Attributes:
+        provider: the provider.
+        problems: what it would reject, one :class:`~nous_session.formats.HistoryProblem` per
+            thing, each naming the message by its index.
+    """
+
+    def __init__(self, provider: str, problems: Sequence[HistoryProblem]) -> None:
+        lines = "".join(f"\n  {problem}" for problem in problems)
+        super().__init__(
+            f"{provider} would reject this history ({len(problems)} problem(s)):{lines}"
+        )
+        self.provider = provider
+        self.problems = tuple(problems)
 
 
 class SessionClosedError(NousSessionError, RuntimeError):

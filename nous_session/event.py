@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import attrs
 
-from nous_session._json import JSON, NotJSONError, check_text, copy_json
+from nous_session._json import JSON, NotJSONError, check_text, copy_json, dumps
 from nous_session.errors import InvalidEventError
 from nous_session.message import Message, Role, ToolCall, _trusted_message, utc_datetime
 from nous_session.metadata import SessionMetadata
@@ -35,12 +35,14 @@ from nous_session.ops import (
 from nous_session.parts import stored_part
 
 __all__ = [
+    "MAX_EVENT_SIZE",
     "OPERATION_TYPES",
     "SURFACE_TYPES",
     "TYPE_BY_NAME",
     "Event",
     "EventType",
     "Replace",
+    "check_size",
     "event_type_of",
     "is_custom_type",
     "make_event",
@@ -298,6 +300,55 @@ def prepare(
     except _Refusal as e:
         raise InvalidEventError(f"{event_type} event: {e}") from None
     return event_type, copy, when
+
+
+MAX_EVENT_SIZE: Final = 4 * 1024 * 1024
+"""The default limit on one event's size (its data as compact UTF-8 JSON, as stored): 4 MiB.
+
+A chat message is a few kilobytes, a long tool result or a base64 image a few hundred; an
+event of many megabytes is a mistake (a whole file or a screenshot pasted into the log) that
+every later load, fold, subscriber, fork and export pays for again. ``SessionActor.open(...,
+max_event_size=...)`` changes it for one session (``None``: no limit)."""
+
+# What the JSON of one character can take: 6 bytes ("\u001f"), 4 for one outside the BMP.
+_WIDEST_CHAR: Final = 6
+
+
+def check_size(event_type: object, data: Mapping[str, Any], limit: int | None) -> None:
+    """Refuse ``data`` (an event's, checked) when its compact UTF-8 JSON is over ``limit``
+    bytes (None: no limit).
+
+    Cheap for the common event: a flat object of strings and small scalars is measured by an
+    upper bound of its JSON size, without encoding it; only one near the limit or nested is
+    encoded to be measured exactly.
+
+    Raises:
+        InvalidEventError: naming the event's type, its size and the limit.
+    """
+    if limit is None:
+        return
+    if len(data) == 1:  # the common chat event, {"content": str}, in one step
+        content = data.get("content")
+        if type(content) is str and _WIDEST_CHAR * len(content) + 14 <= limit:
+            return
+    bound = 2  # {}
+    for key, value in data.items():
+        t = type(value)
+        if t is str:
+            bound += _WIDEST_CHAR * (len(key) + len(value)) + 6  # "":"",
+        elif value is None or t is bool or t is float:
+            bound += _WIDEST_CHAR * len(key) + 28  # (a float takes at most 24)
+        else:
+            break  # nested, or an int of any width: measured exactly
+    else:
+        if bound <= limit:
+            return
+    size = len(dumps(data))
+    if size > limit:
+        raise InvalidEventError(
+            f"{event_type} event: its data is {size:,} bytes as JSON, over the limit of "
+            f"{limit:,} bytes (max_event_size, set by SessionActor.open); nothing was appended"
+        )
 
 
 def _time(time: object) -> datetime:

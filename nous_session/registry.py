@@ -55,6 +55,7 @@ from nous_session._loops import current_clock
 from nous_session.actor import SessionActor, check_options
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import SessionClosedError
+from nous_session.event import MAX_EVENT_SIZE
 from nous_session.metadata import SessionMetadata
 from nous_session.stores import open_store
 from nous_session.stores.base import Store, check_session_id
@@ -196,6 +197,7 @@ class Sessions:
         on_conflict: Literal["raise", "rebase"] = "raise",
         queue_size: int = 1024,
         follow: bool | None = None,
+        max_event_size: int | None = MAX_EVENT_SIZE,
     ) -> None:
         """Describe the registry; nothing is opened before ``async with``.
 
@@ -212,6 +214,8 @@ class Sessions:
             follow: as for :meth:`SessionActor.open`: None follows other processes' commits
                 where the store has a change feed; False never does (an adapter that checks
                 and commits against the count it read wants that).
+            max_event_size: as for :meth:`SessionActor.open`: the largest event an actor
+                appends (4 MiB by default; None: no limit).
 
         Raises:
             ValueError: a bad argument.
@@ -232,7 +236,7 @@ class Sessions:
             raise ValueError(f"idle_timeout must be a number > 0, got {idle_timeout!r}")
         if not isinstance(max_open, int) or isinstance(max_open, bool) or max_open < 1:
             raise ValueError(f"max_open must be an int >= 1, got {max_open!r}")
-        check_options(queue_size, on_conflict, compaction)
+        check_options(queue_size, on_conflict, compaction, max_event_size)
         if follow not in (None, True, False):
             raise ValueError(f"follow must be None, True or False, got {follow!r}")
         self._idle_timeout = float(idle_timeout)
@@ -245,6 +249,7 @@ class Sessions:
             queue_size=queue_size,
             on_conflict=on_conflict,
             follow=follow,
+            max_event_size=max_event_size,
         )
         # Every session's current entry: opening, open or closing (one actor per session).
         self._entries: dict[str, _Entry] = {}

@@ -28,11 +28,17 @@ only to that provider. Messages get the same ``created_at`` (a payload has no ti
 ``metadata`` is never sent.
 
 Across providers, whatever has no place in the target is dropped and reported:
-:func:`convert` returns the payload with one note per item in :attr:`Conversion.dropped`, and
-``to_provider(..., strict=True)`` raises :class:`~nous_session.errors.LossyConversionError`
-instead of losing anything. Thinking goes only to the provider that signed it; tool calls
-without ids (Gemini's) get ids where the target needs them; ``developer`` messages become system
-messages where there is no such role.
+:func:`convert` returns the payload with one note per item in :attr:`Conversion.dropped`.
+Thinking goes only to the provider that signed it. What is changed to fit without losing
+anything is noted apart, in :attr:`Conversion.changed`: tool calls without ids (Gemini's) get
+ids where the target needs them; ``developer`` messages become system messages where there is
+no such role.
+
+:func:`validate` says what the provider's API would reject in a history (a tool result with no
+call, a call with no result, an empty assistant message...), and :func:`convert` puts the same
+in :attr:`Conversion.problems`. ``to_provider(..., strict=True)`` raises on both, and only on
+them: :class:`~nous_session.errors.InvalidHistoryError` for a problem,
+:class:`~nous_session.errors.LossyConversionError` for a loss; a change alone passes.
 """
 
 from __future__ import annotations
@@ -44,19 +50,22 @@ from typing import Any, Final, Literal, TypeAlias, overload
 import attrs
 
 from nous_session._json import JSON
-from nous_session.errors import FormatError, LossyConversionError
+from nous_session.errors import FormatError, InvalidHistoryError, LossyConversionError
 from nous_session.formats import anthropic, gemini, openai_chat, openai_responses
 from nous_session.formats._common import Notes
+from nous_session.formats._validation import HistoryProblem, problems
 from nous_session.message import Message, utc_datetime
 
 __all__ = [
     "PROVIDERS",
     "Conversion",
     "Payload",
+    "HistoryProblem",
     "Provider",
     "convert",
     "from_provider",
     "to_provider",
+    "validate",
 ]
 
 Provider: TypeAlias = Literal["openai-chat", "openai-responses", "anthropic", "gemini"]
@@ -85,23 +94,31 @@ def _module(provider: object) -> Any:
 
 @attrs.frozen
 class Conversion:
-    """What :func:`convert` made: the payload, and what could not be carried.
+    """What :func:`convert` made: the payload, what could not be carried, what was changed to
+    fit, and what the provider would reject.
 
     Attributes:
         provider: the provider the payload is for.
         payload: the payload, plain JSON the caller owns.
-        dropped: one human-readable note per item that did not carry over as it was (dropped,
-            or changed to fit, like a made-up call id), naming the message by its index;
-            empty when nothing was lost.
+        dropped: one human-readable note per item that was lost (dropped, or sent otherwise
+            than it was in a way that loses something, like arguments that are not a JSON
+            object sent as ``{}``), naming the message by its index; empty when nothing was.
+        changed: one note per change made to fit the provider that loses nothing (a made-up
+            call id for a call that had none, a developer message sent as system, a media
+            type guessed from a URL).
+        problems: what the provider's API would reject in this history (see
+            :func:`validate`); empty when it would accept it.
     """
 
     provider: Provider
     payload: Payload
     dropped: tuple[str, ...]
+    changed: tuple[str, ...] = ()
+    problems: tuple[HistoryProblem, ...] = ()
 
     @property
     def lossless(self) -> bool:
-        """True when nothing was dropped or changed."""
+        """True when nothing was dropped (changes that lose nothing may have been made)."""
         return not self.dropped
 
 
@@ -123,7 +140,8 @@ def convert(messages: Iterable[Message], provider: Provider) -> Conversion:
         provider: one of :data:`PROVIDERS`.
 
     Returns:
-        The :class:`Conversion`: ``payload`` and the ``dropped`` notes.
+        The :class:`Conversion`: ``payload``, the ``dropped`` and ``changed`` notes, and the
+        ``problems`` the provider would reject.
 
     Raises:
         FormatError: ``provider`` is unknown, or ``messages`` holds something else than
@@ -131,8 +149,40 @@ def convert(messages: Iterable[Message], provider: Provider) -> Conversion:
     """
     module = _module(provider)
     notes = Notes(provider)
-    payload = module.dump(_messages(messages), notes)
-    return Conversion(provider, payload, tuple(notes.items))
+    items = _messages(messages)
+    payload = module.dump(items, notes)
+    found = tuple(problems(items, provider))
+    return Conversion(provider, payload, tuple(notes.items), tuple(notes.changed), found)
+
+
+def validate(messages: Iterable[Message], provider: Provider) -> list[HistoryProblem]:
+    """What ``provider``'s API would reject in this history, if it were sent as it is.
+
+    The rules are the APIs' own (the requests they answer with an error), checked on the
+    messages: every provider wants each tool result to answer a call an earlier assistant
+    message made, and once; each call to get its result; and no empty assistant message (no
+    text, no tool calls). OpenAI Chat Completions, Anthropic and Gemini want the results right
+    after the message that made the calls (the Responses API pairs them by id wherever they
+    are). Anthropic and Gemini want tool-call arguments that are a JSON object (a string that
+    is not one would be sent as ``{}``) and no empty user message; Anthropic no empty or
+    whitespace-only text part, and no trailing whitespace in a final assistant message.
+
+    What a conversion drops is not a problem here: :attr:`Conversion.dropped` says that.
+
+    Args:
+        messages: the conversation, in order.
+        provider: one of :data:`PROVIDERS`.
+
+    Returns:
+        One :class:`HistoryProblem` per thing the API would reject, in message order, each
+        naming the message by its index; an empty list when the API would accept the history.
+
+    Raises:
+        FormatError: ``provider`` is unknown, or ``messages`` holds something else than
+            messages.
+    """
+    _module(provider)
+    return problems(_messages(messages), provider)
 
 
 @overload
@@ -158,7 +208,9 @@ def to_provider(
     Args:
         messages: the conversation, in order.
         provider: one of :data:`PROVIDERS`.
-        strict: raise instead of dropping what the provider has no place for.
+        strict: raise instead of sending a history the provider would reject (see
+            :func:`validate`) or dropping what it has no place for; a change that loses
+            nothing (a made-up call id, say) does not raise.
 
     Returns:
         The payload (plain JSON the caller owns): see the module docstring for each provider's.
@@ -168,10 +220,15 @@ def to_provider(
             messages.
         LossyConversionError: ``strict`` is set and something would be dropped; its
             ``dropped`` says what.
+        InvalidHistoryError: ``strict`` is set, nothing would be dropped, and the provider
+            would reject the history; its ``problems`` say why.
     """
     result = convert(messages, provider)
-    if strict and result.dropped:
-        raise LossyConversionError(provider, result.dropped)
+    if strict:
+        if result.dropped:
+            raise LossyConversionError(provider, result.dropped)
+        if result.problems:
+            raise InvalidHistoryError(provider, result.problems)
     return result.payload
 
 

@@ -193,15 +193,18 @@ _QUIET: Final = {"openai-responses": {"type", "id", "status"}}
 
 
 class Notes:
-    """Collects what a conversion could not carry, one human-readable line per item."""
+    """Collects what a conversion could not carry (``items``: lost) or changed to fit, losing
+    nothing (``changed``: a made-up call id, a developer message sent as system...), one
+    human-readable line per item."""
 
     def __init__(self, provider: str) -> None:
         self.provider = provider
         self.items: list[str] = []
+        self.changed: list[str] = []
 
     def add(self, text: str) -> None:
-        """Record a note as given."""
-        self.items.append(text)
+        """Record, as given, a change made to fit the provider that loses nothing."""
+        self.changed.append(text)
 
     def drop(self, index: int, what: str, why: str | None = None) -> None:
         """Record that ``what`` of message ``index`` was dropped, and why."""

@@ -556,12 +556,16 @@ def test_developer_messages_where_there_is_no_such_role() -> None:
     assert to_provider(messages, "openai-responses")[0] == {"role": "developer", "content": "rules"}  # type: ignore[index]
     anthropic = convert(messages, "anthropic")
     assert anthropic.payload["system"] == "rules"  # type: ignore[call-overload]
-    assert anthropic.dropped == (
+    assert anthropic.changed == (
         "message 0 is a developer message; sent as system: anthropic has none",
     )
+    assert anthropic.dropped == ()
+    assert anthropic.lossless
+    assert to_provider(messages, "anthropic", strict=True) == anthropic.payload
     gemini = convert(messages, "gemini")
     assert gemini.payload["system_instruction"] == {"parts": [{"text": "rules"}]}  # type: ignore[call-overload]
-    assert gemini.dropped == ("message 0 is a developer message; sent as the system instruction",)
+    assert gemini.changed == ("message 0 is a developer message; sent as the system instruction",)
+    assert gemini.dropped == ()
 
 
 # Gemini ---------------------------------------------------------------------------------------
@@ -577,10 +581,13 @@ def test_gemini_takes_the_function_name_from_the_call() -> None:
     result = convert(messages, "gemini")
     responses = [part["functionResponse"] for part in result.payload["contents"][1]["parts"]]  # type: ignore[call-overload,index]
     assert [r["name"] for r in responses] == ["lookup", "search", ""]
-    assert result.dropped == (
+    assert result.changed == (
         "tool result 3 has no function name and answers no known call; gemini needs the name, "
         "sent as ''",
     )
+    assert [str(problem) for problem in result.problems] == [
+        "message 3: a tool result for call 'c9', which no earlier assistant message made"
+    ]
 
 
 def test_gemini_calls_without_ids_get_ids_elsewhere() -> None:
@@ -616,7 +623,7 @@ def test_gemini_calls_without_ids_get_ids_elsewhere() -> None:
         ("call_0_0", "F"),
     ]
     assert "tool call 0 of message 0 has no id; sent as 'call_0_0': openai-chat needs one" in (
-        chat.dropped
+        chat.changed
     )
     assert to_provider(messages, "gemini") == payload
 
