@@ -51,6 +51,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
+from pathlib import Path
 from typing import TextIO
 
 import anyio
@@ -122,6 +123,10 @@ async def _run(args: argparse.Namespace, out: TextIO, interrupt: _Interrupt | No
     # Reading never writes: a read-only store creates no file and no table, and refuses a
     # missing file or a database that is not a nous_session store.
     store = open_store(args.store, read_only=reading)
+    missing = _missing_store(store) if reading else None
+    if missing is not None:
+        await store.aclose()
+        raise CommandError(missing)
     try:
         async with anyio.create_task_group() as task_group:
             if interrupt is not None:
@@ -135,6 +140,34 @@ async def _run(args: argparse.Namespace, out: TextIO, interrupt: _Interrupt | No
         raise
     finally:
         await store.aclose()  # outside the cancelled scope: a Ctrl-C still closes it
+
+
+def _missing_store(store: Store) -> str | None:
+    """What a reading command says when its SQLite file is missing (None when it is there):
+    how to name a store, and the SQLite files in the working directory (read only as far as
+    their 16-byte header)."""
+    path = getattr(store, "path", None)
+    if not isinstance(path, str) or path == ":memory:" or Path(path).is_file():
+        return None
+    found = []
+    for candidate in sorted(Path.cwd().iterdir()):
+        if candidate.suffix not in (".sqlite3", ".sqlite", ".db") or not candidate.is_file():
+            continue
+        try:
+            with candidate.open("rb") as file:
+                if file.read(16) == b"SQLite format 3\x00":
+                    found.append(f"sqlite:///{candidate.name}")
+        except OSError:
+            continue
+    here = (
+        f"SQLite files in this directory: {', '.join(found[:10])}"
+        if found
+        else "no SQLite file in this directory"
+    )
+    return (
+        f"no store file at {path}; name the store with --store URL (after the verb or"
+        f" before it) or in NOUS_SESSION_STORE ({here})"
+    )
 
 
 class _Interrupt:

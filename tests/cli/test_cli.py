@@ -345,11 +345,30 @@ def test_reading_commands_create_and_change_nothing(
         )
     missing = tmp_path / "missing.sqlite3"
     result = cli("tail", "chat", store=f"sqlite:///{missing}", check=False)
-    assert (result.returncode, result.stderr.strip()) == (
-        1,
-        f"nous-session: error: no store file at {missing}",
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith(
+        f"nous-session: error: no store file at {missing}; name the store with --store URL"
     )
     assert _tree(tmp_path) == before
+
+
+def test_a_missing_store_says_how_to_name_one_and_lists_the_files_here(tmp_path: Path) -> None:
+    (tmp_path / "chats.sqlite3").write_bytes(b"SQLite format 3\x00" + bytes(84))
+    (tmp_path / "notes.db").write_text("not a database")
+    result = subprocess.run(
+        [sys.executable, "-m", "nous_session", "sessions", "--store", "sqlite:///nope.sqlite3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "nous-session: error: no store file at nope.sqlite3; name the store with --store URL"
+        " (after the verb or before it) or in NOUS_SESSION_STORE (SQLite files in this"
+        " directory: sqlite:///chats.sqlite3)"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["chats.sqlite3", "notes.db"]
 
 
 def test_history_lists_operations_and_lineage(tmp_path: Path) -> None:

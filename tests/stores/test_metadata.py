@@ -450,10 +450,8 @@ def test_cli_lists_pages_sets_metadata_and_retains(tmp_path: Path) -> None:
     missing = tmp_path / "missing.sqlite3"
     for args in (("sessions", "--limit", "5"), ("retain", "--idle-for", "1d")):
         result = cli(*args, store=f"sqlite:///{missing}", check=False)
-        assert (result.returncode, result.stderr.strip()) == (
-            1,
-            f"nous-session: error: no store file at {missing}",
-        )
+        assert result.returncode == 1
+        assert result.stderr.strip().startswith(f"nous-session: error: no store file at {missing};")
     assert not missing.exists()
     # Writing.
     out = cli("metadata", "s1", "--set", '{"owner": "ann", "tags": ["vip"]}', store=url).stdout
