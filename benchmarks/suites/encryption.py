@@ -42,8 +42,9 @@ def _sealed(store: Any, session_id: str) -> bool:
     """Whether the session's stored records are sealed (first byte 0x01), read raw."""
     if isinstance(store, SQLiteStore):
         import sqlite3
+        from contextlib import closing
 
-        with sqlite3.connect(store.path) as connection:
+        with closing(sqlite3.connect(store.path)) as connection:
             rows = connection.execute(
                 "SELECT e.record FROM nous_events e JOIN nous_sessions s ON s.id = e.sid"
                 " WHERE s.name = ? LIMIT 5",

@@ -449,8 +449,11 @@ def _downgrade(backend: Backend) -> None:
     ]
     if backend.kind == "sqlite":
         import sqlite3
+        from contextlib import closing
 
-        with sqlite3.connect(str(backend.path)) as connection:
+        # closing(): a connection's own `with` commits but does not close it (Python 3.13
+        # warns about a connection left to the collector).
+        with closing(sqlite3.connect(str(backend.path), isolation_level=None)) as connection:
             for statement in statements:
                 connection.execute(statement.format(prefix=""))
         return
