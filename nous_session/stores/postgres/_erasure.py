@@ -25,6 +25,7 @@ from nous_session.stores._lineage import SessionRow
 from nous_session.stores._sealed import Keyring, kid_of
 from nous_session.stores.base import place
 from nous_session.stores.postgres._errors import errors, pooled
+from nous_session.stores.postgres._keyed import xid
 from nous_session.stores.postgres._keys import crypto_erase, fetcher
 from nous_session.stores.postgres._rows import inherited, row_of, view
 from nous_session.stores.postgres._sql import APPLICATION, Statements
@@ -158,8 +159,8 @@ def erase_in_tables(
             destroyed = sorted(copies.destroyed)
             resealed = crypto_erase(connection, statements, keyring, destroyed)
             crypto = Crypto(len(destroyed), resealed, bool(copies.plain))
-        xid = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
-    return done, str(int(xid[0]) % 2**32) if xid else "0", bool(copies.forgotten), crypto
+        transaction = xid(connection)  # this transaction's: the scrub waits for older ones
+    return done, transaction, bool(copies.forgotten), crypto
 
 
 @attrs.frozen

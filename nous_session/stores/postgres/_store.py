@@ -6,7 +6,7 @@ import functools
 import re
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC
 from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeVar
@@ -20,9 +20,8 @@ from psycopg_pool import ConnectionPool
 
 from nous_session._logging import get_logger
 from nous_session.codec import decode_rows
-from nous_session.encryption import Encryption, KeyProvider
+from nous_session.encryption import Encryption
 from nous_session.errors import (
-    ConflictError,
     CorruptRecordError,
     StoreError,
 )
@@ -56,19 +55,14 @@ from nous_session.stores.postgres._errors import (
 )
 from nous_session.stores.postgres._feed import Listener, ListenerFeed
 from nous_session.stores.postgres._group import GroupCommits, Grouped
+from nous_session.stores.postgres._keyed import KeyedTables
 from nous_session.stores.postgres._keys import (
-    key_moved,
     rebase_sealed,
-    resolve_key,
-    rewrap_keys,
-    seal_events,
 )
 from nous_session.stores.postgres._leases import TableLeases
 from nous_session.stores.postgres._rows import (
-    delete_row,
     fork_row,
     read_stored,
-    row_of,
     sessions_info,
 )
 from nous_session.stores.postgres._schema import (
@@ -87,7 +81,7 @@ _SEQ_MAX: Final = 2**63 - 1
 _ROW_SEQ: Final[Callable[[Any], int]] = itemgetter(0)
 
 
-class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
+class PostgresStore(KeyedTables, ErasingTables, TableLeases, ListenerFeed, FeedStore):
     """Sessions in a PostgreSQL database, shared by any number of processes.
 
     Args:
@@ -326,40 +320,7 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
         if keyring is None:
             await self._commit_once(commit, commit_parameters(commit, self._channel))
             return
-        session_id = commit.session_id
-        for _ in range(3):
-            known = keyring.current.get(session_id)
-            cached = keyring.cached(known)
-            new = None
-            if known is not None and cached is not None:
-                kid, cipher = known, cached
-            else:
-                kid, cipher, new = await self._run(
-                    functools.partial(resolve_key, self._pool, self._sql, keyring, session_id)
-                )
-            parameters = commit_parameters(commit, self._channel)
-            parameters["kid"] = kid
-            if new is not None:  # the session has no row: its first commit stores the key
-                if commit.expected_count != 0:
-                    raise conflict(session_id, commit.expected_count, commit.expected_horizon)
-                parameters["new_kid"], parameters["new_provider"], parameters["new_wrapped"] = new
-            sealer = functools.partial(seal_events, keyring, kid, cipher)
-            try:
-                await self._commit_once(commit, parameters, sealer)
-                if new is not None:
-                    keyring.current[session_id] = kid
-            except ConflictError:
-                # An erasure may have replaced the session's key (the commit then moved
-                # nothing): send it again under the new one; any other conflict stands.
-                moved = functools.partial(key_moved, self._pool, self._sql, keyring)
-                if not await self._run(functools.partial(moved, session_id, kid)):
-                    raise
-            else:
-                return
-        raise ConflictError(
-            f"session {session_id!r}: its data key kept changing while committing (erasures"
-            " in progress); nothing was written"
-        )
+        await self._commit_sealed(commit, keyring)
 
     async def _commit_once(
         self,
@@ -510,102 +471,6 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
             for name, count, parent, meta, created, active in await self._read(found)
         ]
 
-    async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
-        """Delete the session if its count and last-active time are still these, checked under
-        its row lock in the deleting transaction (see
-        :class:`~nous_session.stores.base.ListingStore`); its data keys go as :meth:`delete`
-        says."""
-        self._check_writable()
-
-        def delete() -> tuple[int, str] | None:
-            with pooled(
-                self._pool, f"cannot delete session {session_id!r}", transaction=True
-            ) as connection:
-                found = connection.execute(self._sql.idle, (session_id,)).fetchone()
-                if found is None or found[0] != count or found[1] != active:
-                    return None
-                row = row_of(connection, self._sql, session_id)
-                assert row is not None
-                return delete_row(connection, self._sql, row, self._keyring), _xid(connection)
-
-        done = await self._run(delete)
-        if done is not None and done[0]:
-            await self._scrub_after_delete(session_id, *done)
-        return done is not None
-
-    async def delete(self, session_id: str) -> bool:
-        """Delete a session and all its events in one transaction (its forks get their own
-        copy first); True when it existed.
-
-        Its data keys (encryption at rest) that no other session holds rows under (the key
-        holders table says) are destroyed in the same transaction, as an erasure destroys
-        keys; then ``VACUUM FULL`` scrubs the key table alone, as after an erasure.
-
-        Raises:
-            StoreError: the database failed (nothing was deleted), or the session was deleted
-                and its keys destroyed but the key table could not be scrubbed (the error
-                says so).
-        """
-        self._check_writable()
-
-        def delete() -> tuple[int, str] | None:
-            with pooled(
-                self._pool, f"cannot delete session {session_id!r}", transaction=True
-            ) as connection:
-                row = row_of(connection, self._sql, session_id, lock="FOR UPDATE")
-                if row is None:
-                    return None
-                return delete_row(connection, self._sql, row, self._keyring), _xid(connection)
-
-        done = await self._run(delete)
-        if done is not None and done[0]:
-            await self._scrub_after_delete(session_id, *done)
-        return done is not None
-
-    async def _scrub_after_delete(self, session_id: str, destroyed: int, xid: str) -> None:
-        proven, detail = await self._run(
-            lambda: self._scrub(xid, True, 60.0, False, keys_only=True)
-        )
-        if not proven:
-            raise StoreError(
-                f"deleted session {session_id!r} and destroyed {destroyed} data key(s), but the"
-                f" key table could not be scrubbed of them: {detail}; a later erase or rewrap"
-                " scrubs it"
-            )
-
-    async def rewrap(self, provider: KeyProvider) -> int:
-        """Re-wrap every data key under ``provider``'s master key in one transaction, then
-        ``VACUUM FULL`` the key table alone, so that its pages keep no key wrapped the old way;
-        new keys are wrapped by ``provider`` from then on. Returns how many keys there are
-        (see :func:`nous_session.encryption.rewrap`).
-
-        Raises:
-            TypeError: the store was opened without encryption.
-            StoreError: a key cannot be unwrapped or wrapped, or the database failed; nothing
-                was changed (or, if only the scrub failed, the error says so).
-        """
-        keyring = self._keyring
-        if keyring is None:
-            raise TypeError(f"the store {self._redacted()} was opened without encryption")
-        self._check_writable()
-
-        def rewrap() -> tuple[int, str]:
-            with pooled(self._pool, "cannot re-wrap the data keys", transaction=True) as connection:
-                count = rewrap_keys(connection, self._sql, keyring, provider)
-                return count, _xid(connection)
-
-        count, xid = await self._run(rewrap)
-        keyring.use(provider)
-        proven, detail = await self._run(
-            lambda: self._scrub(xid, True, 60.0, False, keys_only=True)
-        )
-        if not proven:
-            raise StoreError(
-                f"re-wrapped {count} data key(s), but the key table could not be scrubbed of"
-                f" the old wrapped keys: {detail}; run rewrap again"
-            )
-        return count
-
     # Lifecycle --------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
@@ -614,12 +479,6 @@ class PostgresStore(ErasingTables, TableLeases, ListenerFeed, FeedStore):
             return
         self._closed = True
         await anyio.to_thread.run_sync(self._pool.close)
-
-
-def _xid(connection: psycopg.Connection[Any]) -> str:
-    """The id of the connection's current transaction (32 bits: as pg_stat_activity has it)."""
-    found = connection.execute("SELECT pg_current_xact_id()::text").fetchone()
-    return str(int(found[0]) % 2**32) if found else "0"
 
 
 _OURS: Final = ("schema", "pooled", "direct_url")

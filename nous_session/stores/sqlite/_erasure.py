@@ -22,6 +22,7 @@ from nous_session.stores.base import (
     place,
 )
 from nous_session.stores.sqlite._errors import _errors
+from nous_session.stores.sqlite._keyed import truncated_wal
 from nous_session.stores.sqlite._keys import (
     crypto_erase,
     fetcher,
@@ -190,9 +191,7 @@ def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bo
         finally:
             connection.execute(f"PRAGMA temp_store = {int(temp_store)}")
         done.append("VACUUM rebuilt the file")
-    with _errors(f"the WAL checkpoint of {path} failed"):
-        busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    if busy:
+    if not truncated_wal(connection, f"the WAL checkpoint of {path}"):
         done.append(
             "the WAL could not be checkpointed and truncated: another connection holds an old"
             " snapshot (the WAL may still hold old pages; erase again once it is done)"
@@ -209,9 +208,7 @@ def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bo
 def _checkpoint(connection: sqlite3.Connection, path: str) -> tuple[bool, str]:
     """After a crypto-erasure: checkpoint the WAL into the file and truncate it (no file
     rebuild: the old records' keys are gone). Whether that happened, and what was done."""
-    with _errors(f"the WAL checkpoint of {path} failed"):
-        busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    if busy:
+    if not truncated_wal(connection, f"the WAL checkpoint of {path}"):
         return False, (
             "the WAL could not be checkpointed and truncated: another connection holds an old"
             " snapshot (the WAL may still hold the destroyed keys' rows; erase again once it"

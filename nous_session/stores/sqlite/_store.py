@@ -8,7 +8,6 @@ import threading
 import warnings
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import suppress
-from datetime import datetime
 from typing import Any, ClassVar, Literal, TypeVar
 
 import anyio
@@ -17,7 +16,7 @@ import attrs
 
 from nous_session._json import loads
 from nous_session.codec import encode
-from nous_session.encryption import Encryption, KeyProvider
+from nous_session.encryption import Encryption
 from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.listing import (
@@ -25,7 +24,6 @@ from nous_session.listing import (
     SessionEntry,
     from_micros,
     latest_metadata,
-    to_micros,
 )
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, FeedStore
@@ -42,11 +40,9 @@ from nous_session.stores.sqlite._commit import _CommitJob, rebase_in
 from nous_session.stores.sqlite._erasure import FileErasure
 from nous_session.stores.sqlite._errors import _errors
 from nous_session.stores.sqlite._feed import DEFAULT_POLL, ChangeMonitor
-from nous_session.stores.sqlite._keys import rewrap_keys
+from nous_session.stores.sqlite._keyed import KeyedFile
 from nous_session.stores.sqlite._leases import FileLeases
 from nous_session.stores.sqlite._rows import (
-    _row,
-    delete_row,
     fork_row,
     read_stored,
     sessions_info,
@@ -63,7 +59,7 @@ Synchronous = Literal["FULL", "NORMAL", "OFF", "EXTRA"]
 
 
 @attrs.define
-class SQLiteStore(FileErasure, FileLeases, FeedStore):
+class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
     """Sessions in one SQLite file.
 
     Args:
@@ -313,116 +309,6 @@ class SQLiteStore(FileErasure, FileLeases, FeedStore):
             )
             for name, count, parent, meta, created, active in await self._run(listing)
         ]
-
-    async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
-        """Delete the session if its count and last-active time are still these, checked in
-        the deleting transaction (see :class:`~nous_session.stores.base.ListingStore`); its
-        data keys go as :meth:`delete` says."""
-        moment = to_micros(active)
-
-        def delete(connection: sqlite3.Connection) -> int | None:
-            found = connection.execute(
-                "SELECT count, active FROM nous_sessions WHERE name = ?", (session_id,)
-            ).fetchone()
-            if found is None or tuple(found) != (count, moment):
-                return None
-            row = _row(connection, session_id)
-            assert row is not None
-            return delete_row(connection, row, session_id, self._keyring)
-
-        destroyed = await self._write(delete, f"cannot delete session {session_id!r}")
-        if destroyed:
-            await self._truncate_after_delete(session_id, destroyed)
-        return destroyed is not None
-
-    async def delete(self, session_id: str) -> bool:
-        """Delete a session and all its events (its forks get their own copy first); True
-        when it existed.
-
-        Its data keys (encryption at rest) that no other session holds rows under (the key
-        holders table says) are destroyed in the same transaction, as an erasure destroys
-        keys: the key rows deleted with ``secure_delete`` on and the key table rebuilt; then
-        the WAL is checkpointed and truncated.
-
-        Raises:
-            StoreError: SQLite failed (nothing was deleted), or the session was deleted and
-                its keys destroyed but the WAL could not be truncated (the error says so).
-        """
-
-        def delete(connection: sqlite3.Connection) -> int | None:
-            row = _row(connection, session_id)
-            if row is None:
-                return None
-            return delete_row(connection, row, session_id, self._keyring)
-
-        destroyed = await self._write(delete, f"cannot delete session {session_id!r}")
-        if destroyed:
-            await self._truncate_after_delete(session_id, destroyed)
-        return destroyed is not None
-
-    async def _truncate_after_delete(self, session_id: str, destroyed: int) -> None:
-        """After a delete destroyed data keys: checkpoint the WAL into the file and truncate
-        it (the key table's old pages were zeroed in the file's pages, not in the WAL)."""
-
-        def truncate(connection: sqlite3.Connection) -> None:
-            with _errors(f"deleted session {session_id!r}, but the WAL checkpoint failed"):
-                busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if busy:
-                raise StoreError(
-                    f"deleted session {session_id!r} and destroyed {destroyed} data key(s),"
-                    f" but the WAL of {self.path} could not be truncated (another connection"
-                    " holds an old snapshot): it may still hold the destroyed keys' rows until"
-                    " a later erase or rewrap truncates it"
-                )
-
-        await self._run(truncate)
-
-    async def rewrap(self, provider: KeyProvider) -> int:
-        """Re-wrap every data key under ``provider``'s master key, in one transaction with
-        ``secure_delete`` on, rebuilding the key table so that no page keeps a key wrapped the
-        old way, then checkpoint and truncate the WAL; new keys are wrapped by ``provider``
-        from then on. Returns how many keys there are (see
-        :func:`nous_session.encryption.rewrap`).
-
-        Raises:
-            TypeError: the store was opened without encryption.
-            StoreError: a key cannot be unwrapped or wrapped, or SQLite failed; nothing was
-                changed (or, if only the checkpoint failed, the error says so).
-        """
-        keyring = self._keyring
-        if keyring is None:
-            raise TypeError(f"the store {self.url} was opened without encryption")
-        if self.read_only:
-            raise StoreError(f"the store {self.url} is open read-only")
-
-        def rewrap(connection: sqlite3.Connection) -> int:
-            self._check_file()
-            secure = connection.execute("PRAGMA secure_delete").fetchone()[0]
-            connection.execute("PRAGMA secure_delete = ON")
-            try:
-                with _errors(f"cannot re-wrap the data keys of {self.path}"):
-                    connection.execute("BEGIN IMMEDIATE")
-                    try:
-                        count = rewrap_keys(connection, keyring, provider)
-                    except BaseException:
-                        connection.execute("ROLLBACK")
-                        raise
-                    connection.execute("COMMIT")
-            finally:
-                connection.execute(f"PRAGMA secure_delete = {int(secure)}")
-            keyring.use(provider)
-            with _errors(f"re-wrapped, but the WAL checkpoint of {self.path} failed"):
-                busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if busy:
-                raise StoreError(
-                    f"re-wrapped the data keys of {self.path}, but the WAL could not be"
-                    " truncated (another connection holds an old snapshot): it may still"
-                    " hold keys wrapped the old way; run rewrap again once it is done"
-                )
-            return count
-
-        # Outside the writer's transactions, as erase does: serialised with every write.
-        return await self._run(rewrap)
 
     # The change feed --------------------------------------------------------------------------
 
