@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
+import attrs
+
 from nous_session.encryption import Encryption, KeyProvider, aead
 from nous_session.errors import CorruptRecordError, StoreError
 
@@ -240,3 +242,21 @@ class Keyring:
             else:
                 append((seq, record))
         return opened
+
+
+@attrs.frozen
+class CryptoErasure:
+    """What a crypto-erasure did: keys destroyed, rows re-sealed, and whether a copy was in
+    plain text (then the store rewrites its tables or file too)."""
+
+    destroyed: int
+    resealed: int
+    plain: bool
+
+    def detail(self, scrubbed: str) -> str:
+        """The start of the erasure's ``detail``; ``scrubbed`` says how the store scrubbed its
+        key table."""
+        return (
+            f"crypto-erasure: {self.destroyed} data key(s) destroyed; {self.resealed} row(s)"
+            f" re-sealed under new key(s); {scrubbed}"
+        )

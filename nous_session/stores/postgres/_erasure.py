@@ -22,7 +22,7 @@ from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
-from nous_session.stores._sealed import Keyring, kid_of
+from nous_session.stores._sealed import CryptoErasure, Keyring, kid_of
 from nous_session.stores.base import place
 from nous_session.stores.postgres._errors import errors, pooled
 from nous_session.stores.postgres._keyed import xid
@@ -31,8 +31,10 @@ from nous_session.stores.postgres._rows import inherited, row_of, view
 from nous_session.stores.postgres._sql import APPLICATION, Statements
 
 T = TypeVar("T")
+# How a crypto-erasure scrubbed the keys, as its result says.
+_RESEALED: Final = "row updates, no table rewrite"
 
-__all__ = ["Crypto", "ErasingTables", "erase_in_tables", "scrub_tables"]
+__all__ = ["ErasingTables", "erase_in_tables", "scrub_tables"]
 
 # What VACUUM FULL VERBOSE says of the dead row versions it copied (a snapshot may see them).
 DEAD_KEPT: Final = re.compile(r"(\d+) dead row versions cannot be removed yet")
@@ -145,7 +147,7 @@ def erase_in_tables(
     channel: str,
     request: ErasureRequest,
     keyring: Keyring | None = None,
-) -> tuple[Erasure, str, bool, Crypto | None]:
+) -> tuple[Erasure, str, bool, CryptoErasure | None]:
     """Rewrite every stored copy of the events to erase in one transaction (rolled back for
     a dry run); the result, the transaction's id (for :func:`scrub_tables`), whether an
     erased metadata record's listing copies were replaced (the sessions table too must be
@@ -158,25 +160,9 @@ def erase_in_tables(
         if keyring is not None and not request.dry_run:
             destroyed = sorted(copies.destroyed)
             resealed = crypto_erase(connection, statements, keyring, destroyed)
-            crypto = Crypto(len(destroyed), resealed, bool(copies.plain))
+            crypto = CryptoErasure(len(destroyed), resealed, bool(copies.plain))
         transaction = xid(connection)  # this transaction's: the scrub waits for older ones
     return done, transaction, bool(copies.forgotten), crypto
-
-
-@attrs.frozen
-class Crypto:
-    """What a crypto-erasure did: keys destroyed, rows re-sealed, and whether a copy was
-    in plain text (then the tables are rewritten too)."""
-
-    destroyed: int
-    resealed: int
-    plain: bool
-
-    def detail(self) -> str:
-        return (
-            f"crypto-erasure: {self.destroyed} data key(s) destroyed; {self.resealed} row(s)"
-            " re-sealed under new key(s) (row updates, no table rewrite)"
-        )
 
 
 def scrub_tables(
@@ -340,7 +326,7 @@ class ErasingTables(Erasing):
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
             raise ValueError(f"lock_timeout is a number of seconds, got {lock_timeout!r}")
 
-        def erase() -> tuple[Erasure, str, bool, Crypto | None]:
+        def erase() -> tuple[Erasure, str, bool, CryptoErasure | None]:
             what = f"cannot erase from session {request.session_id!r}"
             with pooled(self._pool, what) as connection:
                 return erase_in_tables(
@@ -355,10 +341,14 @@ class ErasingTables(Erasing):
             proven, detail = await self._run(
                 lambda: self._scrub(xid, True, lock_timeout, listing, keys_only=True)
             )
-            return attrs.evolve(done, proven=proven, detail=f"{crypto.detail()}; {detail}")
+            return attrs.evolve(
+                done,
+                proven=proven,
+                detail=f"{crypto.detail(_RESEALED)}; {detail}",
+            )
         proven, detail = await self._run(lambda: self._scrub(xid, rewrite, lock_timeout, listing))
         if crypto is not None:
-            detail = f"{crypto.detail()}; a copy was in plain text, so: {detail}"
+            detail = f"{crypto.detail(_RESEALED)}; a copy was in plain text, so: {detail}"
         return attrs.evolve(done, proven=proven, detail=detail)
 
     def _scrub(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -17,7 +17,7 @@ from nous_session.errors import StoreError
 from nous_session.event import Event
 from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow
-from nous_session.stores._sealed import Keyring, kid_of
+from nous_session.stores._sealed import CryptoErasure, Keyring, kid_of
 from nous_session.stores.base import (
     place,
 )
@@ -33,6 +33,8 @@ from nous_session.stores.sqlite._rows import _inherited, _row, _rows
 from nous_session.stores.sqlite._sql import CHILDREN, FORGET_METADATA, OWN_KEPT_SEQS
 
 T = TypeVar("T")
+# How a crypto-erasure scrubbed the keys, as its result says.
+_KEYS_SCRUBBED: Final = "secure_delete zeroed the key rows and the key table was rebuilt"
 
 
 @attrs.frozen
@@ -131,7 +133,7 @@ def _erase_rows(
     request: ErasureRequest,
     path: str,
     keyring: Keyring | None = None,
-) -> tuple[Erasure, _Crypto | None]:
+) -> tuple[Erasure, CryptoErasure | None]:
     """Rewrite every stored copy of the events to erase, in one transaction with
     ``secure_delete`` on (the old records' space is zeroed); ``wanted`` None: the session's
     own events (and, with ``inherited``, those it took from its parent). With a ``keyring``,
@@ -150,7 +152,7 @@ def _erase_rows(
                 destroyed = sorted(copies.destroyed)
                 resealed = crypto_erase(connection, keyring, destroyed)
                 rebuild_key_table(connection)
-                crypto = _Crypto(len(destroyed), resealed, bool(copies.plain))
+                crypto = CryptoErasure(len(destroyed), resealed, bool(copies.plain))
         except BaseException:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
@@ -159,23 +161,6 @@ def _erase_rows(
     finally:
         connection.execute(f"PRAGMA secure_delete = {int(secure)}")
     return done, crypto
-
-
-@attrs.frozen
-class _Crypto:
-    """What a crypto-erasure did: keys destroyed, rows re-sealed, and whether a copy was
-    in plain text (then the file is rewritten too)."""
-
-    destroyed: int
-    resealed: int
-    plain: bool
-
-    def detail(self) -> str:
-        return (
-            f"crypto-erasure: {self.destroyed} data key(s) destroyed; {self.resealed} row(s)"
-            " re-sealed under new key(s); secure_delete zeroed the key rows and the key table"
-            " was rebuilt"
-        )
 
 
 def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bool, str]:
@@ -289,11 +274,12 @@ class FileErasure(Erasing):
             try:
                 if crypto is not None and not crypto.plain:
                     proven, detail = _checkpoint(connection, self.path)
-                    detail = f"{crypto.detail()}; {detail}"
+                    detail = f"{crypto.detail(_KEYS_SCRUBBED)}; {detail}"
                 else:
                     proven, detail = _scrub(connection, rewrite, self.path)
                     if crypto is not None:
-                        detail = f"{crypto.detail()}; a copy was in plain text, so: {detail}"
+                        plain = "a copy was in plain text, so"
+                        detail = f"{crypto.detail(_KEYS_SCRUBBED)}; {plain}: {detail}"
             except StoreError as error:
                 # The rows are erased (that transaction committed): every holder reads the
                 # erased form; only the proof is missing.
