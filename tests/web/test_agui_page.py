@@ -29,7 +29,7 @@ from nous_session import SessionActor
 from nous_session.stores.sqlite import SQLiteStore
 from nous_session.web._agui import agui_messages
 from tests.web.test_agui_client import CLIENT, server
-from tests.web.test_web_view import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, wait_for
+from tests.web.test_web_view import CHROMEDRIVER, CHROMIUM, chromium, wait_for
 
 PAGE = CLIENT / "page"
 ESBUILD = CLIENT / "node_modules" / ".bin" / "esbuild"
@@ -83,20 +83,8 @@ def page(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    service = Service(str(CHROMEDRIVER), log_output=subprocess.DEVNULL)
-    driver = webdriver.Chrome(options=options, service=service)
-    try:
+    with chromium(tmp_path) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def rendered(driver: Any) -> dict[str, Any]:

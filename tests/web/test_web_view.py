@@ -30,6 +30,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -174,8 +175,10 @@ def server(tmp_path: Path) -> Iterator[Server]:
         server.stop()
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
+@contextmanager
+def chromium(tmp_path: Path) -> Iterator[Any]:
+    """A headless Chromium driven through chromedriver, its profile in ``tmp_path`` (the
+    browser tests' one way to start it)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -190,6 +193,12 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    with chromium(tmp_path) as driver:
+        yield driver
 
 
 def page_state(driver: Any) -> dict[str, Any]:
