@@ -95,6 +95,22 @@ class SessionStatistics:
     compactions_failed: int
     compaction_in_flight: bool
 
+    @classmethod
+    def of(cls, state: SessionState, queue_depth: int) -> SessionStatistics:
+        """The statistics of the session whose state is ``state``."""
+        compaction = state.compaction
+        return cls(
+            queue_depth=queue_depth,
+            count=state.published.log.count,
+            subscribers=state.published.subscribers,
+            batches=state.batches,
+            requests=state.requests,
+            compactions_run=compaction.run if compaction else 0,
+            compactions_stale=compaction.stale if compaction else 0,
+            compactions_failed=compaction.failed if compaction else 0,
+            compaction_in_flight=compaction.in_flight if compaction else False,
+        )
+
 
 _OPEN_KEY: Final = object()
 
@@ -231,15 +247,7 @@ class SessionActor(HistoryOperations):
         check_options(queue_size, on_conflict, compaction, max_event_size)
         record = None if metadata is None else SessionMetadata.coerce(metadata)
         owned = store is None or isinstance(store, str)
-        if store is None:
-            store = MemoryStore()
-        elif isinstance(store, str):
-            store = open_store(store)
-        elif not all(callable(getattr(store, name, None)) for name in ("load", "commit", "aclose")):
-            raise ValueError(f"store must have async load, commit and aclose; got {store!r}")
-        watch = follow is not False and supports(store, ChangeFeedStore)
-        if follow and not watch:
-            raise ValueError(f"follow=True needs a store with a change feed; {store!r} has none")
+        store, watch = _store_to_open(store, follow)
         # Telemetry hook: None when off (the actor then runs as if telemetry did not exist);
         # on, the actor talks to the store through a traced proxy.
         # A store with no `read` (the contract's first version) is wrapped once, here.
@@ -375,29 +383,7 @@ class SessionActor(HistoryOperations):
             not isinstance(expect_count, int) or isinstance(expect_count, bool) or expect_count < 0
         ):
             raise ValueError(f"expect_count must be an int >= 0 or None, got {expect_count!r}")
-        normalised: list[tuple[EventType | str, Any, datetime]] = []
-        limit = self._max_event_size
-        for index, item in enumerate(items):
-            if isinstance(item, Message):
-                surface_type, surface_data = message_event(item)
-                try:
-                    check_size(surface_type, surface_data, limit)
-                except InvalidEventError as error:
-                    raise InvalidEventError(f"append_many item {index}: {error}") from None
-                normalised.append((surface_type, surface_data, item.created_at))
-                continue
-            if not isinstance(item, tuple | list) or len(item) not in (2, 3):
-                raise InvalidEventError(
-                    f"append_many item {index} must be (type, data), (type, data, time) or a "
-                    f"Message (nous_session.event.message_event(message) gives a message's "
-                    f"(type, data)), got {item!r}"
-                )
-            try:
-                prepared = prepare(item[0], item[1], item[2] if len(item) == 3 else None)
-                check_size(prepared[0], prepared[1], limit)
-                normalised.append(prepared)
-            except InvalidEventError as error:
-                raise InvalidEventError(f"append_many item {index}: {error}") from None
+        normalised = _prepared_items(items, self._max_event_size)
         if not normalised:
             return ()
         request = Append(tuple(normalised), _key(key), expect_count)
@@ -519,19 +505,7 @@ class SessionActor(HistoryOperations):
 
     def statistics(self) -> SessionStatistics:
         """Counters and gauges; see :class:`SessionStatistics`."""
-        state = self._state
-        compaction = state.compaction
-        return SessionStatistics(
-            queue_depth=self._engine.queue_depth(),
-            count=self._state.published.log.count,
-            subscribers=self._state.published.subscribers,
-            batches=state.batches,
-            requests=state.requests,
-            compactions_run=compaction.run if compaction else 0,
-            compactions_stale=compaction.stale if compaction else 0,
-            compactions_failed=compaction.failed if compaction else 0,
-            compaction_in_flight=compaction.in_flight if compaction else False,
-        )
+        return SessionStatistics.of(self._state, self._engine.queue_depth())
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "closing" if self._state.closing else "open"
@@ -590,6 +564,57 @@ def check_options(
         or max_event_size < 1
     ):
         raise ValueError(f"max_event_size must be an int >= 1 or None, got {max_event_size!r}")
+
+
+def _prepared_items(
+    items: Iterable[Sequence[Any] | Message], limit: int | None
+) -> list[tuple[EventType | str, Any, datetime]]:
+    """``append_many``'s items checked and copied in the caller, each within ``limit`` bytes.
+
+    Raises:
+        InvalidEventError: naming the first bad item's index.
+    """
+    normalised: list[tuple[EventType | str, Any, datetime]] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, Message | tuple | list) or (
+            not isinstance(item, Message) and len(item) not in (2, 3)
+        ):
+            raise InvalidEventError(
+                f"append_many item {index} must be (type, data), (type, data, time) or a "
+                f"Message (nous_session.event.message_event(message) gives a message's "
+                f"(type, data)), got {item!r}"
+            )
+        prepared: tuple[EventType | str, Any, datetime]
+        try:
+            if isinstance(item, Message):
+                surface_type, surface_data = message_event(item)
+                prepared = (surface_type, surface_data, item.created_at)
+            else:
+                prepared = prepare(item[0], item[1], item[2] if len(item) == 3 else None)
+            check_size(prepared[0], prepared[1], limit)
+        except InvalidEventError as error:
+            raise InvalidEventError(f"append_many item {index}: {error}") from None
+        normalised.append(prepared)
+    return normalised
+
+
+def _store_to_open(store: Store | str | None, follow: bool | None) -> tuple[Store, bool]:
+    """The store ``open`` was given (None: a private MemoryStore; a URL: the store it names)
+    and whether the actor follows its change feed.
+
+    Raises:
+        ValueError: not a store, or ``follow=True`` with a store that has no change feed.
+    """
+    if store is None:
+        store = MemoryStore()
+    elif isinstance(store, str):
+        store = open_store(store)
+    elif not all(callable(getattr(store, name, None)) for name in ("load", "commit", "aclose")):
+        raise ValueError(f"store must have async load, commit and aclose; got {store!r}")
+    watch = follow is not False and supports(store, ChangeFeedStore)
+    if follow and not watch:
+        raise ValueError(f"follow=True needs a store with a change feed; {store!r} has none")
+    return store, watch
 
 
 def _key(key: object) -> str | None:
