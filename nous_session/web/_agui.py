@@ -124,10 +124,8 @@ def is_known(identifier: str, known: set[str], count: int) -> bool:
     are ``known``."""
     if identifier in known:
         return True
-    if identifier.startswith(OWN_PREFIX):
-        seq = identifier[len(OWN_PREFIX) :].partition(".")[0]
-        return seq.isdecimal() and int(seq) < count
-    return False
+    seq = _seq_of(identifier)
+    return seq is not None and seq < count
 
 
 def _text(content: object) -> str:
