@@ -180,6 +180,14 @@ class Keyring:
         """Drop a destroyed key from the cache."""
         self._ciphers.pop(kid, None)
 
+    def destroyed(self, kids: Sequence[bytes]) -> None:
+        """Keys a delete destroyed: out of the cache, and no session's current key any more."""
+        for kid in kids:
+            self.forget(kid)
+        for name, current in list(self.current.items()):
+            if current in kids:
+                del self.current[name]
+
     # Records ----------------------------------------------------------------------------------
 
     def seal(self, kid: bytes, cipher: AESGCM, seq: int, record: bytes) -> bytes:

@@ -208,11 +208,7 @@ def release_keys(
         return 0
     gone = [bytes(kid) for (kid,) in connection.execute(statements.destroy_unheld, (held,))]
     if keyring is not None:
-        for kid in gone:
-            keyring.forget(kid)
-        for name, current in list(keyring.current.items()):
-            if current in gone:
-                del keyring.current[name]
+        keyring.destroyed(gone)
     return len(gone)
 
 

@@ -181,11 +181,7 @@ def release_keys(connection: sqlite3.Connection, sid: int, keyring: Keyring | No
     finally:
         connection.execute(f"PRAGMA secure_delete = {int(secure)}")
     if keyring is not None:
-        for kid in gone:
-            keyring.forget(kid)
-        for name, current in list(keyring.current.items()):
-            if current in gone:
-                del keyring.current[name]
+        keyring.destroyed(gone)
     return len(gone)
 
 
