@@ -17,7 +17,128 @@ APPLICATION: Final = "nous_session"
 ``" listener"``)."""
 
 
-class Statements:
+class _Tables:
+    """The tables every group of statements names."""
+
+    events: sql.Identifier
+    kept: sql.Identifier
+
+
+class _ErasureStatements(_Tables):
+    """Erasure's statements (see :mod:`~nous_session.stores.postgres._erasure`)."""
+
+    def __init__(self, tables: dict[str, sql.Identifier]) -> None:
+        # Erasure: a copy of an event in the events or kept table, read and rewritten; a
+        # session's forks (locked against a snapshot copying them meanwhile); its own kept
+        # seqs; an erased metadata record's copies.
+        self.erase_select = {
+            name: sql.SQL("SELECT record FROM {} WHERE session = %s AND seq = %s").format(table)
+            for name, table in (("events", self.events), ("kept", self.kept))
+        }
+        self.erase_update = {
+            name: sql.SQL("UPDATE {} SET record = %s WHERE session = %s AND seq = %s").format(table)
+            for name, table in (("events", self.events), ("kept", self.kept))
+        }
+        self.children = sql.SQL(
+            "SELECT name, fork_point FROM {sessions} WHERE parent_uid = %s"
+            " AND fork_point IS NOT NULL ORDER BY name FOR UPDATE"
+        ).format(**tables)
+        self.own_kept_seqs = sql.SQL(
+            "SELECT seq FROM {kept} WHERE session = %s AND seq >= %s"
+        ).format(**tables)
+        self.relink_forks = sql.SQL(
+            "UPDATE {sessions} SET parent = %s, parent_uid = %s,"
+            " fork_point = least(fork_point, %s) WHERE parent_uid = %s"
+        ).format(**tables)
+        # An erasure's record: the session's next event, and a notification of its head.
+        self.append_erasure = sql.SQL(
+            """WITH moved AS (
+                UPDATE {sessions} SET count = %(seq)s + 1
+                WHERE name = %(name)s AND count = %(seq)s RETURNING 1
+            ), inserted AS (
+                INSERT INTO {events} (session, seq, record, kid)
+                SELECT %(name)s, %(seq)s, %(record)s, %(kid)s::bytea FROM moved RETURNING 1
+            )
+            SELECT pg_notify(%(channel)s, %(payload)s) FROM moved"""
+        ).format(**tables)
+        self.forget_metadata = sql.SQL(
+            "UPDATE {sessions} SET meta = %s::jsonb WHERE name = %s AND meta_seq = %s"
+        ).format(**tables)
+
+
+class _KeyStatements(_Tables):
+    """The statements of encryption at rest (see :mod:`~nous_session.stores.postgres._keys`)."""
+
+    def __init__(self, tables: dict[str, sql.Identifier]) -> None:
+        # Encryption at rest: data keys, a session's current one, the rows of a key.
+        self.data_key = sql.SQL("SELECT provider, wrapped FROM {data_keys} WHERE kid = %s").format(
+            **tables
+        )
+        self.add_data_key = sql.SQL(
+            "INSERT INTO {data_keys} (kid, provider, wrapped) VALUES (%s, %s, %s)"
+        ).format(**tables)
+        self.session_kid = sql.SQL("SELECT count, kid FROM {sessions} WHERE name = %s").format(
+            **tables
+        )
+        # A session's key, set unless it has one (its row made, count 0, if missing): the key
+        # it has after this.
+        self.set_session_kid = sql.SQL(
+            "INSERT INTO {sessions} AS s (name, count, kid) VALUES (%s, 0, %s)"
+            " ON CONFLICT (name) DO UPDATE SET kid = coalesce(s.kid, excluded.kid)"
+            " RETURNING kid"
+        ).format(**tables)
+        self.set_kid_locked = sql.SQL("UPDATE {sessions} SET kid = %s WHERE name = %s").format(
+            **tables
+        )
+        # A crypto-erasure: the sessions whose current key is destroyed move to its successor
+        # first (taking their row locks: a commit sealed under the old key waits, then moves
+        # nothing), then the rows of the old key are read (in the sessions holding it, by
+        # session: the primary key's range of each), re-sealed and rewritten, and the holders
+        # move to the successor too.
+        self.replace_kid = sql.SQL("UPDATE {sessions} SET kid = %s WHERE kid = %s").format(**tables)
+        self.holders_of_key = sql.SQL(
+            'SELECT session FROM {key_holders} WHERE kid = %s ORDER BY session COLLATE "C"'
+        ).format(**tables)
+        self.rows_of_key = {
+            name: sql.SQL(
+                "SELECT session, seq, record FROM {} WHERE session = ANY(%s::text[])"
+                " AND kid = %s FOR UPDATE"
+            ).format(table)
+            for name, table in (("events", self.events), ("kept", self.kept))
+        }
+        self.replace_holders = sql.SQL("UPDATE {key_holders} SET kid = %s WHERE kid = %s").format(
+            **tables
+        )
+        # A deleted session's keys: its holder rows go, and the keys no other session holds
+        # are destroyed.
+        self.release_keys = sql.SQL(
+            "DELETE FROM {key_holders} WHERE session = %s RETURNING kid"
+        ).format(**tables)
+        self.destroy_unheld = sql.SQL(
+            "DELETE FROM {data_keys} AS d WHERE d.kid = ANY(%s::bytea[])"
+            " AND NOT EXISTS (SELECT 1 FROM {key_holders} h WHERE h.kid = d.kid) RETURNING d.kid"
+        ).format(**tables)
+        self.add_holder = sql.SQL(
+            "INSERT INTO {key_holders} (kid, session) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+        ).format(**tables)
+        self.reseal = {
+            name: sql.SQL(
+                "UPDATE {} AS t SET record = r.record, kid = %s"
+                " FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS r (session, seq, record)"
+                " WHERE t.session = r.session AND t.seq = r.seq"
+            ).format(table)
+            for name, table in (("events", self.events), ("kept", self.kept))
+        }
+        self.drop_data_key = sql.SQL("DELETE FROM {data_keys} WHERE kid = %s").format(**tables)
+        self.all_data_keys = sql.SQL(
+            "SELECT kid, provider, wrapped FROM {data_keys} ORDER BY kid FOR UPDATE"
+        ).format(**tables)
+        self.rewrap_data_key = sql.SQL(
+            "UPDATE {data_keys} SET provider = %s, wrapped = %s WHERE kid = %s"
+        ).format(**tables)
+
+
+class Statements(_ErasureStatements, _KeyStatements):
     """The tables of one schema and the statements a store runs against them.
 
     Args:
@@ -357,108 +478,8 @@ class Statements:
             ),
             sql.SQL("DELETE FROM {sessions} WHERE name = %s").format(**tables),
         )
-        # Erasure: a copy of an event in the events or kept table, read and rewritten; a
-        # session's forks (locked against a snapshot copying them meanwhile); its own kept
-        # seqs; an erased metadata record's copies.
-        self.erase_select = {
-            name: sql.SQL("SELECT record FROM {} WHERE session = %s AND seq = %s").format(table)
-            for name, table in (("events", self.events), ("kept", self.kept))
-        }
-        self.erase_update = {
-            name: sql.SQL("UPDATE {} SET record = %s WHERE session = %s AND seq = %s").format(table)
-            for name, table in (("events", self.events), ("kept", self.kept))
-        }
-        self.children = sql.SQL(
-            "SELECT name, fork_point FROM {sessions} WHERE parent_uid = %s"
-            " AND fork_point IS NOT NULL ORDER BY name FOR UPDATE"
-        ).format(**tables)
-        self.own_kept_seqs = sql.SQL(
-            "SELECT seq FROM {kept} WHERE session = %s AND seq >= %s"
-        ).format(**tables)
-        self.relink_forks = sql.SQL(
-            "UPDATE {sessions} SET parent = %s, parent_uid = %s,"
-            " fork_point = least(fork_point, %s) WHERE parent_uid = %s"
-        ).format(**tables)
-        # An erasure's record: the session's next event, and a notification of its head.
-        self.append_erasure = sql.SQL(
-            """WITH moved AS (
-                UPDATE {sessions} SET count = %(seq)s + 1
-                WHERE name = %(name)s AND count = %(seq)s RETURNING 1
-            ), inserted AS (
-                INSERT INTO {events} (session, seq, record, kid)
-                SELECT %(name)s, %(seq)s, %(record)s, %(kid)s::bytea FROM moved RETURNING 1
-            )
-            SELECT pg_notify(%(channel)s, %(payload)s) FROM moved"""
-        ).format(**tables)
-        # Encryption at rest: data keys, a session's current one, the rows of a key.
-        self.data_key = sql.SQL("SELECT provider, wrapped FROM {data_keys} WHERE kid = %s").format(
-            **tables
-        )
-        self.add_data_key = sql.SQL(
-            "INSERT INTO {data_keys} (kid, provider, wrapped) VALUES (%s, %s, %s)"
-        ).format(**tables)
-        self.session_kid = sql.SQL("SELECT count, kid FROM {sessions} WHERE name = %s").format(
-            **tables
-        )
-        # A session's key, set unless it has one (its row made, count 0, if missing): the key
-        # it has after this.
-        self.set_session_kid = sql.SQL(
-            "INSERT INTO {sessions} AS s (name, count, kid) VALUES (%s, 0, %s)"
-            " ON CONFLICT (name) DO UPDATE SET kid = coalesce(s.kid, excluded.kid)"
-            " RETURNING kid"
-        ).format(**tables)
-        self.set_kid_locked = sql.SQL("UPDATE {sessions} SET kid = %s WHERE name = %s").format(
-            **tables
-        )
-        # A crypto-erasure: the sessions whose current key is destroyed move to its successor
-        # first (taking their row locks: a commit sealed under the old key waits, then moves
-        # nothing), then the rows of the old key are read (in the sessions holding it, by
-        # session: the primary key's range of each), re-sealed and rewritten, and the holders
-        # move to the successor too.
-        self.replace_kid = sql.SQL("UPDATE {sessions} SET kid = %s WHERE kid = %s").format(**tables)
-        self.holders_of_key = sql.SQL(
-            'SELECT session FROM {key_holders} WHERE kid = %s ORDER BY session COLLATE "C"'
-        ).format(**tables)
-        self.rows_of_key = {
-            name: sql.SQL(
-                "SELECT session, seq, record FROM {} WHERE session = ANY(%s::text[])"
-                " AND kid = %s FOR UPDATE"
-            ).format(table)
-            for name, table in (("events", self.events), ("kept", self.kept))
-        }
-        self.replace_holders = sql.SQL("UPDATE {key_holders} SET kid = %s WHERE kid = %s").format(
-            **tables
-        )
-        # A deleted session's keys: its holder rows go, and the keys no other session holds
-        # are destroyed.
-        self.release_keys = sql.SQL(
-            "DELETE FROM {key_holders} WHERE session = %s RETURNING kid"
-        ).format(**tables)
-        self.destroy_unheld = sql.SQL(
-            "DELETE FROM {data_keys} AS d WHERE d.kid = ANY(%s::bytea[])"
-            " AND NOT EXISTS (SELECT 1 FROM {key_holders} h WHERE h.kid = d.kid) RETURNING d.kid"
-        ).format(**tables)
-        self.add_holder = sql.SQL(
-            "INSERT INTO {key_holders} (kid, session) VALUES (%s, %s) ON CONFLICT DO NOTHING"
-        ).format(**tables)
-        self.reseal = {
-            name: sql.SQL(
-                "UPDATE {} AS t SET record = r.record, kid = %s"
-                " FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS r (session, seq, record)"
-                " WHERE t.session = r.session AND t.seq = r.seq"
-            ).format(table)
-            for name, table in (("events", self.events), ("kept", self.kept))
-        }
-        self.drop_data_key = sql.SQL("DELETE FROM {data_keys} WHERE kid = %s").format(**tables)
-        self.all_data_keys = sql.SQL(
-            "SELECT kid, provider, wrapped FROM {data_keys} ORDER BY kid FOR UPDATE"
-        ).format(**tables)
-        self.rewrap_data_key = sql.SQL(
-            "UPDATE {data_keys} SET provider = %s, wrapped = %s WHERE kid = %s"
-        ).format(**tables)
-        self.forget_metadata = sql.SQL(
-            "UPDATE {sessions} SET meta = %s::jsonb WHERE name = %s AND meta_seq = %s"
-        ).format(**tables)
+        _ErasureStatements.__init__(self, tables)
+        _KeyStatements.__init__(self, tables)
 
 
 def listing(statements: Statements, query: ListQuery) -> tuple[sql.Composed, list[Any]]:
