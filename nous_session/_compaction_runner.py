@@ -9,6 +9,7 @@ import secrets
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
@@ -62,8 +63,11 @@ class Compaction(Request[list[bool]]):
         self.logger = logger
 
     def apply(self, log: Log, committed: int) -> Applied:
-        """Append one replace event per replacement that still applies."""
+        """Append one replace event per replacement that still applies, dated when it is
+        applied: a session's history reads forward in time, compactions included (the
+        message it puts on the surface keeps its own date: see :meth:`Replacement.data`)."""
         outcome = []
+        now = datetime.now(UTC)
         for replacement in self.replacements:
             if not still_applies(log, replacement):
                 self.logger.info(
@@ -75,7 +79,7 @@ class Compaction(Request[list[bool]]):
                 outcome.append(False)
                 continue
             event_type, _ = message_event(replacement.message)
-            log = log.append(event_type, replacement.data(), time=replacement.message.created_at)
+            log = log.append(event_type, replacement.data(), time=now)
             outcome.append(True)
         return Applied(log, outcome, rebuilt=any(outcome))
 

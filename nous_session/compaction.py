@@ -237,10 +237,12 @@ class Replacement:
     source: str
 
     def data(self) -> dict[str, JSON]:
-        """The data of the replacing event."""
+        """The data of the replacing event: the message, dated in ``created_at`` (to the
+        first message it replaces), since the event itself is dated when it is applied."""
         data = self.message.to_json()
         data[OP_KEY] = Replace(self.start, self.stop).to_json()
         data["source"] = self.source
+        data["created_at"] = self.message.created_at.isoformat()
         return data
 
 

@@ -210,6 +210,14 @@ def _check_surface_fields(data: dict[str, JSON]) -> None:
     metadata = data.get("metadata")
     if metadata is not None and type(metadata) is not dict:
         raise _Refusal('data["metadata"] must be an object or null')
+    created = data.get("created_at")
+    if created is not None:
+        try:
+            _message_time(created)
+        except ValueError:
+            raise _Refusal(
+                f'data["created_at"] must be an ISO 8601 time with a UTC offset, got {created!r}'
+            ) from None
     is_error = data.get("is_error")
     if is_error is not None and type(is_error) is not bool:
         raise _Refusal('data["is_error"] must be a bool or null')
@@ -625,11 +633,12 @@ def to_message(event: Event) -> Message:
 
     The role comes from the type; ``content``, ``reasoning_content``, ``tool_calls``,
     ``tool_call_id``, ``name``, ``metadata``, ``is_error`` and ``provider_data`` from the data
-    keys of the same names (missing keys give the defaults); ``created_at`` is the event's time.
-    Content parts become the typed parts of :mod:`nous_session.parts` whose stored form they
-    are exactly, and :class:`~nous_session.parts.OtherPart` otherwise, so the content written by
-    earlier versions (plain part objects) projects as it did. Other keys never reach the
-    message.
+    keys of the same names (missing keys give the defaults); ``created_at`` is the data's
+    ``created_at`` (ISO 8601) when it has one, a message written before its event (a
+    compaction's summary), else the event's time. Content parts become the typed parts of
+    :mod:`nous_session.parts` whose stored form they are exactly, and
+    :class:`~nous_session.parts.OtherPart` otherwise, so the content written by earlier
+    versions (plain part objects) projects as it did. Other keys never reach the message.
 
     Raises:
         ValueError: ``event`` is a bookkeeping event.
@@ -648,6 +657,10 @@ def to_message(event: Event) -> Message:
         )
     if type(content) is list:
         content = tuple(stored_part(part) for part in content)
+    # A message written at another time than its event (a compaction's summary, dated to the
+    # first message it replaced, by an event dated when it was applied) says when.
+    created = data.get("created_at")
+    time = event.time if created is None else _message_time(created)
     # Any: the log validated these when the event was appended (see above).
     calls: Any = data.get("tool_calls")
     metadata: Any = data.get("metadata")
@@ -660,7 +673,7 @@ def to_message(event: Event) -> Message:
         data.get("tool_call_id"),
         data.get("name"),
         MappingProxyType(metadata) if metadata else _NO_METADATA,
-        event.time,
+        time,
         data.get("is_error") is True,
         _read_only_provider_data(provider_data) if provider_data else _NO_METADATA,
     )

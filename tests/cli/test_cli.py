@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import anyio
@@ -22,7 +23,7 @@ import attrs
 import orjson
 import pytest
 
-from nous_session import Message, SessionActor, ToolCall
+from nous_session import CompactionPolicy, Message, SessionActor, ToolCall
 from nous_session.codec import from_json
 from nous_session.stores.sqlite import SQLiteStore
 from tests.support.processes import Lines, ending
@@ -403,6 +404,42 @@ def test_history_lists_operations_and_lineage(tmp_path: Path) -> None:
     rows = [orjson.loads(line) for line in cli("sessions", "--json", store=url).stdout.splitlines()]
     assert rows[1] == {"session_id": "b", "count": 6, "held": 6, "parent": "a", "fork_point": 5}
     assert "a @ 5" in cli("sessions", store=url).stdout.splitlines()[2]
+
+
+def test_compactions_are_dated_when_they_happen(tmp_path: Path) -> None:
+    # Messages written now, one after another, and compactions run between them. Each
+    # compaction is dated when it was applied, so `events` reads forward in time and `history`
+    # shows the compactions in order, none dated to a message it replaced; the summary on the
+    # surface keeps the date of the first message it stands for.
+    path = tmp_path / "dated.sqlite3"
+    url = f"sqlite:///{path}"
+    written: list[Message] = []
+
+    async def fill() -> None:
+        policy = CompactionPolicy(keep_last=2, every=4)
+        async with (
+            SQLiteStore(path) as store,
+            SessionActor.open(session_id="c", store=store, compaction=policy) as s,
+        ):
+            for index in range(12):
+                written.append(Message.user(f"m{index}"))
+                await s.add_message(written[-1])
+                await s.wait_for_compaction()
+            assert s.statistics().compactions_run == 4
+
+    anyio.run(fill)
+
+    def times(verb: str) -> list[datetime]:
+        out = cli(verb, "c", "--json", store=url).stdout.splitlines()
+        return [datetime.fromisoformat(orjson.loads(line)["time"]) for line in out]
+
+    assert times("events") == sorted(times("events"))
+    dated = times("history")
+    assert len(dated) == 4
+    assert dated == sorted(set(dated))  # four times, in order
+    assert dated[0] > written[4].created_at  # after what it replaced, and what came next
+    first = orjson.loads(cli("messages", "c", "--json", store=url).stdout.splitlines()[0])
+    assert datetime.fromisoformat(first["created_at"]) == written[0].created_at
 
 
 def test_fork_rewind_remove_import_and_delete_from_the_shell(
