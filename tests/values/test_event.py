@@ -549,3 +549,25 @@ def test_naive_time_is_refused_by_append_at() -> None:
     with pytest.raises(InvalidEventError, match=r"aware|naive"):
         log.append_at(5, EventType.USER_MESSAGE, {"content": "hi"}, time=datetime(2024, 5, 1))
     assert log.count == 2
+
+
+def test_a_message_event_may_say_when_its_message_was_written() -> None:
+    # A compaction's summary is dated to the first message it replaced, by an event dated when
+    # it was applied: the projection takes the message's time from the data's created_at.
+    written = datetime(2024, 5, 1, 9, 30, tzinfo=UTC)
+    log = Log().append(EventType.USER_MESSAGE, {"content": "hi"})
+    log = log.append(
+        EventType.SYSTEM_MESSAGE,
+        {"content": "summary", "surface_op": ["replace", 0, 0], "created_at": written.isoformat()},
+    )
+    (summary,) = log.to_messages()
+    assert summary.created_at == written
+    assert log.events()[1].time > written
+
+
+@pytest.mark.parametrize("created_at", ["yesterday", "2024-05-01T09:30:00", 12])
+def test_a_message_time_without_offset_or_not_a_time_is_refused(created_at: object) -> None:
+    log = Log()
+    with pytest.raises(InvalidEventError, match=r'data\["created_at"\] must be an ISO 8601'):
+        log.append(EventType.USER_MESSAGE, {"content": "hi", "created_at": created_at})
+    assert log.count == 0
