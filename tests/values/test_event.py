@@ -560,7 +560,7 @@ def test_a_message_event_may_say_when_its_message_was_written() -> None:
         EventType.SYSTEM_MESSAGE,
         {"content": "summary", "surface_op": ["replace", 0, 0], "created_at": written.isoformat()},
     )
-    (summary,) = log.to_messages()
+    (summary,) = log.derive_messages()
     assert summary.created_at == written
     assert log.events()[1].time > written
 
