@@ -58,7 +58,6 @@ from nous_session.stores.base import (
     check_session_id,
     supports,
 )
-from nous_session.stores.memory import MemoryStore
 from nous_session.subscription import Subscription
 
 __all__ = ["SessionActor", "SessionStatistics", "Subscription"]
@@ -193,7 +192,8 @@ class SessionActor(HistoryOperations):
         Args:
             session_id: the session's id, a non-empty string.
             store: where the log is persisted: a Store, or a URL for :func:`open_store` (the
-                actor then owns and closes it); None means a private in-memory store.
+                actor then owns and closes it); None means the store ``$NOUS_SESSION_STORE``
+                names (owned as a URL is), else a private in-memory store.
             compaction: when and how to compact in the background; None never compacts.
             queue_size: how many requests may wait for the actor before callers wait too.
             follow: whether to follow commits that other processes make to this session, so
@@ -599,15 +599,14 @@ def _prepared_items(
 
 
 def _store_to_open(store: Store | str | None, follow: bool | None) -> tuple[Store, bool]:
-    """The store ``open`` was given (None: a private MemoryStore; a URL: the store it names)
-    and whether the actor follows its change feed.
+    """The store ``open`` was given (None: the store ``$NOUS_SESSION_STORE`` names, else a
+    private MemoryStore; a URL: the store it names) and whether the actor follows its change
+    feed.
 
     Raises:
         ValueError: not a store, or ``follow=True`` with a store that has no change feed.
     """
-    if store is None:
-        store = MemoryStore()
-    elif isinstance(store, str):
+    if store is None or isinstance(store, str):
         store = open_store(store)
     elif not all(callable(getattr(store, name, None)) for name in ("load", "commit", "aclose")):
         raise ValueError(f"store must have async load, commit and aclose; got {store!r}")

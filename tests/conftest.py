@@ -27,6 +27,10 @@ settings.register_profile("dev", max_examples=300, deadline=None)
 settings.register_profile("quick", max_examples=50, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# A store given none is the one NOUS_SESSION_STORE names: the tests name theirs, and one set in
+# the shell that runs them must not send the sessions of tests that name none to it.
+os.environ.pop("NOUS_SESSION_STORE", None)
+
 
 @pytest.fixture(
     params=[

@@ -32,8 +32,10 @@ Changing (each records what it does as events; nothing is overwritten)::
                                                                  it shows what it would erase)
     nous-session [--store URL] demo [--turns N] [--session ID]
 
-Without ``--store`` the store is ``$NOUS_SESSION_STORE``, else the default SQLite file (for
-``demo``: ``nous_session_demo.sqlite3`` in the working directory). Output is
+Without ``--store`` the store is the one ``$NOUS_SESSION_STORE`` names, as in the library;
+with neither, a command says how to name one (and lists the SQLite files in the working
+directory), since a program given no store keeps its sessions in memory. ``demo`` writes
+``nous_session_demo.sqlite3`` in the working directory. Output is
 for people by default and JSON (one object per line) with ``--json``. Errors are one line on
 stderr and exit status 1. Long work (export, import, snapshot) shows a progress bar on
 stderr when it is a terminal and ``tqdm`` is installed (the ``cli`` extra). Lists of seqs
@@ -81,7 +83,7 @@ from nous_session.cli._reading import (
     _tail,
 )
 from nous_session.errors import NousSessionError
-from nous_session.stores import Store, open_store
+from nous_session.stores import STORE_ENV, Store, open_store
 
 __all__ = ["main"]
 
@@ -120,6 +122,13 @@ async def _run(args: argparse.Namespace, out: TextIO, interrupt: _Interrupt | No
         command, writes = _SOMETIMES_WRITING[args.command]
         reading = not writes(args)
     assert command is not None
+    if args.store is None and not os.environ.get(STORE_ENV) and args.command != "demo":
+        # Given none, the library keeps sessions in memory, which no other process can read.
+        raise CommandError(
+            "no store named: sessions are where a program put them, and one given no store"
+            " keeps them in its memory; name the store with --store URL (after the verb or"
+            f" before it) or in {STORE_ENV}, which the library reads too ({_sqlite_here()})"
+        )
     # Reading never writes: a read-only store creates no file and no table, and refuses a
     # missing file or a database that is not a nous_session store.
     store = open_store(args.store, read_only=reading)
@@ -144,11 +153,19 @@ async def _run(args: argparse.Namespace, out: TextIO, interrupt: _Interrupt | No
 
 def _missing_store(store: Store) -> str | None:
     """What a reading command says when its SQLite file is missing (None when it is there):
-    how to name a store, and the SQLite files in the working directory (read only as far as
-    their 16-byte header)."""
+    how to name a store, and the SQLite files in the working directory."""
     path = getattr(store, "path", None)
     if not isinstance(path, str) or path == ":memory:" or Path(path).is_file():
         return None
+    return (
+        f"no store file at {path}; name the store with --store URL (after the verb or"
+        f" before it) or in {STORE_ENV} ({_sqlite_here()})"
+    )
+
+
+def _sqlite_here() -> str:
+    """The SQLite files in the working directory, as store URLs (each read only as far as its
+    16-byte header), or that there is none."""
     found = []
     for candidate in sorted(Path.cwd().iterdir()):
         if candidate.suffix not in (".sqlite3", ".sqlite", ".db") or not candidate.is_file():
@@ -159,15 +176,9 @@ def _missing_store(store: Store) -> str | None:
                     found.append(f"sqlite:///{candidate.name}")
         except OSError:
             continue
-    here = (
-        f"SQLite files in this directory: {', '.join(found[:10])}"
-        if found
-        else "no SQLite file in this directory"
-    )
-    return (
-        f"no store file at {path}; name the store with --store URL (after the verb or"
-        f" before it) or in NOUS_SESSION_STORE ({here})"
-    )
+    if not found:
+        return "no SQLite file in this directory"
+    return f"SQLite files in this directory: {', '.join(found[:10])}"
 
 
 class _Interrupt:

@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     store_help = (
         "memory:, sqlite:///path, or postgresql://... "
-        "(default: $NOUS_SESSION_STORE, else the default SQLite file)"
+        "(default: the store $NOUS_SESSION_STORE names, as in the library)"
     )
     parser.add_argument("--store", metavar="URL", help=store_help)
     # The same option after the verb (`nous-session messages chat-42 --store URL`): every verb

@@ -12,12 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from pathlib import Path
 from typing import Final
 
 import anyio
 
-from nous_session._logging import get_logger
 from nous_session.event import Event
 from nous_session.stores.base import (
     FollowingStore,
@@ -35,7 +33,6 @@ from nous_session.stores.base import (
 from nous_session.stores.memory import MemoryStore
 
 __all__ = [
-    "DEFAULT_PATH_ENV",
     "STORE_ENV",
     "ForkingStore",
     "LeasingStore",
@@ -47,30 +44,13 @@ __all__ = [
     "SessionInfo",
     "Store",
     "Stored",
-    "default_path",
     "open_store",
 ]
 
 STORE_ENV: Final = "NOUS_SESSION_STORE"
-"""The environment variable :func:`open_store` reads when given no URL."""
-
-DEFAULT_PATH_ENV: Final = "NOUS_SESSION_HOME"
-"""A directory that overrides where the default SQLite file lives."""
-
-_logger = get_logger()
-
-
-def default_path() -> Path:
-    """Where the default SQLite file lives.
-
-    ``$NOUS_SESSION_HOME/sessions.sqlite3`` when set, else
-    ``$XDG_DATA_HOME/nous_session/sessions.sqlite3`` (``~/.local/share/...`` by default).
-    """
-    home = os.environ.get(DEFAULT_PATH_ENV)
-    if home:
-        return Path(home).expanduser() / "sessions.sqlite3"
-    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data) / "nous_session" / "sessions.sqlite3"
+"""The environment variable that names the store wherever a store is given none: the library
+(:func:`open_store` with no URL, ``SessionActor.open`` with no store, the framework adapters)
+and the ``nous-session`` command line. Unset, the library keeps sessions in memory."""
 
 
 def open_store(url: str | None = None, *, read_only: bool = False, **options: object) -> Store:
@@ -82,22 +62,18 @@ def open_store(url: str | None = None, *, read_only: bool = False, **options: ob
     * ``postgresql://...`` (or ``postgres://``) ->
       :class:`~nous_session.stores.postgres.PostgresStore` (needs the ``postgres`` extra)
 
-    With no URL, ``$NOUS_SESSION_STORE`` is used when set, else the default SQLite file
-    (:func:`default_path`); which one is logged at info level. ``read_only=True`` opens the
-    store for inspecting only: nothing is created or changed, and a missing store is an error
-    (a memory store is empty, so it reads as such). ``options`` go to the store's constructor
-    (``synchronous="NORMAL"``, ``min_size=...``, ``encryption=Encryption(provider)`` for the
-    SQL stores: see :mod:`nous_session.encryption`).
+    With no URL, the store ``$NOUS_SESSION_STORE`` names when it is set, else ``memory:``: the
+    one rule for a store given none, everywhere (see :data:`STORE_ENV`). ``read_only=True``
+    opens the store for inspecting only: nothing is created or changed, and a missing store is
+    an error (a memory store is empty, so it reads as such). ``options`` go to the store's
+    constructor (``synchronous="NORMAL"``, ``min_size=...``, ``encryption=Encryption(provider)``
+    for the SQL stores: see :mod:`nous_session.encryption`).
 
     Raises:
         ValueError: the URL's scheme is unknown, or the URL is malformed.
     """
     if url is None:
-        url = os.environ.get(STORE_ENV) or None
-        if url is None:
-            path = default_path()
-            _logger.info("nous_session.default_store", url=f"sqlite:///{path}", path=str(path))
-            url = f"sqlite:///{path}"
+        url = os.environ.get(STORE_ENV) or "memory:"
     if not isinstance(url, str):
         raise ValueError(f"a store URL must be a string, got {url!r}")
     scheme, sep, rest = url.partition(":")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -35,6 +36,7 @@ from nous_session import (
 )
 from nous_session import _follower as follower_module
 from nous_session.event import make_event
+from nous_session.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -159,6 +161,25 @@ def test_the_constructor_is_not_public() -> None:
             queue_size=8,
             task_group=None,  # type: ignore[arg-type]
         )
+
+
+async def test_a_store_given_none_is_the_one_the_environment_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unset: memory, private to the actor (nothing written, a second actor sees nothing).
+    async with SessionActor.open(session_id=SID) as session:
+        assert isinstance(session.store, MemoryStore)
+        await session.add_message(Message.user("kept in memory"))
+    async with SessionActor.open(session_id=SID) as session:
+        assert session.log.count == 0
+    # Set: the store it names, owned by the actor (closed with it), as a URL given is.
+    monkeypatch.setenv("NOUS_SESSION_STORE", f"sqlite:///{tmp_path}/named.sqlite3")
+    async with SessionActor.open(session_id=SID) as session:
+        assert isinstance(session.store, SQLiteStore)
+        await session.add_message(Message.user("kept in the file"))
+    async with SQLiteStore(tmp_path / "named.sqlite3") as store:
+        stored = await store.load(SID)
+        assert [event.data["content"] for event in stored] == ["kept in the file"]
 
 
 async def test_a_new_session_is_empty_and_open() -> None:

@@ -285,7 +285,7 @@ def test_demo_writes_where_it_says_in_the_working_directory(tmp_path: Path) -> N
     home = tmp_path / "home"
     work = tmp_path / "work"
     work.mkdir()
-    env = {**os.environ, "NOUS_SESSION_HOME": str(home), "HOME": str(home)}
+    env = {**os.environ, "HOME": str(home)}
     env.pop("NOUS_SESSION_STORE", None)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]
@@ -370,6 +370,48 @@ def test_a_missing_store_says_how_to_name_one_and_lists_the_files_here(tmp_path:
         " directory: sqlite:///chats.sqlite3)"
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["chats.sqlite3", "notes.db"]
+
+
+def test_no_store_named_says_the_rule_and_lists_the_files_here(tmp_path: Path) -> None:
+    # The one rule: a store given none is the one NOUS_SESSION_STORE names, else memory. A
+    # command has nothing to read in another program's memory, so it asks for a name, for
+    # reading and changing verbs alike, and creates nothing.
+    (tmp_path / "chats.sqlite3").write_bytes(b"SQLite format 3\x00" + bytes(84))
+    env = {key: value for key, value in os.environ.items() if key != "NOUS_SESSION_STORE"}
+    for args in (["sessions"], ["messages", "chat-42"], ["delete", "chat-42", "--yes"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "nous_session", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 1
+        assert result.stderr.strip() == (
+            "nous-session: error: no store named: sessions are where a program put them, and"
+            " one given no store keeps them in its memory; name the store with --store URL"
+            " (after the verb or before it) or in NOUS_SESSION_STORE, which the library reads"
+            " too (SQLite files in this directory: sqlite:///chats.sqlite3)"
+        )
+    assert [path.name for path in tmp_path.iterdir()] == ["chats.sqlite3"]
+    # Named in the environment, as a program names it: the command reads that store.
+    path = tmp_path / "named.sqlite3"
+
+    async def fill() -> None:
+        async with SessionActor.open(session_id="chat-42", store=f"sqlite:///{path}") as s:
+            await s.add_message(Message.user("hello"))
+
+    anyio.run(fill)
+    named = {**env, "NOUS_SESSION_STORE": f"sqlite:///{path}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "nous_session", "messages", "chat-42"],
+        env=named,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert rows(result.stdout) == [["0", "0", "user", "hello"]]
 
 
 def test_history_lists_operations_and_lineage(tmp_path: Path) -> None:

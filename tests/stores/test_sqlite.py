@@ -292,11 +292,13 @@ def test_open_store_picks_the_backend_from_the_url(
     assert isinstance(open_store("sqlite:///relative.sqlite3"), SQLiteStore)
     monkeypatch.setenv("NOUS_SESSION_STORE", "memory:")
     assert isinstance(open_store(), MemoryStore)
+    monkeypatch.setenv("NOUS_SESSION_STORE", f"sqlite:///{tmp_path}/named.sqlite3")
+    named = open_store()
+    assert isinstance(named, SQLiteStore)
+    assert named.path == f"{tmp_path}/named.sqlite3"
+    # Named nowhere: memory, as SessionActor.open() with no store.
     monkeypatch.delenv("NOUS_SESSION_STORE")
-    monkeypatch.setenv("NOUS_SESSION_HOME", str(tmp_path / "home"))
-    default = open_store()
-    assert isinstance(default, SQLiteStore)
-    assert default.path == str(tmp_path / "home" / "sessions.sqlite3")
+    assert isinstance(open_store(), MemoryStore)
 
 
 @pytest.mark.parametrize(
