@@ -11,10 +11,11 @@ and ``ours-openai-agents-loop`` (``NousSession(id, sessions=registry)`` on a reg
 benchmark entered). Two workloads, every ``add_items`` awaited, the items converted before the
 clock starts:
 
-* ``one session``: 10,000 messages to one session, one ``add_items`` each;
+* ``one session``: 10,000 messages to one session, one ``add_items`` each, the three systems
+  open at once in one event loop and taking turns in slices of 500 (slice-interleaved);
 * ``200 sessions``: 200 sessions at once, each awaiting its own 20 ``add_items`` in order.
 
-Every round runs every system, alternating the order; each measurement runs under its own
+Every round runs every system, alternating the order; each `200 sessions` run is under its own
 ``asyncio.run`` (a fresh loop, as an application's would be). Reported: the median rate of
 the rounds, the median process CPU time per message (every thread: the SDK's and our SQLite
 threads included), and the median of the per-round ratios against the SDK. Every run is
@@ -64,25 +65,42 @@ SYSTEMS: list[tuple[str, Callable[[Path], Any]]] = [
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "issue20" / "openai_agents.md"
 
 
-async def _one_session(opener: Callable[[Path], Any], path: Path, n: int) -> tuple[float, float]:
-    backend = await opener(path)
+SLICE = 500  # appends per turn in the one-session workload
+
+
+async def _one_session(
+    systems: Sequence[tuple[str, Callable[[Path], Any]]], scratch: Path, tag: str, n: int
+) -> dict[str, tuple[float, float]]:
+    """Each system appends the same ``n`` messages to one session of its own, all open in one
+    event loop, taking turns in slices of :data:`SLICE` appends (the order rotating), so that
+    every system shares each stretch of the machine's load; rate and CPU per message from the
+    time each spent in its own slices."""
     messages = chat_messages(n)
-    units = [backend.convert(message) for message in messages]
-    session = await backend.session("sequential")
+    sides = []
+    for name, opener in systems:
+        backend = await opener(scratch / f"{tag}-one-session-{name}.db")
+        units = [backend.convert(message) for message in messages]
+        sides.append((name, backend, units, await backend.session("sequential")))
+    wall = dict.fromkeys((name for name, *_ in sides), 0.0)
+    cpu = dict.fromkeys(wall, 0.0)
     gc.collect()
-    wall, cpu = time.perf_counter(), time.process_time()
-    for unit in units:
-        await session.append(unit)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    history = await session.history()
-    expected = sum(backend.entries(unit) for unit in units)
-    if len(history) != expected:
-        raise SystemExit(f"{backend.system}: {len(history)} items read back, not {expected}")
-    last = backend.entries(units[-1])
-    if not any(backend.text(entry) == messages[-1].text for entry in history[-last:]):
-        raise SystemExit(f"{backend.system}: the last item read back is not the last added")
-    await backend.aclose()
-    return n / wall, cpu / n
+    for index, start in enumerate(range(0, n, SLICE)):
+        for name, _, units, session in sides if index % 2 == 0 else sides[::-1]:
+            began, began_cpu = time.perf_counter(), time.process_time()
+            for unit in units[start : start + SLICE]:
+                await session.append(unit)
+            wall[name] += time.perf_counter() - began
+            cpu[name] += time.process_time() - began_cpu
+    for name, backend, units, session in sides:
+        history = await session.history()
+        expected = sum(backend.entries(unit) for unit in units)
+        if len(history) != expected:
+            raise SystemExit(f"{name}: {len(history)} items read back, not {expected}")
+        last = backend.entries(units[-1])
+        if not any(backend.text(entry) == messages[-1].text for entry in history[-last:]):
+            raise SystemExit(f"{name}: the last item read back is not the last added")
+        await backend.aclose()
+    return {name: (n / wall[name], cpu[name] / n) for name in wall}
 
 
 async def _sessions_at_once(
@@ -125,28 +143,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
     n, sessions, each = (1_000, 50, 20) if args.quick else (10_000, 200, 20)
-    workloads = {
-        "one session": lambda opener, path: _one_session(opener, path, n),
-        "200 sessions": lambda opener, path: _sessions_at_once(opener, path, sessions, each),
-    }
+    workloads = ("one session", "200 sessions")
     rates: dict[tuple[str, str], list[float]] = {}
     cpus: dict[tuple[str, str], list[float]] = {}
     scratch = Path(tempfile.mkdtemp(prefix="nous-oa-bench-"))
     started = time.perf_counter()
+
+    def note(round_index: int, workload: str, name: str, rate: float, cpu: float) -> None:
+        rates.setdefault((workload, name), []).append(rate)
+        cpus.setdefault((workload, name), []).append(cpu)
+        print(
+            f"round {round_index + 1} {workload:>12} {name:<24} "
+            f"{rate:8.0f} msg/s {cpu * 1e6:7.0f} us CPU/msg",
+            flush=True,
+        )
+
     try:
         for round_index in range(args.rounds):
             order = SYSTEMS if round_index % 2 == 0 else SYSTEMS[::-1]
-            for workload, run in workloads.items():
-                for name, opener in order:
-                    path = scratch / f"{round_index}-{workload.replace(' ', '-')}-{name}.db"
-                    rate, cpu = asyncio.run(run(opener, path))
-                    rates.setdefault((workload, name), []).append(rate)
-                    cpus.setdefault((workload, name), []).append(cpu)
-                    print(
-                        f"round {round_index + 1} {workload:>12} {name:<24} "
-                        f"{rate:8.0f} msg/s {cpu * 1e6:7.0f} us CPU/msg",
-                        flush=True,
-                    )
+            sliced = asyncio.run(_one_session(order, scratch, str(round_index), n))
+            for name, (rate, cpu) in sliced.items():
+                note(round_index, "one session", name, rate, cpu)
+            for name, opener in order:
+                path = scratch / f"{round_index}-200-sessions-{name}.db"
+                rate, cpu = asyncio.run(_sessions_at_once(opener, path, sessions, each))
+                note(round_index, "200 sessions", name, rate, cpu)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     elapsed = time.perf_counter() - started
@@ -161,7 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{len(__import__('os').sched_getaffinity(0))} usable cores, **shared with other "
         "jobs during the run** (figures are noisy; the ratios come from the same rounds).",
         "",
-        f"Workloads: `one session` = {n:,} messages to one session, each `add_items` awaited; "
+        f"Workloads: `one session` = {n:,} messages to one session, each `add_items` awaited, "
+        f"the systems taking turns in slices of {SLICE} in one event loop; "
         f"`200 sessions` = {sessions} sessions at once, each awaiting its own {each} "
         "`add_items` in order. One SQLite file per system and run (ours: `SQLiteStore`, "
         "`synchronous=FULL`; the SDK: its own defaults). Medians of "

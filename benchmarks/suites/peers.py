@@ -28,6 +28,8 @@ Rules that keep the run honest and inside 15 minutes on 2 cores:
 
 * Every round runs every system, alternating the order; ratios are the median of per-round
   ratios against the best peer *of that workload* (the best median), from the same rounds.
+  The one-session workloads go further: inside a round the systems take turns in slices of
+  :data:`SLICE` appends (each on its own open session), so they share every stretch of load.
 * Rounds are capped at :data:`MAX_ROUNDS` (the peers are slow; see each note).
 * Peers are time-boxed (:data:`PEER_SECONDS` per system per round and phase): a peer whose
   costs grow with the history (LangGraph rewrites the whole message list into every checkpoint;
@@ -76,6 +78,7 @@ ISSUE_11 = "issue 11"
 ISSUE_20 = "issue 20"
 MAX_ROUNDS = 3
 SEQUENTIAL_ROUNDS = 5  # the one-session figures: medians of >= 5 interleaved rounds
+SLICE = 500  # appends per turn when the one-session workloads take turns (see _sequential)
 US = 1e6
 MS = 1e3
 
@@ -165,6 +168,10 @@ def _versions_note() -> dict[str, dict[str, str]]:
 
 
 async def _sequential(ctx: Context, kind: str) -> dict[str, dict[str, list[float]]]:
+    """Every system appends the same ``n`` messages to one session of its own, in slices of
+    :data:`SLICE` appends taken in turn (the order rotating from slice to slice): the systems
+    share every stretch of the machine's load, so a busy moment slows them all, not the one
+    whose turn it was. Then each is checked and its tail reads timed, one after another."""
     n = ctx.size(10_000, 1_000)
     messages = chat_messages(n)
     tail_k = 10
@@ -176,23 +183,21 @@ async def _sequential(ctx: Context, kind: str) -> dict[str, dict[str, list[float
     out["ours"]["bytes"] = []
     with _Scratch() as scratch:
         for round_index in range(_rounds(ctx, SEQUENTIAL_ROUNDS)):
+            running = []
             for system, opener in _order(systems, round_index):
                 backend: Backend = await _open(opener, kind, scratch, system.name)
-                ours = system is OURS
                 units = [backend.convert(message) for message in messages]
                 session = await backend.session("sequential")
-                deadline = Deadline(None if ours else _peer_seconds(ctx))
-                gc.collect()
-                done = 0
-                start = time.perf_counter()
-                for unit in units:
-                    await session.append(unit)
-                    done += 1
-                    if deadline.expired():
-                        break
-                elapsed = time.perf_counter() - start
+                running.append(_Slices(system, backend, units, session, system is OURS))
+            gc.collect()
+            for index, start in enumerate(range(0, n, SLICE)):
+                for side in _order(running, index):
+                    await side.run(start, min(n, start + SLICE), _peer_seconds(ctx))
+            for side in running:
+                system, backend, units = side.system, side.backend, side.units
+                session, ours, done = side.session, side.ours, side.done
                 row = out[system.name]
-                row["rate"].append(done / elapsed)
+                row["rate"].append(done / side.elapsed)
                 row["count"].append(done)
 
                 history = await session.history()
@@ -241,13 +246,45 @@ async def _sequential(ctx: Context, kind: str) -> dict[str, dict[str, list[float
                         "ours: store.load(since=count - 10) is wrong",
                     )
                     row["store_tail"].append(spent / reps * US)
-                await backend.aclose()
-                path = backend.path_on_disk  # type: ignore[attr-defined]
+            # Closed last opened first: an actor's task group is entered in this task, and
+            # task groups nest.
+            for side in running[::-1]:
+                await side.backend.aclose()
+                path = side.backend.path_on_disk  # type: ignore[attr-defined]
                 if path is not None:
-                    if ours:
-                        row["bytes"].append(disk_bytes(path) / done)
+                    if side.ours:
+                        out["ours"]["bytes"].append(disk_bytes(path) / side.done)
                     scratch.remove(path)
     return out
+
+
+class _Slices:
+    """One system's side of the sliced sequential run: its session, what it has done, and
+    its time on the clock (a peer stops at its time box; ours never does)."""
+
+    def __init__(
+        self, system: System, backend: Backend, units: list[Any], session: Any, ours: bool
+    ) -> None:
+        self.system, self.backend, self.units, self.session = system, backend, units, session
+        self.ours = ours
+        self.done = 0
+        self.elapsed = 0.0
+        self.stopped = False
+
+    async def run(self, start: int, stop: int, box: float) -> None:
+        """Append ``units[start:stop]``, each awaited, unless the time box has run out."""
+        if self.stopped:
+            return
+        append = self.session.append
+        began = time.perf_counter()
+        end = None if self.ours else began + box - self.elapsed
+        for unit in self.units[start:stop]:
+            await append(unit)
+            self.done += 1
+            if end is not None and time.perf_counter() >= end:
+                self.stopped = True
+                break
+        self.elapsed += time.perf_counter() - began
 
 
 def _sequential_measurements(
