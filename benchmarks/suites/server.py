@@ -7,7 +7,9 @@ is its file's only writer.
   against the floor: the same appends in raw sqlite3, each reading its session's rows again
   and inserting one (the reload-then-append a stateless server does), with the store's
   durability (WAL, ``synchronous=FULL``). Rounds interleaved; the share of the run that full
-  (generation 2) collections took; the same churn with ``follow=False`` beside the default.
+  (generation 2) collections took; the same churn with ``follow=False`` beside the default;
+  and both sides again at ``synchronous=NORMAL`` (no sync per commit), where the library's
+  own cost shows instead of the disk's.
 * ``open``: a sequential open and close of a 50-event SQLite session, and of an empty one.
 * ``memory``: the bytes and the collector-tracked objects an open session holds (50 events,
   and empty), against the floor of the same events as plain lists in a dict.
@@ -59,8 +61,13 @@ class _Collections:
         gc.callbacks.remove(self)
 
 
-async def _churn(path: Path, sessions: int, max_open: int, follow: bool | None) -> float:
-    async with Sessions(f"sqlite:///{path}", max_open=max_open, follow=follow) as registry:
+async def _churn(
+    path: Path, sessions: int, max_open: int, follow: bool | None, synchronous: str = "FULL"
+) -> float:
+    async with (
+        SQLiteStore(path, synchronous=synchronous) as store,
+        Sessions(store, max_open=max_open, follow=follow) as registry,
+    ):
         start = time.perf_counter()
         for index in range(sessions):
             actor = await registry.get(f"s{index}")
@@ -69,12 +76,12 @@ async def _churn(path: Path, sessions: int, max_open: int, follow: bool | None) 
         return time.perf_counter() - start
 
 
-def _floor(path: Path, sessions: int) -> float:
+def _floor(path: Path, sessions: int, synchronous: str = "FULL") -> float:
     """Reload-then-append in raw sqlite3: each append reads its session's rows, then inserts
-    one row in its own durable transaction."""
+    one row in its own transaction (durable at ``synchronous``)."""
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=FULL")
+    connection.execute(f"PRAGMA synchronous={synchronous}")
     connection.execute(
         "CREATE TABLE IF NOT EXISTS events (session TEXT, seq INTEGER, record BLOB,"
         " PRIMARY KEY (session, seq)) WITHOUT ROWID"
@@ -108,16 +115,23 @@ def churn(ctx: Context) -> list[Measurement]:
     ours: list[float] = []
     unfollowed: list[float] = []
     floor: list[float] = []
+    ours_normal: list[float] = []
+    floor_normal: list[float] = []
     shares: list[float] = []
     for round_index in range(ctx.rounds):
         with tempfile.TemporaryDirectory() as folder:
-            order = ["ours", "unfollowed", "floor"]
+            order = ["ours", "unfollowed", "floor", "ours NORMAL", "floor NORMAL"]
             if round_index % 2:
                 order.reverse()
             for side in order:
                 path = Path(folder) / f"{side}.sqlite3"
                 gc.collect()
-                if side == "floor":
+                if side == "floor NORMAL":
+                    floor_normal.append(appends / _floor(path, sessions, "NORMAL"))
+                elif side == "ours NORMAL":
+                    took = anyio.run(_churn, path, sessions, max_open, None, "NORMAL")
+                    ours_normal.append(appends / took)
+                elif side == "floor":
                     floor.append(appends / _floor(path, sessions))
                 elif side == "unfollowed":
                     took = anyio.run(_churn, path, sessions, max_open, False)
@@ -139,6 +153,15 @@ def churn(ctx: Context) -> list[Measurement]:
             informational=True,
             note="this floor commits every append durably (synchronous=FULL), as the store"
             " does; a floor without a sync per append is many times faster",
+        ),
+        ratio(
+            "churn at synchronous=NORMAL, ours vs floor",
+            ours_normal,
+            floor_normal,
+            target=Target(">=", 0.1, ISSUE),
+            note="both sides with no sync per commit (WAL, synchronous=NORMAL): what the library"
+            f" costs beside the disk; ours {statistics.median(ours_normal):,.0f}/s, the floor"
+            f" {statistics.median(floor_normal):,.0f}/s",
         ),
         measure(
             "churn, full collections' share of the run",
