@@ -45,11 +45,18 @@ The mapping:
   :class:`~nous_session.errors.ConflictError`), raises ADK's ``StaleSessionError`` and
   appends nothing.
 * **Idempotence.** An event delivered twice (equal JSON, same id) is stored once: its
-  append carries an idempotency key made from its JSON and the session's creation.
-
-App and user state deltas are committed right after the event that carries them, in their
-own sessions; a crash between the two commits loses the app or user delta (the event and its
-session delta are kept).
+  append carries an idempotency key made from its JSON and the session's creation, checked
+  before the session object's marker.
+* **Outcomes.** The event, its session-scoped state and its surface messages are one commit:
+  ``append_event`` raising :class:`~nous_session.errors.StoreError` (or ``StaleSessionError``)
+  stored nothing. App and user state deltas are committed after it, in their own sessions,
+  each keyed by the event: if one fails, the event is stored (and applied to the session
+  object) and the call raises :class:`~nous_session.errors.OutcomeUnknownError`, as it does
+  when the store cannot say whether the event's commit landed. Either way, appending the same
+  event again finishes the call, with the same session object (or a reloaded one, after a
+  crash): the event is stored once, each delta applied once, and an object read just before
+  the event was stored takes it instead of being stale. A compaction's surface ``replace``
+  that fails is logged and skipped: the event is stored, the surface keeps what it covered.
 
 Sessions live on a :class:`~nous_session.registry.SessionsPortal` (an event loop in a thread
 of its own), because ADK calls its session service from several event loops (``Runner.run``
@@ -76,7 +83,7 @@ import anyio
 import attrs
 
 from nous_session._logging import get_logger
-from nous_session.errors import ConflictError, FormatError
+from nous_session.errors import ConflictError, FormatError, OutcomeUnknownError, StoreError
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider
 from nous_session.integrations._common import missing_extra
@@ -221,7 +228,9 @@ class NousSessionService(BaseSessionService):
     Usable from any event loop and thread (see the module's docstring). Every write follows
     nous_session's outcome rules: a method that returns has committed; one that raises
     :class:`~nous_session.errors.StoreError` (or ADK's ``StaleSessionError``) committed
-    nothing of its session's events.
+    nothing; one that raises :class:`~nous_session.errors.OutcomeUnknownError` may have
+    committed some of it, and calling it again with the same arguments finishes it (see
+    :meth:`append_event`).
     """
 
     def __init__(
@@ -463,10 +472,23 @@ class NousSessionService(BaseSessionService):
         services do: a partial event is not stored, ``temp:`` state is applied to the
         object only, ``app:``/``user:`` deltas go to the app's and the user's state.
 
+        The event (with its session-scoped state) is one commit; its app and user deltas are
+        one commit each, after it, in their own sessions, and each is keyed by the event.
+        Appending an event again (equal JSON, the same id) is idempotent: it is stored once,
+        each delta applied once, and a delta that did not land is applied then. So a call
+        that raised :class:`~nous_session.errors.OutcomeUnknownError` is completed by
+        appending the same event again, with the same ``session`` object: if the event was
+        stored meanwhile, the object is brought up to date with it instead of being
+        stale.
+
         Raises:
             SessionNotFoundError: the session does not exist (or was deleted).
             StaleSessionError: another writer appended to the session since ``session`` was
                 read (nothing was appended).
+            StoreError: the store failed to commit the event (nothing was stored).
+            OutcomeUnknownError: whether the event was stored is not known, or it was (and
+                is applied to ``session``) but its app or user delta may not have been.
+                Append the same event again to finish.
         """
         if event.partial:
             return event
@@ -486,6 +508,7 @@ class NousSessionService(BaseSessionService):
         sid = self.session_id(session.app_name, session.user_id, session.id)
         marker = session._storage_update_marker
         seen = session.last_update_time
+        compacts = event.actions is not None and event.actions.compaction is not None
 
         async def append(actor: SessionActor) -> tuple[str | None, str]:
             async with self._locked(sid):
@@ -493,43 +516,63 @@ class NousSessionService(BaseSessionService):
                 if not folded.alive:
                     raise SessionNotFoundError(f"Session {session.id} not found.")
                 count = actor.log.count
-                if (marker is not None and marker != str(count)) or (
-                    marker is None and folded.update_time > seen
-                ):
+                if marker is None and folded.update_time > seen:
+                    raise StaleSessionError(_STALE)
+                read_at = count if marker is None else _marker_count(marker)
+                if read_at is None:
                     raise StaleSessionError(_STALE)
                 # Equal events (same id, same JSON) in one life of the session are one event.
                 key = f"adk:{folded.created}:{digest}"
                 try:
-                    # Conditional on the count checked: a commit another process made since,
-                    # whether this actor has heard of it yet or not, refuses the append.
-                    appended = await actor.append_many(items, key=key, expect_count=count)
+                    # Conditional on the count the session object was read at: a commit
+                    # another writer made since, whether this actor has heard of it yet or
+                    # not, refuses the append. The key comes first: an event stored before
+                    # is answered with its events whatever the count.
+                    appended = await actor.append_many(items, key=key, expect_count=read_at)
                 except ConflictError as error:
                     raise StaleSessionError(_STALE) from error
-                if appended[0].seq < count:
-                    return None, key  # delivered before: stored once, applied once
-                if event.actions is not None and event.actions.compaction is not None:
-                    await _compact(actor, event)
-                return str(actor.log.count), key
+                first, end = appended[0].seq, appended[-1].seq + 1
+                if first < read_at:
+                    return None, key  # the object holds it already: stored once, applied once
+                if first > read_at:
+                    # Stored before, after other writers' events this object has not seen:
+                    # it cannot take the event; a fresh read can (and applies the deltas).
+                    raise StaleSessionError(_STALE)
+                # Right on top of what the object holds: stored now, or by an earlier call
+                # that failed before the object heard of it (its outcome unknown). The object
+                # takes it, and the surface is compacted unless something came after it.
+                if compacts and actor.log.count == end:
+                    replaced = await _compact(actor, event)
+                    if replaced is not None and replaced.seq == end:
+                        end += 1
+                return str(end), key
 
         new_marker, key = await self._portal.acall(sid, append)
+        if new_marker is not None:
+            session.last_update_time = event.timestamp
+            session._storage_update_marker = new_marker
+            self._commit_event_to_session(session, event)
         if event.actions is not None and event.actions.state_delta:
-            # Keyed by the event's own key: an event delivered again (a retry after a crash
-            # between its commit and these, say) applies its app and user deltas if they did
-            # not land, and never twice.
+            # Keyed by the event's own key: an event delivered again (after this raised, or
+            # after a crash between its commit and these) applies its app and user deltas if
+            # they did not land, and never twice.
             deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta)
-            await self._update_state(
-                self._app_id(session.app_name), deltas["app"], key=f"{sid}:{key}:app"
-            )
-            await self._update_state(
-                self._user_id(session.app_name, session.user_id),
-                deltas["user"],
-                key=f"{sid}:{key}:user",
-            )
-        if new_marker is None:
-            return event
-        session.last_update_time = event.timestamp
-        session._storage_update_marker = new_marker
-        return self._commit_event_to_session(session, event)
+            try:
+                await self._update_state(
+                    self._app_id(session.app_name), deltas["app"], key=f"{sid}:{key}:app"
+                )
+                await self._update_state(
+                    self._user_id(session.app_name, session.user_id),
+                    deltas["user"],
+                    key=f"{sid}:{key}:user",
+                )
+            except (StoreError, OutcomeUnknownError) as error:
+                raise OutcomeUnknownError(
+                    f"event {event.id} was stored in session {session.id} and applied to the "
+                    f"session object, but its app or user state delta may not have been "
+                    f"({error}); append the same event again to apply what is missing"
+                ) from error
+        return event
 
     async def flush(self) -> None:
         """Nothing is buffered: every method returns once committed."""
@@ -652,6 +695,15 @@ def _cached(cache: OrderedDict[str, _F], sid: str, log: Log, make: Callable[[], 
     return folded
 
 
+def _marker_count(marker: str) -> int | None:
+    """The log count a session object's storage marker names (None: not one of ours)."""
+    try:
+        count = int(marker)
+    except ValueError:
+        return None
+    return count if count >= 0 and str(count) == marker else None
+
+
 def _merge(
     app_state: Mapping[str, Any], user_state: Mapping[str, Any], session_state: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -684,9 +736,9 @@ def _messages(event: AdkEvent) -> list[Message]:
         return []  # not something the format reads: the event itself is kept all the same
 
 
-async def _compact(actor: SessionActor, event: AdkEvent) -> None:
+async def _compact(actor: SessionActor, event: AdkEvent) -> Event | None:
     """Replace the surface entries of the events an ``EventCompaction`` covers with its
-    summary, conditional on them still being there."""
+    summary, conditional on them still being there; the replace event, or None."""
     compaction = event.actions.compaction
     assert compaction is not None
     start, end = compaction.start_timestamp, compaction.end_timestamp
@@ -702,7 +754,7 @@ async def _compact(actor: SessionActor, event: AdkEvent) -> None:
         ):
             covered.append((entry.position, entry.seq))
     if not covered:
-        return
+        return None
     first, last = covered[0][0], covered[-1][0]
     within = [entry.seq for entry in log.surface() if first <= entry.position <= last]
     summary = _messages(
@@ -714,6 +766,14 @@ async def _compact(actor: SessionActor, event: AdkEvent) -> None:
         )
     )
     try:
-        await actor.replace(first, last, summary, expect=sorted(set(within), key=within.index))
+        return await actor.replace(
+            first, last, summary, expect=sorted(set(within), key=within.index)
+        )
     except ConflictError:
         _logger.info("nous_session.adk_compaction_skipped", session_id=actor.session_id)
+    except (StoreError, OutcomeUnknownError) as error:
+        # The event is stored: the surface is a view, and keeps the compacted entries.
+        _logger.warning(
+            "nous_session.adk_compaction_failed", session_id=actor.session_id, error=str(error)
+        )
+    return None

@@ -470,7 +470,7 @@ class NousSession:
 
     async def _get_compaction_snapshot(
         self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
-    ) -> _CompactionSnapshot:
+    ) -> _CompactionSnapshot | None:
         """The SDK's hook for its Responses compaction (``OpenAIResponsesCompactionSession``):
         the latest ``limit`` items, whether they are all there is, and an atomic replacement
         of a suffix of them by the compacted output.
@@ -479,7 +479,16 @@ class NousSession:
         still being there (it returns False, replacing nothing, when another writer changed
         them): the compacted items stay in the log, where ``uncompact`` brings them back.
         ``prune_prefix`` then takes the oldest surface items it accepts off the surface.
+
+        None for a subclass that overrides one of the Session's item methods (``get_items``,
+        ``add_items``, ``pop_item``, ``clear_session``, ``pop_item_if``): the snapshot reads
+        and writes the log directly and would bypass them (an index it keeps, an item it
+        transforms), so the SDK takes its other path, as it does for subclasses of its own
+        ``SQLiteSession``: it reads through ``get_items`` and replaces the whole history by
+        ``clear_session`` and ``add_items``.
         """
+        if not _item_methods_are_ours(type(self)):
+            return None
 
         async def read(actor: SessionActor) -> Log:
             return await actor.reload()
@@ -718,6 +727,23 @@ class NousSession:
 # pop_item above): registering adds NousSession to SQLiteSession's ABC registry only, so no
 # SQLite code is inherited.
 SQLiteSession.register(NousSession)
+
+
+# The methods items go in and out by: a subclass that overrides one of them gets no compaction
+# snapshot (see NousSession._get_compaction_snapshot).
+_ITEM_METHODS: Final = (
+    "get_items",
+    "add_items",
+    "pop_item",
+    "_pop_item_with_validation",
+    "pop_item_if",
+    "clear_session",
+)
+
+
+def _item_methods_are_ours(cls: type[NousSession]) -> bool:
+    """Whether ``cls`` takes every item method from NousSession unchanged."""
+    return all(getattr(cls, name) is getattr(NousSession, name) for name in _ITEM_METHODS)
 
 
 @attrs.frozen

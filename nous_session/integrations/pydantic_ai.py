@@ -21,7 +21,10 @@ The mapping:
   and the count a write was checked against is the count its commit expects.
 * ``x.pydantic_ai.entry``: one message of the conversation's log, stored once, losslessly:
   its entry id, the entry before it, and the message as ``ModelMessagesTypeAdapter`` JSON
-  (the text pydantic-ai itself writes and reads back, kept as a string).
+  (the text pydantic-ai itself writes and reads back, kept as a string). That JSON does not
+  tell a ``BinaryContent`` of an image from a ``BinaryImage`` (pydantic-ai reads both back as
+  a ``BinaryImage``), so ``plain_binary`` lists where the message held the former, and a read
+  turns those back: a message loads equal to, and of the same classes as, the one saved.
 * ``x.pydantic_ai.record``: the conversation's record (head, usage, deferred tool requests,
   scope, fork origin, branches, time) as pydantic-ai serialises it. The latest one counts.
 * ``x.pydantic_ai.deleted``: ``delete_record``. The log is append-only: the conversation no
@@ -59,7 +62,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Final
@@ -88,6 +91,8 @@ try:
         ConversationStore,
     )
     from pydantic_ai.messages import (
+        BinaryContent,
+        BinaryImage,
         ModelMessage,
         ModelMessagesTypeAdapter,
         ModelResponse,
@@ -113,6 +118,8 @@ ENTRY_EVENT: Final = "x.pydantic_ai.entry"
 RECORD_EVENT: Final = "x.pydantic_ai.record"
 DELETED_EVENT: Final = "x.pydantic_ai.deleted"
 ENTRY_METADATA: Final = "pydantic_ai_entry"
+# An entry's list of where its message holds a plain BinaryContent of an image (see _entry).
+PLAIN_BINARY_FIELD: Final = "plain_binary"
 
 # A write that keeps losing to other processes' commits gives up after this many tries.
 _ATTEMPTS: Final = 32
@@ -295,21 +302,84 @@ def _revision(record_seq: int) -> str:
 
 def _entry(data: Mapping[str, Any]) -> ConversationEntry:
     parent = data.get("parent_id")
+    message = ModelMessagesTypeAdapter.validate_json(str(data["message"]))[0]
+    for path in data.get(PLAIN_BINARY_FIELD) or ():
+        message = _as_saved(message, path)
     return ConversationEntry(
         id=str(data["id"]),
         parent_id=parent if isinstance(parent, str) else None,
-        message=ModelMessagesTypeAdapter.validate_json(str(data["message"]))[0],
+        message=message,
         kind=data.get("kind", "message"),
     )
 
 
 def _entry_data(entry: ConversationEntry) -> dict[str, Any]:
-    return {
+    text = ModelMessagesTypeAdapter.dump_json([entry.message]).decode()
+    data: dict[str, Any] = {
         "id": entry.id,
         "parent_id": entry.parent_id,
         "kind": entry.kind,
-        "message": ModelMessagesTypeAdapter.dump_json([entry.message]).decode(),
+        "message": text,
     }
+    if '"kind":"binary"' in text:  # only then can the message hold one
+        plain = [list(path) for path in _plain_images(entry.message)]
+        if plain:
+            data[PLAIN_BINARY_FIELD] = plain
+    return data
+
+
+# Where a message holds a value: dataclass field names, list or tuple indexes and dict keys.
+_Path = tuple[str | int, ...]
+
+
+def _plain_images(value: Any, path: _Path = ()) -> Iterator[_Path]:
+    """Where ``value`` holds a ``BinaryContent`` (the class itself) of an image: its JSON is
+    a ``BinaryImage``'s, which is what pydantic-ai's validation makes of it."""
+    if isinstance(value, BinaryContent):
+        if type(value) is BinaryContent and value.is_image:
+            yield path
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _plain_images(item, (*path, index))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                yield from _plain_images(item, (*path, key))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _plain_images(getattr(value, field.name), (*path, field.name))
+
+
+def _as_saved(value: Any, path: Sequence[object]) -> Any:
+    """``value`` (just validated from its JSON) with the ``BinaryImage`` at ``path`` turned
+    back into the ``BinaryContent`` that was saved; what does not match is left as it is."""
+    if not path:
+        if type(value) is not BinaryImage:
+            return value
+        return BinaryContent(
+            data=value.data,
+            media_type=value.media_type,
+            identifier=value.identifier,
+            vendor_metadata=value.vendor_metadata,
+        )
+    step, rest = path[0], path[1:]
+    if type(step) is int and isinstance(value, list | tuple) and 0 <= step < len(value):
+        item = _as_saved(value[step], rest)
+        if isinstance(value, tuple):
+            return (*value[:step], item, *value[step + 1 :])
+        value[step] = item
+    elif isinstance(step, str) and isinstance(value, dict):
+        if step in value:
+            value[step] = _as_saved(value[step], rest)
+    elif (
+        isinstance(step, str)
+        and dataclasses.is_dataclass(value)
+        and not isinstance(value, type)
+        and any(field.name == step for field in dataclasses.fields(value))
+    ):
+        # The validation above just made this object: ours to change, frozen or not.
+        object.__setattr__(value, step, _as_saved(getattr(value, step), rest))
+    return value
 
 
 def _record(seq: int, data: Mapping[str, Any]) -> ConversationRecord:

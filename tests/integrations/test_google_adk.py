@@ -38,6 +38,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 from nous_session import Role, SessionActor, SessionsPortal
+from nous_session.errors import OutcomeUnknownError, StoreError
 from nous_session.integrations import google_adk
 from nous_session.integrations.google_adk import (
     CREATED_EVENT,
@@ -45,7 +46,7 @@ from nous_session.integrations.google_adk import (
     EVENT_EVENT,
     NousSessionService,
 )
-from nous_session.stores import open_store
+from nous_session.stores import MemoryStore, open_store
 
 pytestmark = pytest.mark.anyio
 
@@ -521,3 +522,142 @@ async def test_an_event_delivered_again_after_its_state_was_lost_applies_it_once
         SessionActor.open(session_id=service._app_id(APP), store=store, follow=False) as app_state,
     ):
         assert sum(e.type == google_adk.STATE_EVENT for e in app_state.log.events()) == 1
+
+
+class FailingStore(MemoryStore):
+    """A memory store whose commits to the sessions whose ids start with ``fail`` raise
+    StoreError (nothing stored), and whose next commit to those starting with ``lose`` lands
+    and then raises OutcomeUnknownError (its reply lost)."""
+
+    fail: str | None = None
+    lose: str | None = None
+    fail_replace = False  # and every commit of a replace fails
+
+    async def commit(self, session_id: str, **arguments: Any) -> None:
+        replaces = any(e.type == "replace" for e in arguments["events"])
+        if (self.fail is not None and session_id.startswith(self.fail)) or (
+            self.fail_replace and replaces
+        ):
+            raise StoreError("the store is out of reach")
+        await super().commit(session_id, **arguments)
+        if self.lose is not None and session_id.startswith(self.lose):
+            self.lose = None
+            raise OutcomeUnknownError("the reply was lost")
+
+
+async def _stored(service: NousSessionService, session_id: str) -> int:
+    """How many ADK events the session's log holds."""
+    return sum(e.type == EVENT_EVENT for e in await _events(service, session_id))
+
+
+async def test_an_event_whose_state_delta_failed_is_finished_by_sending_it_again() -> None:
+    """The event commits first, its app and user deltas after it: when they fail, the call
+    is no StoreError (the event was stored) but OutcomeUnknownError, the session object
+    holds the event, and sending the same event again with it applies the deltas, once."""
+    store = FailingStore()
+    delta = {"app:calls": 1, "user:lang": "en", "topic": "weather"}
+    event = Event(author="user", actions=EventActions(state_delta=delta))
+    async with NousSessionService(store) as service:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        store.fail = "adk:a/"  # the app state's commit fails
+        with pytest.raises(OutcomeUnknownError, match="append the same event again"):
+            await service.append_event(session, event)
+        assert session.events == [event]
+        assert session.state["topic"] == "weather"
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {}
+        store.fail = None
+        for _ in range(2):  # the same session object, not a reloaded one; twice: once
+            assert await service.append_event(session, event) is event
+        assert session.events == [event]
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {"lang": "en"}
+        other = await service.create_session(app_name=APP, user_id="u2", session_id="s2")
+        assert other.state == {"app:calls": 1}
+        assert await _stored(service, "s") == 1
+        # The object is current: the next event appends as usual.
+        await service.append_event(session, Event(author="user", content=_text("user", "hi")))
+        read = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert read is not None
+        assert read.events == session.events
+        assert read.state == session.state
+
+
+async def test_an_event_whose_commit_outcome_was_lost_is_finished_by_sending_it_again() -> None:
+    """The event's commit landed but its reply was lost: OutcomeUnknownError, and sending it
+    again with the same session object finds it stored and brings the object up to date
+    (it raised StaleSessionError once the service had read the log: the object was older)."""
+    store = FailingStore()
+    event = Event(author="user", actions=EventActions(state_delta={"user:lang": "en", "n": 1}))
+    async with NousSessionService(store) as service:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        store.lose = "adk:s/"
+        with pytest.raises(OutcomeUnknownError):
+            await service.append_event(session, event)
+        assert session.events == []
+        # A read meanwhile (the service now knows the event landed) leaves the object as old.
+        read = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert read is not None
+        assert read.events == [event]
+        await service.append_event(session, event)
+        assert session.events == [event]
+        assert session.state == {"user:lang": "en", "n": 1}
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {"lang": "en"}
+        assert await _stored(service, "s") == 1
+        await service.append_event(session, Event(author="user"))
+        read = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert read is not None
+        assert read.events == session.events
+
+
+async def test_a_failed_event_commit_stores_nothing_and_is_a_store_error() -> None:
+    store = FailingStore()
+    event = Event(author="user", actions=EventActions(state_delta={"user:lang": "en"}))
+    async with NousSessionService(store) as service:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        store.fail = "adk:s/"
+        with pytest.raises(StoreError):
+            await service.append_event(session, event)
+        assert session.events == []
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {}
+        store.fail = None
+        await service.append_event(session, event)  # the object was not stale: it appends
+        assert await _stored(service, "s") == 1
+        assert await service.get_user_state(app_name=APP, user_id=USER) == {"lang": "en"}
+
+
+async def test_an_event_stored_after_writes_the_object_missed_is_still_stale() -> None:
+    """Sending an event again finds it stored; an object read before another writer's event
+    cannot take it, and stays stale (a fresh read holds it)."""
+    store = FailingStore()
+    event = Event(author="user", content=_text("user", "mine"))
+    async with NousSessionService(store) as service:
+        old = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        other = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        assert other is not None
+        await service.append_event(other, Event(author="user", content=_text("user", "theirs")))
+        await service.append_event(other, event.model_copy(deep=True))
+        with pytest.raises(StaleSessionError):
+            await service.append_event(old, event.model_copy(deep=True))
+        assert old.events == []
+        assert await _stored(service, "s") == 2
+
+
+async def test_a_compaction_whose_surface_replace_fails_is_still_appended() -> None:
+    """The replace of the surface is a view of the stored event: its failure is logged and
+    the call returns (a StoreError would say the event was not stored, and it was)."""
+    store = FailingStore()
+    async with NousSessionService(store) as service:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="c")
+        for i in range(2):
+            event = Event(author="user", content=_text("user", f"m{i}"), timestamp=100.0 + i)
+            await service.append_event(session, event)
+        compaction = EventCompaction(
+            start_timestamp=100.0, end_timestamp=101.0, compacted_content=_text("model", "sum")
+        )
+        compacting = Event(author="user", actions=EventActions(compaction=compaction))
+        store.fail_replace = True
+        assert await service.append_event(session, compacting) is compacting
+        assert session.events[-1] is compacting
+        assert [m.text for m in await _surface(service, "c")] == ["m0", "m1"]
+        read = await service.get_session(app_name=APP, user_id=USER, session_id="c")
+        assert read is not None
+        assert read.events == session.events

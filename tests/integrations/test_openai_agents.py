@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -256,6 +257,7 @@ async def test_the_compaction_hook_replaces_a_suffix_in_one_event_and_keeps_the_
     try:
         await session.add_items([{"role": "user", "content": str(i)} for i in range(6)])
         snapshot = await session._get_compaction_snapshot(4)
+        assert snapshot is not None
         assert snapshot.items == [{"role": "user", "content": str(i)} for i in range(2, 6)]
         assert not snapshot.complete
         summary = {"role": "user", "content": "[summary of 3..5]"}
@@ -271,6 +273,119 @@ async def test_the_compaction_hook_replaces_a_suffix_in_one_event_and_keeps_the_
         session.close()
     async with SessionActor.open(session_id="compact", store=url) as actor:
         assert len(actor.log.events()) == 7  # six items and one replace; nothing deleted
+
+
+class RecordingSession(NousSession):
+    """A subclass that overrides the item methods, as one keeping an index of its own would:
+    it records every call it is given."""
+
+    def __init__(self, session_id: str, store: str) -> None:
+        super().__init__(session_id, store)
+        self.calls: list[tuple[str, Any]] = []
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        self.calls.append(("get_items", limit))
+        return await super().get_items(limit)
+
+    async def add_items(self, items: list[Any]) -> None:
+        self.calls.append(("add_items", list(items)))
+        await super().add_items(items)
+
+    async def clear_session(self) -> None:
+        self.calls.append(("clear_session", None))
+        await super().clear_session()
+
+
+class OnlyAddItems(NousSession):
+    async def add_items(self, items: list[Any]) -> None:
+        await super().add_items(items)
+
+
+class OnlyInit(NousSession):
+    def __init__(self, session_id: str, store: str) -> None:
+        super().__init__(session_id, store)
+        self.label = "mine"
+
+
+async def test_a_subclass_overriding_an_item_method_gets_no_compaction_snapshot(url: str) -> None:
+    """As the SDK's SQLiteSession does for its subclasses: the snapshot would write the log
+    directly, past the subclass's methods. One that leaves them alone keeps it."""
+    for cls, kept in ((NousSession, True), (OnlyInit, True), (OnlyAddItems, False)):
+        session = cls("snap", url)
+        try:
+            await session.add_items([{"role": "user", "content": "hi"}])
+            snapshot = await session._get_compaction_snapshot(4)
+            assert (snapshot is not None) is kept, cls
+        finally:
+            session.close()
+
+
+class TextModel(Model):
+    """A model that answers with text, under a response id (automatic compaction needs one)."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        message = ResponseOutputMessage(
+            id="msg_1",
+            type="message",
+            role="assistant",
+            status="completed",
+            content=[ResponseOutputText(type="output_text", text="Hello", annotations=[])],
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id="resp_1")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+
+class CompactingClient:
+    """The part of an AsyncOpenAI client that the SDK's compaction calls."""
+
+    def __init__(self) -> None:
+        self.responses = self
+        self.calls = 0
+
+    async def compact(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        return SimpleNamespace(output=[SUMMARY], usage=None)
+
+
+SUMMARY: dict[str, Any] = {
+    "type": "message",
+    "role": "user",
+    "content": [{"type": "input_text", "text": "[summary]"}],
+}
+
+
+@pytest.mark.parametrize("cls", [NousSession, RecordingSession])
+async def test_automatic_compaction_goes_through_a_subclass_item_methods(
+    url: str, cls: type[NousSession]
+) -> None:
+    from agents.memory import OpenAIResponsesCompactionSession
+
+    client = CompactingClient()
+    backend = cls("auto", url)
+    compacting = OpenAIResponsesCompactionSession(
+        "auto",
+        backend,
+        client=client,  # type: ignore[arg-type]  # only responses.compact is called
+        should_trigger_compaction=lambda context: True,
+    )
+    try:
+        await Runner.run(Agent(name="Assistant", model=TextModel()), "Hi!", session=compacting)
+        assert client.calls == 1
+        assert await backend.get_items() == [SUMMARY]
+    finally:
+        backend.close()
+    async with SessionActor.open(session_id="auto", store=url) as actor:
+        kinds = [event.type for event in actor.log.events()]
+    if isinstance(backend, RecordingSession):
+        # The SDK's path for a session with no snapshot: the compacted output went in through
+        # the subclass's add_items, after its clear_session.
+        writes = [call for call in backend.calls if call[0] != "get_items"]
+        assert writes[-2:] == [("clear_session", None), ("add_items", [SUMMARY])]
+        assert kinds[-2:] == [EventType.REMOVE, EventType.USER_MESSAGE]
+    else:  # the snapshot's path: one conditional replace event
+        assert kinds[-1] == EventType.REPLACE
 
 
 class ScriptedModel(Model):

@@ -36,12 +36,17 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import (
+    BinaryContent,
+    BinaryImage,
+    FilePart,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     TextPart,
     ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
@@ -416,6 +421,61 @@ async def test_the_record_carries_usage_and_entries_read_by_id(opener: Opener) -
         assert await store.read_entry(entries[0].id) == entries[0]
         with pytest.raises(KeyError):
             await store.read_entry("no-such-entry")
+
+
+def binary_messages() -> list[ModelMessage]:
+    """Files of every class, where messages hold them: a plain BinaryContent of an image (whose
+    JSON is a BinaryImage's), a BinaryImage, a BinaryContent of audio."""
+    png, wav = b"\x89PNG\r\n", b"RIFF"
+    return [
+        ModelRequest(
+            parts=[
+                UserPromptPart(
+                    content=[
+                        "Look:",
+                        BinaryContent(data=png, media_type="image/png"),
+                        BinaryImage(data=png, media_type="image/png", identifier="mine"),
+                        BinaryContent(data=wav, media_type="audio/wav"),
+                    ]
+                )
+            ]
+        ),
+        ModelResponse(parts=[FilePart(content=BinaryContent(data=png, media_type="image/jpeg"))]),
+        ModelRequest(
+            parts=[
+                ToolReturnPart(
+                    tool_name="draw",
+                    tool_call_id="call-1",
+                    content=["done", {"image": BinaryContent(data=png, media_type="image/png")}],
+                )
+            ]
+        ),
+    ]
+
+
+@pytest.mark.anyio
+async def test_files_load_back_as_the_classes_they_were_saved_as(opener: Opener) -> None:
+    messages = binary_messages()
+    async with opener() as store:
+        await store.save(Conversation(conversation_id="c", messages=messages))
+    async with opener() as store:
+        loaded = await store.load("c")
+        assert loaded is not None
+        assert loaded.messages == messages
+        prompt = loaded.messages[0].parts[0]
+        assert isinstance(prompt, UserPromptPart)
+        assert [type(item).__name__ for item in prompt.content] == [
+            "str",
+            "BinaryContent",
+            "BinaryImage",
+            "BinaryContent",
+        ]
+        # A fork copies the entries as they were saved.
+        fork = await store.fork("c", new_conversation_id="f")
+        assert fork.messages == messages
+        forked = await store.load("f")
+        assert forked is not None
+        assert forked.messages == messages
 
 
 # Ours: agent runs, the events, the surface, the writers ------------------------------------------
