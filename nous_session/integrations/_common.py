@@ -4,10 +4,11 @@ the ``store`` property of the objects they open."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from nous_session.stores import open_store
+from nous_session.stores import STORE_ENV, open_store
 from nous_session.stores.base import Store
 
 __all__ = ["StoreHost", "missing_extra", "opened_store"]
@@ -21,16 +22,25 @@ def missing_extra(module: str, needs: str, extra: str) -> ImportError:
 
 @asynccontextmanager
 async def opened_store(store: Store | str | None) -> AsyncIterator[Store]:
-    """``store`` as a Store for the block: a URL (or None, a private in-memory store) is
-    opened here and closed with the block; a Store passed in stays the caller's to close."""
+    """``store`` as a Store for the block: a URL (or None: the store ``NOUS_SESSION_STORE``
+    names, else a private in-memory store) is opened here and closed with the block; a Store
+    passed in stays the caller's to close."""
     if store is not None and not isinstance(store, str):
         yield store
         return
-    resolved = open_store("memory:" if store is None else store)
+    resolved = open_store(store)  # None: the one rule for a store given none
     try:
         yield resolved
     finally:
         await resolved.aclose()
+
+
+def named_store(store: Store | str | None) -> Store | str | None:
+    """``store``, or for None the store URL ``NOUS_SESSION_STORE`` names (None when it is
+    unset: the integration's private in-memory store), the rule for a store given none."""
+    if store is not None:
+        return store
+    return os.environ.get(STORE_ENV) or None
 
 
 class StoreHost:

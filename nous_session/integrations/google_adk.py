@@ -86,7 +86,7 @@ from nous_session._logging import get_logger
 from nous_session.errors import ConflictError, FormatError, OutcomeUnknownError, StoreError
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider
-from nous_session.integrations._common import missing_extra
+from nous_session.integrations._common import missing_extra, named_store
 from nous_session.integrations._listing import listed_ids
 from nous_session.message import Message
 from nous_session.metadata import SessionMetadata
@@ -244,8 +244,9 @@ class NousSessionService(BaseSessionService):
 
         Args:
             store: a store URL (``"sqlite:///sessions.sqlite3"``, ``"postgresql://..."``), a
-                Store (used from the portal's loop only from now on), or None for a private
-                in-memory store that ends with this service.
+                Store (used from the portal's loop only from now on), or None for the store
+                ``NOUS_SESSION_STORE`` names, else a private in-memory store that ends with
+                this service.
             sessions: a portal of your own to run on (then leave ``store`` out); it must use
                 ``on_conflict="raise"``, the default, for stale writers to be detected
                 across processes.
@@ -261,7 +262,9 @@ class NousSessionService(BaseSessionService):
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
         self._owned = sessions is None
-        self._portal = sessions if sessions is not None else SessionsPortal(store or "memory:")
+        if sessions is None:
+            sessions = SessionsPortal(named_store(store) or "memory:")
+        self._portal = sessions
         self._prefix = prefix
         # Folds by nous_session session id (the most recently used _CACHED of each kind; the
         # others are folded again from their actor's log when next needed), and the locks that

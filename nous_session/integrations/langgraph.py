@@ -204,7 +204,8 @@ class NousSessionSaver(StoreHost, SyncSaver):
 
         Args:
             store: a nous_session Store, or a URL for :func:`~nous_session.open_store` (the
-                saver then owns and closes it); None: a private in-memory store.
+                saver then owns and closes it); None: the store ``NOUS_SESSION_STORE``
+                names, else a private in-memory store.
             serde: LangGraph's serializer for checkpoints and writes (default: LangGraph's
                 ``JsonPlusSerializer``).
             session_prefix: put before a thread id to make its session id (a session id is

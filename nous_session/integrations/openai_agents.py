@@ -60,7 +60,7 @@ from nous_session._logging import get_logger
 from nous_session.errors import ConflictError, FormatError, InvalidEventError, SessionClosedError
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider, to_provider
-from nous_session.integrations._common import missing_extra
+from nous_session.integrations._common import missing_extra, named_store
 from nous_session.integrations._openai_agents_hosts import (
     _LoopSessions,
     _run_by_asyncio_runner,
@@ -241,7 +241,8 @@ class NousSession:
                 ``"postgresql://..."``; each event loop the session is called from opens its
                 own store from it), a Store (used from the loop each call comes from, so it
                 must work there: a PostgreSQL store's pool belongs to the loop it was opened
-                on), or None for a private in-memory store that ends with this session.
+                on), or None for the store ``NOUS_SESSION_STORE`` names, else a private
+                in-memory store that ends with this session.
             sessions: a portal of your own to run on, or a :class:`Sessions` registry
                 running on the event loop the session will be used from (calls from another
                 loop then fail); leave ``store`` out.
@@ -268,7 +269,8 @@ class NousSession:
         self._memory: _SharedMemory | None = None
         if sessions is not None:
             store = None
-        elif store is None:  # private: like an in-memory SQLite database, this session's own
+        elif (store := named_store(store)) is None:
+            # Private: like an in-memory SQLite database, this session's own.
             store = MemoryStore()
         elif isinstance(store, str):
             if isinstance(open_store(store), MemoryStore):  # a bad URL raises here

@@ -433,7 +433,8 @@ class NousConversationStore(StoreHost, ConversationStore):
 
         Args:
             store: a nous_session Store, or a URL for :func:`~nous_session.open_store` (then
-                closed with the block); None: a private in-memory store.
+                closed with the block); None: the store ``NOUS_SESSION_STORE`` names, else a
+                private in-memory store.
             session_prefix: put before a conversation id to make its session id (a session id
                 is at most 256 UTF-8 bytes).
             max_open: how many conversations keep their session open (its actor and its log in
