@@ -202,9 +202,16 @@ class StoreBase:
         session. Reading never writes (a read-only store lists too).
 
         Raises:
+            TypeError: an argument it does not take.
             ValueError: a bad argument or cursor.
             StoreError: the store cannot be read.
         """
+        unknown = arguments.keys() - ListArguments.__annotations__.keys()
+        if unknown:  # named here, not as the internal call it would fail in
+            raise TypeError(
+                f"list_sessions() got unexpected keyword arguments: {', '.join(sorted(unknown))}"
+                f" (it takes {', '.join(ListArguments.__annotations__)})"
+            )
         query = ListQuery.make(**arguments)
         return query.page(await self._list(query))
 

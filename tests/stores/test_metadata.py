@@ -547,3 +547,11 @@ def test_a_version_2_postgres_schema_gets_times_from_its_events(schema: str) -> 
             assert entry.metadata == SessionMetadata()
 
     anyio.run(check)
+
+
+@pytest.mark.anyio
+async def test_a_listing_argument_it_does_not_take_is_named(any_store: Store) -> None:
+    with pytest.raises(
+        TypeError, match=r"list_sessions\(\) got unexpected keyword arguments: cursr"
+    ):
+        await any_store.list_sessions(where={"owner": "ann"}, cursr=None)  # type: ignore[attr-defined]
