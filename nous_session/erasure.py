@@ -225,6 +225,11 @@ def _erased_data(event: Event, record: dict[str, JSON]) -> dict[str, JSON]:
     old = event.data
     if event.type in _SURFACE:
         data = _placeholder(old, record)
+        # What made it (a compaction, a pruning) and when its message was written: the
+        # library's own marks, no content; history and the surface's times keep them.
+        for key in ("source", "created_at"):
+            if old.get(key) is not None:
+                data[key] = old[key]
     elif event.type is EventType.REPLACE:
         messages: list[JSON] = []
         items: Any = old.get("messages") or ()

@@ -382,7 +382,14 @@ def test_erase_event_keeps_place_type_time_and_op_and_is_idempotent() -> None:
     from nous_session import Log
 
     log = Log().append(EventType.USER_MESSAGE, {"content": "a"})
-    log = log.append(EventType.USER_MESSAGE, {"content": "b", "surface_op": ["replace", 0, 0]})
+    written = "2025-03-04T05:06:07+00:00"
+    compacted = {
+        "content": "b",
+        "surface_op": ["replace", 0, 0],
+        "source": "compaction",
+        "created_at": written,
+    }
+    log = log.append(EventType.SYSTEM_MESSAGE, compacted)
     event = log.events()[1]
     at = datetime(2026, 1, 2, tzinfo=UTC)
     erased = erase_event(event, reason="why", at=at)
@@ -392,6 +399,9 @@ def test_erase_event_keeps_place_type_time_and_op_and_is_idempotent() -> None:
         event.time,
         event.op,
     )
+    # The library's marks stay (history still says it was a compaction, dated as it was).
+    assert (erased.data["source"], erased.data["created_at"]) == ("compaction", written)
+    assert erased.data["content"] == ERASED_CONTENT
     assert erased_record(erased) == (at.isoformat(), "why")
     assert erase_event(erased, reason="other", at=datetime.now(UTC)) is erased
     # An event that only carries an "erased" key of its own is still erased.
