@@ -145,18 +145,29 @@ class KeyedTables:
 
         done = await self._run(delete)
         if done is not None and done[0]:
-            await self._scrub_after_delete(session_id, *done)
+            destroyed, transaction = done
+            await self._scrub_keys(
+                transaction,
+                f"deleted session {session_id!r} and destroyed {destroyed} data key(s)",
+                "them",
+                "a later erase or rewrap scrubs it",
+            )
         return done is not None
 
-    async def _scrub_after_delete(self, session_id: str, destroyed: int, transaction: str) -> None:
+    async def _scrub_keys(self, transaction: str, done: str, of: str, advice: str) -> None:
+        """Scrub the key table alone after ``transaction`` destroyed or re-wrapped keys (as
+        after a crypto-erasure: ``VACUUM FULL``, see ``_scrub``).
+
+        Raises:
+            StoreError: the scrub could not be done or proven: "``done``, but the key table
+                could not be scrubbed of ``of``", why, and ``advice``.
+        """
         proven, detail = await self._run(
             lambda: self._scrub(transaction, True, 60.0, False, keys_only=True)
         )
         if not proven:
             raise StoreError(
-                f"deleted session {session_id!r} and destroyed {destroyed} data key(s), but the"
-                f" key table could not be scrubbed of them: {detail}; a later erase or rewrap"
-                " scrubs it"
+                f"{done}, but the key table could not be scrubbed of {of}: {detail}; {advice}"
             )
 
     async def rewrap(self, provider: KeyProvider) -> int:
@@ -182,12 +193,10 @@ class KeyedTables:
 
         count, transaction = await self._run(rewrap)
         keyring.use(provider)
-        proven, detail = await self._run(
-            lambda: self._scrub(transaction, True, 60.0, False, keys_only=True)
+        await self._scrub_keys(
+            transaction,
+            f"re-wrapped {count} data key(s)",
+            "the old wrapped keys",
+            "run rewrap again",
         )
-        if not proven:
-            raise StoreError(
-                f"re-wrapped {count} data key(s), but the key table could not be scrubbed of"
-                f" the old wrapped keys: {detail}; run rewrap again"
-            )
         return count
