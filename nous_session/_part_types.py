@@ -128,6 +128,20 @@ def _with_provider_data(view: dict[str, Any], data: ProviderData) -> dict[str, A
     return view
 
 
+def _with_fields(
+    part: ImagePart | ThinkingPart | RedactedThinkingPart,
+    view: dict[str, Any],
+    optional: tuple[str, ...],
+) -> dict[str, Any]:
+    """``view`` (the part's JSON form so far) with each of the ``optional`` fields the part has
+    set (not None; a tuple as a list), in that order, then its ``provider_data`` if any."""
+    for name in optional:
+        value = getattr(part, name)
+        if value is not None:
+            view[name] = list(value) if type(value) is tuple else value
+    return _with_provider_data(view, part.provider_data)
+
+
 @attrs.frozen(eq=False)  # equality is the mapping's: two parts are equal when their JSON is
 class TextPart(_PartBase):
     """Text. Stored as ``{"type": "text", "text": ...}``.
@@ -186,12 +200,9 @@ class ImagePart(_PartBase):
     provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
 
     def _view(self) -> dict[str, Any]:
-        view: dict[str, Any] = {"type": "image"}
-        for name in ("url", "data", "media_type", "file_id", "detail"):
-            value = getattr(self, name)
-            if value is not None:
-                view[name] = value
-        return _with_provider_data(view, self.provider_data)
+        return _with_fields(
+            self, {"type": "image"}, ("url", "data", "media_type", "file_id", "detail")
+        )
 
 
 def _summary(value: object) -> tuple[str, ...] | None:
@@ -242,16 +253,8 @@ class ThinkingPart(_PartBase):
     provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
 
     def _view(self) -> dict[str, Any]:
-        view: dict[str, Any] = {"type": "thinking", "text": self.text}
-        if self.signature is not None:
-            view["signature"] = self.signature
-        if self.summary is not None:
-            view["summary"] = list(self.summary)
-        if self.id is not None:
-            view["id"] = self.id
-        if self.provider is not None:
-            view["provider"] = self.provider
-        return _with_provider_data(view, self.provider_data)
+        view = {"type": "thinking", "text": self.text}
+        return _with_fields(self, view, ("signature", "summary", "id", "provider"))
 
 
 @attrs.frozen(eq=False)
@@ -272,10 +275,7 @@ class RedactedThinkingPart(_PartBase):
     provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
 
     def _view(self) -> dict[str, Any]:
-        view: dict[str, Any] = {"type": "redacted_thinking", "data": self.data}
-        if self.provider is not None:
-            view["provider"] = self.provider
-        return _with_provider_data(view, self.provider_data)
+        return _with_fields(self, {"type": "redacted_thinking", "data": self.data}, ("provider",))
 
 
 def _index(_instance: object, _attribute: object, value: int) -> None:

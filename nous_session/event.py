@@ -210,14 +210,7 @@ def _check_surface_fields(data: dict[str, JSON]) -> None:
     metadata = data.get("metadata")
     if metadata is not None and type(metadata) is not dict:
         raise _Refusal('data["metadata"] must be an object or null')
-    created = data.get("created_at")
-    if created is not None:
-        try:
-            _message_time(created)
-        except ValueError:
-            raise _Refusal(
-                f'data["created_at"] must be an ISO 8601 time with a UTC offset, got {created!r}'
-            ) from None
+    _check_message_time(data.get("created_at"), 'data["created_at"]')
     is_error = data.get("is_error")
     if is_error is not None and type(is_error) is not bool:
         raise _Refusal('data["is_error"] must be a bool or null')
@@ -474,20 +467,24 @@ def _check_replace_messages(data: dict[str, JSON]) -> None:
         if role not in _TYPE_BY_ROLE_NAME:
             roles = ", ".join(role.value for role in _TYPE_OF)
             raise _Refusal(f"{where} has role {role!r}; a role is one of {roles}")
-        created = item.get("created_at")
-        if created is not None:
-            try:
-                _message_time(created)
-            except ValueError:
-                raise _Refusal(
-                    f"{where}: created_at must be an ISO 8601 time with a UTC offset,"
-                    f" got {created!r}"
-                ) from None
+        _check_message_time(item.get("created_at"), f"{where}: created_at")
         fields = {key: value for key, value in item.items() if key not in ("role", "created_at")}
         try:
             _check_surface_fields(fields)
         except _Refusal as e:
             raise _Refusal(f"{where}: {e}") from None
+
+
+def _check_message_time(created: object, what: str) -> None:
+    """Refuse a message's ``created_at`` (``what`` names it) that is neither None nor a
+    message time (see :func:`_message_time`)."""
+    if created is not None:
+        try:
+            _message_time(created)
+        except ValueError:
+            raise _Refusal(
+                f"{what} must be an ISO 8601 time with a UTC offset, got {created!r}"
+            ) from None
 
 
 def _message_time(value: object) -> datetime:

@@ -1,14 +1,15 @@
-"""The PostgreSQL store's parts that hold data keys (encryption at rest): commits sealed under
-the session's key (sent again when an erasure replaced it meanwhile), deletes that destroy the
-keys only the deleted session held, and re-wrapping every key under a new master key. Each ends
-with the key table scrubbed alone, as an erasure does (see docs/erasure.md)."""
+"""The PostgreSQL store's commits, and its parts that hold data keys (encryption at rest):
+a commit sent as it is, or sealed under the session's key (sent again when an erasure replaced
+it meanwhile); deletes that destroy the keys only the deleted session held, and re-wrapping
+every key under a new master key, each ending with the key table scrubbed alone, as an erasure
+does (see docs/erasure.md)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -18,8 +19,14 @@ from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
 from nous_session.stores._common import Commit
 from nous_session.stores._sealed import Keyring
-from nous_session.stores.postgres._commit import commit_parameters, conflict
+from nous_session.stores.postgres._commit import (
+    Unmatched,
+    commit_alone,
+    commit_parameters,
+    conflict,
+)
 from nous_session.stores.postgres._errors import pooled
+from nous_session.stores.postgres._group import GroupCommits, Grouped
 from nous_session.stores.postgres._keys import key_moved, resolve_key, rewrap_keys, seal_events
 from nous_session.stores.postgres._rows import delete_row, row_of
 from nous_session.stores.postgres._sql import Statements
@@ -36,13 +43,14 @@ def xid(connection: psycopg.Connection[Any]) -> str:
 
 
 class KeyedTables:
-    """:class:`~nous_session.stores.postgres.PostgresStore`'s commits, deletes and rewrap as
-    they involve data keys."""
+    """:class:`~nous_session.stores.postgres.PostgresStore`'s commits (plain or sealed), and
+    its deletes and rewrap as they involve data keys."""
 
     _keyring: Keyring | None
     _pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
     _sql: Statements
     _channel: str
+    _groups: GroupCommits
 
     async def _run(self, function: Callable[[], T]) -> T:
         raise NotImplementedError
@@ -56,13 +64,48 @@ class KeyedTables:
     # ErasingTables's, after this class in the store's bases (a stub here would hide it).
     _scrub: Callable[..., tuple[bool, str]]
 
+    _group_commits: ClassVar[bool] = True
+    """Whether a commit that drops nothing joins a round's group (a switch for benchmarks)."""
+
+    async def _commit(self, commit: Commit) -> None:
+        keyring = self._keyring
+        if keyring is None:
+            await self._commit_once(commit, commit_parameters(commit, self._channel))
+            return
+        await self._commit_sealed(commit, keyring)
+
     async def _commit_once(
         self,
         commit: Commit,
         parameters: dict[str, Any],
         sealer: Callable[[Sequence[Event]], list[bytes]] | None = None,
     ) -> None:
-        raise NotImplementedError
+        session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
+        dropped, expected_horizon, horizon = commit.dropped, commit.expected_horizon, commit.horizon
+        statement = self._sql.first_commit if expected_count == 0 else self._sql.commit
+        # A snapshot, or a horizon to check against the stored one, is committed under the
+        # session's row lock (check_commit_state needs the stored horizon).
+        locked = bool(dropped) or (horizon is not None and expected_horizon is None)
+        if not locked and self._group_commits:
+            await self._groups.commit(Grouped(session_id, statement, parameters, rows, sealer))
+            return
+        alone = functools.partial(
+            commit_alone,
+            self._pool,
+            self._sql,
+            statement,
+            parameters,
+            rows,
+            locked=locked,
+            dropped=dropped,
+            horizon=horizon,
+            expected_horizon=expected_horizon,
+            sealer=sealer,
+        )
+        try:
+            await self._run(alone)
+        except Unmatched:
+            raise conflict(session_id, expected_count, expected_horizon) from None
 
     async def _commit_sealed(self, commit: Commit, keyring: Keyring) -> None:
         """Commit sealed under the session's current key (made, and stored with the first
@@ -145,18 +188,29 @@ class KeyedTables:
 
         done = await self._run(delete)
         if done is not None and done[0]:
-            await self._scrub_after_delete(session_id, *done)
+            destroyed, transaction = done
+            await self._scrub_keys(
+                transaction,
+                f"deleted session {session_id!r} and destroyed {destroyed} data key(s)",
+                "them",
+                "a later erase or rewrap scrubs it",
+            )
         return done is not None
 
-    async def _scrub_after_delete(self, session_id: str, destroyed: int, transaction: str) -> None:
+    async def _scrub_keys(self, transaction: str, done: str, of: str, advice: str) -> None:
+        """Scrub the key table alone after ``transaction`` destroyed or re-wrapped keys (as
+        after a crypto-erasure: ``VACUUM FULL``, see ``_scrub``).
+
+        Raises:
+            StoreError: the scrub could not be done or proven: "``done``, but the key table
+                could not be scrubbed of ``of``", why, and ``advice``.
+        """
         proven, detail = await self._run(
             lambda: self._scrub(transaction, True, 60.0, False, keys_only=True)
         )
         if not proven:
             raise StoreError(
-                f"deleted session {session_id!r} and destroyed {destroyed} data key(s), but the"
-                f" key table could not be scrubbed of them: {detail}; a later erase or rewrap"
-                " scrubs it"
+                f"{done}, but the key table could not be scrubbed of {of}: {detail}; {advice}"
             )
 
     async def rewrap(self, provider: KeyProvider) -> int:
@@ -182,12 +236,10 @@ class KeyedTables:
 
         count, transaction = await self._run(rewrap)
         keyring.use(provider)
-        proven, detail = await self._run(
-            lambda: self._scrub(transaction, True, 60.0, False, keys_only=True)
+        await self._scrub_keys(
+            transaction,
+            f"re-wrapped {count} data key(s)",
+            "the old wrapped keys",
+            "run rewrap again",
         )
-        if not proven:
-            raise StoreError(
-                f"re-wrapped {count} data key(s), but the key table could not be scrubbed of"
-                f" the old wrapped keys: {detail}; run rewrap again"
-            )
         return count

@@ -3,10 +3,11 @@ own copy (the typed row and the lineage are :mod:`nous_session.stores._lineage`'
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, ParamSpec, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 Connection = psycopg.Connection[Any]
+P = ParamSpec("P")
+R = TypeVar("R")
 _SEQ: Final[Callable[[Any], int]] = itemgetter(0)
 
 
@@ -158,6 +161,21 @@ def metadata_at(
     return None, None
 
 
+def _again_if_key_gone(read: Callable[P, R]) -> Callable[P, R]:
+    """``read``, run once more when a row it read was sealed under a key an erasure destroyed
+    meanwhile (the erasure re-sealed the row under a new key first)."""
+
+    @functools.wraps(read)
+    def again(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return read(*args, **kwargs)
+        except KeyGone:  # raised only with a keyring
+            return read(*args, **kwargs)
+
+    return again
+
+
+@_again_if_key_gone
 def read_stored(
     connection: Connection,
     statements: Statements,
@@ -177,23 +195,6 @@ def read_stored(
     Raises:
         CorruptRecordError: a row cannot be decoded (the error names session and seq).
     """
-    if keyring is None:
-        return _read_stored(connection, statements, where, session_id, since, full=full)
-    try:
-        return _read_stored(connection, statements, where, session_id, since, full, keyring)
-    except KeyGone:
-        return _read_stored(connection, statements, where, session_id, since, full, keyring)
-
-
-def _read_stored(
-    connection: Connection,
-    statements: Statements,
-    where: str,
-    session_id: str,
-    since: int,
-    full: bool,
-    keyring: Keyring | None = None,
-) -> Stored:
     with pipelined(connection, begin="BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"):
         found = connection.execute(statements.row_query, (session_id,))
         own = connection.execute(statements.events_from, (session_id, since))

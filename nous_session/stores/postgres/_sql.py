@@ -22,36 +22,47 @@ class _Tables:
 
     events: sql.Identifier
     kept: sql.Identifier
+    _tables: dict[str, sql.Identifier]  # by the names the statements' {fields} use
+
+    def _statement(self, text: str) -> sql.Composed:
+        """The statement ``text`` with each ``{table}`` field filled in: one of the schema's."""
+        return sql.SQL(text).format(**self._tables)
+
+    def _per_copy_table(self, text: str) -> dict[str, sql.Composed]:
+        """The statement ``text`` for each table an event's copy is in (``"events"`` and
+        ``"kept"``), by that name: its ``{}`` field filled in with the table."""
+        return {
+            name: sql.SQL(text).format(table)
+            for name, table in (("events", self.events), ("kept", self.kept))
+        }
 
 
 class _ErasureStatements(_Tables):
     """Erasure's statements (see :mod:`~nous_session.stores.postgres._erasure`)."""
 
-    def __init__(self, tables: dict[str, sql.Identifier]) -> None:
+    def __init__(self) -> None:
         # Erasure: a copy of an event in the events or kept table, read and rewritten; a
         # session's forks (locked against a snapshot copying them meanwhile); its own kept
         # seqs; an erased metadata record's copies.
-        self.erase_select = {
-            name: sql.SQL("SELECT record FROM {} WHERE session = %s AND seq = %s").format(table)
-            for name, table in (("events", self.events), ("kept", self.kept))
-        }
-        self.erase_update = {
-            name: sql.SQL("UPDATE {} SET record = %s WHERE session = %s AND seq = %s").format(table)
-            for name, table in (("events", self.events), ("kept", self.kept))
-        }
-        self.children = sql.SQL(
+        self.erase_select = self._per_copy_table(
+            "SELECT record FROM {} WHERE session = %s AND seq = %s"
+        )
+        self.erase_update = self._per_copy_table(
+            "UPDATE {} SET record = %s WHERE session = %s AND seq = %s"
+        )
+        self.children = self._statement(
             "SELECT name, fork_point FROM {sessions} WHERE parent_uid = %s"
             " AND fork_point IS NOT NULL ORDER BY name FOR UPDATE"
-        ).format(**tables)
-        self.own_kept_seqs = sql.SQL(
+        )
+        self.own_kept_seqs = self._statement(
             "SELECT seq FROM {kept} WHERE session = %s AND seq >= %s"
-        ).format(**tables)
-        self.relink_forks = sql.SQL(
+        )
+        self.relink_forks = self._statement(
             "UPDATE {sessions} SET parent = %s, parent_uid = %s,"
             " fork_point = least(fork_point, %s) WHERE parent_uid = %s"
-        ).format(**tables)
+        )
         # An erasure's record: the session's next event, and a notification of its head.
-        self.append_erasure = sql.SQL(
+        self.append_erasure = self._statement(
             """WITH moved AS (
                 UPDATE {sessions} SET count = %(seq)s + 1
                 WHERE name = %(name)s AND count = %(seq)s RETURNING 1
@@ -60,82 +71,68 @@ class _ErasureStatements(_Tables):
                 SELECT %(name)s, %(seq)s, %(record)s, %(kid)s::bytea FROM moved RETURNING 1
             )
             SELECT pg_notify(%(channel)s, %(payload)s) FROM moved"""
-        ).format(**tables)
-        self.forget_metadata = sql.SQL(
+        )
+        self.forget_metadata = self._statement(
             "UPDATE {sessions} SET meta = %s::jsonb WHERE name = %s AND meta_seq = %s"
-        ).format(**tables)
+        )
 
 
 class _KeyStatements(_Tables):
     """The statements of encryption at rest (see :mod:`~nous_session.stores.postgres._keys`)."""
 
-    def __init__(self, tables: dict[str, sql.Identifier]) -> None:
+    def __init__(self) -> None:
         # Encryption at rest: data keys, a session's current one, the rows of a key.
-        self.data_key = sql.SQL("SELECT provider, wrapped FROM {data_keys} WHERE kid = %s").format(
-            **tables
-        )
-        self.add_data_key = sql.SQL(
+        self.data_key = self._statement("SELECT provider, wrapped FROM {data_keys} WHERE kid = %s")
+        self.add_data_key = self._statement(
             "INSERT INTO {data_keys} (kid, provider, wrapped) VALUES (%s, %s, %s)"
-        ).format(**tables)
-        self.session_kid = sql.SQL("SELECT count, kid FROM {sessions} WHERE name = %s").format(
-            **tables
         )
+        self.session_kid = self._statement("SELECT count, kid FROM {sessions} WHERE name = %s")
         # A session's key, set unless it has one (its row made, count 0, if missing): the key
         # it has after this.
-        self.set_session_kid = sql.SQL(
+        self.set_session_kid = self._statement(
             "INSERT INTO {sessions} AS s (name, count, kid) VALUES (%s, 0, %s)"
             " ON CONFLICT (name) DO UPDATE SET kid = coalesce(s.kid, excluded.kid)"
             " RETURNING kid"
-        ).format(**tables)
-        self.set_kid_locked = sql.SQL("UPDATE {sessions} SET kid = %s WHERE name = %s").format(
-            **tables
         )
+        self.set_kid_locked = self._statement("UPDATE {sessions} SET kid = %s WHERE name = %s")
         # A crypto-erasure: the sessions whose current key is destroyed move to its successor
         # first (taking their row locks: a commit sealed under the old key waits, then moves
         # nothing), then the rows of the old key are read (in the sessions holding it, by
         # session: the primary key's range of each), re-sealed and rewritten, and the holders
         # move to the successor too.
-        self.replace_kid = sql.SQL("UPDATE {sessions} SET kid = %s WHERE kid = %s").format(**tables)
-        self.holders_of_key = sql.SQL(
+        self.replace_kid = self._statement("UPDATE {sessions} SET kid = %s WHERE kid = %s")
+        self.holders_of_key = self._statement(
             'SELECT session FROM {key_holders} WHERE kid = %s ORDER BY session COLLATE "C"'
-        ).format(**tables)
-        self.rows_of_key = {
-            name: sql.SQL(
-                "SELECT session, seq, record FROM {} WHERE session = ANY(%s::text[])"
-                " AND kid = %s FOR UPDATE"
-            ).format(table)
-            for name, table in (("events", self.events), ("kept", self.kept))
-        }
-        self.replace_holders = sql.SQL("UPDATE {key_holders} SET kid = %s WHERE kid = %s").format(
-            **tables
         )
+        self.rows_of_key = self._per_copy_table(
+            "SELECT session, seq, record FROM {} WHERE session = ANY(%s::text[])"
+            " AND kid = %s FOR UPDATE"
+        )
+        self.replace_holders = self._statement("UPDATE {key_holders} SET kid = %s WHERE kid = %s")
         # A deleted session's keys: its holder rows go, and the keys no other session holds
         # are destroyed.
-        self.release_keys = sql.SQL(
+        self.release_keys = self._statement(
             "DELETE FROM {key_holders} WHERE session = %s RETURNING kid"
-        ).format(**tables)
-        self.destroy_unheld = sql.SQL(
+        )
+        self.destroy_unheld = self._statement(
             "DELETE FROM {data_keys} AS d WHERE d.kid = ANY(%s::bytea[])"
             " AND NOT EXISTS (SELECT 1 FROM {key_holders} h WHERE h.kid = d.kid) RETURNING d.kid"
-        ).format(**tables)
-        self.add_holder = sql.SQL(
+        )
+        self.add_holder = self._statement(
             "INSERT INTO {key_holders} (kid, session) VALUES (%s, %s) ON CONFLICT DO NOTHING"
-        ).format(**tables)
-        self.reseal = {
-            name: sql.SQL(
-                "UPDATE {} AS t SET record = r.record, kid = %s"
-                " FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS r (session, seq, record)"
-                " WHERE t.session = r.session AND t.seq = r.seq"
-            ).format(table)
-            for name, table in (("events", self.events), ("kept", self.kept))
-        }
-        self.drop_data_key = sql.SQL("DELETE FROM {data_keys} WHERE kid = %s").format(**tables)
-        self.all_data_keys = sql.SQL(
+        )
+        self.reseal = self._per_copy_table(
+            "UPDATE {} AS t SET record = r.record, kid = %s"
+            " FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS r (session, seq, record)"
+            " WHERE t.session = r.session AND t.seq = r.seq"
+        )
+        self.drop_data_key = self._statement("DELETE FROM {data_keys} WHERE kid = %s")
+        self.all_data_keys = self._statement(
             "SELECT kid, provider, wrapped FROM {data_keys} ORDER BY kid FOR UPDATE"
-        ).format(**tables)
-        self.rewrap_data_key = sql.SQL(
+        )
+        self.rewrap_data_key = self._statement(
             "UPDATE {data_keys} SET provider = %s, wrapped = %s WHERE kid = %s"
-        ).format(**tables)
+        )
 
 
 class Statements(_ErasureStatements, _KeyStatements):
@@ -153,7 +150,7 @@ class Statements(_ErasureStatements, _KeyStatements):
         self.kept = sql.Identifier(schema, "nous_kept")
         self.data_keys = sql.Identifier(schema, "nous_data_keys")
         self.key_holders = sql.Identifier(schema, "nous_key_holders")
-        tables = {
+        self._tables = {
             "sessions": self.sessions,
             "events": self.events,
             "keys": self.keys,
@@ -204,7 +201,7 @@ class Statements(_ErasureStatements, _KeyStatements):
             )
             SELECT pg_notify(%(channel)s, %(payload)s) FROM moved
         """
-        self.commit = sql.SQL(
+        self.commit = self._statement(
             """WITH moved AS (
                 UPDATE {sessions} SET count = %(count)s, horizon = coalesce(%(horizon)s, horizon),
                     active = CASE WHEN %(size)s > 0 AND active <= now() - interval '1 second'
@@ -217,11 +214,11 @@ class Statements(_ErasureStatements, _KeyStatements):
                 RETURNING name
             )"""
             + writes
-        ).format(**tables)
+        )
         # The first commit of a session creates its row, unless another writer just did. A
         # store that encrypts stores the session's new data key with it (``new_kid``, ...),
         # and records the session as holding rows under it.
-        self.first_commit = sql.SQL(
+        self.first_commit = self._statement(
             """WITH moved AS (
                 INSERT INTO {sessions} AS s (name, count, horizon, meta, meta_seq, kid)
                 VALUES (%(name)s, %(count)s, coalesce(%(horizon)s, 0), %(meta)s::jsonb,
@@ -245,14 +242,14 @@ class Statements(_ErasureStatements, _KeyStatements):
                 ON CONFLICT DO NOTHING RETURNING 1
             )"""
             + writes
-        ).format(**tables)
+        )
 
         # Many sessions' common commits (each to an existing session, dropping nothing) as one
         # statement: the sessions' rows locked in name order (two groups cannot deadlock), each
         # count moved from its expected value, and only for the sessions that matched, their
         # rows, keys and commit ids inserted and a NOTIFY sent. The names of the sessions that
         # moved come back; a session missing from them had a count or horizon conflict.
-        self.group_commit = sql.SQL(
+        self.group_commit = self._statement(
             """WITH v AS (
                 SELECT * FROM unnest(%(names)s::text[], %(expected)s::bigint[],
                     %(counts)s::bigint[], %(expected_horizons)s::bigint[], %(payloads)s::text[],
@@ -290,7 +287,7 @@ class Statements(_ErasureStatements, _KeyStatements):
                 WHERE c.session IN (SELECT name FROM moved) RETURNING 1
             )
             SELECT name, pg_notify(%(channel)s, payload) FROM moved"""
-        ).format(**tables)
+        )
 
         # A rebasing commit moves the count by the batch's length from wherever it is (taking
         # the row lock), and inserts the batch after the old count; the record is rebuilt
@@ -348,20 +345,20 @@ class Statements(_ErasureStatements, _KeyStatements):
                     = greatest(0, s.count - greatest(%(expected)s, s.horizon,
                                            CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END))
                 RETURNING s.count - %(n)s AS base, s.horizon"""
-        self.rebased = sql.SQL(moving + inserted_plain + rebased).format(**tables)
-        self.rebased_sealed = sql.SQL(moving + inserted_sealed + rebased).format(**tables)
+        self.rebased = self._statement(moving + inserted_plain + rebased)
+        self.rebased_sealed = self._statement(moving + inserted_sealed + rebased)
         # A rebase's first commit of a session makes its row (count 0) if missing, so that
         # _lock_row always has a row to lock: another writer's first commit is waited for.
-        self.ensure_row = sql.SQL(
+        self.ensure_row = self._statement(
             "INSERT INTO {sessions} (name, count) VALUES (%(name)s, 0)"
             " ON CONFLICT (name) DO NOTHING"
-        ).format(**tables)
-        self.lock_row = sql.SQL(
+        )
+        self.lock_row = self._statement(
             "SELECT count, kid FROM {sessions} WHERE name = %(name)s FOR UPDATE"
-        ).format(**tables)
+        )
         # Where the rows a refused rebase missed should be: the session's own rows from
         # max(horizon, the caller's count, a sharing fork's first own seq) to its count.
-        self.held_seqs = sql.SQL(
+        self.held_seqs = self._statement(
             """WITH s AS (
                 SELECT name, count, horizon, greatest(%(expected)s, horizon,
                        CASE WHEN shares THEN fork_point + 1 ELSE 0 END) AS low
@@ -370,96 +367,92 @@ class Statements(_ErasureStatements, _KeyStatements):
             SELECT s.count, s.horizon, s.low, e.seq FROM s
             LEFT JOIN {events} e ON e.session = s.name AND e.seq >= s.low
             ORDER BY e.seq"""
-        ).format(**tables)
+        )
         # Run in the same transaction, after the row lock is taken: a new statement sees what
         # the writers it waited for committed, and (as the transaction's own) the new rows,
         # which the bound excludes.
-        self.others = sql.SQL(
+        self.others = self._statement(
             """SELECT seq, record FROM {events}
                WHERE session = %(name)s AND seq >= %(expected)s
                AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s
                ORDER BY seq"""
-        ).format(**tables)
-        self.others_keys = sql.SQL(
+        )
+        self.others_keys = self._statement(
             """SELECT key, seq, n FROM {keys}
                WHERE session = %(name)s AND seq >= %(expected)s
                AND seq < (SELECT count FROM {sessions} WHERE name = %(name)s) - %(n)s"""
-        ).format(**tables)
-        self.row_query = sql.SQL(
+        )
+        self.row_query = self._statement(
             "SELECT count, horizon, parent, fork_point, shares, uid, parent_uid FROM {sessions}"
             " WHERE name = %s"
-        ).format(**tables)
-        self.range_query = sql.SQL(
+        )
+        self.range_query = self._statement(
             "SELECT seq, record FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
             " ORDER BY seq"
-        ).format(**tables)
-        # Reads.
-        self.events_from = sql.SQL(
-            "SELECT seq, record FROM {events} WHERE session = %s AND seq >= %s ORDER BY seq"
-        ).format(**tables)
-        self.keys_from = sql.SQL(
-            "SELECT key, seq, n FROM {keys} WHERE session = %s AND seq >= %s"
-        ).format(**tables)
-        self.kept_of = sql.SQL(
-            "SELECT seq, record FROM {kept} WHERE session = %s ORDER BY seq"
-        ).format(**tables)
-        self.committed = sql.SQL(
-            "SELECT seq, n FROM {commits} WHERE session = %s AND commit_id = %s"
-        ).format(**tables)
-        self.metadata = sql.SQL("SELECT meta, meta_seq FROM {sessions} WHERE name = %s").format(
-            **tables
         )
-        self.sessions_held = sql.SQL(
+        # Reads.
+        self.events_from = self._statement(
+            "SELECT seq, record FROM {events} WHERE session = %s AND seq >= %s ORDER BY seq"
+        )
+        self.keys_from = self._statement(
+            "SELECT key, seq, n FROM {keys} WHERE session = %s AND seq >= %s"
+        )
+        self.kept_of = self._statement(
+            "SELECT seq, record FROM {kept} WHERE session = %s ORDER BY seq"
+        )
+        self.committed = self._statement(
+            "SELECT seq, n FROM {commits} WHERE session = %s AND commit_id = %s"
+        )
+        self.metadata = self._statement("SELECT meta, meta_seq FROM {sessions} WHERE name = %s")
+        self.sessions_held = self._statement(
             "SELECT s.name, s.count, s.horizon, s.parent, s.fork_point, s.shares,"
             " (SELECT count(*) FROM {events} e WHERE e.session = s.name)"
             ' FROM {sessions} s WHERE s.count > 0 ORDER BY s.name COLLATE "C"'
-        ).format(**tables)
-        self.count_range = sql.SQL(
+        )
+        self.count_range = self._statement(
             "SELECT count(*) FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
-        ).format(**tables)
+        )
         # A sharing fork's lineage, and its own copy.
-        self.inherited_keys = sql.SQL(
+        self.inherited_keys = self._statement(
             "SELECT key, seq, n FROM {keys} WHERE session = %s AND seq >= %s AND seq + n - 1 <= %s"
-        ).format(**tables)
-        self.inherited_kept = sql.SQL(
+        )
+        self.inherited_kept = self._statement(
             "SELECT seq, record FROM {kept} WHERE session = %s AND seq >= %s AND seq <= %s"
             " ORDER BY seq"
-        ).format(**tables)
-        self.copy_keys = sql.SQL(
+        )
+        self.copy_keys = self._statement(
             "INSERT INTO {keys} (session, key, seq, n) SELECT %s, k.key, k.seq, k.n"
             " FROM unnest(%s::text[], %s::bigint[], %s::int[]) AS k (key, seq, n)"
             " ON CONFLICT DO NOTHING"
-        ).format(**tables)
+        )
         # Byte copies: a sealed record stays sealed under its key, and its kid goes with it.
-        self.copy_kept = sql.SQL(
+        self.copy_kept = self._statement(
             "INSERT INTO {kept} (session, seq, record, kid) SELECT %s, k.seq, k.record, k.kid"
             " FROM unnest(%s::bigint[], %s::bytea[], %s::bytea[]) AS k (seq, record, kid)"
             " ON CONFLICT DO NOTHING"
-        ).format(**tables)
-        self.copy_events = sql.SQL(
+        )
+        self.copy_events = self._statement(
             "INSERT INTO {events} (session, seq, record, kid) SELECT %s, seq, record, kid"
             " FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s"
-        ).format(**tables)
+        )
         # The session given copies holds rows under their keys: those of a range of another
         # session's events (read again, through the primary key), or the keys given.
-        self.copy_holders = sql.SQL(
+        self.copy_holders = self._statement(
             "INSERT INTO {key_holders} (kid, session) SELECT DISTINCT kid, %s::text"
             " FROM {events} WHERE session = %s AND seq >= %s AND seq <= %s AND kid IS NOT NULL"
             " ON CONFLICT DO NOTHING"
-        ).format(**tables)
-        self.hold = sql.SQL(
+        )
+        self.hold = self._statement(
             "INSERT INTO {key_holders} (kid, session) SELECT DISTINCT k, %s::text"
             " FROM unnest(%s::bytea[]) AS k WHERE k IS NOT NULL ON CONFLICT DO NOTHING"
-        ).format(**tables)
-        self.stop_sharing = sql.SQL("UPDATE {sessions} SET shares = false WHERE name = %s").format(
-            **tables
         )
-        self.sharing_children = sql.SQL(
+        self.stop_sharing = self._statement("UPDATE {sessions} SET shares = false WHERE name = %s")
+        self.sharing_children = self._statement(
             "SELECT name FROM {sessions} WHERE parent = %s AND shares AND fork_point >= %s"
             " ORDER BY name FOR UPDATE"
-        ).format(**tables)
+        )
         # Forks and deletes.
-        self.fork = sql.SQL(
+        self.fork = self._statement(
             "INSERT INTO {sessions} (name, count, horizon, parent, fork_point, shares, meta,"
             " meta_seq, parent_uid) VALUES (%s, %s, %s, %s, %s, true, %s::jsonb, %s, %s)"
             " ON CONFLICT (name) DO UPDATE SET count = excluded.count, horizon = excluded.horizon,"
@@ -467,19 +460,19 @@ class Statements(_ErasureStatements, _KeyStatements):
             " parent_uid = excluded.parent_uid,"
             " meta = excluded.meta, meta_seq = excluded.meta_seq, created = now(), active = now()"
             " WHERE {sessions}.count = 0 RETURNING 1"
-        ).format(**tables)
-        self.idle = sql.SQL(
+        )
+        self.idle = self._statement(
             "SELECT count, active FROM {sessions} WHERE name = %s FOR UPDATE"
-        ).format(**tables)
+        )
         self.deletes = (
             *(
                 sql.SQL("DELETE FROM {} WHERE session = %s").format(table)
                 for table in (self.events, self.keys, self.commits, self.kept)
             ),
-            sql.SQL("DELETE FROM {sessions} WHERE name = %s").format(**tables),
+            self._statement("DELETE FROM {sessions} WHERE name = %s"),
         )
-        _ErasureStatements.__init__(self, tables)
-        _KeyStatements.__init__(self, tables)
+        _ErasureStatements.__init__(self)
+        _KeyStatements.__init__(self)
 
 
 def listing(statements: Statements, query: ListQuery) -> tuple[sql.Composed, list[Any]]:

@@ -40,10 +40,6 @@ from nous_session.stores.base import (
     place,
 )
 from nous_session.stores.postgres._commit import (
-    Unmatched,
-    commit_alone,
-    commit_parameters,
-    conflict,
     rebase,
     refused,
 )
@@ -54,7 +50,7 @@ from nous_session.stores.postgres._errors import (
     pooled,
 )
 from nous_session.stores.postgres._feed import Listener, ListenerFeed
-from nous_session.stores.postgres._group import GroupCommits, Grouped
+from nous_session.stores.postgres._group import GroupCommits
 from nous_session.stores.postgres._keyed import KeyedTables
 from nous_session.stores.postgres._keys import (
     rebase_sealed,
@@ -311,49 +307,6 @@ class PostgresStore(KeyedTables, ErasingTables, TableLeases, ListenerFeed, FeedS
                 )
 
         return await self._read(read)
-
-    _group_commits: ClassVar[bool] = True
-    """Whether a commit that drops nothing joins a round's group (a switch for benchmarks)."""
-
-    async def _commit(self, commit: Commit) -> None:
-        keyring = self._keyring
-        if keyring is None:
-            await self._commit_once(commit, commit_parameters(commit, self._channel))
-            return
-        await self._commit_sealed(commit, keyring)
-
-    async def _commit_once(
-        self,
-        commit: Commit,
-        parameters: dict[str, Any],
-        sealer: Callable[[Sequence[Event]], list[bytes]] | None = None,
-    ) -> None:
-        session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
-        dropped, expected_horizon, horizon = commit.dropped, commit.expected_horizon, commit.horizon
-        statement = self._sql.first_commit if expected_count == 0 else self._sql.commit
-        # A snapshot, or a horizon to check against the stored one, is committed under the
-        # session's row lock (check_commit_state needs the stored horizon).
-        locked = bool(dropped) or (horizon is not None and expected_horizon is None)
-        if not locked and self._group_commits:
-            await self._groups.commit(Grouped(session_id, statement, parameters, rows, sealer))
-            return
-        alone = functools.partial(
-            commit_alone,
-            self._pool,
-            self._sql,
-            statement,
-            parameters,
-            rows,
-            locked=locked,
-            dropped=dropped,
-            horizon=horizon,
-            expected_horizon=expected_horizon,
-            sealer=sealer,
-        )
-        try:
-            await self._run(alone)
-        except Unmatched:
-            raise conflict(session_id, expected_count, expected_horizon) from None
 
     async def _commit_rebased(self, commit: Commit) -> Rebased:
         session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events

@@ -4,8 +4,8 @@ the store encrypts, destroying the old records' data keys: :mod:`._keys`)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
 
 import attrs
 
@@ -22,6 +22,7 @@ from nous_session.stores.base import (
     place,
 )
 from nous_session.stores.sqlite._errors import _errors
+from nous_session.stores.sqlite._host import StoreFile
 from nous_session.stores.sqlite._keyed import truncated_wal
 from nous_session.stores.sqlite._keys import (
     crypto_erase,
@@ -32,7 +33,6 @@ from nous_session.stores.sqlite._keys import (
 from nous_session.stores.sqlite._rows import _inherited, _row, _rows
 from nous_session.stores.sqlite._sql import CHILDREN, FORGET_METADATA, OWN_KEPT_SEQS
 
-T = TypeVar("T")
 # How a crypto-erasure scrubbed the keys, as its result says.
 _KEYS_SCRUBBED: Final = "secure_delete zeroed the key rows and the key table was rebuilt"
 
@@ -202,27 +202,13 @@ def _checkpoint(connection: sqlite3.Connection, path: str) -> tuple[bool, str]:
     return True, "the WAL was checkpointed and truncated (no VACUUM: the file was not rebuilt)"
 
 
-class FileErasure(Erasing):
+class FileErasure(Erasing, StoreFile):
     """:class:`~nous_session.stores.sqlite.SQLiteStore`'s erasure and vacuum: rows rewritten
     with ``secure_delete`` on, then the file rebuilt and its WAL truncated (``erase`` and
     ``erase_session`` take ``rewrite``); or, when the store encrypts, the old records' data
     keys destroyed and only the key table rebuilt."""
 
     erase_options = frozenset({"rewrite"})
-
-    path: str
-    read_only: bool
-    _keyring: Keyring | None
-
-    @property
-    def url(self) -> str:
-        raise NotImplementedError
-
-    async def _run(self, function: Callable[[sqlite3.Connection], T]) -> T:
-        raise NotImplementedError
-
-    def _check_file(self) -> None:
-        raise NotImplementedError
 
     async def vacuum(self) -> None:
         """Give the space of deleted events back to the file system (after a snapshot)."""

@@ -5,21 +5,17 @@ new master key, each ending with the WAL truncated, as an erasure does (see docs
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from datetime import datetime
-from typing import TypeVar
 
 from nous_session.encryption import KeyProvider
 from nous_session.errors import StoreError
 from nous_session.listing import to_micros
-from nous_session.stores._sealed import Keyring
 from nous_session.stores.sqlite._errors import _errors
+from nous_session.stores.sqlite._host import StoreFile
 from nous_session.stores.sqlite._keys import rewrap_keys
 from nous_session.stores.sqlite._rows import _row, delete_row
 
 __all__ = ["KeyedFile", "truncated_wal"]
-
-T = TypeVar("T")
 
 
 def truncated_wal(connection: sqlite3.Connection, failed: str) -> bool:
@@ -34,26 +30,9 @@ def truncated_wal(connection: sqlite3.Connection, failed: str) -> bool:
     return not busy
 
 
-class KeyedFile:
+class KeyedFile(StoreFile):
     """:class:`~nous_session.stores.sqlite.SQLiteStore`'s deletes and rewrap as they involve
     data keys."""
-
-    path: str
-    read_only: bool
-    _keyring: Keyring | None
-
-    @property
-    def url(self) -> str:
-        raise NotImplementedError
-
-    async def _run(self, function: Callable[[sqlite3.Connection], T]) -> T:
-        raise NotImplementedError
-
-    async def _write(self, function: Callable[[sqlite3.Connection], T], what: str) -> T:
-        raise NotImplementedError
-
-    def _check_file(self) -> None:
-        raise NotImplementedError
 
     async def delete_idle(self, session_id: str, *, count: int, active: datetime) -> bool:
         """Delete the session if its count and last-active time are still these, checked in

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Final
 
 from nous_session.stores.base import check_lease
-
-T = TypeVar("T")
+from nous_session.stores.sqlite._host import StoreFile
 
 # A table made on first use, so files written before it need no migration (and a read-only
 # store never makes it: leases are taken by writers only).
@@ -30,12 +28,9 @@ LEASE_HOLDER: Final = "SELECT holder FROM nous_leases WHERE session = ? AND name
 DROP_LEASE: Final = "DELETE FROM nous_leases WHERE session = ? AND name = ? AND holder = ?"
 
 
-class FileLeases:
+class FileLeases(StoreFile):
     """:class:`~nous_session.stores.sqlite.SQLiteStore`'s leases, written through its writer
     thread like any commit (so a lease waits for no other lock than the file's)."""
-
-    async def _write(self, function: Callable[[sqlite3.Connection], T], what: str) -> T:
-        raise NotImplementedError
 
     async def lease(self, session_id: str, name: str, *, holder: str, ttl: float) -> bool:
         """See :meth:`LeasingStore.lease <nous_session.stores.base.LeasingStore.lease>`."""

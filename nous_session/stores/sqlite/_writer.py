@@ -16,7 +16,7 @@ import queue
 import sqlite3
 import threading
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
@@ -684,7 +684,7 @@ class SQLiteWriter:
     def __attrs_post_init__(self) -> None:
         self._committer = _GroupCommitter(self._connect, self._group_cap, self._check)
 
-    async def write(self, job: Callable[[sqlite3.Connection], T]) -> T:
+    def write(self, job: Callable[[sqlite3.Connection], T]) -> Coroutine[Any, Any, T]:
         """Run ``job(connection)`` in a write transaction shared with other waiting writes.
 
         The job runs inside its own savepoint, so if it raises, only its own changes are undone
@@ -708,25 +708,10 @@ class SQLiteWriter:
                 committed; or the job ended the transaction itself.
             Exception: whatever ``job`` raised (its changes were rolled back).
         """
-        committer = self._committer
-        call: _Call[T] = _Call(_WRITE, job)
-        call.arm(committer)
-        waker = call.waker
-        assert waker is not None
-        if waker.defer is None:
-            return await call.call(committer)
-        # Every commit's path on asyncio: _Call.call and _Call.wait written out, two coroutine
-        # objects fewer alive per write in flight.
-        if committer.submit(call):
-            waker.defer(committer.flush, waker)
-        try:
-            await cast("asyncio.Future[None]", call.signal)
-        except BaseException:
-            call.abandoned = True
-            raise
-        return call.outcome()
+        # Not a coroutine function itself: one coroutine object per write in flight, not two.
+        return self._send(_WRITE, job)
 
-    async def read(self, job: Callable[[sqlite3.Connection], T]) -> T:
+    def read(self, job: Callable[[sqlite3.Connection], T]) -> Coroutine[Any, Any, T]:
         """Run ``job(connection)`` on the writer's thread, outside any write transaction.
 
         Reads taken from the queue together with writes run after those writes have
@@ -746,18 +731,24 @@ class SQLiteWriter:
                 left a transaction open (it was rolled back).
             Exception: whatever ``job`` raised.
         """
-        # A caller cancelled already sends nothing (on trio its wait would raise only after the
-        # thread may have taken the job: too late to skip it).
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        return self._send(_READ, job)
+
+    async def _send(self, kind: int, job: Callable[[sqlite3.Connection], T]) -> T:
+        """Send a write or a read (``kind``) and return its job's result (see those)."""
+        if kind == _READ:
+            # A caller cancelled already sends nothing (on trio its wait would raise only after
+            # the thread may have taken the job: too late to skip it).
+            await anyio.lowlevel.checkpoint_if_cancelled()
         committer = self._committer
-        call: _Call[T] = _Call(_READ, job)
+        call: _Call[T] = _Call(kind, job)
         call.arm(committer)
         waker = call.waker
         assert waker is not None
         if waker.defer is None:
             return await call.call(committer)
-        # Every read's path on asyncio, written out as in write(): a store's tail read is
-        # mostly this round trip, and two coroutine frames fewer is a measurable part of it.
+        # Every commit's and read's path on asyncio: _Call.call and _Call.wait written out, two
+        # coroutine objects fewer alive per call in flight (a store's tail read is mostly this
+        # round trip, and two coroutine frames fewer is a measurable part of it).
         if committer.submit(call):
             waker.defer(committer.flush, waker)
         try:
