@@ -48,7 +48,7 @@ import asyncio
 import contextlib
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import anyio
@@ -482,29 +482,16 @@ class NousSession:
         them): the compacted items stay in the log, where ``uncompact`` brings them back.
         ``prune_prefix`` then takes the oldest surface items it accepts off the surface.
 
-        None for a subclass that overrides one of the Session's item methods (``get_items``,
-        ``add_items``, ``pop_item``, ``clear_session``, ``pop_item_if``): the snapshot reads
-        and writes the log directly and would bypass them (an index it keeps, an item it
-        transforms), so the SDK takes its other path, as it does for subclasses of its own
-        ``SQLiteSession``: it reads through ``get_items`` and replaces the whole history by
-        ``clear_session`` and ``add_items``.
+        None for a subclass that overrides an item method (``get_items``, ``add_items``,
+        ``pop_item``, ``clear_session``, ``pop_item_if``), which the snapshot would bypass:
+        the SDK then reads through ``get_items`` and writes with ``clear_session`` and
+        ``add_items``, as for subclasses of its own ``SQLiteSession``.
         """
         if not _item_methods_are_ours(type(self)):
             return None
 
-        async def read(actor: SessionActor) -> Log:
-            return await actor.reload()
-
-        log: Log = await self._call(read)
-        entries = _entries(log)
-        picked: list[_SurfaceEntry] = []
-        count = 0
-        for entry in reversed(entries):
-            if count >= limit:
-                break
-            picked.append(entry)
-            count += len(entry.items)
-        picked.reverse()
+        entries = _entries(await self._call(_reloaded))
+        picked = _newest(entries, limit)
         every = [item for entry in picked for item in entry.items]
         extra = max(0, len(every) - limit)  # the oldest entry may hold more than was asked
 
@@ -741,6 +728,25 @@ _ITEM_METHODS: Final = (
     "pop_item_if",
     "clear_session",
 )
+
+
+async def _reloaded(actor: SessionActor) -> Log:
+    """The session's log, caught up with the store."""
+    return await actor.reload()
+
+
+def _newest(entries: Sequence[_SurfaceEntry], limit: int) -> list[_SurfaceEntry]:
+    """The newest ``entries`` that hold the newest ``limit`` items (the oldest of them may
+    hold more), oldest first."""
+    picked: list[_SurfaceEntry] = []
+    count = 0
+    for entry in reversed(entries):
+        if count >= limit:
+            break
+        picked.append(entry)
+        count += len(entry.items)
+    picked.reverse()
+    return picked
 
 
 def _item_methods_are_ours(cls: type[NousSession]) -> bool:
