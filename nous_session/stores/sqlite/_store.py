@@ -28,7 +28,7 @@ from nous_session.listing import (
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, FeedStore
 from nous_session.stores._sealed import Keyring
-from nous_session.stores._watch import closing
+from nous_session.stores._watch import Watch, Watches, closing
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -353,6 +353,26 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
             raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
         if self.path == ":memory:":
             await anyio.sleep_forever()
+        monitor = await self._monitor_of(poll)
+        async with closing(monitor.watch(session_id, known)) as heads:
+            async for head in heads:
+                yield head
+
+    async def attach_watch(
+        self, session_id: str, known: Callable[[], tuple[int, int, bool]], wake: Callable[[], None]
+    ) -> tuple[Watches[Any], Watch] | None:
+        """For the follower (nous_session._follower): a watch of ``session_id`` served as
+        :meth:`watch` serves one, with no task of its own until ``wake`` starts one (on this
+        event loop, when the first head comes), and the feed to take its heads from and to
+        detach it from; None for a ``":memory:"`` database (nothing else writes it)."""
+        check_session_id(session_id)
+        if self.path == ":memory:":
+            return None
+        monitor = await self._monitor_of(DEFAULT_POLL)
+        return monitor, monitor.attach(session_id, known, wake)
+
+    async def _monitor_of(self, poll: float) -> ChangeMonitor:
+        """The change feed's thread and watches (made once, polling every ``poll``)."""
         if self._monitor is None:
             # Open the file first (once): a writable store makes its WAL and arms its
             # writer's account of its commits (solo mode), a read-only one checks it. A round
@@ -362,10 +382,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         with self._monitor_lock:
             if self._monitor is None:
                 self._monitor = ChangeMonitor(self.path, poll, self._own)
-            monitor = self._monitor
-        async with closing(monitor.watch(session_id, known)) as heads:
-            async for head in heads:
-                yield head
+            return self._monitor
 
     def _arm(self, connection: sqlite3.Connection) -> None:
         """On the writer's thread: arm its account of its commits (once; see OwnCommits)."""

@@ -444,10 +444,14 @@ class _GroupCommitter:
             connection = self.connection or self.open(writes)
             if connection is not None:
                 self.write_group(connection, writes)
-            if self.fence is not None:  # before the callers can take their errors away
+            fence = self.fence
+            if fence is None:
+                self.deliver(writes)
+            else:
+                # Before the callers can take their errors away; told after they are answered.
                 failed = any(call.error is not None for call in writes)
-                self.fence.committed(self.connection, failed)
-            self.deliver(writes)
+                self.deliver(writes)
+                fence.committed(self.connection, failed)
         if reads:
             # A read whose caller was cancelled before its turn is dropped unrun.
             wanted = [call for call in reads if not call.abandoned]
