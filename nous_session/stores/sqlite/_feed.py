@@ -286,8 +286,12 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                 elif head != self._heads.get(name):
                     heads[name] = head
         if unknown:
-            heads.update(_heads_of(connection, unknown))
+            read = _heads_of(connection, unknown)
             self.lookups += 1
+            with self._lock:  # a new watch gets its head in any case, others what moved
+                for name, head in read.items():
+                    if name in fresh or head != self._heads.get(name):
+                        heads[name] = head
         self._dispatch([(name, *head) for name, head in heads.items()], fresh, False)
         if self.pushes != pushed_before:
             return self._poll
