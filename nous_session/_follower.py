@@ -180,7 +180,7 @@ class Follower:
         task of its own (:meth:`watch`)."""
         state = self._state
         store: Any = state.store
-        attach = getattr(store, "attach_watch", None)
+        attach = getattr(store, "_attach_watch", None)
         if attach is None:
             await state.task_group.start(self.watch)
             return

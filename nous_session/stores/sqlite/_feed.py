@@ -1,11 +1,41 @@
 """The SQLite store's change feed: one ``PRAGMA data_version`` poller per store, shared by its
-watches (:class:`ChangeMonitor`).
+watches (:class:`ChangeMonitor`), and solo mode, in which it reads nothing while the store's
+own writer is the only connection that commits (:class:`OwnCommits`).
 
 SQLite has no LISTEN/NOTIFY; ``data_version`` changes for one connection whenever another
 commits to the file, and costs microseconds to read. One thread per store polls it, reads the
 watched sessions' heads only when it moved, backs off while every change it reads is its own
 watchers' commits, and watches for a writer to appear on a file that has none. The design and
 its measurements: docs/internals.md, "Change feeds".
+
+Solo mode. A writable store's writer keeps an account (:class:`OwnCommits`, armed by the first
+watch): after each write group it peeks at the WAL-index header (H), *then* reads
+``data_version`` on its own connection (V), which moves only when another connection has
+committed since the writer last read it; it keeps H, and is ``shared`` for good once V moved.
+Temporary triggers on its connection note each session row its commits change (count,
+horizon). Around each batch of jobs it bumps an epoch (odd while a batch runs). The feed's
+thread, while solo, peeks at the header each poll and reads the epoch before and after:
+
+* no commit of another connection goes unseen. One that lands before the writer's V read moves
+  V (every V read since the connection was armed is compared with the one before, so the reads
+  chain back to the arming). One that lands after it changes the header past H: the feed,
+  seeing a header other than H while the epoch was the same even number before and after its
+  peek (no batch of ours ran meanwhile, so the header can only be another's), leaves solo mode;
+  and if our writer commits first, its next V has moved. A commit landing between our peek and
+  our V read moves V: peek first, then V, so the header kept never hides another's commit;
+* what our own commits change reaches the watches that do not hold it (another actor of the
+  session, a direct store call such as an erasure): the feed takes the triggers' notes each
+  poll and offers each watched session's new head. Notes are handed over only after the
+  commit, and only while a feed thread listens; a watch that comes later reads its session's
+  head itself (after the commit, so nothing falls between). A group with a failed job (its
+  savepoint rolled back, or the whole group) hands over names only: the feed reads those heads;
+* the arming reads H then V the same way, from the writer's thread between its jobs; a session
+  an actor loaded before it was read after any commit the arming's V does not cover, and a
+  connection the writer opens again (after an error) cannot vouch for the gap: it ends solo.
+
+Leaving solo mode is for good (for this store object): the thread lists every watched session
+with the head it last saw, and from then on checks ``data_version`` and reads what moved, as
+before; only the heads that moved meanwhile are pushed.
 """
 
 from __future__ import annotations
@@ -289,9 +319,11 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
             read = _heads_of(connection, unknown)
             self.lookups += 1
             with self._lock:  # a new watch gets its head in any case, others what moved
-                for name, head in read.items():
-                    if name in fresh or head != self._heads.get(name):
-                        heads[name] = head
+                heads.update(
+                    (name, head)
+                    for name, head in read.items()
+                    if name in fresh or head != self._heads.get(name)
+                )
         self._dispatch([(name, *head) for name, head in heads.items()], fresh, False)
         if self.pushes != pushed_before:
             return self._poll

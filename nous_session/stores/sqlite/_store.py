@@ -358,10 +358,10 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
             async for head in heads:
                 yield head
 
-    async def attach_watch(
+    async def _attach_watch(
         self, session_id: str, known: Callable[[], tuple[int, int, bool]], wake: Callable[[], None]
     ) -> tuple[Watches[Any], Watch] | None:
-        """For the follower (nous_session._follower): a watch of ``session_id`` served as
+        """For an actor's follower: a watch of ``session_id`` served as
         :meth:`watch` serves one, with no task of its own until ``wake`` starts one (on this
         event loop, when the first head comes), and the feed to take its heads from and to
         detach it from; None for a ``":memory:"`` database (nothing else writes it)."""
