@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -17,6 +18,7 @@ from nous_session._requests import Erase, Reload
 from nous_session._state import SessionState, store_error
 from nous_session.errors import CorruptRecordError
 from nous_session.event import Event, EventType
+from nous_session.stores._watch import Watch, Watches
 from nous_session.stores.base import ErasingStore, supports
 
 __all__ = ["Follower", "erases"]
@@ -39,9 +41,11 @@ class Follower:
     __slots__ = (
         "_delay",
         "_enqueue",
+        "_feed",
         "_queued",
         "_retry",
         "_state",
+        "_watch",
         "_watch_scope",
     )
 
@@ -52,6 +56,9 @@ class Follower:
         self._retry: anyio.CancelScope | None = None  # a failed catch-up's retry, waiting
         self._delay = CATCH_UP_RETRY_FIRST
         self._watch_scope: anyio.CancelScope | None = None
+        # An attached watch (see follow) and the feed it is attached to.
+        self._feed: Watches[Any] | None = None
+        self._watch: Watch | None = None
 
     def close(self) -> None:
         """Stop following: the watcher and any waiting retry end (and the engine, which holds
@@ -61,6 +68,10 @@ class Follower:
         if self._retry is not None:
             self._retry.cancel()
         self._enqueue = _closed
+        feed, watch = self._feed, self._watch
+        self._feed = self._watch = None
+        if feed is not None and watch is not None:
+            feed.detach(watch)
 
     async def reload(self, request: Reload | None) -> BaseException | None:
         """Catch up with what other writers committed after our count.
@@ -162,6 +173,45 @@ class Follower:
         state.republish(log, dropped=True, rebuilt=True)
         request.resolve(result)
 
+    async def follow(self) -> None:
+        """Follow the store's change feed from now on: through a watch that costs no task
+        until the feed pushes it a head (none does while this actor is up to date, as when
+        its commits are the only ones), when the store can attach one (SQLite); else in a
+        task of its own (:meth:`watch`)."""
+        state = self._state
+        store: Any = state.store
+        attach = getattr(store, "_attach_watch", None)
+        if attach is None:
+            await state.task_group.start(self.watch)
+            return
+        attached = await attach(state.session_id, partial(_holds, state), self._woken)
+        if attached is not None:
+            self._feed, self._watch = attached
+            if state.closing:  # closed while it attached: close() found nothing to detach
+                self.close()
+
+    def _woken(self) -> None:
+        """The feed pushed the attached watch its first head (on the actor's event loop):
+        start the task that takes them."""
+        if self._watch is None or self._state.closing:
+            return
+        with suppress(RuntimeError):  # the actor's task group has ended: nothing to follow
+            self._state.task_group.start_soon(self._take_heads)
+
+    async def _take_heads(self) -> None:
+        """The attached watch's task: as :meth:`watch`, from the feed's heads."""
+        feed, watch = self._feed, self._watch
+        with anyio.CancelScope() as scope:
+            self._watch_scope = scope
+            if feed is None or watch is None or self._state.closing:
+                return  # closed before this task ran
+            try:
+                while True:
+                    for head in await feed.take(watch):
+                        await self._on_head(head)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # the session is closing
+
     async def watch(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -172,26 +222,22 @@ class Follower:
             task_status.started()
             store: Any = state.store
             if getattr(store, "watch_takes_known", False):
-                # Read from the feed's thread: the published log is replaced whole on each
-                # commit, so its count and horizon are read as one.
-                def known() -> tuple[int, int, bool]:
-                    committing = state.committing  # first: a commit that ends meanwhile
-                    log = state.published.log  # is published by now, or the head is pushed
-                    return log.count, log.horizon, committing
-
-                heads = store.watch(state.session_id, known=known)
+                heads = store.watch(state.session_id, known=partial(_holds, state))
             else:
                 heads = store.watch(state.session_id)
             try:
                 async for head in heads:
-                    if head != -1 and head <= state.published.log.count:
-                        continue
-                    await self._catch_up(head)
+                    await self._on_head(head)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass  # the session is closing
             finally:
                 with anyio.CancelScope(shield=True):
                     await heads.aclose()
+
+    async def _on_head(self, head: int) -> None:
+        """A head the feed announced: catch up with it unless the log holds it already."""
+        if head == -1 or head > self._state.published.log.count:
+            await self._catch_up(head)
 
     async def _catch_up(self, head: int) -> None:
         """Queue a feed catch-up to ``head`` (-1: read whatever there is), unless one waits.
@@ -238,6 +284,16 @@ class Follower:
                 self._retry = None
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # closing
                 await self._catch_up(-1)
+
+
+def _holds(state: SessionState) -> tuple[int, int, bool]:
+    """What the session's log holds, as a feed's ``known`` asks (from the feed's thread): the
+    published log is replaced whole on each commit, so its count and horizon are read as
+    one; ``committing`` first: a commit that ends meanwhile is published by now, or the head
+    is pushed."""
+    committing = state.committing
+    log = state.published.log
+    return log.count, log.horizon, committing
 
 
 def erases(events: Sequence[Event]) -> bool:

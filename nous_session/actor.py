@@ -286,7 +286,7 @@ class SessionActor(HistoryOperations):
                     )
                     await anyio.lowlevel.checkpoint()
                     if watch:
-                        await task_group.start(engine.follower.watch)
+                        await engine.follower.follow()
                     if recover:
                         await actor.recover_open_turn()
                     if record is not None and actor.metadata != record:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from contextvars import copy_context
+from functools import partial
 from typing import Final, Generic, TypeVar
 
 import anyio
@@ -47,15 +49,23 @@ HELD, UNSURE, WAKE = 0, 1, 2
 class Watch:
     """One session's watch: the heads the thread has for it, and how to wake its task."""
 
-    __slots__ = ("event", "heads", "known", "schedule", "session_id")
+    __slots__ = ("event", "heads", "known", "schedule", "session_id", "wake")
 
-    def __init__(self, session_id: str, known: Known | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        known: Known | None = None,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         self.session_id = session_id
         self.schedule = scheduler()
         self.heads: list[int] = []  # what the thread dispatched, not yet taken; -1 = read all
         self.event: anyio.Event | None = None  # set by the thread when it adds heads
         # What the watcher holds: a head at or below its count is not pushed.
         self.known = known
+        # An attached watch's (see Watches.attach): called on the watcher's event loop when
+        # the first head comes, to start the task that takes them.
+        self.wake = wake
 
     def verdict(self, count: int, horizon: int | None = None) -> int:
         """Whether the owner holds the head ``count`` (with ``horizon``, when the feed knows
@@ -90,9 +100,11 @@ class Watch:
         """Add ``head`` and wake the watching task (called with the feed's lock held)."""
         self.heads.append(head)
         event, self.event = self.event, None
-        if event is not None:
+        wake = event.set if event is not None else self.wake
+        self.wake = None
+        if wake is not None:
             with suppress(RuntimeError):  # that event loop is gone, and its watch with it
-                self.schedule(event.set)
+                self.schedule(wake)
 
 
 Held = TypeVar("Held")
@@ -130,6 +142,31 @@ class Watches(Generic[Held]):
             with self._lock:
                 if self._remove(watch):
                     self._left(session_id)
+
+    def attach(self, session_id: str, known: Known, wake: Callable[[], None]) -> Watch:
+        """A watch with no task: the feed serves it as :meth:`watch` does, and ``wake`` is
+        called on this event loop when the first head is pushed to it (a watcher that is up
+        to date costs no task until then); the task it starts takes the heads with
+        :meth:`take`. :meth:`detach` ends it."""
+        # Run in this task's context: a callback from another thread has none of its own,
+        # and the event loop library is known through it.
+        watch = Watch(session_id, known, partial(copy_context().run, wake))
+        with self._lock:
+            self._add(watch)
+            self._joined(watch)
+        return watch
+
+    async def take(self, watch: Watch) -> list[int]:
+        """The heads pushed to the attached ``watch`` since the last take, waiting while there
+        are none."""
+        return await watch.take(self._lock)
+
+    def detach(self, watch: Watch) -> None:
+        """Forget the attached ``watch`` (again: nothing)."""
+        with self._lock:
+            watch.wake = None
+            if watch in self._watches.get(watch.session_id, ()) and self._remove(watch):
+                self._left(watch.session_id)
 
     def _joined(self, watch: Watch) -> None:
         """``watch`` was just added (the lock held): have the thread serve it."""

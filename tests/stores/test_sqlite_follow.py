@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 from pathlib import Path
 
 import anyio
@@ -14,7 +15,7 @@ from nous_session.event import make_event
 from nous_session.stores import follow
 from nous_session.stores.sqlite import SQLiteStore
 from nous_session.stores.sqlite._feed import DEFAULT_POLL
-from tests.support.processes import Lines, spawn_worker
+from tests.support.processes import Lines, ending, spawn_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -308,3 +309,157 @@ def test_a_subscriber_in_another_process_sees_every_commit(writer_url: str) -> N
     assert subscriber.returncode == 0
     assert [seq for seq, _ in seen] == list(range(total)), "in seq order, each exactly once"
     assert all(w.returncode == 0 for w in writers)
+
+
+# Solo mode: a store whose writer is the file's only one pays nothing for following.
+
+
+async def _open_actors(stack: AsyncExitStack, store: SQLiteStore, count: int) -> list[SessionActor]:
+    return [
+        await stack.enter_async_context(SessionActor.open(session_id=f"s{index}", store=store))
+        for index in range(count)
+    ]
+
+
+async def _until_seen(store: SQLiteStore, heads: dict[str, tuple[int, int]]) -> None:
+    """Wait until the feed has seen these heads (what our writer's commits changed)."""
+    monitor = store._monitor
+    assert monitor is not None
+    with anyio.fail_after(10):
+        while any(monitor._heads.get(name) != head for name, head in heads.items()):  # noqa: ASYNC110
+            await anyio.sleep(0.005)
+
+
+async def test_following_costs_nothing_while_the_stores_writer_is_the_files_only_one(
+    tmp_path: Path,
+) -> None:
+    # 40 followed sessions, each committed to three times: the feed never asks SQLite for
+    # data_version, never reads the watched heads (only each new watch's head, once), wakes
+    # no follower, and no follower has a task. Another store's commit then ends solo mode,
+    # and reaches its follower.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store, AsyncExitStack() as stack:
+        actors = await _open_actors(stack, store, 40)
+        for turn in range(3):
+            for actor in actors:
+                await actor.add_message(Message.user(f"turn {turn}"))
+        await _until_seen(store, {f"s{index}": (3, 0) for index in range(40)})
+        monitor = store._monitor
+        assert monitor is not None
+        assert monitor._solo
+        assert (monitor.checks, monitor.reads, monitor.pushes) == (0, 0, 0)
+        assert 1 <= monitor.lookups <= 40  # the new watches' heads, some read together
+        assert all(actor._engine.follower._watch_scope is None for actor in actors)
+        async with SQLiteStore(path) as other:
+            event = make_event(3, USER, {"content": "from another store"})
+            await other.commit("s7", expected_count=3, events=(event,))
+        await _until(actors[7], 4)
+        assert actors[7].messages()[-1].text == "from another store"
+        assert not monitor._solo
+        assert [actor.log.count for actor in actors] == [4 if i == 7 else 3 for i in range(40)]
+
+
+async def test_a_writer_already_on_the_file_is_noticed_when_it_commits(tmp_path: Path) -> None:
+    # The other store writes first and stays open; ours opens and follows (in solo mode: no
+    # commit of the other's since our writer looked). The other's next commit, with our writer
+    # idle, shows in the WAL-index header; the commits after ours, in our writer's
+    # data_version; nothing is missed either way.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as other:
+        await other.commit("s", expected_count=0, events=(make_event(0, USER, {"content": "0"}),))
+        async with (
+            SQLiteStore(path) as store,
+            SessionActor.open(session_id="s", store=store) as actor,
+        ):
+            assert actor.log.count == 1
+            await other.commit(
+                "s", expected_count=1, events=(make_event(1, USER, {"content": "1"}),)
+            )
+            await _until(actor, 2)
+            for n in range(2, 12, 2):
+                await actor.add_message(Message.user(str(n)))
+                await other.commit(
+                    "s", expected_count=n + 1, events=(make_event(n + 1, USER, {"content": "x"}),)
+                )
+            await _until(actor, 12)
+            assert actor.log.count == 12
+            assert store._own is not None
+            assert store._own.shared
+
+
+async def test_our_writer_sees_a_commit_made_while_it_was_idle(tmp_path: Path) -> None:
+    # Another store commits while our writer is idle, then ours commits: our writer's
+    # data_version has moved, so it says so (right after answering the commit), whatever
+    # the feed has looked at.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        async with SessionActor.open(session_id="a", store=store) as actor:
+            await actor.add_message(Message.user("ours"))
+            own = store._own
+            assert own is not None
+            assert own.armed
+            assert not own.shared
+            async with SQLiteStore(path) as other:
+                event = make_event(0, USER, {"content": "theirs"})
+                await other.commit("b", expected_count=0, events=(event,))
+            await actor.add_message(Message.user("ours again"))
+            await store.sessions()  # a read: the writer has told its account of that commit
+            assert own.shared
+
+
+async def test_a_failed_jobs_changes_are_read_again_not_pushed(tmp_path: Path) -> None:
+    # A job that changed a session's count and then failed was rolled back: what the trigger
+    # noted for it is not the session's head. A plain watch sees only real heads.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        await store.commit("s", expected_count=0, events=(make_event(0, USER, {"content": "0"}),))
+        async with aclosing(store.watch("s")) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 1
+
+                def failing(connection: sqlite3.Connection) -> None:
+                    connection.execute("UPDATE nous_sessions SET count = 7 WHERE name = 's'")
+                    raise RuntimeError("after the update")
+
+                with pytest.raises(RuntimeError):
+                    await store._write(failing, "a failing job")
+                event = make_event(1, USER, {"content": "1"})
+                await store.commit("s", expected_count=1, events=(event,))
+                assert await anext(heads) == 2
+                monitor = store._monitor
+                assert monitor is not None
+                assert monitor._solo
+
+
+def test_another_process_is_noticed_and_followed(tmp_path: Path) -> None:
+    # Both orders: a writer process that starts before we follow, and one that starts after
+    # (we follow in solo mode until its first commit). Every event of each reaches our actor.
+    anyio.run(_follow_processes, tmp_path / "shared.db")
+
+
+async def _follow_processes(path: Path) -> None:
+    url = f"sqlite:///{path}"
+    async with SQLiteStore(path) as store:
+        await store.commit("s", expected_count=0, events=(make_event(0, USER, {"content": "0"}),))
+        first = spawn_worker("write", url, "s", "early", "1", "30")
+        with first, ending(first):
+            lines = Lines(first)
+            assert lines.next().strip() == "ready"
+            async with SessionActor.open(session_id="s", store=store) as actor:
+                await actor.add_message(Message.user("ours"))
+                while not lines.next(timeout=60).startswith("done"):
+                    pass
+                await _until(actor, 32)
+        async with SessionActor.open(session_id="t", store=store) as actor:
+            await actor.add_message(Message.user("ours, first"))
+            monitor = store._monitor
+            assert monitor is not None
+            second = spawn_worker("write", url, "t", "late", "1", "30")
+            with second, ending(second):
+                lines = Lines(second)
+                while not lines.next(timeout=60).startswith("done"):
+                    pass
+                await _until(actor, 31)
+            texts = [message.text for message in actor.messages()]
+            assert texts[0] == "ours, first"
+            assert texts[1:] == [f"late 0 {n}" for n in range(30)]

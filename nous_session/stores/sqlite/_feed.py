@@ -1,11 +1,41 @@
 """The SQLite store's change feed: one ``PRAGMA data_version`` poller per store, shared by its
-watches (:class:`ChangeMonitor`).
+watches (:class:`ChangeMonitor`), and solo mode, in which it reads nothing while the store's
+own writer is the only connection that commits (:class:`OwnCommits`).
 
 SQLite has no LISTEN/NOTIFY; ``data_version`` changes for one connection whenever another
 commits to the file, and costs microseconds to read. One thread per store polls it, reads the
 watched sessions' heads only when it moved, backs off while every change it reads is its own
 watchers' commits, and watches for a writer to appear on a file that has none. The design and
 its measurements: docs/internals.md, "Change feeds".
+
+Solo mode. A writable store's writer keeps an account (:class:`OwnCommits`, armed by the first
+watch): after each write group it peeks at the WAL-index header (H), *then* reads
+``data_version`` on its own connection (V), which moves only when another connection has
+committed since the writer last read it; it keeps H, and is ``shared`` for good once V moved.
+Temporary triggers on its connection note each session row its commits change (count,
+horizon). Around each batch of jobs it bumps an epoch (odd while a batch runs). The feed's
+thread, while solo, peeks at the header each poll and reads the epoch before and after:
+
+* no commit of another connection goes unseen. One that lands before the writer's V read moves
+  V (every V read since the connection was armed is compared with the one before, so the reads
+  chain back to the arming). One that lands after it changes the header past H: the feed,
+  seeing a header other than H while the epoch was the same even number before and after its
+  peek (no batch of ours ran meanwhile, so the header can only be another's), leaves solo mode;
+  and if our writer commits first, its next V has moved. A commit landing between our peek and
+  our V read moves V: peek first, then V, so the header kept never hides another's commit;
+* what our own commits change reaches the watches that do not hold it (another actor of the
+  session, a direct store call such as an erasure): the feed takes the triggers' notes each
+  poll and offers each watched session's new head. Notes are handed over only after the
+  commit, and only while a feed thread listens; a watch that comes later reads its session's
+  head itself (after the commit, so nothing falls between). A group with a failed job (its
+  savepoint rolled back, or the whole group) hands over names only: the feed reads those heads;
+* the arming reads H then V the same way, from the writer's thread between its jobs; a session
+  an actor loaded before it was read after any commit the arming's V does not cover, and a
+  connection the writer opens again (after an error) cannot vouch for the gap: it ends solo.
+
+Leaving solo mode is for good (for this store object): the thread lists every watched session
+with the head it last saw, and from then on checks ``data_version`` and reads what moved, as
+before; only the heads that moved meanwhile are pushed.
 """
 
 from __future__ import annotations
@@ -21,7 +51,7 @@ from urllib.parse import quote
 from nous_session._logging import get_logger
 from nous_session.stores._watch import HELD, HOLD_AT_MOST, UNSURE, WAKE, Watch, Watches
 
-__all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor"]
+__all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor", "OwnCommits"]
 
 DEFAULT_POLL: Final = 0.005
 """Seconds between two change checks (``PRAGMA data_version``) of a watched SQLite store."""
@@ -39,12 +69,18 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
     Args:
         path: the database file.
         poll: seconds between two change checks.
+        own: the store writer's account of its commits (armed), for solo mode; None for a
+            store that does not write (the feed then reads every change).
     """
 
-    def __init__(self, path: str, poll: float) -> None:
+    def __init__(self, path: str, poll: float, own: OwnCommits | None = None) -> None:
         super().__init__()
         self._path = path
         self._poll = poll
+        self._own = own
+        # Solo mode: no other connection has committed to the file since our writer was
+        # armed, so only the changes its commits made are looked at (see the module doc).
+        self._solo = own is not None and own.armed and not own.shared
         self._fresh: set[str] = set()  # sessions with a watch that has not had its head yet
         self._heads: dict[str, tuple[int, int]] = {}  # (count, horizon) the thread last saw
         # Watches whose owner was committing when a head it did not hold came: what to push
@@ -58,6 +94,7 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         self._membership = False  # a session was first watched or left: relist them
         self.checks = 0  # change checks made (for tests)
         self.reads = 0  # head reads made after a change (for tests)
+        self.lookups = 0  # solo mode's reads of some sessions' heads (for tests)
 
     def _joined(self, watch: Watch) -> None:
         """The watch gets the session's head as the thread first sees it, then each new head
@@ -66,11 +103,16 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         self._fresh.add(watch.session_id)
         self._membership = True
         if self._thread is None and not self._stopped:
+            if self._solo:
+                # Our writer's changes are kept for the thread from now on (it reads the
+                # new watch's head itself, so a commit made before is not missed either).
+                assert self._own is not None
+                self._own.listening = True
             self._thread = threading.Thread(
                 target=self._serve, name="nous_session-sqlite-feed", daemon=True
             )
             self._thread.start()
-        else:
+        elif not self._solo:
             self._wake.set()  # a thread that backed off gives the new watch its head now
 
     def _left(self, session_id: str) -> None:
@@ -105,11 +147,14 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         wait = self._poll  # until the next check: longer while the reads wake nobody
         unwritten = _Unwritten()  # the file as last read while it had no writer
         lost = False  # the connection failed: the next one's first read wakes every watch
+        last: dict[str, tuple[int, int]] = {}  # heads solo mode saw, for the first listing
         try:
             while True:
                 with self._lock:
                     if not self._watches or self._stopped:
                         self._thread = None  # a new watch starts a new thread
+                        if self._own is not None:
+                            self._own.listening = False
                         return
                     fresh, self._fresh = self._fresh, set()
                     names = set(self._watches) if self._membership or connection is None else None
@@ -123,8 +168,27 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                             continue
                         version, listed = None, set()
                         shm, header = _open_shm(self._path), b""
+                        if lost or shm is None:
+                            self._leave_solo()  # the -shm file may not be the one it was
+                    if self._solo:
+                        assert shm is not None
+                        solo_wait = self._solo_poll(connection, shm, fresh, wait)
+                        if solo_wait is not None:
+                            wait = solo_wait
+                            if self._unsure:
+                                self._ask_again()
+                                wait = self._poll
+                            self._sleep(wait)
+                            continue
+                        # Another writer: list every watched session, with the head solo
+                        # mode last saw (only what moved since is read, and pushed).
+                        with self._lock:
+                            names = set(self._watches)
+                            self._membership = False
+                            last = dict(self._heads)
                     if names is not None:
-                        _list(connection, listed, names)
+                        _list(connection, listed, names, last)
+                        last = {}
                     if shm is not None:
                         peeked = os.pread(shm, _HEADER, 0)
                         if peeked == header and not fresh and quiet < _CHECK_EVERY:
@@ -153,6 +217,7 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                     _close_shm(shm)
                     shm = None
                     wait = self._poll
+                    last = {}  # the next connection's first read wakes every watch
                     with self._lock:
                         self._fresh |= fresh  # they still need their heads
                 if self._unsure:
@@ -218,10 +283,69 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         finally:
             connection.close()
 
+    def _solo_poll(
+        self, connection: sqlite3.Connection, shm: int, fresh: set[str], wait: float
+    ) -> float | None:
+        """One poll in solo mode; returns the wait until the next, or None once it has left
+        solo mode. It leaves when
+        another connection has committed: the writer saw its ``data_version`` move, or the
+        WAL-index header is not the one our writer's last commit left while the writer is
+        not running a batch (it reads the epoch before and after the peek). Otherwise it
+        pushes what our writer's commits changed in watched sessions (the trigger's notes;
+        a session whose note is unknown, as after a failed job, is read), and the heads of
+        new watches (read): no ``data_version``, no list of the watched sessions."""
+        own = self._own
+        assert own is not None
+        epoch, mine, shared = own.look()
+        peeked = os.pread(shm, _HEADER, 0)
+        if shared or (not epoch & 1 and own.epoch == epoch and peeked != mine):
+            self._leave_solo()
+            return None
+        changed = own.take()
+        if not changed and not fresh:
+            return self._poll  # a quiet file: a commit now is seen within a poll
+        pushed_before = self.pushes
+        with self._lock:
+            heads: dict[str, tuple[int, int]] = {}
+            unknown = set(fresh)
+            for name, head in changed.items():
+                if name not in self._watches:
+                    continue
+                if head is None:
+                    unknown.add(name)
+                elif head != self._heads.get(name):
+                    heads[name] = head
+        if unknown:
+            read = _heads_of(connection, unknown)
+            self.lookups += 1
+            with self._lock:  # a new watch gets its head in any case, others what moved
+                heads.update(
+                    (name, head)
+                    for name, head in read.items()
+                    if name in fresh or head != self._heads.get(name)
+                )
+        self._dispatch([(name, *head) for name, head in heads.items()], fresh, False)
+        if self.pushes != pushed_before:
+            return self._poll
+        return min(wait * 2, self._poll * BACK_OFF_AT_MOST)  # only our watchers' own commits
+
+    def _leave_solo(self) -> None:
+        """Another connection has committed (or may have): from now on, for good, the thread
+        checks ``data_version`` and reads every watched session's head, as a store that does
+        not write does; the first read wakes every watch whose owner is not up to date."""
+        with self._lock:
+            if not self._solo:
+                return
+            self._solo = False
+            if self._own is not None:
+                self._own.listening = False
+        _logger.debug("nous_session.sqlite_feed_shared", path=self._path)
+
     def _read_heads(self, connection: sqlite3.Connection, fresh: set[str], reopened: bool) -> bool:
         """Read the heads of the watched sessions that moved since the last read, and push
         them (and, to fresh watches, their session's head in any case). True when a watch was
         woken: the poll keeps its pace (a head held back resets it too, in the loop).
+        ``reopened``: the connection was lost, every watch gets ``-1``.
 
         The connection's temporary table lists the watched sessions with the head last read;
         one join finds the rows that differ, inside SQLite, so a read costs Python work only
@@ -234,6 +358,12 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
             noted = [(count, horizon, name) for name, count, horizon in moved]
             connection.executemany(_NOTED, noted)
         self.reads += 1
+        self._dispatch(moved, fresh, reopened)
+        return self.pushes != pushed_before
+
+    def _dispatch(self, moved: list[tuple[str, int, int]], fresh: set[str], reopened: bool) -> None:
+        """Offer the heads ``moved`` (name, count, horizon) to their sessions' watches, and
+        to ``fresh`` watches of a session that did not move their head as last seen."""
         with self._lock:
             for name, count, horizon in moved:
                 watches = self._watches.get(name)
@@ -256,7 +386,6 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                     continue
                 for watch in watches:
                     self._offer(watch, current[0], current, False)
-            return self.pushes != pushed_before
 
     def _offer(self, watch: Watch, pushed: int, head: tuple[int, int], always: bool) -> None:
         """Push ``pushed`` (standing for ``head``) to ``watch`` unless its owner holds it, or
@@ -279,6 +408,134 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         with self._lock:
             for watch, (pushed, head, _) in list(self._unsure.items()):
                 self._offer(watch, pushed, head, False)
+
+
+class OwnCommits:
+    """The store writer's account of its commits, for the feed's solo mode (the module doc
+    says why it is sound): after each write group, the WAL-index header as it left it,
+    whether another connection has committed since the writer's connection was armed
+    (``shared``, for good), and what its commits changed in each session (count, horizon),
+    noted by temporary triggers on the writer's connection.
+
+    The writer's thread calls :meth:`arm` (as a read job) and the :class:`Fence` methods;
+    the feed's thread calls :meth:`look` and :meth:`take`.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self.epoch = 0  # odd while the writer runs a batch of jobs
+        self.shared = False  # another connection committed (or may have): no solo mode
+        self.listening = False  # a feed thread in solo mode takes the changes (the feed's)
+        self._connection: sqlite3.Connection | None = None  # the connection armed
+        self._shm: int | None = None
+        self._version = 0  # its data_version after its last write group
+        self._header = b""  # the WAL-index header after its last write group
+        self._group: dict[str, tuple[int, int]] = {}  # the triggers' notes, this group
+        self._changed: dict[str, tuple[int, int] | None] = {}  # for the feed; None: unknown
+
+    @property
+    def armed(self) -> bool:
+        return self._connection is not None
+
+    # The writer's thread -------------------------------------------------------------------
+
+    def arm(self, connection: sqlite3.Connection) -> None:
+        """Start keeping account on the writer's ``connection`` (once): its triggers, and the
+        header and data_version every later commit is compared with. The header is peeked
+        first: another commit between the two reads moves the header past what we keep, and
+        the feed's first look sees it as another writer's."""
+        if self._connection is not None or self.shared:
+            return
+        shm = _open_shm(self._path)
+        if shm is None:
+            self.shared = True  # nothing to peek at: the feed reads every change
+            return
+        try:
+            connection.create_function("nous_session_changed", 3, self._note)
+            for statement in _TRIGGERS:
+                connection.execute(statement)
+            header = os.pread(shm, _HEADER, 0)
+            version = connection.execute("PRAGMA data_version").fetchone()[0]
+        except (OSError, sqlite3.Error) as error:
+            _logger.debug("nous_session.sqlite_solo_failed", error=repr(error))
+            _close_shm(shm)
+            self.shared = True
+            return
+        with self._lock:
+            self._shm, self._header, self._version = shm, header, version
+            self._connection = connection
+
+    def _note(self, name: str, count: int, horizon: int) -> None:
+        """The triggers' function (a row of nous_sessions was written): on the writer's
+        thread, inside the job's statement; it must not raise."""
+        self._group[name] = (count, horizon)
+
+    def begin(self) -> None:
+        self.epoch += 1
+
+    def end(self) -> None:
+        self.epoch += 1
+
+    def opened(self, connection: sqlite3.Connection) -> None:
+        """The writer opened a connection: one that replaces the armed one cannot vouch for
+        what was committed between the two."""
+        if self._connection is not None and connection is not self._connection:
+            self._give_up()
+
+    def committed(self, connection: sqlite3.Connection | None, failed: bool) -> None:
+        """A write group ended (committed, or ``failed`` in part or as a whole): peek at the
+        header, then read data_version (in this order: a commit of another connection in
+        between moves the version), and hand what the group changed to the feed."""
+        group, self._group = self._group, {}
+        if self._connection is None or self.shared:
+            return
+        if connection is not self._connection:
+            self._give_up()
+            return
+        assert self._shm is not None
+        try:
+            header = os.pread(self._shm, _HEADER, 0)
+            version = connection.execute("PRAGMA data_version").fetchone()[0]
+        except (OSError, sqlite3.Error) as error:
+            _logger.debug("nous_session.sqlite_solo_failed", error=repr(error))
+            self._give_up()
+            return
+        if version != self._version:
+            self._give_up()
+            return
+        with self._lock:
+            self._header = header
+            if self.listening:
+                # A failed job's notes may be of changes rolled back: the feed reads those.
+                for name, head in group.items():
+                    self._changed[name] = None if failed else head
+
+    def _give_up(self) -> None:
+        with self._lock:
+            self.shared = True
+            self._changed.clear()
+
+    def close(self) -> None:
+        """Close the -shm descriptor (the store is closed, its writer first)."""
+        with self._lock:
+            shm, self._shm = self._shm, None
+            self._connection = None
+        _close_shm(shm)
+
+    # The feed's thread ---------------------------------------------------------------------
+
+    def look(self) -> tuple[int, bytes, bool]:
+        """The writer's epoch, the header after its last write group, and ``shared``."""
+        with self._lock:
+            return self.epoch, self._header, self.shared
+
+    def take(self) -> dict[str, tuple[int, int] | None]:
+        """What our writer's commits changed since the last take: (count, horizon) by
+        session, or None where it is not known."""
+        with self._lock:
+            changed, self._changed = self._changed, {}
+            return changed
 
 
 # The first copy of the WAL index header at the start of the -shm file (SQLite's WAL format,
@@ -382,9 +639,51 @@ _WATCHED: Final = (
 )
 
 
-def _list(connection: sqlite3.Connection, listed: set[str], names: set[str]) -> None:
+# The writer connection's temporary triggers: every change of a session's count or horizon
+# (a commit, a snapshot, an erasure, a fork, a deletion) is noted by OwnCommits._note.
+_NEW: Final = "SELECT nous_session_changed(NEW.name, NEW.count, coalesce(NEW.horizon, 0));"
+_OLD: Final = "SELECT nous_session_changed(OLD.name, 0, 0);"
+_TRIGGERS: Final = tuple(
+    f"CREATE TEMP TRIGGER IF NOT EXISTS nous_session_{name} AFTER {event}"
+    f" ON main.nous_sessions BEGIN {body} END"
+    for name, event, body in (
+        ("inserted", "INSERT", _NEW),
+        ("updated", "UPDATE OF count, horizon", _NEW),
+        ("renamed", "UPDATE OF name", _OLD + " " + _NEW),
+        ("deleted", "DELETE", _OLD),
+    )
+)
+
+# Solo mode's read of some sessions' heads, at most this many names a statement.
+_LOOKUP_AT_MOST: Final = 500
+
+
+def _heads_of(connection: sqlite3.Connection, names: set[str]) -> dict[str, tuple[int, int]]:
+    """The (count, horizon) of each of ``names``; (0, 0) for a session not stored."""
+    heads = dict.fromkeys(names, (0, 0))
+    ordered = sorted(names)
+    for start in range(0, len(ordered), _LOOKUP_AT_MOST):
+        chunk = ordered[start : start + _LOOKUP_AT_MOST]
+        marks = ", ".join("?" * len(chunk))
+        rows = connection.execute(
+            "SELECT name, coalesce(count, 0), coalesce(horizon, 0) FROM main.nous_sessions"
+            f" WHERE name IN ({marks})",
+            chunk,
+        ).fetchall()
+        for name, count, horizon in rows:
+            heads[name] = (count, horizon)
+    return heads
+
+
+def _list(
+    connection: sqlite3.Connection,
+    listed: set[str],
+    names: set[str],
+    last: dict[str, tuple[int, int]],
+) -> None:
     """Make the connection's table of watched sessions list exactly ``names`` (``listed``:
-    what it lists now, updated)."""
+    what it lists now, updated), a new name with its head as ``last`` read (solo mode's),
+    else (-1, -1): read once in any case."""
     if not listed:
         connection.execute(_WATCHED)
     gone = listed - names
@@ -393,7 +692,8 @@ def _list(connection: sqlite3.Connection, listed: set[str], names: set[str]) -> 
         connection.executemany("DELETE FROM temp.nous_watched WHERE name = ?", [(n,) for n in gone])
     if new:
         connection.executemany(
-            "INSERT INTO temp.nous_watched VALUES (?, -1, -1)", [(n,) for n in new]
+            "INSERT INTO temp.nous_watched VALUES (?, ?, ?)",
+            [(n, *last.get(n, (-1, -1))) for n in new],
         )
     listed -= gone
     listed |= new

@@ -28,7 +28,7 @@ from nous_session.listing import (
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, FeedStore
 from nous_session.stores._sealed import Keyring
-from nous_session.stores._watch import closing
+from nous_session.stores._watch import Watch, Watches, closing
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -39,7 +39,7 @@ from nous_session.stores.base import (
 from nous_session.stores.sqlite._commit import _CommitJob, rebase_in
 from nous_session.stores.sqlite._erasure import FileErasure
 from nous_session.stores.sqlite._errors import _errors
-from nous_session.stores.sqlite._feed import DEFAULT_POLL, ChangeMonitor
+from nous_session.stores.sqlite._feed import DEFAULT_POLL, ChangeMonitor, OwnCommits
 from nous_session.stores.sqlite._keyed import KeyedFile
 from nous_session.stores.sqlite._leases import FileLeases
 from nous_session.stores.sqlite._rows import (
@@ -100,6 +100,8 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
     # The change feed's thread and its watches (see :meth:`watch`), made by the first watch.
     _monitor: ChangeMonitor | None = attrs.field(default=None, init=False)
     _monitor_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    # The writer's account of its commits, for the feed's solo mode (made with the writer).
+    _own: OwnCommits | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._file = _File(self.path)
@@ -163,7 +165,8 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
             # closed can still be garbage-collected (and warn).
             opener = _Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)
             # The file is checked once per write transaction, before any of its writes runs.
-            self._writer = SQLiteWriter(opener, check=self._file.check)
+            self._own = OwnCommits(self.path)
+            self._writer = SQLiteWriter(opener, check=self._file.check, fence=self._own)
         return self._writer
 
     def _call(self, function: Callable[[sqlite3.Connection], T]) -> T:
@@ -350,18 +353,41 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
             raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
         if self.path == ":memory:":
             await anyio.sleep_forever()
-        if self._monitor is None:
-            # Open the file first (once): a writable store makes its WAL, a read-only one
-            # checks it. A round trip through the writer: not one per watch, as a registry
-            # opening 200 sessions would queue 200 of them among their commits.
-            await self._run(lambda connection: None)
-        with self._monitor_lock:
-            if self._monitor is None:
-                self._monitor = ChangeMonitor(self.path, poll)
-            monitor = self._monitor
+        monitor = await self._monitor_of(poll)
         async with closing(monitor.watch(session_id, known)) as heads:
             async for head in heads:
                 yield head
+
+    async def _attach_watch(
+        self, session_id: str, known: Callable[[], tuple[int, int, bool]], wake: Callable[[], None]
+    ) -> tuple[Watches[Any], Watch] | None:
+        """For an actor's follower: a watch of ``session_id`` served as
+        :meth:`watch` serves one, with no task of its own until ``wake`` starts one (on this
+        event loop, when the first head comes), and the feed to take its heads from and to
+        detach it from; None for a ``":memory:"`` database (nothing else writes it)."""
+        check_session_id(session_id)
+        if self.path == ":memory:":
+            return None
+        monitor = await self._monitor_of(DEFAULT_POLL)
+        return monitor, monitor.attach(session_id, known, wake)
+
+    async def _monitor_of(self, poll: float) -> ChangeMonitor:
+        """The change feed's thread and watches (made once, polling every ``poll``)."""
+        if self._monitor is None:
+            # Open the file first (once): a writable store makes its WAL and arms its
+            # writer's account of its commits (solo mode), a read-only one checks it. A round
+            # trip through the writer: not one per watch, as a registry opening 200 sessions
+            # would queue 200 of them among their commits.
+            await self._run(self._arm)
+        with self._monitor_lock:
+            if self._monitor is None:
+                self._monitor = ChangeMonitor(self.path, poll, self._own)
+            return self._monitor
+
+    def _arm(self, connection: sqlite3.Connection) -> None:
+        """On the writer's thread: arm its account of its commits (once; see OwnCommits)."""
+        if self._own is not None and not self.read_only:
+            self._own.arm(connection)
 
     # Lifecycle --------------------------------------------------------------------------------
 
@@ -379,6 +405,8 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         writer, self._writer = self._writer, None
         if writer is not None:
             await writer.aclose()
+        if self._own is not None:
+            self._own.close()
         connection, self._connection = self._connection, None
         if connection is not None:
             if self._limiter is None:

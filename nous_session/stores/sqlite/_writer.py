@@ -18,7 +18,7 @@ import threading
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -237,6 +237,20 @@ class _Call(Generic[T]):
         return cast(T, self.result)
 
 
+class Fence(Protocol):
+    """What the writer's thread tells an observer of its commits (the SQLite feed's solo
+    mode, ``stores/sqlite/_feed.py``): a batch begins and ends, a write group was committed
+    (or failed: ``failed``), and the thread opened a connection."""
+
+    def begin(self) -> None: ...
+
+    def opened(self, connection: sqlite3.Connection) -> None: ...
+
+    def committed(self, connection: sqlite3.Connection | None, failed: bool) -> None: ...
+
+    def end(self) -> None: ...
+
+
 class _GroupFailed(Exception):
     """A write group failed as a whole: every write in it that had not raised gets StoreError."""
 
@@ -259,10 +273,12 @@ class _GroupCommitter:
         connect: Callable[[], sqlite3.Connection],
         group_cap: int,
         check: Callable[[], None] | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.connect = connect
         self.group_cap = group_cap
         self.check = check
+        self.fence = fence
         # Lists of calls, in the order they were sent; a close is a list of its own.
         self.queue: queue.SimpleQueue[list[_Call[Any]]] = queue.SimpleQueue()
         # The waker of the event loop that sent the last call, with that loop: a one-entry
@@ -380,7 +396,15 @@ class _GroupCommitter:
                 closes = [call for call in batch if call.kind == _CLOSE]
                 jobs = [call for call in batch if call.kind != _CLOSE]
                 if jobs:
-                    self.run(jobs)
+                    fence = self.fence
+                    if fence is None:
+                        self.run(jobs)
+                    else:
+                        fence.begin()
+                        try:
+                            self.run(jobs)
+                        finally:
+                            fence.end()
                 if closes:
                     self.finish(closes)
                     return
@@ -420,7 +444,14 @@ class _GroupCommitter:
             connection = self.connection or self.open(writes)
             if connection is not None:
                 self.write_group(connection, writes)
-            self.deliver(writes)
+            fence = self.fence
+            if fence is None:
+                self.deliver(writes)
+            else:
+                # Before the callers can take their errors away; told after they are answered.
+                failed = any(call.error is not None for call in writes)
+                self.deliver(writes)
+                fence.committed(self.connection, failed)
         if reads:
             # A read whose caller was cancelled before its turn is dropped unrun.
             wanted = [call for call in reads if not call.abandoned]
@@ -447,6 +478,8 @@ class _GroupCommitter:
         _logger.debug("nous_session.writer_connected")
         self.connection = connection
         self.cursor = connection.cursor()
+        if self.fence is not None:
+            self.fence.opened(connection)
         return connection
 
     def write_group(self, connection: sqlite3.Connection, calls: list[_Call[Any]]) -> None:
@@ -664,6 +697,8 @@ class SQLiteWriter:
             of that group's writes runs and each gets a :class:`StoreError` with its message
             (the store checks once per group that its file is still the one it opened, instead
             of once per write).
+        fence: told, on the writer's thread, when each batch of jobs begins and ends, when a
+            write group was committed and when a connection was opened (:class:`Fence`).
 
     The thread starts on the first :meth:`write` or :meth:`read` and stops in :meth:`aclose`
     (or ``async with``). Calls may come from any task of any asyncio loop or trio run, in
@@ -679,10 +714,11 @@ class SQLiteWriter:
         default=DEFAULT_GROUP_CAP, kw_only=True, alias="group_cap", validator=_check_group_cap
     )
     _check: Callable[[], None] | None = attrs.field(default=None, kw_only=True, alias="check")
+    _fence: Fence | None = attrs.field(default=None, kw_only=True, alias="fence")
     _committer: _GroupCommitter = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._committer = _GroupCommitter(self._connect, self._group_cap, self._check)
+        self._committer = _GroupCommitter(self._connect, self._group_cap, self._check, self._fence)
 
     def write(self, job: Callable[[sqlite3.Connection], T]) -> Coroutine[Any, Any, T]:
         """Run ``job(connection)`` in a write transaction shared with other waiting writes.
