@@ -251,6 +251,25 @@ class Fence(Protocol):
     def end(self) -> None: ...
 
 
+class _NoFence:
+    """The fence of a writer nobody observes: told everything, does nothing."""
+
+    def begin(self) -> None:
+        pass
+
+    def opened(self, connection: sqlite3.Connection) -> None:
+        pass
+
+    def committed(self, connection: sqlite3.Connection | None, failed: bool) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+_NO_FENCE: Final = _NoFence()
+
+
 class _GroupFailed(Exception):
     """A write group failed as a whole: every write in it that had not raised gets StoreError."""
 
@@ -262,11 +281,8 @@ class _GroupFailed(Exception):
 
 class _GroupCommitter:
     """Group commit: the writer's state and its thread's loop, which takes every write waiting
-    into one transaction (the thread references this, not the writer).
-
-    Keeping the thread off the :class:`SQLiteWriter` itself lets an unclosed writer be garbage
-    collected (and warn) while its thread still runs.
-    """
+    into one transaction. The thread references this, not the :class:`SQLiteWriter`, so an
+    unclosed writer can be garbage collected (and warn) while its thread still runs."""
 
     def __init__(
         self,
@@ -278,18 +294,15 @@ class _GroupCommitter:
         self.connect = connect
         self.group_cap = group_cap
         self.check = check
-        self.fence = fence
+        self.fence: Fence = fence or _NO_FENCE
         # Lists of calls, in the order they were sent; a close is a list of its own.
         self.queue: queue.SimpleQueue[list[_Call[Any]]] = queue.SimpleQueue()
-        # The waker of the event loop that sent the last call, with that loop: a one-entry
-        # cache, as one loop (or trio run) sends nearly every call (replaced as one tuple, so
-        # loops in other threads read it whole).
+        # The waker of the loop that sent the last call, with that loop: a one-entry cache
+        # (one loop sends nearly every call), replaced as one tuple for other threads.
         self.last_waker: tuple[object, _Waker] | None = None
-        # The current round of calls of each event loop (keyed by the loop's waker):
-        # the calls sent by the tasks that loop runs before the round is handed over (see
-        # _Call.call), handed to the thread together. Tasks woken by one commit then
-        # reach the thread as one group instead of trickling in while it already runs the
-        # next transaction with the first few.
+        # Each loop's current round of calls (by its waker), handed to the thread together
+        # (see _Call.call): tasks woken by one commit reach it as one group, not trickling in
+        # while it runs the next transaction with the first few.
         self.pending: dict[_Waker, list[_Call[Any]]] = {}
         # What the thread took from the queue beyond ``group_cap``: the next batch starts there.
         self.leftover: list[_Call[Any]] = []
@@ -299,8 +312,7 @@ class _GroupCommitter:
         self.finished = False  # the thread has closed the connection and is exiting
         self.thread: threading.Thread | None = None
         self.connection: sqlite3.Connection | None = None
-        # The writer's own statements go through one cursor of the connection: cheaper than
-        # the fresh cursor each ``connection.execute`` makes, twice per job.
+        # One cursor for the writer's statements: cheaper than execute's fresh one per call.
         self.cursor: sqlite3.Cursor | None = None
         # Statistics: written by the thread only, before it wakes the callers they describe.
         self.transactions = 0
@@ -396,15 +408,11 @@ class _GroupCommitter:
                 closes = [call for call in batch if call.kind == _CLOSE]
                 jobs = [call for call in batch if call.kind != _CLOSE]
                 if jobs:
-                    fence = self.fence
-                    if fence is None:
+                    self.fence.begin()
+                    try:
                         self.run(jobs)
-                    else:
-                        fence.begin()
-                        try:
-                            self.run(jobs)
-                        finally:
-                            fence.end()
+                    finally:
+                        self.fence.end()
                 if closes:
                     self.finish(closes)
                     return
@@ -444,14 +452,10 @@ class _GroupCommitter:
             connection = self.connection or self.open(writes)
             if connection is not None:
                 self.write_group(connection, writes)
-            fence = self.fence
-            if fence is None:
-                self.deliver(writes)
-            else:
-                # Before the callers can take their errors away; told after they are answered.
-                failed = any(call.error is not None for call in writes)
-                self.deliver(writes)
-                fence.committed(self.connection, failed)
+            # Before the callers can take their errors away; told after they are answered.
+            failed = any(call.error is not None for call in writes)
+            self.deliver(writes)
+            self.fence.committed(self.connection, failed)
         if reads:
             # A read whose caller was cancelled before its turn is dropped unrun.
             wanted = [call for call in reads if not call.abandoned]
@@ -478,8 +482,7 @@ class _GroupCommitter:
         _logger.debug("nous_session.writer_connected")
         self.connection = connection
         self.cursor = connection.cursor()
-        if self.fence is not None:
-            self.fence.opened(connection)
+        self.fence.opened(connection)
         return connection
 
     def write_group(self, connection: sqlite3.Connection, calls: list[_Call[Any]]) -> None:
