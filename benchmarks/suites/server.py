@@ -13,6 +13,8 @@ is its file's only writer.
 * ``open``: a sequential open and close of a 50-event SQLite session, and of an empty one.
 * ``memory``: the bytes and the collector-tracked objects an open session holds (50 events,
   and empty), against the floor of the same events as plain lists in a dict.
+* ``writers``: 500 sessions on one SQLite file writing at once, each awaiting its own 20
+  appends: each append's latency (p50, p99) and the acknowledged rate.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 import anyio
 import orjson
 
-from benchmarks.harness import Context, Measurement, Target, expect, measure, ratio
+from benchmarks.harness import Context, Measurement, Target, expect, measure, percentile, ratio
 from nous_session import Message, SessionActor, Sessions
 from nous_session.stores.sqlite import SQLiteStore
 
@@ -297,4 +299,46 @@ def memory(ctx: Context) -> list[Measurement]:
     ]
 
 
-BENCHMARKS = [churn, open_, memory]
+async def _writers(path: Path, writers: int, each: int) -> list[float]:
+    """``writers`` sessions on one SQLite file, each a task awaiting its own ``each`` appends
+    in order, all at once; every append's latency (seconds), sorted."""
+    latencies: list[float] = []
+
+    async def write(registry: Sessions, index: int) -> None:
+        actor = await registry.get(f"w{index}")
+        for turn in range(each):
+            began = time.perf_counter()
+            await actor.add_message(Message.user(f"message {turn} of writer {index}"))
+            latencies.append(time.perf_counter() - began)
+
+    async with Sessions(f"sqlite:///{path}", max_open=writers) as registry:
+        for index in range(writers):
+            await registry.get(f"w{index}")  # open before the clock, as a server's are
+        async with anyio.create_task_group() as group:
+            for index in range(writers):
+                group.start_soon(write, registry, index)
+    expect(len(latencies) == writers * each, "every append should be acknowledged")
+    return sorted(latencies)
+
+
+def writers(ctx: Context) -> list[Measurement]:
+    count, each = ctx.size(500, 100), 20
+    p50: list[float] = []
+    p99: list[float] = []
+    rates: list[float] = []
+    for _ in range(ctx.rounds):
+        with tempfile.TemporaryDirectory() as folder:
+            began = time.perf_counter()
+            latencies = anyio.run(_writers, Path(folder) / "writers.sqlite3", count, each)
+            rates.append(len(latencies) / (time.perf_counter() - began))
+        p50.append(percentile(latencies, 0.5) * 1e3)
+        p99.append(percentile(latencies, 0.99) * 1e3)
+    note = f"{count} sessions on one SQLite file (FULL), each awaiting its own {each} appends"
+    return [
+        measure("writers at once, append latency p50", "ms", p50, note=note),
+        measure("writers at once, append latency p99", "ms", p99, note=note),
+        measure("writers at once, acknowledged appends", "appends/s", rates, note=note),
+    ]
+
+
+BENCHMARKS = [churn, open_, memory, writers]
