@@ -16,6 +16,7 @@ at import, so an application may configure logging after importing nous_session.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -27,7 +28,10 @@ __all__ = ["Throttle", "get_logger", "wants_debug"]
 _NAME = "nous_session"
 
 
+@functools.cache
 def _stdlib(name: str) -> Any:
+    """The standard-library route's logger of ``name``: made once per name (its renderer
+    takes a while to set up, and every actor that opens binds one)."""
     return structlog.wrap_logger(
         logging.getLogger(name),
         processors=[
