@@ -600,12 +600,21 @@ def supports(store: object, capability: Callable[..., T]) -> TypeGuard[T]:
     ``store.erase``. The capability is typed as a callable returning it, not ``type[...]``:
     mypy refuses a Protocol where a ``type[...]`` is expected.
     """
-    names = [
-        name
-        for name, value in vars(capability).items()
-        if callable(value) and not name.startswith("_")
-    ]
-    return bool(names) and all(callable(getattr(type(store), name, None)) for name in names)
+    key = (type(store), capability)
+    found = _SUPPORTED.get(key)
+    if found is None:  # answered once per class and capability: every actor asks a few times
+        names = [
+            name
+            for name, value in vars(capability).items()
+            if callable(value) and not name.startswith("_")
+        ]
+        found = _SUPPORTED[key] = bool(names) and all(
+            callable(getattr(key[0], name, None)) for name in names
+        )
+    return found
+
+
+_SUPPORTED: dict[tuple[type, object], bool] = {}
 
 
 def moved(events: Sequence[Event], shift: int) -> list[Event]:
