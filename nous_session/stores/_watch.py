@@ -7,14 +7,14 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from contextvars import copy_context
+from contextvars import Context, copy_context
 from functools import partial
 from typing import Final, Generic, TypeVar
 
 import anyio
 
 from nous_session._logging import get_logger
-from nous_session._loops import scheduler
+from nous_session._loops import current_library, scheduler
 
 __all__ = [
     "ASK_AGAIN",
@@ -148,9 +148,7 @@ class Watches(Generic[Held]):
         called on this event loop when the first head is pushed to it (a watcher that is up
         to date costs no task until then); the task it starts takes the heads with
         :meth:`take`. :meth:`detach` ends it."""
-        # Run in this task's context: a callback from another thread has none of its own,
-        # and the event loop library is known through it.
-        watch = Watch(session_id, known, partial(copy_context().run, wake))
+        watch = Watch(session_id, known, partial(_library_context().run, wake))
         with self._lock:
             self._add(watch)
             self._joined(watch)
@@ -199,3 +197,17 @@ async def closing(heads: AsyncGenerator[int, None]) -> AsyncIterator[AsyncGenera
     finally:
         with anyio.CancelScope(shield=True):
             await heads.aclose()
+
+
+def _library_context() -> Context:
+    """This task's context, naming its event loop library for sniffio: a callback the loop
+    runs outside any task has no context of its own, and on asyncio sniffio finds the
+    library only through the current task (there is none in a callback), so anyio could not
+    start a task from it."""
+    context = copy_context()
+    try:
+        import sniffio
+    except ImportError:  # anyio then knows asyncio by its running loop
+        return context
+    context.run(sniffio.current_async_library_cvar.set, current_library())
+    return context

@@ -463,3 +463,25 @@ async def _follow_processes(path: Path) -> None:
             texts = [message.text for message in actor.messages()]
             assert texts[0] == "ours, first"
             assert texts[1:] == [f"late 0 {n}" for n in range(30)]
+
+
+def test_a_follower_on_a_plain_asyncio_loop_starts_its_task_when_a_head_comes(
+    tmp_path: Path,
+) -> None:
+    # As under a web server: asyncio.run, with nothing in the context naming the library
+    # (the anyio test plugin names it, which hid that the feed's wake-up, a callback outside
+    # any task, could not start the follower's task there).
+    import asyncio
+
+    async def scenario() -> list[str]:
+        async with (
+            SQLiteStore(tmp_path / "s.db") as ours,
+            SQLiteStore(tmp_path / "s.db") as other,
+            SessionActor.open(session_id="s", store=ours) as follower,
+            SessionActor.open(session_id="s", store=other, follow=False) as writer,
+        ):
+            await writer.add_message(Message.user("from the other store"))
+            await _until(follower, 1)
+            return [message.text for message in follower.messages()]
+
+    assert asyncio.run(scenario()) == ["from the other store"]
