@@ -9,7 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -159,13 +159,6 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     made = Backend(request.param, tmp_path)
     yield made
     made.drop()
-
-
-@pytest.fixture
-async def store(backend: Backend) -> AsyncIterator[Any]:
-    made = backend.make()
-    yield made
-    await made.aclose()
 
 
 def _secret() -> str:

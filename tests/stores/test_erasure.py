@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ from tests.support.erasure import (
     POSTGRES_URL,
     Backend,
     make_backend,
-    postgres_backend,
 )
 from tests.support.erasure import secret as _secret
 from tests.support.erasure import text_of as _text
@@ -46,18 +45,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     yield from make_backend(request.param, tmp_path)
-
-
-@pytest.fixture
-def postgres() -> Iterator[Backend]:
-    yield from postgres_backend()
-
-
-@pytest.fixture
-async def store(backend: Backend) -> AsyncIterator[Any]:
-    made = backend.make()
-    yield made
-    await made.aclose()
 
 
 async def test_an_erased_text_leaves_no_byte_in_the_store(backend: Backend, store: Any) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from nous_session import (
 )
 from nous_session.erasure import ERASED_CONTENT
 from nous_session.metadata import SessionMetadata
-from tests.support.erasure import Backend, make_backend, postgres_backend, secret, text_of
+from tests.support.erasure import Backend, make_backend, secret, text_of
 from tests.support.processes import Lines, ending
 
 pytestmark = pytest.mark.anyio
@@ -43,18 +43,6 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 @pytest.fixture(params=["sqlite", "postgres"])
 def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     yield from make_backend(request.param, tmp_path)
-
-
-@pytest.fixture
-def postgres() -> Iterator[Backend]:
-    yield from postgres_backend()
-
-
-@pytest.fixture
-async def store(backend: Backend) -> AsyncIterator[Any]:
-    made = backend.make()
-    yield made
-    await made.aclose()
 
 
 class Gate:
