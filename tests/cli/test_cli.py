@@ -34,14 +34,26 @@ def argv(*args: str, store: str) -> list[str]:
     return [sys.executable, "-m", "nous_session", "--store", store, *args]
 
 
-def cli(*args: str, store: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        argv(*args, store=store),
+def run(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m nous_session ARGS...`` as a separate process (in ``cwd``, with ``env``)."""
+    return subprocess.run(
+        [sys.executable, "-m", "nous_session", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
+        cwd=cwd,
+        env=env,
     )
+
+
+def cli(*args: str, store: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = run("--store", store, *args)
     if check:
         assert result.returncode == 0, result.stderr
     return result
@@ -290,15 +302,7 @@ def test_demo_writes_where_it_says_in_the_working_directory(tmp_path: Path) -> N
     env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")]
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "nous_session", "demo", "--turns", "40", "--session", "d"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=work,
-        check=False,
-    )
+    result = run("demo", "--turns", "40", "--session", "d", timeout=120, env=env, cwd=work)
     assert result.returncode == 0, result.stderr
     assert "full history intact after the restart: yes" in result.stdout
     demo_file = work / "nous_session_demo.sqlite3"
@@ -356,13 +360,7 @@ def test_reading_commands_create_and_change_nothing(
 def test_a_missing_store_says_how_to_name_one_and_lists_the_files_here(tmp_path: Path) -> None:
     (tmp_path / "chats.sqlite3").write_bytes(b"SQLite format 3\x00" + bytes(84))
     (tmp_path / "notes.db").write_text("not a database")
-    result = subprocess.run(
-        [sys.executable, "-m", "nous_session", "sessions", "--store", "sqlite:///nope.sqlite3"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run("sessions", "--store", "sqlite:///nope.sqlite3", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "nous-session: error: no store file at nope.sqlite3; name the store with --store URL"
@@ -379,14 +377,7 @@ def test_no_store_named_says_the_rule_and_lists_the_files_here(tmp_path: Path) -
     (tmp_path / "chats.sqlite3").write_bytes(b"SQLite format 3\x00" + bytes(84))
     env = {key: value for key, value in os.environ.items() if key != "NOUS_SESSION_STORE"}
     for args in (["sessions"], ["messages", "chat-42"], ["delete", "chat-42", "--yes"]):
-        result = subprocess.run(
-            [sys.executable, "-m", "nous_session", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = run(*args, cwd=tmp_path, env=env)
         assert result.returncode == 1
         assert result.stderr.strip() == (
             "nous-session: error: no store named: sessions are where a program put them, and"
@@ -404,13 +395,8 @@ def test_no_store_named_says_the_rule_and_lists_the_files_here(tmp_path: Path) -
 
     anyio.run(fill)
     named = {**env, "NOUS_SESSION_STORE": f"sqlite:///{path}"}
-    result = subprocess.run(
-        [sys.executable, "-m", "nous_session", "messages", "chat-42"],
-        env=named,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    result = run("messages", "chat-42", env=named)
+    assert result.returncode == 0, result.stderr
     assert rows(result.stdout) == [["0", "0", "user", "hello"]]
 
 
@@ -627,23 +613,11 @@ def test_store_is_taken_after_the_verb_too(stored: tuple[str, Path]) -> None:
     """The README's own line, ``nous-session messages chat-42 --store URL``, failed with
     ``unrecognized arguments``: --store was taken only before the verb."""
     url, _ = stored
-    result = subprocess.run(
-        [sys.executable, "-m", "nous_session", "messages", "chat", "--store", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run("messages", "chat", "--store", url)
     assert result.returncode == 0, result.stderr
     assert "thanks" in result.stdout
     # Given twice, the one after the verb wins.
-    result = subprocess.run(
-        [*argv("messages", "chat", store="sqlite:///nowhere/x.sqlite3"), "--store", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run("--store", "sqlite:///nowhere/x.sqlite3", "messages", "chat", "--store", url)
     assert result.returncode == 0, result.stderr
 
 
@@ -695,14 +669,7 @@ def test_metadata_update_keeps_the_other_fields_and_set_says_what_it_drops(
 def test_every_command_the_demo_suggests_runs(tmp_path: Path) -> None:
     """The demo ends with commands to look inside what it stored; each runs as printed, however
     few turns the demo played (its ``--as-of 40`` failed after ``demo --turns 3``)."""
-    demo = subprocess.run(
-        [sys.executable, "-m", "nous_session", "demo", "--turns", "3"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-    )
+    demo = run("demo", "--turns", "3", timeout=120, cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
     suggested = [
         line.split(" -m nous_session ", 1)[1].split(" > ")[0]
@@ -711,14 +678,7 @@ def test_every_command_the_demo_suggests_runs(tmp_path: Path) -> None:
     ]
     assert len(suggested) >= 5, demo.stdout
     for command in suggested:
-        result = subprocess.run(
-            [sys.executable, "-m", "nous_session", *command.split()],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            cwd=tmp_path,
-        )
+        result = run(*command.split(), cwd=tmp_path)
         assert result.returncode == 0, f"{command}: {result.stderr}"
 
 
@@ -1227,14 +1187,6 @@ def test_the_console_examples_print_what_the_docs_say(tmp_path: Path, page: str)
     for command, expected in steps:
         words = shlex.split(command)
         assert words[0] == "nous-session"
-        result = subprocess.run(
-            [sys.executable, "-m", "nous_session", *words[1:]],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-            env=env,
-            check=False,
-        )
+        result = run(*words[1:], cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == expected, command
