@@ -14,7 +14,7 @@ import binascii
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict, Unpack
 
 import attrs
 
@@ -23,6 +23,7 @@ from nous_session.event import Event, EventType
 from nous_session.metadata import MAX_TITLE_BYTES, SessionMetadata, check_tags, check_text
 
 __all__ = [
+    "ListArguments",
     "ListQuery",
     "SessionEntry",
     "SessionPage",
@@ -136,6 +137,23 @@ def _where(value: object) -> tuple[tuple[str, JSON], ...]:
     return tuple(sorted(out, key=lambda item: item[0]))
 
 
+class ListArguments(TypedDict, total=False):
+    """The keyword arguments of a listing, as a store's ``list_sessions`` takes them and
+    :meth:`ListQuery.make` checks them (see
+    :meth:`~nous_session.stores.base.ListingStore.list_sessions` for each one and its default)."""
+
+    where: Mapping[str, Any] | None
+    tags: Iterable[str]
+    created_since: datetime | None
+    created_before: datetime | None
+    active_since: datetime | None
+    active_before: datetime | None
+    order: str
+    descending: bool
+    limit: int
+    cursor: str | None
+
+
 @attrs.frozen
 class ListQuery:
     """What :meth:`~nous_session.stores.base.ListingStore.list_sessions` was asked (checked).
@@ -163,25 +181,23 @@ class ListQuery:
     after: tuple[int, str] | None = None  # the cursor's position: (time, session id)
 
     @classmethod
-    def make(
-        cls,
-        *,
-        where: Mapping[str, Any] | None = None,
-        tags: Iterable[str] = (),
-        created_since: datetime | None = None,
-        created_before: datetime | None = None,
-        active_since: datetime | None = None,
-        active_before: datetime | None = None,
-        order: str = "active",
-        descending: bool = True,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> ListQuery:
-        """Check the arguments of a listing and make the query (see the class doc).
+    def make(cls, **arguments: Unpack[ListArguments]) -> ListQuery:
+        """Check the arguments of a listing and make the query (see the class doc; each
+        argument and its default: :meth:`~nous_session.stores.base.ListingStore.list_sessions`).
 
         Raises:
+            TypeError: an argument it does not take (named).
             ValueError: naming what is wrong.
         """
+        unknown = arguments.keys() - ListArguments.__annotations__.keys()
+        if unknown:  # named as list_sessions' (every store hands its arguments on here)
+            raise TypeError(
+                f"list_sessions() got unexpected keyword arguments: {', '.join(sorted(unknown))}"
+                f" (it takes {', '.join(ListArguments.__annotations__)})"
+            )
+        order = arguments.get("order", "active")
+        descending = arguments.get("descending", True)
+        limit = arguments.get("limit", 50)
         if order not in ("active", "created"):
             raise ValueError(f'order must be "active" or "created", got {order!r}')
         if not isinstance(descending, bool):
@@ -189,16 +205,17 @@ class ListQuery:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
             raise ValueError(f"limit must be an int from 1 to 1000, got {limit!r}")
         query = cls(
-            _where(where),
-            check_tags(tags),
-            _when("created_since", created_since),
-            _when("created_before", created_before),
-            _when("active_since", active_since),
-            _when("active_before", active_before),
+            _where(arguments.get("where")),
+            check_tags(arguments.get("tags", ())),
+            _when("created_since", arguments.get("created_since")),
+            _when("created_before", arguments.get("created_before")),
+            _when("active_since", arguments.get("active_since")),
+            _when("active_before", arguments.get("active_before")),
             order,  # type: ignore[arg-type]  # a str checked above to be one of the Literal's values
             descending,
             limit,
         )
+        cursor = arguments.get("cursor")
         if cursor is None:
             return query
         return attrs.evolve(query, after=query._decode(cursor))

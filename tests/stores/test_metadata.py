@@ -138,6 +138,9 @@ def test_cursor_queries_check_their_arguments() -> None:
         ListQuery.make(where={"n": [1]})
     with pytest.raises(ValueError, match="descending"):
         ListQuery.make(descending="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments: cursr \(it takes where,"):
+        ListQuery.make(cursr="x")  # type: ignore[call-arg]
+    assert ListQuery.make() == ListQuery()  # the defaults are the query's
 
 
 @pytest.mark.anyio
