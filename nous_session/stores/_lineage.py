@@ -1,27 +1,58 @@
-"""A session's row as both SQL stores read it, and where a sharing fork's events are (see
+"""A session's row as both SQL stores read it, where a sharing fork's events are (see
 docs/internals.md, "Stores": a fork that shares reads its parent's rows up to its fork
-point instead of holding copies)."""
+point instead of holding copies), and what every store checks before it makes a fork."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from types import MappingProxyType
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import attrs
 
 from nous_session.codec import decode_rows
 from nous_session.errors import StoreError
-from nous_session.stores.base import Stored, check_held, place
+from nous_session.stores.base import Stored, check_fork_point, check_held, place
 
-__all__ = ["SEQ_MAX", "SessionRow", "lineage", "stored"]
+__all__ = ["SEQ_MAX", "SessionRow", "fork_exists", "fork_parent", "lineage", "stored"]
 
 SEQ_MAX: Final = 2**63 - 1
 """The highest seq a table can hold: the upper bound of a range that has none."""
 
 Key = TypeVar("Key", int, str)
 _SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
+
+
+class _Counted(Protocol):
+    """A session's row as far as a fork needs it (each store has its own)."""
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def horizon(self) -> int: ...
+
+
+Row = TypeVar("Row", bound=_Counted)
+
+
+def fork_parent(parent: Row | None, session_id: str, at: int) -> Row:
+    """``parent``, the row of ``session_id`` (None when there is none), checked to be one a
+    fork at seq ``at`` can be made from: every store's first step of ``fork``.
+
+    Raises:
+        ValueError: no such session (or none with events), or ``at`` outside its history.
+    """
+    if parent is None or parent.count == 0:
+        raise ValueError(f"no session {session_id!r} to fork")
+    check_fork_point(session_id, at, parent.count, parent.horizon)
+    return parent
+
+
+def fork_exists(new_session_id: str) -> ValueError:
+    """The error of a fork whose new session exists already (with events)."""
+    return ValueError(f"session {new_session_id!r} exists already")
 
 
 @attrs.frozen

@@ -34,13 +34,12 @@ from nous_session.listing import (
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, StoreBase
 from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
-from nous_session.stores._lineage import SessionRow
+from nous_session.stores._lineage import SessionRow, fork_exists, fork_parent
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
     Stored,
     check_commit_state,
-    check_fork_point,
     check_held,
     check_lease,
     check_session_id,
@@ -318,13 +317,10 @@ class MemoryStore(Erasing, StoreBase):
         :class:`~nous_session.stores.base.ForkingStore`)."""
         self._check_open()
         check_session_id(new_session_id)
-        parent = self._sessions.get(session_id)
-        if parent is None or parent.count == 0:
-            raise ValueError(f"no session {session_id!r} to fork")
-        check_fork_point(session_id, at, parent.count, parent.horizon)
+        parent = fork_parent(self._sessions.get(session_id), session_id, at)
         existing = self._sessions.get(new_session_id)
         if existing is not None and existing.count:
-            raise ValueError(f"session {new_session_id!r} exists already")
+            raise fork_exists(new_session_id)
         metadata, meta_seq = parent.metadata, parent.meta_seq
         if meta_seq is not None and meta_seq > at:  # changed after the fork point
             before = self._view(parent, 0, at)

@@ -15,9 +15,9 @@ from psycopg import sql
 from nous_session._json import dumps
 from nous_session.codec import decode_rows
 from nous_session.event import EventType
-from nous_session.stores._lineage import SessionRow, lineage, stored
+from nous_session.stores._lineage import SessionRow, fork_exists, fork_parent, lineage, stored
 from nous_session.stores._sealed import KeyGone, Keyring, kid_of
-from nous_session.stores.base import SessionInfo, Stored, check_fork_point, place
+from nous_session.stores.base import SessionInfo, Stored, place
 from nous_session.stores.postgres._errors import pipelined
 from nous_session.stores.postgres._keys import fetcher, release_keys
 from nous_session.stores.postgres._sql import Statements
@@ -240,17 +240,16 @@ def fork_row(
     """
     # FOR SHARE: a snapshot of the parent (which locks its row to give its forks copies)
     # waits for this fork, and then sees it.
-    parent = row_of(connection, statements, session_id, lock="FOR SHARE")
-    if parent is None or parent.count == 0:
-        raise ValueError(f"no session {session_id!r} to fork")
-    check_fork_point(session_id, at, parent.count, parent.horizon)
+    parent = fork_parent(
+        row_of(connection, statements, session_id, lock="FOR SHARE"), session_id, at
+    )
     meta, meta_seq = metadata_at(connection, statements, parent, at, where, keyring)
     made = connection.execute(
         statements.fork,
         (new_session_id, at + 1, parent.horizon, session_id, at, meta, meta_seq, parent.uid),
     ).fetchone()
     if made is None:
-        raise ValueError(f"session {new_session_id!r} exists already")
+        raise fork_exists(new_session_id)
 
 
 def sessions_info(connection: Connection, statements: Statements) -> list[SessionInfo]:

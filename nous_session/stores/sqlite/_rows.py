@@ -12,12 +12,11 @@ from typing import Any, Final
 from nous_session._json import dumps
 from nous_session.codec import decode_rows
 from nous_session.event import EventType
-from nous_session.stores._lineage import SessionRow, lineage, stored
+from nous_session.stores._lineage import SessionRow, fork_exists, fork_parent, lineage, stored
 from nous_session.stores._sealed import Keyring, kid_of
 from nous_session.stores.base import (
     SessionInfo,
     Stored,
-    check_fork_point,
     place,
 )
 from nous_session.stores.sqlite._keys import copy_holders, fetcher, hold, release_keys
@@ -244,14 +243,11 @@ def fork_row(
     Raises:
         ValueError: no such session, a bad fork point, or the new session exists.
     """
-    parent = _row(connection, session_id)
-    if parent is None or parent.count == 0:
-        raise ValueError(f"no session {session_id!r} to fork")
-    check_fork_point(session_id, at, parent.count, parent.horizon)
+    parent = fork_parent(_row(connection, session_id), session_id, at)
     existing = _row(connection, new_session_id)
     if existing is not None:
         if existing.count:
-            raise ValueError(f"session {new_session_id!r} exists already")
+            raise fork_exists(new_session_id)
         connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.key,))
     meta, meta_seq = _metadata_at(connection, parent, session_id, at, where, keyring)
     now = _now()
