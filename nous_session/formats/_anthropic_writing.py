@@ -182,7 +182,6 @@ def _own_block(
     if isinstance(part, TextPart):
         return merge({"type": "text", "text": part.text}, extras)
     if isinstance(part, ImagePart):
-        assert isinstance(part, ImagePart)
         if part.detail not in (None, "auto"):
             notes.drop(i, f"the detail {part.detail!r} of {what}")
         if part.file_id is None:
@@ -192,7 +191,6 @@ def _own_block(
         notes.drop(i, what, f"{PROVIDER} takes thinking only from the model")
         return None
     if isinstance(part, ThinkingPart):
-        assert isinstance(part, ThinkingPart)
         if part.provider not in (None, PROVIDER):
             notes.drop(
                 i, what, f"it is {part.provider}'s; {PROVIDER} takes only thinking it signed"
