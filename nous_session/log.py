@@ -386,12 +386,12 @@ class Log:
         """Append an event, or log a warning and return this same log when it is invalid.
 
         For call sites where losing one bookkeeping event beats failing the run. The failure
-        is never silent: a ``"dropping invalid event"`` warning names the reason.
+        is never silent: a ``nous_session.event_dropped`` warning names the reason.
         """
         try:
             return self._push(self._checked(make_event(self._count, type, data, time)))
         except InvalidEventError as e:
-            _logger.warning("dropping invalid event", reason=str(e), event_type=str(type))
+            _logger.warning("nous_session.event_dropped", reason=str(e), event_type=str(type))
             return self
 
     def append_at(
@@ -499,7 +499,7 @@ class Log:
                 event_type, data = message_event(message)
             except InvalidEventError as error:
                 _logger.warning(
-                    "dropping a value that is not a message",
+                    "nous_session.value_dropped",
                     value_type=type(message).__name__,
                     reason=str(error),
                     seq=log._count,
