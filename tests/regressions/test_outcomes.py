@@ -277,7 +277,7 @@ def test_a_message_with_an_unknown_role_is_an_invalid_event_or_dropped_by_seed()
         log = Log.seed([Message.user("a"), forced, Message.assistant("b")])
     assert [m.text for m in log.derive_messages()] == ["a", "b"]
     assert [e.seq for e in log.events()] == [0, 1]
-    assert any(entry["event"] == "dropping a value that is not a message" for entry in logs)
+    assert any(entry["event"] == "nous_session.value_dropped" for entry in logs)
     assert Role.USER.value == "user"
 
 
