@@ -247,7 +247,8 @@ class Engine:
                 state.closing = True
                 self._refuse_the_rest()
                 state.work_scope = None
-                state.waker_scope.cancel()
+                if state.waker_scope is not None:
+                    state.waker_scope.cancel()
                 state.published.close()
 
     async def _take(self) -> list[Request[Any]]:

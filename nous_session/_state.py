@@ -157,7 +157,8 @@ class SessionState:
             getattr(type(store), "outcome_may_be_unknown", False)
         )
         self.published = Published(log, self._start_waker)
-        self.waker_scope = anyio.CancelScope()
+        # The waker's scope, made when it starts (most sessions never have enough subscribers).
+        self.waker_scope: anyio.CancelScope | None = None
         self.commit_ids = CommitIds()
         self.batches = 0
         self.requests = 0
@@ -177,10 +178,11 @@ class SessionState:
         """Start coalescing subscribers' wake-ups (the first time there are many of them);
         an idle session or one with few subscribers runs no waker task."""
         if not self.closing:
-            self.task_group.start_soon(self._run_waker)
+            scope = self.waker_scope = anyio.CancelScope()
+            self.task_group.start_soon(self._run_waker, scope)
 
-    async def _run_waker(self) -> None:
-        with self.waker_scope:
+    async def _run_waker(self, scope: anyio.CancelScope) -> None:
+        with scope:
             await self.published.run_waker()
 
     def begin_commit(self) -> None:

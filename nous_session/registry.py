@@ -51,7 +51,7 @@ import anyio.from_thread
 import attrs
 
 from nous_session._logging import get_logger
-from nous_session._loops import current_clock
+from nous_session._loops import Done, current_clock
 from nous_session.actor import SessionActor, check_options
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import SessionClosedError
@@ -101,9 +101,11 @@ class _Entry:
     session_id: str
     actor: SessionActor | None = None  # set once the actor runs
     error: Exception | None = None  # why it could not open
-    ready: anyio.Event = attrs.field(factory=anyio.Event)  # set: opened, or failed to
-    close: anyio.Event = attrs.field(factory=anyio.Event)  # set: the actor is to close
-    gone: anyio.Event = attrs.field(factory=anyio.Event)  # set: it closed and left the registry
+    # The library's one-shot events, not anyio's: an anyio.Event is an asyncio.Event with a
+    # deque, some 800 bytes, and every open session has three.
+    ready: Done = attrs.field(factory=Done)  # set: opened, or failed to
+    close: Done = attrs.field(factory=Done)  # set: the actor is to close
+    gone: Done = attrs.field(factory=Done)  # set: it closed and left the registry
     leases: int = 0
     used_at: float = 0.0
     requests: int = 0  # the actor's request counter when last looked at: a change is use
