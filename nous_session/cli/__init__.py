@@ -15,6 +15,8 @@ Inspecting (these open the store read-only: they create and change nothing)::
     nous-session [--store URL] history SESSION [--json]
     nous-session [--store URL] export SESSION [--output FILE]
     nous-session [--store URL] tail SESSION [--since SEQ] [--json] [--interval SECONDS]
+    nous-session [--store URL] copy [SESSION ...] --to URL [--json]
+                                      (writes only to the --to store)
 
 Changing (each records what it does as events; nothing is overwritten)::
 
@@ -60,6 +62,7 @@ import anyio
 import structlog
 
 from nous_session.cli._changing import (
+    _copy,
     _delete,
     _demo,
     _fork,
@@ -97,6 +100,7 @@ _READING: dict[str, _Command] = {
     "tail": _tail,
     "export": _export,
     "stats": _stats,
+    "copy": _copy,  # reads its store; writes only the one --to names
 }
 # Read-only unless asked to write: a dry run and a look at metadata create nothing.
 _SOMETIMES_WRITING: dict[str, tuple[_Command, Callable[[argparse.Namespace], bool]]] = {

@@ -27,7 +27,34 @@ from nous_session.errors import NousSessionError
 from nous_session.event import Event
 from nous_session.log import Log
 from nous_session.metadata import SessionMetadata
-from nous_session.stores import Store
+from nous_session.stores import Store, copy_sessions, open_store
+
+
+async def _copy(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    """Copy sessions from ``store`` (opened read-only) to the store ``--to`` names."""
+    target = open_store(args.to)
+    try:
+        report = await copy_sessions(store, target, args.sessions or None)
+    finally:
+        await target.aclose()
+    if args.json:
+        _emit(
+            out,
+            {
+                "copied": list(report.copied),
+                "forked": list(report.forked),
+                "unlinked": dict(report.unlinked),
+                "skipped": dict(report.skipped),
+            },
+        )
+        return
+    forks = f" ({len(report.forked)} as forks of their parent's copy)" if report.forked else ""
+    count = len(report.copied)
+    out.write(f"copied {count} session{'' if count == 1 else 's'} to {args.to}{forks}\n")
+    for session_id, why in report.unlinked:
+        out.write(f"  {session_id!r} is a whole session there, not a fork: {why}\n")
+    for session_id, why in report.skipped:
+        out.write(f"  skipped {session_id!r}: {why}\n")
 
 
 async def _fork(store: Store, args: argparse.Namespace, out: TextIO) -> None:

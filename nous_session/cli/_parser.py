@@ -175,6 +175,19 @@ def _parser() -> argparse.ArgumentParser:
     remove.add_argument("first", type=_seq, metavar="FIRST")
     remove.add_argument("last", type=_seq, nargs="?", default=None, metavar="LAST")
 
+    copy = verb(
+        "copy",
+        help="copy sessions to another store, as they are",
+        description="Copy the sessions named (every session when none is) from the store to "
+        "the one --to names: their events with their seqs and times, erasures, metadata, "
+        "idempotency keys and what snapshots left, and forks as forks of their parent's copy "
+        "when the parent comes too. A session the target holds already is skipped; each one "
+        "is read back and compared. The store copied from is only read.",
+        json=_JSON_OBJECT,
+    )
+    copy.add_argument("sessions", nargs="*", metavar="SESSION")
+    copy.add_argument("--to", required=True, metavar="URL", help="the store to copy to")
+
     imported = verb(
         "import",
         help="load JSON lines written by export into a new session",

@@ -17,6 +17,7 @@ from typing import Final
 import anyio
 
 from nous_session.event import Event
+from nous_session.stores._copy import CopyError, CopyReport, copy_sessions
 from nous_session.stores.base import (
     FollowingStore,
     ForkingStore,
@@ -34,6 +35,8 @@ from nous_session.stores.memory import MemoryStore
 
 __all__ = [
     "STORE_ENV",
+    "CopyError",
+    "CopyReport",
     "ForkingStore",
     "LeasingStore",
     "ListingStore",
@@ -44,6 +47,7 @@ __all__ = [
     "SessionInfo",
     "Store",
     "Stored",
+    "copy_sessions",
     "open_store",
 ]
 

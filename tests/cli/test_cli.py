@@ -1190,3 +1190,27 @@ def test_the_console_examples_print_what_the_docs_say(tmp_path: Path, page: str)
         result = run(*words[1:], cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == expected, command
+
+
+def test_copy_moves_sessions_to_another_store_and_only_reads_its_own(
+    stored: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, path = stored
+    before = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+    target = f"sqlite:///{tmp_path / 'moved.sqlite3'}"
+    out = cli("copy", "--to", target, store=url).stdout
+    assert out == f"copied 1 session to {target}\n"
+    assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == before  # only read
+    assert cli("events", "chat", "--json", store=target).stdout == (
+        cli("events", "chat", "--json", store=url).stdout
+    )
+    again = orjson.loads(cli("copy", "chat", "--to", target, "--json", store=url).stdout)
+    assert again == {
+        "copied": [],
+        "forked": [],
+        "unlinked": {},
+        "skipped": {"chat": "the target holds a session of that id"},
+    }
+    missing = cli("copy", "nope", "--to", target, store=url, check=False)
+    assert missing.returncode == 1
+    assert missing.stderr == "nous-session: error: no such session in the source: 'nope'\n"

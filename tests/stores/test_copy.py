@@ -1,0 +1,164 @@
+"""Copying sessions between stores keeps them as they are: events, horizon, idempotency keys
+with their kept events, erasures, metadata, and forks as forks when their parent comes too."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from nous_session import Message, SessionActor, SessionMetadata
+from nous_session.stores import CopyError, CopyReport, MemoryStore, Stored, copy_sessions
+from nous_session.stores.base import ListingStore, Store, supports
+from tests.support.erasure import Backend, make_backend
+
+pytestmark = pytest.mark.anyio
+
+PAIRS = [("memory", "sqlite"), ("sqlite", "memory"), ("sqlite", "postgres"), ("postgres", "sqlite")]
+
+
+@pytest.fixture(params=PAIRS, ids=[f"{a}-to-{b}" for a, b in PAIRS])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Backend, Backend]]:
+    source_kind, target_kind = request.param
+    (tmp_path / "source").mkdir()
+    (tmp_path / "target").mkdir()
+    sources = make_backend(source_kind, tmp_path / "source")
+    targets = make_backend(target_kind, tmp_path / "target")
+    source = next(sources)
+    target = next(targets)
+    yield source, target
+    for rest in (sources, targets):
+        for _ in rest:  # the backends' own clean-up
+            pass
+
+
+@pytest.fixture
+async def stores(pair: tuple[Backend, Backend]) -> AsyncIterator[tuple[Store, Store]]:
+    source, target = pair[0].make(), pair[1].make()
+    yield source, target
+    await source.aclose()
+    await target.aclose()
+
+
+async def _fill(store: Store) -> None:
+    """A session with metadata, keys, a summary, an erasure and a snapshot that keeps a key's
+    events aside; a fork taken before the snapshot (which then holds what its parent
+    dropped), one after it, a fork of that fork, and a plain session."""
+    async with SessionActor.open(session_id="a", store=store) as actor:
+        await actor.set_metadata(SessionMetadata(owner="ann", title="trip"))
+        await actor.add_message(Message.user("first, with a key"), key="k0")
+        await actor.add_message(Message.assistant("an answer"))
+        await actor.add_message(Message.user("a secret"))
+        await actor.fork("a-early")
+        surface = actor.log.surface()
+        await actor.replace(
+            surface[0].position, surface[-1].position, [Message.assistant("summary")]
+        )
+        await actor.snapshot()
+        added = await actor.add_message(Message.user("after the snapshot"), key="k1")
+        await actor.erase([added.seq], reason="asked")
+        await actor.add_message(Message.assistant("more"))
+        await actor.fork("a-late")
+    async with SessionActor.open(session_id="a-late", store=store) as actor:
+        await actor.add_message(Message.user("in the fork"), key="k2")
+        await actor.fork("a-late-child")
+    async with SessionActor.open(session_id="a-late-child", store=store) as actor:
+        await actor.add_message(Message.user("in the fork's fork"))
+    async with SessionActor.open(session_id="b", store=store) as actor:
+        await actor.add_message(Message.user("another"))
+
+
+async def test_every_session_comes_as_it_is(stores: tuple[Store, Store]) -> None:
+    source, target = stores
+    await _fill(source)
+    held = await source.read("a")
+    assert held.kept  # the snapshot kept k0's events aside
+    assert held.horizon
+    report = await copy_sessions(source, target)
+    assert sorted(report.copied) == ["a", "a-early", "a-late", "a-late-child", "b"]
+    assert report.copied.index("a") < report.copied.index("a-late")
+    assert report.copied.index("a-late") < report.copied.index("a-late-child")
+    assert set(report.forked) == {"a-late", "a-late-child"}
+    # The early fork took what its parent's snapshot dropped since: a whole session now.
+    assert [name for name, _ in report.unlinked] == ["a-early"]
+    assert "no longer holds" in report.unlinked[0][1]
+    assert report.skipped == ()
+    for name in report.copied:  # copy_sessions compared them too: this is the test's own look
+        held, got = await source.read(name), await target.read(name)
+        assert list(got.events) == list(held.events)
+        assert (got.count, got.horizon, dict(got.keys), list(got.kept)) == (
+            held.count,
+            held.horizon,
+            dict(held.keys),
+            list(held.kept),
+        )
+    assert (await target.read("a-late-child")).parent == "a-late"
+    assert (await target.read("a-early")).parent is None
+    if supports(target, ListingStore):
+        page = await target.list_sessions(where={"owner": "ann"})
+        assert {entry.session_id for entry in page.sessions} >= {"a", "a-late"}
+    # A retry in the target of a call made before the copy appends nothing, even for a key
+    # whose events the snapshot dropped (kept aside).
+    async with SessionActor.open(session_id="a", store=target) as actor:
+        count = actor.log.count
+        again = await actor.add_message(Message.user("first, with a key"), key="k0")
+        assert again.seq == (await source.read("a")).keys["k0"][0]
+        await actor.add_message(Message.user("after the snapshot"), key="k1")
+        assert actor.log.count == count
+
+
+async def test_a_second_copy_skips_what_the_target_holds(stores: tuple[Store, Store]) -> None:
+    source, target = stores
+    await _fill(source)
+    await copy_sessions(source, target, ["b", "a"])
+    # Run again with more (as after an interruption): what is there is skipped, and a fork
+    # whose parent came the first time is still made a fork of it.
+    report = await copy_sessions(source, target, ["b", "a", "a-late"])
+    assert report.copied == ("a-late",)
+    assert report.forked == ("a-late",)
+    assert report.skipped == (
+        ("b", "the target holds a session of that id"),
+        ("a", "the target holds a session of that id"),
+    )
+
+
+async def test_a_fork_whose_parent_is_not_copied_comes_whole(stores: tuple[Store, Store]) -> None:
+    source, target = stores
+    await _fill(source)
+    report = await copy_sessions(source, target, ["a-late-child"])
+    assert report.copied == ("a-late-child",)
+    assert report.unlinked == (("a-late-child", "its parent 'a-late' is not in the target"),)
+    back = await target.read("a-late-child")
+    assert back.parent is None
+    assert list(back.events) == list((await source.read("a-late-child")).events)
+
+
+async def test_a_session_the_source_lacks_is_refused_before_anything_is_copied() -> None:
+    source, target = MemoryStore(), MemoryStore()
+    async with SessionActor.open(session_id="here", store=source) as actor:
+        await actor.add_message(Message.user("hi"))
+    with pytest.raises(ValueError, match="no such session in the source: 'gone'"):
+        await copy_sessions(source, target, ["here", "gone"])
+    assert await target.sessions() == []
+
+
+def test_the_report_is_a_value() -> None:
+    assert CopyReport() == CopyReport((), (), (), ())
+
+
+class _Forgetful(MemoryStore):
+    """A store that loses idempotency keys: what copy_sessions must notice."""
+
+    async def read(self, session_id: str, *, since: int = 0) -> Stored:
+        stored = await super().read(session_id, since=since)
+        return attrs.evolve(stored, keys={})
+
+
+async def test_a_copy_that_does_not_read_back_stops_with_what_differs() -> None:
+    source, target = MemoryStore(), _Forgetful()
+    async with SessionActor.open(session_id="keyed", store=source) as actor:
+        await actor.add_message(Message.user("hi"), key="k")
+    with pytest.raises(CopyError, match=r"session 'keyed' does not read back .* \(keys differ\)"):
+        await copy_sessions(source, target)
