@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import anyio
 import attrs
 
 from nous_session.errors import NousSessionError
@@ -37,7 +38,7 @@ class CopyReport:
 
 class CopyError(NousSessionError):
     """A session read back from the target is not what the source holds (the target changed
-    it): the copy stops there, that session written."""
+    it): the copy stops there, that session deleted from the target again."""
 
 
 async def copy_sessions(
@@ -54,8 +55,9 @@ async def copy_sessions(
 
     Never over a session the target holds (it is skipped, and said so), and each session is
     read back from the target and compared with the source before the next is copied.
-    Sessions are copied one at a time, each in one or two commits: a copy that stops part way
-    leaves whole sessions behind it, and running it again skips those.
+    Sessions are copied one at a time, each in one or two commits (and a fork): a session
+    whose copy fails part way is deleted from the target again, so a copy that stops leaves
+    whole sessions behind it, and running it again skips those and copies the rest.
 
     Args:
         source: the store to read (only read: a read-only store will do).
@@ -66,8 +68,9 @@ async def copy_sessions(
     Raises:
         ValueError: a session named is not in ``source``.
         CopyError: a session does not read back from the target as the source holds it.
-        StoreError: either store failed (the sessions copied before are in the report's
-            place: in the target, whole).
+        StoreError, OutcomeUnknownError: either store failed. The sessions copied before are
+            whole in the target; the one being copied is not there (an error note says so
+            when deleting it failed too).
     """
     infos = {info.session_id: info for info in await source.sessions()}
     if session_ids is None:
@@ -89,14 +92,18 @@ async def copy_sessions(
         if not stored.events:
             skipped.append((session_id, "a snapshot dropped every event it held"))
             continue
-        why = await _fork_in_target(target, session_id, stored)
+        try:
+            why = await _fork_in_target(target, session_id, stored)
+            if why is not None:
+                await _commit_whole(target, session_id, stored)
+            await _check(target, session_id, stored, linked=why is None)
+        except BaseException as error:
+            await _undo(target, session_id, stored, error)
+            raise
         if why is None:
             forked.append(session_id)
-        else:
-            if stored.parent is not None:
-                unlinked.append((session_id, why))
-            await _commit_whole(target, session_id, stored)
-        await _check(target, session_id, stored, linked=why is None)
+        elif stored.parent is not None:
+            unlinked.append((session_id, why))
         copied.append(session_id)
     return CopyReport(tuple(copied), tuple(forked), tuple(unlinked), tuple(skipped))
 
@@ -191,6 +198,23 @@ def _gap_horizon(events: Sequence[Event]) -> int:
         if events[index].seq != events[index - 1].seq + 1:
             return events[index].seq
     return events[0].seq if events else 0
+
+
+async def _undo(target: Store, session_id: str, stored: Stored, error: BaseException) -> None:
+    """After a failed copy of a session: delete what the target holds of it when all of that
+    is the copy's (every event it holds is the source's at that seq, kept ones too), so that
+    no part-written session is left for a second run to skip; one someone else wrote stays."""
+    source_events = {event.seq: event for event in (*stored.events, *stored.kept)}
+    with anyio.CancelScope(shield=True):
+        try:
+            held = await target.read(session_id)
+            if held.count and all(source_events.get(e.seq) == e for e in held.events):
+                await target.delete(session_id)
+        except Exception as failure:
+            error.add_note(
+                f"session {session_id!r} may be left part-written in the target: deleting it"
+                f" failed ({type(failure).__name__}: {failure})"
+            )
 
 
 async def _check(target: Store, session_id: str, stored: Stored, *, linked: bool) -> None:

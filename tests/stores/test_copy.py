@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
 
 from nous_session import Message, SessionActor, SessionMetadata
+from nous_session.errors import StoreError
 from nous_session.stores import CopyError, CopyReport, MemoryStore, Stored, copy_sessions
 from nous_session.stores.base import ListingStore, Store, supports
 from tests.support.erasure import Backend, make_backend
@@ -162,3 +164,27 @@ async def test_a_copy_that_does_not_read_back_stops_with_what_differs() -> None:
         await actor.add_message(Message.user("hi"), key="k")
     with pytest.raises(CopyError, match=r"session 'keyed' does not read back .* \(keys differ\)"):
         await copy_sessions(source, target)
+    assert (await target.read("keyed")).count == 0  # not left for a second run to skip
+
+
+class _FailsToDrop(MemoryStore):
+    """A store whose first commit that drops events fails: a copy stopped half way."""
+
+    failed = False
+
+    async def commit(self, session_id: str, **arguments: Any) -> None:
+        if arguments.get("dropped") and not self.failed:
+            self.failed = True
+            raise StoreError("the disk is full")
+        await super().commit(session_id, **arguments)
+
+
+async def test_a_session_whose_copy_fails_half_way_is_not_left_half_written() -> None:
+    source, target = MemoryStore(), _FailsToDrop()
+    await _fill(source)
+    with pytest.raises(StoreError, match="the disk is full"):
+        await copy_sessions(source, target, ["b", "a"])
+    assert [info.session_id for info in await target.sessions()] == ["b"]
+    report = await copy_sessions(source, target)  # again: what is there is skipped
+    assert report.skipped == (("b", "the target holds a session of that id"),)
+    assert (await target.read("a")).kept == (await source.read("a")).kept
