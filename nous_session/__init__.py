@@ -37,7 +37,7 @@ from nous_session.errors import (
 )
 from nous_session.event import SURFACE_TYPES, Event, EventType
 from nous_session.formats import Conversion, HistoryProblem
-from nous_session.listing import ListQuery, SessionEntry, SessionPage
+from nous_session.listing import ListArguments, ListQuery, SessionEntry, SessionPage
 from nous_session.log import Log
 from nous_session.message import ContentPart, Message, Role, ToolCall
 from nous_session.metadata import SessionMetadata
@@ -55,6 +55,8 @@ from nous_session.parts import (
 from nous_session.registry import Sessions, SessionsPortal, SessionsStatistics
 from nous_session.retention import RetentionReport
 from nous_session.stores import (
+    CopyError,
+    CopyReport,
     ForkingStore,
     LeasingStore,
     ListingStore,
@@ -65,6 +67,7 @@ from nous_session.stores import (
     SessionInfo,
     Store,
     Stored,
+    copy_sessions,
     open_store,
 )
 from nous_session.stores.base import ErasingStore
@@ -76,6 +79,8 @@ __all__ = [
     "ConflictError",
     "ContentPart",
     "Conversion",
+    "CopyError",
+    "CopyReport",
     "CorruptRecordError",
     "Encryption",
     "ErasingStore",
@@ -90,6 +95,7 @@ __all__ = [
     "InvalidHistoryError",
     "KeyProvider",
     "LeasingStore",
+    "ListArguments",
     "ListQuery",
     "ListingStore",
     "LocalKeyFile",
@@ -136,6 +142,7 @@ __all__ = [
     "Unchanged",
     "Uncompact",
     "WrongEventLoopError",
+    "copy_sessions",
     "formats",
     "messages",
     "open_store",
