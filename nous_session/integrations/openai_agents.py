@@ -844,15 +844,15 @@ def _on_asyncio() -> bool:
 async def _answered(actor: SessionActor) -> None:
     """Return once ``actor`` has answered every request queued before this call: the actor
     answers requests in the order they were queued, so a reload's answer comes after theirs.
-    Further cancellations do not cut the wait short (the caller raises its own)."""
-    while True:
-        try:
-            await actor.reload()
-        except asyncio.CancelledError:
-            continue  # this reload may be queued or not: queue another
-        except Exception:
-            pass
-        return
+    The reload runs in a task of its own, which cancellations of the caller do not reach (an
+    anyio cancel scope cancels the caller again at every await: reloads of its own would each
+    be cancelled, for ever); they do not cut the wait short (the caller raises its own)."""
+    waiting = asyncio.ensure_future(actor.reload())
+    while not waiting.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({waiting})
+    if not waiting.cancelled():
+        waiting.exception()  # retrieved: its failure is the actor's to report, not this call's
 
 
 def _closed_error(session: NousSession) -> SessionClosedError:
