@@ -368,9 +368,7 @@ class NousSessionService(BaseSessionService):
         if marker is None:
             if app or user:
                 await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
-                await self._update_state(
-                    self._user_id(app_name, user_id), user, key=f"{key}:user"
-                )
+                await self._update_state(self._user_id(app_name, user_id), user, key=f"{key}:user")
             raise AlreadyExistsError(f"Session with id {session_id} already exists.")
         try:
             app_state = await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
