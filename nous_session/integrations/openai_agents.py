@@ -57,7 +57,14 @@ import attrs
 
 from nous_session._json import NotJSONError, check_text, dumps, loads
 from nous_session._logging import get_logger
-from nous_session.errors import ConflictError, FormatError, InvalidEventError, SessionClosedError
+from nous_session.errors import (
+    ConflictError,
+    FormatError,
+    InvalidEventError,
+    OutcomeUnknownError,
+    SessionClosedError,
+    StoreError,
+)
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider, to_provider
 from nous_session.integrations._common import missing_extra, named_store
@@ -480,7 +487,9 @@ class NousSession:
         The replacement is one ``replace`` surface event, conditional on the entries read
         still being there (it returns False, replacing nothing, when another writer changed
         them): the compacted items stay in the log, where ``uncompact`` brings them back.
-        ``prune_prefix`` then takes the oldest surface items it accepts off the surface.
+        ``prune_prefix`` then takes the oldest surface items it accepts off the surface, in a
+        commit of its own: if that one fails, the replacement stands and is reported done
+        (True), the failure is logged, and the items stay.
 
         None for a subclass that overrides an item method (``get_items``, ``add_items``,
         ``pop_item``, ``clear_session``, ``pop_item_if``), which the snapshot would bypass:
@@ -512,7 +521,16 @@ class NousSession:
                 if not await _conditionally(actor.replace(first, last, messages, expect=seqs)):
                     return False
                 if prune_prefix is not None:
-                    await _prune(actor, prune_prefix, before=first)
+                    try:
+                        await _prune(actor, prune_prefix, before=first)
+                    except (StoreError, OutcomeUnknownError) as error:
+                        # The replacement committed: a StoreError would say it did not. The
+                        # prefix stays (EncryptedSession drops expired items as it reads).
+                        _logger.warning(
+                            "nous_session.openai_agents_prune_failed",
+                            session_id=actor.session_id,
+                            error=str(error),
+                        )
                 return True
 
             return await self._mutate(edit)
