@@ -72,7 +72,6 @@ Needs the ``google-adk`` extra: ``pip install 'nous_session[google-adk]'``.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
@@ -506,8 +505,17 @@ class NousSessionService(BaseSessionService):
                         continue
                     entries = actor.log.surface()
                     if entries:
-                        with contextlib.suppress(ConflictError):  # the surface is a view
+                        try:
                             await actor.remove(entries[0].position, entries[-1].position)
+                        except ConflictError:  # the surface is a view
+                            pass
+                        except (StoreError, OutcomeUnknownError) as error:
+                            # The deletion is stored: a StoreError would say it was not.
+                            _logger.warning(
+                                "nous_session.adk_surface_not_removed",
+                                session_id=sid,
+                                error=str(error),
+                            )
 
         await self._portal.acall(sid, delete)
 

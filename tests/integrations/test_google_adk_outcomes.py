@@ -14,10 +14,12 @@ from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.sessions import InMemorySessionService
+from google.genai import types
 
 from nous_session.errors import OutcomeUnknownError, StoreError
 from nous_session.integrations.google_adk import NousSessionService
 from tests.integrations.test_google_adk import APP, USER, FailingStore
+from tests.integrations.test_langgraph_outcomes import FailingStore as TypedFailingStore
 
 pytestmark = pytest.mark.anyio
 
@@ -131,3 +133,17 @@ async def test_an_event_whose_state_reply_was_lost_is_finished_once(losing: str)
     read = await own.get_session(app_name=APP, user_id=USER, session_id="s1")
     assert read is not None
     assert ours == (read.state, other.state, await own.get_user_state(app_name=APP, user_id=USER))
+
+
+@pytest.mark.parametrize("lose", [False, True], ids=["refused", "reply-lost"])
+async def test_a_delete_whose_surface_remove_fails_deletes_and_returns(lose: bool) -> None:
+    """The deletion committed, then the remove of the surface (a view) failed: the call
+    raised that StoreError, which says nothing was deleted."""
+    store = TypedFailingStore()
+    async with NousSessionService(store) as service:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
+        content = types.Content(role="user", parts=[types.Part(text="hi")])
+        await service.append_event(session, Event(author="user", content=content))
+        store.fail, store.lose = "remove", lose
+        await service.delete_session(app_name=APP, user_id=USER, session_id="s1")
+        assert await service.get_session(app_name=APP, user_id=USER, session_id="s1") is None
