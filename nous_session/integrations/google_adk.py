@@ -60,7 +60,9 @@ The mapping:
   ``create_session`` likewise: the creation (with its session-scoped state, and its app and
   user initial state recorded) is one commit, that app and user state one commit each after
   it, keyed by the creation; creating the session again after an ``OutcomeUnknownError``
-  applies what is missing, then raises ``AlreadyExistsError``.
+  applies what is missing, then raises ``AlreadyExistsError``. A caller cancelled while
+  either call runs does not cut it short: the event (or the creation) and its app and user
+  state are committed in one call on the portal, which completes whatever the caller does.
 
 Sessions live on a :class:`~nous_session.registry.SessionsPortal` (an event loop in a thread
 of its own), because ADK calls its session service from several event loops (``Runner.run``
@@ -359,26 +361,37 @@ class NousSessionService(BaseSessionService):
                     folded = self._fold(sid, actor.log)
                     return str(actor.log.count), folded.created, folded.shared
 
-        marker, created, shared = await self._portal.acall(sid, create)
-        # The creation's own app and user state (the existing one's when it exists: a create
-        # that failed after its commit is finished by creating again), keyed by it: once.
-        app, user = (json.loads(text) if text is not None else {} for text in shared)
-        key = f"{sid}:adk:{created}:created"
-        if marker is None:
-            if app or user:
-                await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
-                await self._update_state(self._user_id(app_name, user_id), user, key=f"{key}:user")
-            raise AlreadyExistsError(f"Session with id {session_id} already exists.")
-        try:
-            app_state = await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
-            user_state = await self._update_state(
-                self._user_id(app_name, user_id), user, key=f"{key}:user"
-            )
-        except (StoreError, OutcomeUnknownError) as error:
-            raise OutcomeUnknownError(
-                f"session {session_id} was created, but its app or user state may not have "
-                f"been ({error}); create it again to apply what is missing"
-            ) from error
+        async def create_and_apply(
+            actor: SessionActor,
+        ) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+            """The creation, then its app and user state, in one call on the portal: a
+            caller cancelled meanwhile leaves none of them half done."""
+            marker, created, shared = await create(actor)
+            # The creation's own app and user state (the existing one's when it exists: a
+            # create that failed after its commit is finished by creating again), keyed by
+            # it: applied once.
+            app, user = (json.loads(text) if text is not None else {} for text in shared)
+            key = f"{sid}:adk:{created}:created"
+            if marker is None:
+                if app or user:
+                    await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
+                    await self._update_state(
+                        self._user_id(app_name, user_id), user, key=f"{key}:user"
+                    )
+                raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+            try:
+                app_state = await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
+                user_state = await self._update_state(
+                    self._user_id(app_name, user_id), user, key=f"{key}:user"
+                )
+            except (StoreError, OutcomeUnknownError) as error:
+                raise OutcomeUnknownError(
+                    f"session {session_id} was created, but its app or user state may not "
+                    f"have been ({error}); create it again to apply what is missing"
+                ) from error
+            return marker, app_state, user_state
+
+        marker, app_state, user_state = await self._portal.acall(sid, create_and_apply)
         session = Session(
             app_name=app_name,
             user_id=user_id,
@@ -603,31 +616,39 @@ class NousSessionService(BaseSessionService):
                         end += 1
                 return str(end), key
 
-        new_marker, key = await self._portal.acall(sid, append)
+        async def append_and_apply(actor: SessionActor) -> tuple[str | None, Exception | None]:
+            """The event's append, then its app and user deltas, in one call on the portal:
+            a caller cancelled meanwhile leaves none of them half done."""
+            new_marker, key = await append(actor)
+            if event.actions is not None and event.actions.state_delta:
+                # Keyed by the event's own key: an event delivered again (after this failed,
+                # or after a crash between its commit and these) applies its app and user
+                # deltas if they did not land, and never twice.
+                deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta)
+                try:
+                    await self._update_state(
+                        self._app_id(session.app_name), deltas["app"], key=f"{sid}:{key}:app"
+                    )
+                    await self._update_state(
+                        self._user_id(session.app_name, session.user_id),
+                        deltas["user"],
+                        key=f"{sid}:{key}:user",
+                    )
+                except (StoreError, OutcomeUnknownError) as error:
+                    return new_marker, error
+            return new_marker, None
+
+        new_marker, failed = await self._portal.acall(sid, append_and_apply)
         if new_marker is not None:
             session.last_update_time = event.timestamp
             session._storage_update_marker = new_marker
             self._commit_event_to_session(session, event)
-        if event.actions is not None and event.actions.state_delta:
-            # Keyed by the event's own key: an event delivered again (after this raised, or
-            # after a crash between its commit and these) applies its app and user deltas if
-            # they did not land, and never twice.
-            deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta)
-            try:
-                await self._update_state(
-                    self._app_id(session.app_name), deltas["app"], key=f"{sid}:{key}:app"
-                )
-                await self._update_state(
-                    self._user_id(session.app_name, session.user_id),
-                    deltas["user"],
-                    key=f"{sid}:{key}:user",
-                )
-            except (StoreError, OutcomeUnknownError) as error:
-                raise OutcomeUnknownError(
-                    f"event {event.id} was stored in session {session.id} and applied to the "
-                    f"session object, but its app or user state delta may not have been "
-                    f"({error}); append the same event again to apply what is missing"
-                ) from error
+        if failed is not None:
+            raise OutcomeUnknownError(
+                f"event {event.id} was stored in session {session.id} and applied to the "
+                f"session object, but its app or user state delta may not have been "
+                f"({failed}); append the same event again to apply what is missing"
+            ) from failed
         return event
 
     async def flush(self) -> None:

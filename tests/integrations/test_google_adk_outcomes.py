@@ -7,8 +7,12 @@ ADK is asyncio-only, so these tests pin asyncio (see test_google_adk.py).
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.events.event import Event
@@ -18,6 +22,7 @@ from google.genai import types
 
 from nous_session.errors import OutcomeUnknownError, StoreError
 from nous_session.integrations.google_adk import NousSessionService
+from nous_session.stores import MemoryStore
 from tests.integrations.test_google_adk import APP, USER, FailingStore
 from tests.integrations.test_langgraph_outcomes import FailingStore as TypedFailingStore
 
@@ -147,3 +152,74 @@ async def test_a_delete_whose_surface_remove_fails_deletes_and_returns(lose: boo
         store.fail, store.lose = "remove", lose
         await service.delete_session(app_name=APP, user_id=USER, session_id="s1")
         assert await service.get_session(app_name=APP, user_id=USER, session_id="s1") is None
+
+
+class HeldStore(MemoryStore):
+    """A memory store whose commits to the sessions starting with ``hold`` wait (in the
+    portal's thread's loop, without blocking it) until ``go`` is set; ``held`` is set once
+    one waits."""
+
+    hold: str | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = threading.Event()
+        self.go = threading.Event()
+
+    async def commit_rebased(self, session_id: str, **arguments: Any) -> Any:
+        await self._wait(session_id)
+        return await super().commit_rebased(session_id, **arguments)
+
+    async def commit(self, session_id: str, **arguments: Any) -> None:
+        await self._wait(session_id)
+        await super().commit(session_id, **arguments)
+
+    async def _wait(self, session_id: str) -> None:
+        if self.hold is not None and session_id.startswith(self.hold):
+            self.held.set()
+            await anyio.to_thread.run_sync(self.go.wait)
+
+
+async def test_a_cancelled_append_completes_its_state_deltas() -> None:
+    """A caller cancelled while its event's commit is in flight: the portal commits the
+    event whatever happens to the caller, and its app and user deltas with it (ADK's own
+    services store the event and its state in one step); the call raises the cancellation."""
+    store = HeldStore()
+    delta = {"app:calls": 1, "user:seen": 2, "n": 3}
+    async with NousSessionService(store) as service:
+        session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
+        store.hold = "adk:s/"
+        event = Event(author="user", actions=EventActions(state_delta=dict(delta)))
+        task = asyncio.ensure_future(service.append_event(session, event))
+        await anyio.to_thread.run_sync(store.held.wait)
+        task.cancel()
+        store.hold = None
+        store.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        ours = await _ours(service)
+    own = InMemorySessionService()
+    theirs = await own.create_session(app_name=APP, user_id=USER, session_id="s1")
+    await own.append_event(theirs, Event(author="user", actions=EventActions(state_delta=delta)))
+    other = await own.create_session(app_name=APP, user_id="u2", session_id="s2")
+    read = await own.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert read is not None
+    assert ours == (read.state, other.state, await own.get_user_state(app_name=APP, user_id=USER))
+
+
+async def test_a_cancelled_create_completes_its_initial_state() -> None:
+    """As for an append: a caller cancelled while the creation's commit is in flight leaves
+    the session created with its app and user initial state."""
+    store = HeldStore()
+    async with NousSessionService(store) as service:
+        store.hold = "adk:s/"
+        task = asyncio.ensure_future(
+            service.create_session(app_name=APP, user_id=USER, session_id="s1", state=STATE)
+        )
+        await anyio.to_thread.run_sync(store.held.wait)
+        task.cancel()
+        store.hold = None
+        store.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await _ours(service) == await _adk_own(STATE)

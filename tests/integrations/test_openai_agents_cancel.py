@@ -94,3 +94,36 @@ def test_adds_under_short_deadlines_each_land_once_or_not_at_all(url: str) -> No
     numbers = [int(item["content"][1:]) for item in items]
     assert numbers == sorted(set(numbers))  # none twice, in order
     assert len(numbers) >= returned
+
+
+def test_every_write_in_a_cancelled_scope_completes_before_the_scope_catches_it(url: str) -> None:
+    """pop_item, clear_session and the compaction hook's replacement wait for their outcome
+    in a scope cancelled before they start, on the actor's loop, and then raise."""
+    session = NousSession("writes", url)
+
+    async def main() -> list[Any]:
+        await session.add_items([KEPT, {"role": "user", "content": "popped"}, KEPT])
+        snapshot = await session._get_compaction_snapshot(1)
+        assert snapshot is not None
+        caught = []
+        for write in (
+            session.pop_item,
+            lambda: snapshot.replace_suffix(0, [{"role": "user", "content": "summary"}]),
+        ):
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await write()
+            caught.append(scope.cancelled_caught)
+        assert caught == [True, True]
+        # The pop took the last KEPT; the snapshot then lost (its suffix changed).
+        assert await session.get_items() == [KEPT, {"role": "user", "content": "popped"}]
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await session.clear_session()
+        assert scope.cancelled_caught
+        return await session.get_items()
+
+    try:
+        assert within(20, main) == []
+    finally:
+        session.close()
