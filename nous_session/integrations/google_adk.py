@@ -275,7 +275,8 @@ class NousSessionService(BaseSessionService):
             raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
         self._owned = sessions is None
         if sessions is None:
-            sessions = SessionsPortal(named_store(store) or "memory:")
+            named = named_store(store)  # "" is a bad URL, not "none given"
+            sessions = SessionsPortal("memory:" if named is None else named)
         self._portal = sessions
         self._prefix = prefix
         # Folds by nous_session session id (the most recently used _CACHED of each kind; the
