@@ -32,7 +32,7 @@ class Index:
     Values stay as stored (a serde type name and base64 text) until a reader asks for them.
     """
 
-    __slots__ = ("blobs", "checkpoints", "count", "writes")
+    __slots__ = ("blobs", "checkpoints", "count", "deletions", "writes")
 
     def __init__(self) -> None:
         self.count = 0  # events folded: every seq below this
@@ -41,6 +41,7 @@ class Index:
         # (ns, channel, version) -> typed value
         self.blobs: dict[tuple[str, str, Any], tuple[str, str]] = {}
         self.writes: dict[tuple[str, str], _Writes] = {}
+        self.deletions = 0  # deleted-checkpoints events folded
 
     def fold(self, events: Sequence[Event], count: int) -> None:
         for event in events:
@@ -52,6 +53,7 @@ class Index:
             elif kind == WRITES_EVENT:
                 self._writes(event.data)
             elif kind == DELETED_EVENT:
+                self.deletions += 1
                 gone = event.data["checkpoints"]
                 assert isinstance(gone, list)  # [[ns, checkpoint id], ...], as the saver wrote
                 for pair in gone:

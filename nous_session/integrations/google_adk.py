@@ -57,6 +57,12 @@ The mapping:
   crash): the event is stored once, each delta applied once, and an object read just before
   the event was stored takes it instead of being stale. A compaction's surface ``replace``
   that fails is logged and skipped: the event is stored, the surface keeps what it covered.
+  ``create_session`` likewise: the creation (with its session-scoped state, and its app and
+  user initial state recorded) is one commit, that app and user state one commit each after
+  it, keyed by the creation; creating the session again after an ``OutcomeUnknownError``
+  applies what is missing, then raises ``AlreadyExistsError``. A caller cancelled while
+  either call runs does not cut it short: the event (or the creation) and its app and user
+  state are committed in one call on the portal, which completes whatever the caller does.
 
 Sessions live on a :class:`~nous_session.registry.SessionsPortal` (an event loop in a thread
 of its own), because ADK calls its session service from several event loops (``Runner.run``
@@ -68,7 +74,6 @@ Needs the ``google-adk`` extra: ``pip install 'nous_session[google-adk]'``.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
@@ -159,6 +164,9 @@ class _Folded:
     count: int = 0  # events folded: every seq below this
     alive: bool = False
     created: int = -1  # the seq of the x.adk.created event that began the current life
+    # That creation's app and user initial state (JSON text; None: none, or written before
+    # creations recorded it), applied after it under keys of the creation.
+    shared: tuple[str | None, str | None] = (None, None)
     state: dict[str, Any] = attrs.field(factory=dict)
     events: list[tuple[float, str]] = attrs.field(factory=list)  # (timestamp, event JSON)
     update_time: float = 0.0
@@ -179,6 +187,10 @@ class _Folded:
                 self.state = json.loads(state)
                 self.events = []
                 self.update_time = when
+                app, user = data.get("app"), data.get("user")
+                assert app is None or isinstance(app, str)
+                assert user is None or isinstance(user, str)
+                self.shared = (app, user)
             elif kind == EVENT_EVENT and self.alive:
                 raw = data["event"]
                 assert isinstance(raw, str)  # the ADK event's JSON, as this service wrote it
@@ -263,7 +275,8 @@ class NousSessionService(BaseSessionService):
             raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
         self._owned = sessions is None
         if sessions is None:
-            sessions = SessionsPortal(named_store(store) or "memory:")
+            named = named_store(store)  # "" is a bad URL, not "none given"
+            sessions = SessionsPortal("memory:" if named is None else named)
         self._portal = sessions
         self._prefix = prefix
         # Folds by nous_session session id (the most recently used _CACHED of each kind; the
@@ -305,8 +318,18 @@ class NousSessionService(BaseSessionService):
         """Create a session (a fresh uuid4 id when ``session_id`` is None or blank), its
         ``app:`` and ``user:`` initial state going to the app's and the user's state.
 
+        The session (with its session-scoped state) is one commit; its app and user initial
+        state are one commit each, after it, in their own sessions, each keyed by the
+        creation. If one of those fails, the session exists and the call raises
+        :class:`~nous_session.errors.OutcomeUnknownError`, as it does when the store cannot
+        say whether the creation's commit landed: creating the session again then applies
+        what is missing (once) and raises ``AlreadyExistsError``.
+
         Raises:
             AlreadyExistsError: a session with this id exists for this app and user.
+            StoreError: the store failed to commit the creation (nothing was created).
+            OutcomeUnknownError: whether the session was created is not known, or it was
+                but its app or user state may not have been applied.
         """
         session_id = _normal_id(session_id) if session_id else None
         session_id = session_id or str(uuid.uuid4())
@@ -316,13 +339,19 @@ class NousSessionService(BaseSessionService):
 
         record = self._metadata(app_name, user_id)
 
-        async def create(actor: SessionActor) -> str:
+        async def create(actor: SessionActor) -> tuple[str | None, int, tuple[Any, Any]]:
+            """The new marker (None when the session exists), and the creation's seq and
+            its app and user initial state (the existing session's when it exists)."""
             async with self._locked(sid):
                 while True:
-                    if self._fold(sid, actor.log).alive:
-                        raise AlreadyExistsError(f"Session with id {session_id} already exists.")
-                    created = (CREATED_EVENT, {"state": json.dumps(deltas["session"]), "time": now})
-                    items: list[tuple[str, dict[str, Any]]] = [created]
+                    folded = self._fold(sid, actor.log)
+                    if folded.alive:
+                        return None, folded.created, folded.shared
+                    data: dict[str, Any] = {"state": json.dumps(deltas["session"]), "time": now}
+                    for scope in ("app", "user"):
+                        if deltas[scope]:
+                            data[scope] = json.dumps(deltas[scope])
+                    items: list[tuple[str, dict[str, Any]]] = [(CREATED_EVENT, data)]
                     if record is not None and actor.metadata != record:
                         # Who and what it belongs to, for list_sessions (the store's index).
                         items.append((EventType.METADATA, {"metadata": record.to_json()}))
@@ -330,11 +359,40 @@ class NousSessionService(BaseSessionService):
                         await actor.append_many(items, expect_count=actor.log.count)
                     except ConflictError:  # another writer came first; the actor caught up
                         continue
-                    return str(actor.log.count)
+                    folded = self._fold(sid, actor.log)
+                    return str(actor.log.count), folded.created, folded.shared
 
-        marker = await self._portal.acall(sid, create)
-        app_state = await self._update_state(self._app_id(app_name), deltas["app"])
-        user_state = await self._update_state(self._user_id(app_name, user_id), deltas["user"])
+        async def create_and_apply(
+            actor: SessionActor,
+        ) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+            """The creation, then its app and user state, in one call on the portal: a
+            caller cancelled meanwhile leaves none of them half done."""
+            marker, created, shared = await create(actor)
+            # The creation's own app and user state (the existing one's when it exists: a
+            # create that failed after its commit is finished by creating again), keyed by
+            # it: applied once.
+            app, user = (json.loads(text) if text is not None else {} for text in shared)
+            key = f"{sid}:adk:{created}:created"
+            if marker is None:
+                if app or user:
+                    await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
+                    await self._update_state(
+                        self._user_id(app_name, user_id), user, key=f"{key}:user"
+                    )
+                raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+            try:
+                app_state = await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
+                user_state = await self._update_state(
+                    self._user_id(app_name, user_id), user, key=f"{key}:user"
+                )
+            except (StoreError, OutcomeUnknownError) as error:
+                raise OutcomeUnknownError(
+                    f"session {session_id} was created, but its app or user state may not "
+                    f"have been ({error}); create it again to apply what is missing"
+                ) from error
+            return marker, app_state, user_state
+
+        marker, app_state, user_state = await self._portal.acall(sid, create_and_apply)
         session = Session(
             app_name=app_name,
             user_id=user_id,
@@ -461,8 +519,17 @@ class NousSessionService(BaseSessionService):
                         continue
                     entries = actor.log.surface()
                     if entries:
-                        with contextlib.suppress(ConflictError):  # the surface is a view
+                        try:
                             await actor.remove(entries[0].position, entries[-1].position)
+                        except ConflictError:  # the surface is a view
+                            pass
+                        except (StoreError, OutcomeUnknownError) as error:
+                            # The deletion is stored: a StoreError would say it was not.
+                            _logger.warning(
+                                "nous_session.adk_surface_not_removed",
+                                session_id=sid,
+                                error=str(error),
+                            )
 
         await self._portal.acall(sid, delete)
 
@@ -550,31 +617,39 @@ class NousSessionService(BaseSessionService):
                         end += 1
                 return str(end), key
 
-        new_marker, key = await self._portal.acall(sid, append)
+        async def append_and_apply(actor: SessionActor) -> tuple[str | None, Exception | None]:
+            """The event's append, then its app and user deltas, in one call on the portal:
+            a caller cancelled meanwhile leaves none of them half done."""
+            new_marker, key = await append(actor)
+            if event.actions is not None and event.actions.state_delta:
+                # Keyed by the event's own key: an event delivered again (after this failed,
+                # or after a crash between its commit and these) applies its app and user
+                # deltas if they did not land, and never twice.
+                deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta)
+                try:
+                    await self._update_state(
+                        self._app_id(session.app_name), deltas["app"], key=f"{sid}:{key}:app"
+                    )
+                    await self._update_state(
+                        self._user_id(session.app_name, session.user_id),
+                        deltas["user"],
+                        key=f"{sid}:{key}:user",
+                    )
+                except (StoreError, OutcomeUnknownError) as error:
+                    return new_marker, error
+            return new_marker, None
+
+        new_marker, failed = await self._portal.acall(sid, append_and_apply)
         if new_marker is not None:
             session.last_update_time = event.timestamp
             session._storage_update_marker = new_marker
             self._commit_event_to_session(session, event)
-        if event.actions is not None and event.actions.state_delta:
-            # Keyed by the event's own key: an event delivered again (after this raised, or
-            # after a crash between its commit and these) applies its app and user deltas if
-            # they did not land, and never twice.
-            deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta)
-            try:
-                await self._update_state(
-                    self._app_id(session.app_name), deltas["app"], key=f"{sid}:{key}:app"
-                )
-                await self._update_state(
-                    self._user_id(session.app_name, session.user_id),
-                    deltas["user"],
-                    key=f"{sid}:{key}:user",
-                )
-            except (StoreError, OutcomeUnknownError) as error:
-                raise OutcomeUnknownError(
-                    f"event {event.id} was stored in session {session.id} and applied to the "
-                    f"session object, but its app or user state delta may not have been "
-                    f"({error}); append the same event again to apply what is missing"
-                ) from error
+        if failed is not None:
+            raise OutcomeUnknownError(
+                f"event {event.id} was stored in session {session.id} and applied to the "
+                f"session object, but its app or user state delta may not have been "
+                f"({failed}); append the same event again to apply what is missing"
+            ) from failed
         return event
 
     async def flush(self) -> None:

@@ -20,7 +20,10 @@ The mapping:
   metadata, each as LangGraph's own serde made it (``serde.dumps_typed``: a type name and
   base64 bytes), its parent id, and a blob for each channel in ``new_versions`` (the
   channels that changed): a channel's value at a version is stored once, as LangGraph's own
-  savers do, and a checkpoint is rebuilt from the blobs of its ``channel_versions``.
+  savers do, and a checkpoint is rebuilt from the blobs of its ``channel_versions``. It
+  carries the digest of what it stores, and its append a key made of that digest and of what
+  it overwrites: putting the same checkpoint again (after an ``OutcomeUnknownError``, say)
+  stores nothing more, and its messages reach the surface once.
 * ``x.langgraph.writes``: ``aput_writes``. A task's pending writes for one checkpoint, with
   their indexes; a write already stored for ``(task_id, idx)`` is not stored again, and the
   special channels (errors, interrupts) replace theirs, as in LangGraph's ``InMemorySaver``.
@@ -56,6 +59,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import random
 import threading
 from collections.abc import (
@@ -99,10 +103,10 @@ try:
 except ImportError as error:  # pragma: no cover - the extra is installed for the tests
     raise missing_extra(__name__, "LangGraph", "langgraph") from error
 
-from nous_session._json import JSON
+from nous_session._json import JSON, dumps
 from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
-from nous_session.errors import InvalidEventError, StoreError
+from nous_session.errors import InvalidEventError, OutcomeUnknownError, StoreError
 from nous_session.event import EventType, message_event
 from nous_session.integrations._langgraph_sync import SyncSaver
 from nous_session.integrations._langgraph_threads import (
@@ -434,10 +438,20 @@ class NousSessionSaver(StoreHost, SyncSaver):
         run_id = merged.get("run_id")
         if isinstance(run_id, str):
             data["run_id"] = run_id  # readable, and found without decoding
+        digest = hashlib.sha256(dumps(data)).hexdigest()
         async with self._use(thread_id) as thread:
             actor = thread.actor
             assert actor is not None
-            items: list[tuple[Any, ...]] = [(CHECKPOINT_EVENT, data)]
+            index = thread.indexed()
+            held = index.checkpoints.get(ns, {}).get(checkpoint["id"])
+            if held is not None and held.get("digest") == digest:
+                return _config(thread_id, ns, checkpoint["id"])  # this very one: stored
+            # Keyed by what it stores and what it overwrites (an earlier version of the
+            # checkpoint, or deletions since): a put tried again after its commit's outcome
+            # was unknown stores it once, while putting it over a later one stores it anew.
+            over = "" if held is None else str(held.get("digest"))
+            key = f"lg:{digest}:{over}:{index.deletions}"
+            items: list[tuple[Any, ...]] = [(CHECKPOINT_EVENT, {**data, "digest": digest})]
             if actor.metadata != self._record:  # its first checkpoint (in this version)
                 items.append((EventType.METADATA, {"metadata": self._record.to_json()}))
             replacement = None
@@ -447,7 +461,7 @@ class NousSessionSaver(StoreHost, SyncSaver):
                     replacement = projected[1]
                 else:  # new messages: in the checkpoint's commit
                     items.extend(_message_items(projected[1]))
-            await actor.append_many(items)
+            await actor.append_many(items, key=key)
             if replacement is not None:
                 await self._replace_surface(actor, replacement)
         return _config(thread_id, ns, checkpoint["id"])
@@ -610,7 +624,7 @@ class NousSessionSaver(StoreHost, SyncSaver):
                 await actor.append_many(_message_items(messages))
             else:
                 await actor.replace(surface[0].position, surface[-1].position, messages)
-        except (StoreError, InvalidEventError) as error:
+        except (StoreError, OutcomeUnknownError, InvalidEventError) as error:
             _logger.warning(
                 "nous_session.langgraph_surface_not_replaced",
                 session_id=actor.session_id,

@@ -57,7 +57,14 @@ import attrs
 
 from nous_session._json import NotJSONError, check_text, dumps, loads
 from nous_session._logging import get_logger
-from nous_session.errors import ConflictError, FormatError, InvalidEventError, SessionClosedError
+from nous_session.errors import (
+    ConflictError,
+    FormatError,
+    InvalidEventError,
+    OutcomeUnknownError,
+    SessionClosedError,
+    StoreError,
+)
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider, to_provider
 from nous_session.integrations._common import missing_extra, named_store
@@ -480,7 +487,9 @@ class NousSession:
         The replacement is one ``replace`` surface event, conditional on the entries read
         still being there (it returns False, replacing nothing, when another writer changed
         them): the compacted items stay in the log, where ``uncompact`` brings them back.
-        ``prune_prefix`` then takes the oldest surface items it accepts off the surface.
+        ``prune_prefix`` then takes the oldest surface items it accepts off the surface, in a
+        commit of its own: if that one fails, the replacement stands and is reported done
+        (True), the failure is logged, and the items stay.
 
         None for a subclass that overrides an item method (``get_items``, ``add_items``,
         ``pop_item``, ``clear_session``, ``pop_item_if``), which the snapshot would bypass:
@@ -512,7 +521,16 @@ class NousSession:
                 if not await _conditionally(actor.replace(first, last, messages, expect=seqs)):
                     return False
                 if prune_prefix is not None:
-                    await _prune(actor, prune_prefix, before=first)
+                    try:
+                        await _prune(actor, prune_prefix, before=first)
+                    except (StoreError, OutcomeUnknownError) as error:
+                        # The replacement committed: a StoreError would say it did not. The
+                        # prefix stays (EncryptedSession drops expired items as it reads).
+                        _logger.warning(
+                            "nous_session.openai_agents_prune_failed",
+                            session_id=actor.session_id,
+                            error=str(error),
+                        )
                 return True
 
             return await self._mutate(edit)
@@ -844,15 +862,15 @@ def _on_asyncio() -> bool:
 async def _answered(actor: SessionActor) -> None:
     """Return once ``actor`` has answered every request queued before this call: the actor
     answers requests in the order they were queued, so a reload's answer comes after theirs.
-    Further cancellations do not cut the wait short (the caller raises its own)."""
-    while True:
-        try:
-            await actor.reload()
-        except asyncio.CancelledError:
-            continue  # this reload may be queued or not: queue another
-        except Exception:
-            pass
-        return
+    The reload runs in a task of its own, which cancellations of the caller do not reach (an
+    anyio cancel scope cancels the caller again at every await: reloads of its own would each
+    be cancelled, for ever); they do not cut the wait short (the caller raises its own)."""
+    waiting = asyncio.ensure_future(actor.reload())
+    while not waiting.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({waiting})
+    if not waiting.cancelled():
+        waiting.exception()  # retrieved: its failure is the actor's to report, not this call's
 
 
 def _closed_error(session: NousSession) -> SessionClosedError:

@@ -72,7 +72,7 @@ import anyio.abc
 
 from nous_session._logging import get_logger
 from nous_session.actor import SessionActor
-from nous_session.errors import ConflictError, InvalidEventError, StoreError
+from nous_session.errors import ConflictError, InvalidEventError, OutcomeUnknownError, StoreError
 from nous_session.event import EventType, message_event
 from nous_session.integrations._common import StoreHost, missing_extra, opened_store
 from nous_session.integrations._listing import listed_ids
@@ -736,7 +736,7 @@ class NousConversationStore(StoreHost, ConversationStore):
                 await actor.replace(surface[0].position, surface[-1].position, messages)
             else:
                 await actor.remove(surface[0].position, surface[-1].position)
-        except (StoreError, InvalidEventError) as error:
+        except (StoreError, OutcomeUnknownError, InvalidEventError) as error:
             _logger.warning(
                 "nous_session.pydantic_ai_surface_not_replaced",
                 session_id=actor.session_id,

@@ -56,3 +56,14 @@ async def test_an_adk_service_given_no_store_writes_to_the_named_one(named: str)
         session = await again.get_session(app_name="app", user_id="u", session_id="chat")
         assert session is not None
         assert session.id == "chat"
+
+
+def test_an_empty_store_url_is_refused_not_taken_for_none() -> None:
+    """A store of "" is a bad URL (no scheme), as everywhere else; the ADK service took it for
+    no store and used a private memory store, and its sessions were lost at exit."""
+    adk = pytest.importorskip("nous_session.integrations.google_adk")
+    with pytest.raises(ValueError, match="no scheme"):
+        adk.NousSessionService("")
+    agents = pytest.importorskip("nous_session.integrations.openai_agents")
+    with pytest.raises(ValueError, match="no scheme"):
+        agents.NousSession("chat", "")
