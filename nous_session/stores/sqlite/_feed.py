@@ -29,6 +29,8 @@ thread, while solo, peeks at the header each poll and reads the epoch before and
   commit, and only while a feed thread listens; a watch that comes later reads its session's
   head itself (after the commit, so nothing falls between). A group with a failed job (its
   savepoint rolled back, or the whole group) hands over names only: the feed reads those heads;
+  so does a batch's read job that writes in a transaction of its own (an erasure), which may
+  have rolled back what it noted;
 * the arming reads H then V the same way, from the writer's thread between its jobs; a session
   an actor loaded before it was read after any commit the arming's V does not cover, and a
   connection the writer opens again (after an error) cannot vouch for the gap: it ends solo.
@@ -475,6 +477,14 @@ class OwnCommits:
         self.epoch += 1
 
     def end(self) -> None:
+        """The batch ended. What its triggers noted since its write group's commit was noted
+        by a read job that writes in a transaction of its own (an erasure): one that failed
+        rolled back what was noted, so the feed reads those heads (names only)."""
+        if self._group:
+            group, self._group = self._group, {}
+            with self._lock:
+                if self.listening and not self.shared:
+                    self._changed.update(dict.fromkeys(group))
         self.epoch += 1
 
     def opened(self, connection: sqlite3.Connection) -> None:
