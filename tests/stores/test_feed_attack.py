@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from nous_session import Encryption, LocalKeyFile, SessionActor, StoreError
+from nous_session import Encryption, LocalKeyFile, Message, SessionActor, StoreError
 from nous_session.event import Event, make_event
 from nous_session.stores.sqlite import SQLiteStore
 
@@ -80,3 +80,48 @@ async def test_a_failed_erasure_leaves_no_head_of_its_own_for_the_feed(tmp_path:
             assert [watch.heads for watch in monitor._watches["s"]] == [[]], "no head moved"
             await store.commit("s", expected_count=2, events=(_event(2),))
             assert await anext(heads) == 3
+
+
+# A store opened through a symbolic link to its file: SQLite resolves the link, and makes its
+# -wal and -shm files next to the file the link names, not next to the link.
+
+
+async def _follow_through(link: Path, real: Path, read_only: bool) -> None:
+    async with SQLiteStore(real) as other:
+        await other.commit("s", expected_count=0, events=(_event(0),))
+        async with (
+            SQLiteStore(link, read_only=read_only) as store,
+            SessionActor.open(session_id="s", store=store) as follower,
+            SessionActor.open(session_id="s", store=other, follow=False) as writer,
+        ):
+            assert follower.log.count == 1
+            await writer.add_message(Message.user("1"))
+            await _until(follower, 2)
+            assert [m.text for m in follower.messages()] == ["x", "1"]
+
+
+async def test_a_store_opened_through_a_symlink_follows_another_writer(tmp_path: Path) -> None:
+    (tmp_path / "link.db").symlink_to(tmp_path / "s.db")
+    await _follow_through(tmp_path / "link.db", tmp_path / "s.db", read_only=False)
+
+
+async def test_a_read_only_store_opened_through_a_symlink_follows_a_writer(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "link.db").symlink_to(tmp_path / "s.db")
+    await _follow_through(tmp_path / "link.db", tmp_path / "s.db", read_only=True)
+
+
+async def test_solo_mode_holds_through_a_symlink(tmp_path: Path) -> None:
+    # The writer's account peeks at the -shm file SQLite uses: through the link, that is the
+    # one next to the file, so a store that is its file's only writer stays in solo mode.
+    (tmp_path / "link.db").symlink_to(tmp_path / "s.db")
+    async with (
+        SQLiteStore(tmp_path / "link.db") as store,
+        SessionActor.open(session_id="s", store=store) as actor,
+    ):
+        await actor.add_message(Message.user("0"))
+        await store.sessions()  # a read: the writer has told its account of that commit
+        assert store._own is not None
+        assert store._own.armed
+        assert not store._own.shared

@@ -53,7 +53,7 @@ from urllib.parse import quote
 from nous_session._logging import get_logger
 from nous_session.stores._watch import HELD, HOLD_AT_MOST, UNSURE, WAKE, Watch, Watches
 
-__all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor", "OwnCommits"]
+__all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor", "OwnCommits", "beside"]
 
 DEFAULT_POLL: Final = 0.005
 """Seconds between two change checks (``PRAGMA data_version``) of a watched SQLite store."""
@@ -241,7 +241,7 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
 
     def _open(self) -> sqlite3.Connection | None:
         """A read-only connection to the file, or None while no writer has made its WAL."""
-        if not os.path.exists(f"{self._path}-wal"):
+        if not os.path.exists(beside(self._path, "-wal")):
             return None
         connection = _connect(self._path, "mode=ro")
         try:
@@ -624,9 +624,16 @@ def _open_shm(path: str) -> int | None:
     every poll asks SQLite). Opened after the feed's connection, which keeps it in use, so
     it is the file SQLite uses, not one a last connection removed."""
     try:
-        return os.open(f"{path}-shm", os.O_RDONLY)
+        return os.open(beside(path, "-shm"), os.O_RDONLY)
     except OSError:
         return None
+
+
+def beside(path: str, suffix: str) -> str:
+    """The name of the database file's ``-wal`` or ``-shm`` (``suffix``) file: next to the file
+    ``path`` names, as SQLite makes them, symbolic links resolved (a store opened through a
+    link to its file has them next to the file, not next to the link)."""
+    return os.path.realpath(path) + suffix
 
 
 def _close_shm(shm: int | None) -> None:
