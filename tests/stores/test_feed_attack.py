@@ -3,7 +3,8 @@ orderings and writers that the solo-mode argument (stores/sqlite/_feed.py) must 
 
 from __future__ import annotations
 
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -12,6 +13,7 @@ import pytest
 from nous_session import Encryption, LocalKeyFile, Message, SessionActor, StoreError
 from nous_session.event import Event, make_event
 from nous_session.stores.sqlite import SQLiteStore
+from tests.support.processes import ending, spawn_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -125,3 +127,140 @@ async def test_solo_mode_holds_through_a_symlink(tmp_path: Path) -> None:
         assert store._own is not None
         assert store._own.armed
         assert not store._own.shared
+
+
+# Other processes, and many sessions.
+
+
+async def test_a_process_that_commits_once_and_exits_is_followed(tmp_path: Path) -> None:
+    # We follow in solo mode; another process opens the file, commits once and closes (its
+    # connection is not the file's last: the WAL stays). Its commit reaches our follower,
+    # and our own commits after it still reach our other watches.
+    path = tmp_path / "s.db"
+    async with (
+        SQLiteStore(path) as store,
+        SessionActor.open(session_id="s", store=store) as actor,
+        aclosing(store.watch("s")) as heads,
+    ):
+        for n in range(3):
+            await actor.add_message(Message.user(f"ours {n}"))
+        with anyio.fail_after(10):
+            while await anext(heads) != 3:
+                pass
+        monitor = store._monitor
+        assert monitor is not None
+        assert monitor._solo
+        child = spawn_worker("write", f"sqlite:///{path}", "s", "once", "1", "1")
+        with child, ending(child):
+            await anyio.to_thread.run_sync(child.wait, 60)
+        assert child.returncode == 0
+        await _until(actor, 4)
+        assert [m.text for m in actor.messages()] == ["ours 0", "ours 1", "ours 2", "once 0 0"]
+        await actor.add_message(Message.user("ours 3"))
+        with anyio.fail_after(10):
+            while await anext(heads) != 5:
+                pass
+        assert not monitor._solo
+
+
+async def test_a_read_only_store_follows_a_process_that_writes_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        await store.commit("s", expected_count=0, events=(_event(0),))
+    async with (
+        SQLiteStore(path, read_only=True) as store,
+        SessionActor.open(session_id="s", store=store) as actor,
+    ):
+        for n in range(2):  # each finds no writer on the file, and leaves it so
+            child = spawn_worker("write", f"sqlite:///{path}", "s", f"w{n}", "1", "1")
+            with child, ending(child):
+                await anyio.to_thread.run_sync(child.wait, 60)
+            assert child.returncode == 0
+            await _until(actor, 2 + n)
+        assert [m.text for m in actor.messages()] == ["x", "w0 0 0", "w1 0 0"]
+
+
+async def test_hundreds_of_sessions_followed_when_another_writer_comes(tmp_path: Path) -> None:
+    # 300 followed sessions, each committed to by our writer (solo mode); another writer then
+    # commits to every other one. Each of those reaches its follower; the rest wake nobody
+    # (their followers start no task).
+    path = tmp_path / "s.db"
+    sessions = 300
+    async with SQLiteStore(path) as store, AsyncExitStack() as stack:
+        actors = [
+            await stack.enter_async_context(SessionActor.open(session_id=f"s{n}", store=store))
+            for n in range(sessions)
+        ]
+        async with anyio.create_task_group() as group:
+            for actor in actors:
+                group.start_soon(actor.add_message, Message.user("ours"))
+        async with SQLiteStore(path) as other, anyio.create_task_group() as group:
+            for n in range(0, sessions, 2):
+                group.start_soon(
+                    partial(other.commit, f"s{n}", expected_count=1, events=(_event(1, "theirs"),))
+                )
+        for actor in actors[::2]:
+            await _until(actor, 2)
+            assert [m.text for m in actor.messages()] == ["ours", "theirs"]
+        assert all(actor.log.count == 1 for actor in actors[1::2])
+        assert all(actor._engine.follower._watch_scope is None for actor in actors[1::2])
+        monitor = store._monitor
+        assert monitor is not None
+        assert not monitor._solo
+
+
+# The follower's lazily started task.
+
+
+async def test_followers_that_close_or_are_cancelled_while_heads_come_leave_no_watch(
+    tmp_path: Path,
+) -> None:
+    # A follower closed right after another writer's commit (its head on its way, its task
+    # maybe starting), and one whose opening is cancelled at each point in turn: none is left
+    # watching, and a follower opened afterwards holds every commit.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        count = 0
+        for n in range(24):
+            async with SessionActor.open(session_id="s", store=store):
+                await other.commit("s", expected_count=count, events=(_event(count),))
+                count += 1
+                for _ in range(n % 6):
+                    await anyio.lowlevel.checkpoint()
+
+            async def opening() -> None:
+                async with SessionActor.open(session_id="s", store=store):
+                    await anyio.sleep_forever()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(opening)
+                for _ in range(n):
+                    await anyio.lowlevel.checkpoint()
+                group.cancel_scope.cancel()
+        monitor = store._monitor
+        assert monitor is not None
+        assert monitor.watching == 0
+        async with SessionActor.open(session_id="s", store=store) as actor:
+            assert actor.log.count == count
+            await other.commit("s", expected_count=count, events=(_event(count),))
+            await _until(actor, count + 1)
+
+
+def test_a_follower_under_plain_trio_starts_its_task_when_a_head_comes(tmp_path: Path) -> None:
+    # trio.run with nothing of anyio's test plugin around it, as the asyncio.run test in
+    # test_sqlite_follow.py: the feed's wake-up runs in trio's system context, outside any
+    # task, and must still start the follower's task in the actor's task group.
+    import trio
+
+    async def scenario() -> list[str]:
+        async with (
+            SQLiteStore(tmp_path / "s.db") as ours,
+            SQLiteStore(tmp_path / "s.db") as other,
+            SessionActor.open(session_id="s", store=ours) as follower,
+            SessionActor.open(session_id="s", store=other, follow=False) as writer,
+        ):
+            await writer.add_message(Message.user("from the other store"))
+            await _until(follower, 1)
+            return [message.text for message in follower.messages()]
+
+    assert trio.run(scenario) == ["from the other store"]
