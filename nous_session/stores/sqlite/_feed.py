@@ -29,6 +29,8 @@ thread, while solo, peeks at the header each poll and reads the epoch before and
   commit, and only while a feed thread listens; a watch that comes later reads its session's
   head itself (after the commit, so nothing falls between). A group with a failed job (its
   savepoint rolled back, or the whole group) hands over names only: the feed reads those heads;
+  so does a batch's read job that writes in a transaction of its own (an erasure), which may
+  have rolled back what it noted;
 * the arming reads H then V the same way, from the writer's thread between its jobs; a session
   an actor loaded before it was read after any commit the arming's V does not cover, and a
   connection the writer opens again (after an error) cannot vouch for the gap: it ends solo.
@@ -51,7 +53,7 @@ from urllib.parse import quote
 from nous_session._logging import get_logger
 from nous_session.stores._watch import HELD, HOLD_AT_MOST, UNSURE, WAKE, Watch, Watches
 
-__all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor", "OwnCommits"]
+__all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor", "OwnCommits", "beside"]
 
 DEFAULT_POLL: Final = 0.005
 """Seconds between two change checks (``PRAGMA data_version``) of a watched SQLite store."""
@@ -239,7 +241,7 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
 
     def _open(self) -> sqlite3.Connection | None:
         """A read-only connection to the file, or None while no writer has made its WAL."""
-        if not os.path.exists(f"{self._path}-wal"):
+        if not os.path.exists(beside(self._path, "-wal")):
             return None
         connection = _connect(self._path, "mode=ro")
         try:
@@ -475,6 +477,14 @@ class OwnCommits:
         self.epoch += 1
 
     def end(self) -> None:
+        """The batch ended. What its triggers noted since its write group's commit was noted
+        by a read job that writes in a transaction of its own (an erasure): one that failed
+        rolled back what was noted, so the feed reads those heads (names only)."""
+        if self._group:
+            group, self._group = self._group, {}
+            with self._lock:
+                if self.listening and not self.shared:
+                    self._changed.update(dict.fromkeys(group))
         self.epoch += 1
 
     def opened(self, connection: sqlite3.Connection) -> None:
@@ -614,9 +624,16 @@ def _open_shm(path: str) -> int | None:
     every poll asks SQLite). Opened after the feed's connection, which keeps it in use, so
     it is the file SQLite uses, not one a last connection removed."""
     try:
-        return os.open(f"{path}-shm", os.O_RDONLY)
+        return os.open(beside(path, "-shm"), os.O_RDONLY)
     except OSError:
         return None
+
+
+def beside(path: str, suffix: str) -> str:
+    """The name of the database file's ``-wal`` or ``-shm`` (``suffix``) file: next to the file
+    ``path`` names, as SQLite makes them, symbolic links resolved (a store opened through a
+    link to its file has them next to the file, not next to the link)."""
+    return os.path.realpath(path) + suffix
 
 
 def _close_shm(shm: int | None) -> None:

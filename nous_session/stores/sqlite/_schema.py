@@ -15,6 +15,7 @@ import attrs
 from nous_session.errors import StoreError
 from nous_session.stores._common import check_schema_version, migration_start
 from nous_session.stores.sqlite._errors import _describe, _errors, _transaction
+from nous_session.stores.sqlite._feed import beside
 
 SCHEMA_VERSION: Final = 5
 """The schema this version writes; older files are migrated on open, newer ones refused."""
@@ -310,7 +311,7 @@ def open_read_only(path: str, busy_timeout: float) -> tuple[sqlite3.Connection, 
     # A WAL database read while no connection has it open would get its -wal and -shm
     # files created (and left behind). With no -wal file there is no writer (the last
     # connection to close removes it), so the file is read as immutable: nothing made.
-    immutable = not Path(f"{path}-wal").exists()
+    immutable = not os.path.exists(beside(path, "-wal"))
     flags = "mode=ro&immutable=1" if immutable else "mode=ro"
     with _errors(f"cannot open {path}"):
         connection = sqlite3.connect(
