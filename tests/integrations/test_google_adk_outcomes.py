@@ -157,7 +157,8 @@ async def test_a_delete_whose_surface_remove_fails_deletes_and_returns(lose: boo
 class HeldStore(MemoryStore):
     """A memory store whose commits to the sessions starting with ``hold`` wait (in the
     portal's thread's loop, without blocking it) until ``go`` is set; ``held`` is set once
-    one waits."""
+    one waits. ``user_state`` is set once a commit to a user's state session lands (the
+    last of a call's commits, which the portal finishes after its caller was cancelled)."""
 
     hold: str | None = None
 
@@ -165,14 +166,26 @@ class HeldStore(MemoryStore):
         super().__init__()
         self.held = threading.Event()
         self.go = threading.Event()
+        self.user_state = threading.Event()
 
     async def commit_rebased(self, session_id: str, **arguments: Any) -> Any:
         await self._wait(session_id)
-        return await super().commit_rebased(session_id, **arguments)
+        rebased = await super().commit_rebased(session_id, **arguments)
+        self._landed(session_id)
+        return rebased
 
     async def commit(self, session_id: str, **arguments: Any) -> None:
         await self._wait(session_id)
         await super().commit(session_id, **arguments)
+        self._landed(session_id)
+
+    def _landed(self, session_id: str) -> None:
+        if session_id.startswith("adk:u/"):
+            self.user_state.set()
+
+    async def finished(self) -> None:
+        """Wait until the held call's last commit (the user's state) has landed."""
+        assert await anyio.to_thread.run_sync(self.user_state.wait, 30), "it never landed"
 
     async def _wait(self, session_id: str) -> None:
         if self.hold is not None and session_id.startswith(self.hold):
@@ -197,6 +210,7 @@ async def test_a_cancelled_append_completes_its_state_deltas() -> None:
         store.go.set()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await store.finished()  # the caller is gone; the portal finishes its call
         ours = await _ours(service)
     own = InMemorySessionService()
     theirs = await own.create_session(app_name=APP, user_id=USER, session_id="s1")
@@ -222,4 +236,5 @@ async def test_a_cancelled_create_completes_its_initial_state() -> None:
         store.go.set()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await store.finished()  # the caller is gone; the portal finishes its call
         assert await _ours(service) == await _adk_own(STATE)
