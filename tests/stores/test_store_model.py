@@ -23,7 +23,7 @@ Runs on asyncio and trio; the PostgreSQL variant skips without a server.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +42,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from nous_session.stores.base import Stored
+from nous_session.stores.base import Store, Stored
 from tests.support.store_model import (
     ERASED_AT,
     SESSION_REASON,
@@ -478,3 +478,38 @@ def test_the_stores_answer_alike(compared: Backends, loop: str, tallies: Tallies
     )
     tallies.add(LINE, combinations=1, **attrs.asdict(tally))
     assert tally.steps > 0
+
+
+# What the model found, as examples ------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_fork_onto_a_session_that_holds_nothing_takes_none_of_its_commit_ids(
+    stores: Callable[[], Store],
+) -> None:
+    """A fork made under the name of a session that holds nothing yet (an empty commit made
+    it, recording its commit id) is a new session: that commit id is not the fork's, and
+    SQLite left it behind under the replaced row's id, where a session made later with the
+    same id read it as its own."""
+    store: Any = stores()  # every store here forks and knows its commits
+    try:
+        await store.commit("a", expected_count=0, events=[user(0, "hi"), user(1, "there")])
+        await store.commit("b", expected_count=0, events=[], commit_id="c1")
+        await store.commit("c", expected_count=0, events=[], commit_id="c2")
+        assert await store.committed("b", "c1") == (0, 0)
+        await store.fork("a", "b", at=1)
+        await store.fork("a", "c", at=0)
+        assert await store.committed("b", "c1") is None
+        assert await store.committed("c", "c2") is None
+        await store.commit("b", expected_count=2, events=[user(2, "again")], commit_id="c1")
+        assert await store.committed("b", "c1") == (2, 1)
+        # The rows the forks replaced are gone: sessions made now hold no one's commits.
+        assert await store.delete("b")
+        assert await store.delete("c")
+        await store.commit("d", expected_count=0, events=[user(0, "new")])
+        await store.commit("e", expected_count=0, events=[user(0, "new")])
+        for name in ("d", "e"):
+            for commit_id in ("c1", "c2"):
+                assert await store.committed(name, commit_id) is None
+    finally:
+        await store.aclose()
