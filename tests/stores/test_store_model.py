@@ -176,10 +176,10 @@ class StoreModel(RuleBasedStateMachine):
         name=names,
         n=st.integers(0, 3),
         chosen=kinds,
-        delta=st.sampled_from([0, 0, 0, 0, -1, 1]),
+        delta=st.sampled_from([0, 0, 0, 0, 0, 0, -1, 1]),
         key=keys,
         commit_id=commit_ids,
-        expected_horizon=st.sampled_from([None, None, 0, 1]),
+        expected_horizon=st.sampled_from([None, None, None, 0, 0, 1]),
     )
     def commit(
         self,
@@ -269,6 +269,39 @@ class StoreModel(RuleBasedStateMachine):
                 kept=kept,
                 commit_id=commit_id,
                 **arguments,
+            )
+        )
+
+    @rule(
+        name=names,
+        present=st.lists(st.booleans(), min_size=6, max_size=6),
+        rise=st.integers(0, 6),
+        chosen=kinds,
+        key=keys,
+        expected_horizon=st.booleans(),
+    )
+    def import_history(
+        self,
+        name: str,
+        present: list[bool],
+        rise: int,
+        chosen: list[str],
+        key: tuple[str, int, int] | None,
+        expected_horizon: bool,
+    ) -> None:
+        """A commit that sets a horizon and leaves gaps below it (an import of a snapshotted
+        history): the count becomes one past the highest seq written. Gaps at or above the
+        horizon are refused."""
+        stored = self.reference(name)
+        start = stored.count
+        horizon = max(stored.horizon, start + rise)
+        made = self.events(start, 6, chosen)
+        events = [event for event, held in zip(made, present, strict=True) if held]
+        keyed = self.key_of(key, events[0].seq, 1) if events else self.key_of(key, start, 0)
+        extra = {"expected_horizon": stored.horizon} if expected_horizon else {}
+        self.each(
+            lambda _, store: store.commit(
+                name, expected_count=start, events=events, horizon=horizon, keys=keyed, **extra
             )
         )
 
@@ -511,5 +544,26 @@ async def test_a_fork_onto_a_session_that_holds_nothing_takes_none_of_its_commit
         for name in ("d", "e"):
             for commit_id in ("c1", "c2"):
                 assert await store.committed(name, commit_id) is None
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_first_commit_after_an_empty_one_sets_its_horizon(
+    stores: Callable[[], Store],
+) -> None:
+    """A session's first events, committed with a horizon (an import of a snapshotted
+    history, its gaps below the horizon), after an empty commit made the session: PostgreSQL
+    kept the horizon 0, and the session could not be read (rows missing below it)."""
+    store = stores()
+    try:
+        await store.commit("s", expected_count=0, events=[])
+        await store.commit("s", expected_count=0, events=[user(2, "a"), user(3, "b")], horizon=2)
+        stored = await store.read("s")
+        assert (stored.count, stored.horizon) == (4, 2)
+        assert [event.seq for event in await store.load("s")] == [2, 3]
+        await store.commit("t", expected_count=0, events=[])
+        await store.commit("t", expected_count=0, events=[user(0, "a")], horizon=1)
+        assert (await store.read("t")).horizon == 1
     finally:
         await store.aclose()
