@@ -567,3 +567,23 @@ async def test_a_first_commit_after_an_empty_one_sets_its_horizon(
         assert (await store.read("t")).horizon == 1
     finally:
         await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_rebase_behind_a_forks_point_returns_the_events_it_shares(
+    stores: Callable[[], Store],
+) -> None:
+    """A rebasing commit to a fork, from a count at or below its fork point, lands after the
+    fork's history: the events in between are the others, its parent's shared ones included
+    (PostgreSQL returned only the fork's own)."""
+    store: Any = stores()  # every store here forks and rebases
+    try:
+        await store.commit("p", expected_count=0, events=[user(0, "a"), user(1, "b")])
+        await store.fork("p", "f", at=1)
+        await store.commit("f", expected_count=2, events=[user(2, "c")])
+        done = await store.commit_rebased("f", expected_count=1, events=[user(1, "d")])
+        assert done.shift == 2
+        assert [(e.seq, e.data["content"]) for e in done.others] == [(1, "b"), (2, "c")]
+        assert [e.seq for e in done.events] == [3]
+    finally:
+        await store.aclose()
