@@ -111,6 +111,7 @@ class StoreModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.stack.close()
+        self.backends.drop()  # each example's PostgreSQL schema, as soon as it is done
 
     # Running one operation everywhere
 
