@@ -250,6 +250,10 @@ def fork_row(
     ).fetchone()
     if made is None:
         raise fork_exists(new_session_id)
+    # It may have replaced a session that held nothing yet: its commit ids (an empty
+    # commit's) are not the fork's. (A fork has no rows of its own to lose.)
+    for statement in statements.deletes[:-1]:
+        connection.execute(statement, (new_session_id,))
 
 
 def sessions_info(connection: Connection, statements: Statements) -> list[SessionInfo]:

@@ -215,7 +215,8 @@ class Statements(_ErasureStatements, _KeyStatements):
             )"""
             + writes
         )
-        # The first commit of a session creates its row, unless another writer just did. A
+        # The first commit of a session creates its row, unless another writer just did (or
+        # an empty commit made it: then it moves that row's count, and horizon, alike). A
         # store that encrypts stores the session's new data key with it (``new_kid``, ...),
         # and records the session as holding rows under it.
         self.first_commit = self._statement(
@@ -224,6 +225,7 @@ class Statements(_ErasureStatements, _KeyStatements):
                 VALUES (%(name)s, %(count)s, coalesce(%(horizon)s, 0), %(meta)s::jsonb,
                         %(meta_seq)s::bigint, %(kid)s::bytea)
                 ON CONFLICT (name) DO UPDATE SET count = excluded.count,
+                    horizon = coalesce(%(horizon)s::bigint, s.horizon),
                     active = greatest(s.active, now()), meta = coalesce(excluded.meta, s.meta),
                     meta_seq = coalesce(excluded.meta_seq, s.meta_seq)
                 WHERE s.count = 0

@@ -342,6 +342,12 @@ class PostgresStore(KeyedTables, ErasingTables, TableLeases, ListenerFeed, FeedS
         shift = base - expected_count
         try:
             between = decode_rows(others, place(session_id, self._where))
+            if len(between) < shift:
+                # The statement read the session's own rows only: a sharing fork's events
+                # from its parent (up to the fork point) are among the others too. Read
+                # through its lineage (after the commit, as the others are decoded).
+                stored = await self.read(session_id, since=expected_count)
+                between = [event for event in stored.events if event.seq < base]
         except CorruptRecordError as error:
             raise CorruptRecordError(
                 f"{error} (read while committing a batch, which was committed at seqs"

@@ -248,7 +248,10 @@ def fork_row(
     if existing is not None:
         if existing.count:
             raise fork_exists(new_session_id)
-        connection.execute("DELETE FROM nous_sessions WHERE id = ?", (existing.key,))
+        # A session that holds nothing yet is replaced whole: its commit ids (an empty
+        # commit's) go with its row, not left behind to be read by a later session the
+        # row's id is given to.
+        delete_row(connection, existing, new_session_id, keyring)
     meta, meta_seq = _metadata_at(connection, parent, session_id, at, where, keyring)
     now = _now()
     connection.execute(
