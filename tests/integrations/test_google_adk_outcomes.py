@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Coroutine
 from typing import Any
 
 import anyio
@@ -183,8 +184,18 @@ class HeldStore(MemoryStore):
         if session_id.startswith("adk:u/"):
             self.user_state.set()
 
-    async def finished(self) -> None:
-        """Wait until the held call's last commit (the user's state) has landed."""
+    async def cancel_while_held(self, call: Coroutine[Any, Any, Any]) -> None:
+        """Run ``call`` until its commit to a session of ADK's waits, cancel its caller there,
+        let the commit go, check the caller raised the cancellation, and wait until the
+        portal has finished the call (its last commit, the user's state, has landed)."""
+        self.hold = "adk:s/"
+        task = asyncio.ensure_future(call)
+        await anyio.to_thread.run_sync(self.held.wait)
+        task.cancel()
+        self.hold = None
+        self.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
         assert await anyio.to_thread.run_sync(self.user_state.wait, 30), "it never landed"
 
     async def _wait(self, session_id: str) -> None:
@@ -201,16 +212,8 @@ async def test_a_cancelled_append_completes_its_state_deltas() -> None:
     delta = {"app:calls": 1, "user:seen": 2, "n": 3}
     async with NousSessionService(store) as service:
         session = await service.create_session(app_name=APP, user_id=USER, session_id="s1")
-        store.hold = "adk:s/"
         event = Event(author="user", actions=EventActions(state_delta=dict(delta)))
-        task = asyncio.ensure_future(service.append_event(session, event))
-        await anyio.to_thread.run_sync(store.held.wait)
-        task.cancel()
-        store.hold = None
-        store.go.set()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await store.finished()  # the caller is gone; the portal finishes its call
+        await store.cancel_while_held(service.append_event(session, event))
         ours = await _ours(service)
     own = InMemorySessionService()
     theirs = await own.create_session(app_name=APP, user_id=USER, session_id="s1")
@@ -226,15 +229,7 @@ async def test_a_cancelled_create_completes_its_initial_state() -> None:
     the session created with its app and user initial state."""
     store = HeldStore()
     async with NousSessionService(store) as service:
-        store.hold = "adk:s/"
-        task = asyncio.ensure_future(
+        await store.cancel_while_held(
             service.create_session(app_name=APP, user_id=USER, session_id="s1", state=STATE)
         )
-        await anyio.to_thread.run_sync(store.held.wait)
-        task.cancel()
-        store.hold = None
-        store.go.set()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await store.finished()  # the caller is gone; the portal finishes its call
         assert await _ours(service) == await _adk_own(STATE)

@@ -244,23 +244,3 @@ async def test_followers_that_close_or_are_cancelled_while_heads_come_leave_no_w
             assert actor.log.count == count
             await other.commit("s", expected_count=count, events=(_event(count),))
             await _until(actor, count + 1)
-
-
-def test_a_follower_under_plain_trio_starts_its_task_when_a_head_comes(tmp_path: Path) -> None:
-    # trio.run with nothing of anyio's test plugin around it, as the asyncio.run test in
-    # test_sqlite_follow.py: the feed's wake-up runs in trio's system context, outside any
-    # task, and must still start the follower's task in the actor's task group.
-    import trio
-
-    async def scenario() -> list[str]:
-        async with (
-            SQLiteStore(tmp_path / "s.db") as ours,
-            SQLiteStore(tmp_path / "s.db") as other,
-            SessionActor.open(session_id="s", store=ours) as follower,
-            SessionActor.open(session_id="s", store=other, follow=False) as writer,
-        ):
-            await writer.add_message(Message.user("from the other store"))
-            await _until(follower, 1)
-            return [message.text for message in follower.messages()]
-
-    assert trio.run(scenario) == ["from the other store"]

@@ -465,13 +465,13 @@ async def _follow_processes(path: Path) -> None:
             assert texts[1:] == [f"late 0 {n}" for n in range(30)]
 
 
-def test_a_follower_on_a_plain_asyncio_loop_starts_its_task_when_a_head_comes(
-    tmp_path: Path,
+@pytest.mark.parametrize("runner", ["asyncio.run", "trio.run"])
+def test_a_follower_on_a_plain_event_loop_starts_its_task_when_a_head_comes(
+    tmp_path: Path, runner: str
 ) -> None:
-    # As under a web server: asyncio.run, with nothing in the context naming the library
-    # (the anyio test plugin names it, which hid that the feed's wake-up, a callback outside
-    # any task, could not start the follower's task there).
-    import asyncio
+    # As under a web server: asyncio.run (or trio.run), with nothing in the context naming the
+    # library (the anyio test plugin names it, which hid that the feed's wake-up, a callback
+    # outside any task, could not start the follower's task there).
 
     async def scenario() -> list[str]:
         async with (
@@ -484,4 +484,11 @@ def test_a_follower_on_a_plain_asyncio_loop_starts_its_task_when_a_head_comes(
             await _until(follower, 1)
             return [message.text for message in follower.messages()]
 
-    assert asyncio.run(scenario()) == ["from the other store"]
+    if runner == "trio.run":
+        import trio
+
+        assert trio.run(scenario) == ["from the other store"]
+    else:
+        import asyncio
+
+        assert asyncio.run(scenario()) == ["from the other store"]
