@@ -13,6 +13,7 @@ import pytest
 from nous_session import Encryption, LocalKeyFile, Message, SessionActor, StoreError
 from nous_session.event import Event, make_event
 from nous_session.stores.sqlite import SQLiteStore
+from tests.support.following import until
 from tests.support.processes import ending, spawn_worker
 
 pytestmark = pytest.mark.anyio
@@ -22,16 +23,6 @@ USER = "user_message"
 
 def _event(seq: int, text: str = "x") -> Event:
     return make_event(seq, USER, {"content": text})
-
-
-async def _until(actor: SessionActor, count: int) -> None:
-    """Wait (at most 10 s: a follower that misses a commit fails, never hangs) until the
-    actor's log holds ``count`` events."""
-    with anyio.fail_after(10):
-        async with actor.subscribe(0) as events:
-            async for event in events:
-                if event.seq + 1 >= count:
-                    return
 
 
 class _Outage:
@@ -98,7 +89,7 @@ async def _follow_through(link: Path, real: Path, read_only: bool) -> None:
         ):
             assert follower.log.count == 1
             await writer.add_message(Message.user("1"))
-            await _until(follower, 2)
+            await until(follower, 2)
             assert [m.text for m in follower.messages()] == ["x", "1"]
 
 
@@ -154,7 +145,7 @@ async def test_a_process_that_commits_once_and_exits_is_followed(tmp_path: Path)
         with child, ending(child):
             await anyio.to_thread.run_sync(child.wait, 60)
         assert child.returncode == 0
-        await _until(actor, 4)
+        await until(actor, 4)
         assert [m.text for m in actor.messages()] == ["ours 0", "ours 1", "ours 2", "once 0 0"]
         await actor.add_message(Message.user("ours 3"))
         with anyio.fail_after(10):
@@ -176,7 +167,7 @@ async def test_a_read_only_store_follows_a_process_that_writes_once(tmp_path: Pa
             with child, ending(child):
                 await anyio.to_thread.run_sync(child.wait, 60)
             assert child.returncode == 0
-            await _until(actor, 2 + n)
+            await until(actor, 2 + n)
         assert [m.text for m in actor.messages()] == ["x", "w0 0 0", "w1 0 0"]
 
 
@@ -200,7 +191,7 @@ async def test_hundreds_of_sessions_followed_when_another_writer_comes(tmp_path:
                     partial(other.commit, f"s{n}", expected_count=1, events=(_event(1, "theirs"),))
                 )
         for actor in actors[::2]:
-            await _until(actor, 2)
+            await until(actor, 2)
             assert [m.text for m in actor.messages()] == ["ours", "theirs"]
         assert all(actor.log.count == 1 for actor in actors[1::2])
         assert all(actor._engine.follower._watch_scope is None for actor in actors[1::2])
@@ -243,4 +234,4 @@ async def test_followers_that_close_or_are_cancelled_while_heads_come_leave_no_w
         async with SessionActor.open(session_id="s", store=store) as actor:
             assert actor.log.count == count
             await other.commit("s", expected_count=count, events=(_event(count),))
-            await _until(actor, count + 1)
+            await until(actor, count + 1)

@@ -15,6 +15,7 @@ from nous_session.event import make_event
 from nous_session.stores import follow
 from nous_session.stores.sqlite import SQLiteStore
 from nous_session.stores.sqlite._feed import DEFAULT_POLL
+from tests.support.following import until
 from tests.support.processes import Lines, ending, spawn_worker
 
 pytestmark = pytest.mark.anyio
@@ -24,16 +25,6 @@ USER = "user_message"
 
 def _feed_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "nous_session-sqlite-feed"]
-
-
-async def _until(actor: SessionActor, count: int) -> None:
-    """Wait (at most 10 s: a follower that misses a commit fails, never hangs) until the
-    actor's log holds ``count`` events."""
-    with anyio.fail_after(10):
-        async with actor.subscribe(0) as events:
-            async for event in events:
-                if event.seq + 1 >= count:
-                    return
 
 
 async def test_two_actors_of_one_session_in_one_process_see_each_other(tmp_path: Path) -> None:
@@ -47,7 +38,7 @@ async def test_two_actors_of_one_session_in_one_process_see_each_other(tmp_path:
                 await b.add_message(Message.user("from b"))
             except ConflictError:  # b had not heard of a's commit yet: it has now
                 await b.add_message(Message.user("from b, retried"))
-            await _until(a, 2)
+            await until(a, 2)
             assert [m.text for m in a.messages()] == [m.text for m in b.messages()]
             assert a.log.count == b.log.count == 2
 
@@ -71,7 +62,7 @@ async def test_an_actors_own_commits_do_not_wake_it(tmp_path: Path) -> None:
                 SessionActor.open(session_id="s", store=other, follow=False) as writer,
             ):
                 await writer.add_message(Message.user("from another writer"))
-            await _until(actor, 21)
+            await until(actor, 21)
             assert monitor.pushes >= 1
             assert actor.messages()[-1].text == "from another writer"
 
@@ -102,7 +93,7 @@ async def test_the_feed_backs_off_while_every_change_is_its_watchers_own(tmp_pat
                 SessionActor.open(session_id="s", store=other, follow=False) as writer,
             ):
                 await writer.add_message(Message.user("from another writer"))
-            await _until(actor, count + 1)
+            await until(actor, count + 1)
             assert actor.messages()[-1].text == "from another writer"
 
 
@@ -182,7 +173,7 @@ async def test_a_snapshot_by_another_writer_reaches_the_follower(tmp_path: Path)
         ):
             for n in range(6):
                 await writer.add_message(Message.user(str(n)))
-            await _until(follower, 6)
+            await until(follower, 6)
             await writer.replace(0, 3, Message.system("summary"))
             await writer.snapshot()
             with anyio.fail_after(10):
@@ -353,7 +344,7 @@ async def test_following_costs_nothing_while_the_stores_writer_is_the_files_only
         async with SQLiteStore(path) as other:
             event = make_event(3, USER, {"content": "from another store"})
             await other.commit("s7", expected_count=3, events=(event,))
-        await _until(actors[7], 4)
+        await until(actors[7], 4)
         assert actors[7].messages()[-1].text == "from another store"
         assert not monitor._solo
         assert [actor.log.count for actor in actors] == [4 if i == 7 else 3 for i in range(40)]
@@ -375,13 +366,13 @@ async def test_a_writer_already_on_the_file_is_noticed_when_it_commits(tmp_path:
             await other.commit(
                 "s", expected_count=1, events=(make_event(1, USER, {"content": "1"}),)
             )
-            await _until(actor, 2)
+            await until(actor, 2)
             for n in range(2, 12, 2):
                 await actor.add_message(Message.user(str(n)))
                 await other.commit(
                     "s", expected_count=n + 1, events=(make_event(n + 1, USER, {"content": "x"}),)
                 )
-            await _until(actor, 12)
+            await until(actor, 12)
             assert actor.log.count == 12
             assert store._own is not None
             assert store._own.shared
@@ -449,7 +440,7 @@ async def _follow_processes(path: Path) -> None:
                 await actor.add_message(Message.user("ours"))
                 while not lines.next(timeout=60).startswith("done"):
                     pass
-                await _until(actor, 32)
+                await until(actor, 32)
         async with SessionActor.open(session_id="t", store=store) as actor:
             await actor.add_message(Message.user("ours, first"))
             monitor = store._monitor
@@ -459,7 +450,7 @@ async def _follow_processes(path: Path) -> None:
                 lines = Lines(second)
                 while not lines.next(timeout=60).startswith("done"):
                     pass
-                await _until(actor, 31)
+                await until(actor, 31)
             texts = [message.text for message in actor.messages()]
             assert texts[0] == "ours, first"
             assert texts[1:] == [f"late 0 {n}" for n in range(30)]
@@ -481,7 +472,7 @@ def test_a_follower_on_a_plain_event_loop_starts_its_task_when_a_head_comes(
             SessionActor.open(session_id="s", store=other, follow=False) as writer,
         ):
             await writer.add_message(Message.user("from the other store"))
-            await _until(follower, 1)
+            await until(follower, 1)
             return [message.text for message in follower.messages()]
 
     if runner == "trio.run":
