@@ -252,7 +252,7 @@ def fork_row(
         raise fork_exists(new_session_id)
     # It may have replaced a session that held nothing yet: its commit ids (an empty
     # commit's) are not the fork's. (A fork has no rows of its own to lose.)
-    for statement in statements.deletes[:-1]:
+    for statement in statements.delete_rows:
         connection.execute(statement, (new_session_id,))
 
 

@@ -466,11 +466,13 @@ class Statements(_ErasureStatements, _KeyStatements):
         self.idle = self._statement(
             "SELECT count, active FROM {sessions} WHERE name = %s FOR UPDATE"
         )
+        # A session's rows in every table but the sessions table, then its row there.
+        self.delete_rows = tuple(
+            sql.SQL("DELETE FROM {} WHERE session = %s").format(table)
+            for table in (self.events, self.keys, self.commits, self.kept)
+        )
         self.deletes = (
-            *(
-                sql.SQL("DELETE FROM {} WHERE session = %s").format(table)
-                for table in (self.events, self.keys, self.commits, self.kept)
-            ),
+            *self.delete_rows,
             self._statement("DELETE FROM {sessions} WHERE name = %s"),
         )
         _ErasureStatements.__init__(self)
