@@ -141,18 +141,23 @@ class MemoryStore(Erasing, StoreBase):
         if not session.shares or session.parent is None or session.fork_point is None:
             return {}, {}
         parent = self._sessions[session.parent]
-        keys, kept = self._inherited(parent)
+        inherited, inherited_kept = self._inherited(parent)
         point = session.fork_point
-        keys.update(parent.keys)
-        kept.update(parent.kept)
-        return (
-            {
-                key: (first, size)
-                for key, (first, size) in keys.items()
-                if first + size <= point + 1
-            },
-            {seq: event for seq, event in kept.items() if seq <= point},
-        )
+        # Each level is cut at the fork point before the nearer one is laid over it: a key the
+        # parent committed again after the point must not hide the one it inherited before.
+        keys = {
+            key: (first, size)
+            for level in (inherited, parent.keys)
+            for key, (first, size) in level.items()
+            if first + size <= point + 1
+        }
+        kept = {
+            seq: event
+            for level in (inherited_kept, parent.kept)
+            for seq, event in level.items()
+            if seq <= point
+        }
+        return keys, kept
 
     def _own_copy(self, session: _Session) -> None:
         """Give a sharing fork its own copy of what it shares (before the parent changes):

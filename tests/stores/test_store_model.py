@@ -592,3 +592,26 @@ async def test_a_rebase_behind_a_forks_point_returns_the_events_it_shares(
         assert [e.seq for e in done.events] == [3]
     finally:
         await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_key_a_parent_commits_again_after_the_fork_point_hides_nothing_from_its_fork(
+    stores: Callable[[], Store],
+) -> None:
+    """A fork of a fork answers the keys of the whole lineage up to its point: a key its
+    parent inherited (from the grandparent, before the point) and committed again after the
+    point is still answered as the grandparent's. The MemoryStore laid the parent's own keys
+    over the inherited ones before cutting them at the point, and lost it (found on Python
+    3.13's run of the model)."""
+    store: Any = stores()
+    try:
+        await store.commit("b", expected_count=0, events=[user(0, "b0")], keys=[("k1", 0, 1)])
+        await store.fork("b", "a", at=0)
+        await store.fork("a", "c", at=0)
+        await store.commit_rebased(
+            "a", expected_count=1, events=[user(1, "t1")], keys=[("k1", 1, 1)]
+        )
+        assert dict((await store.read("a")).keys) == {"k1": (1, 1)}
+        assert dict((await store.read("c")).keys) == {"k1": (0, 1)}
+    finally:
+        await store.aclose()
