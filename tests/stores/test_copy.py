@@ -4,6 +4,7 @@ with their kept events, erasures, metadata, and forks as forks when their parent
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,27 @@ async def test_a_session_whose_copy_fails_half_way_is_not_left_half_written() ->
     report = await copy_sessions(source, target)  # again: what is there is skipped
     assert report.skipped == (("b", "the target holds a session of that id"),)
     assert (await target.read("a")).kept == (await source.read("a")).kept
+
+
+async def test_a_fork_is_not_linked_to_a_later_session_of_its_parents_name(
+    stores: tuple[Store, Store],
+) -> None:
+    # The fork's parent was deleted and a new session made under its name, holding the very
+    # same events: the fork took nothing from that one, so its copy must not share its rows
+    # (an erasure there would reach it).
+    source, target = stores
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    async with SessionActor.open(session_id="p", store=source) as actor:
+        await actor.append("x.app.note", {"n": 1}, time=when)
+        await actor.fork("f")
+    await source.delete("p")
+    async with SessionActor.open(session_id="p", store=source) as actor:
+        await actor.append("x.app.note", {"n": 1}, time=when)
+    assert (await source.read("f")).parent == "p"  # the name is all the source says
+    report = await copy_sessions(source, target)
+    assert report.copied == ("p", "f")
+    assert report.forked == ()
+    assert report.unlinked == (("f", "its parent 'p' is another session by now"),)
+    back = await target.read("f")
+    assert back.parent is None
+    assert list(back.events) == list((await source.read("f")).events)
