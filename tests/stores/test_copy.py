@@ -19,7 +19,13 @@ from tests.support.erasure import Backend, make_backend
 
 pytestmark = pytest.mark.anyio
 
-PAIRS = [("memory", "sqlite"), ("sqlite", "memory"), ("sqlite", "postgres"), ("postgres", "sqlite")]
+PAIRS = [
+    ("memory", "sqlite"),
+    ("sqlite", "memory"),
+    ("sqlite", "postgres"),
+    ("postgres", "sqlite"),
+    ("postgres", "postgres"),
+]
 
 
 @pytest.fixture(params=PAIRS, ids=[f"{a}-to-{b}" for a, b in PAIRS])
