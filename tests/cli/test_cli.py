@@ -1219,7 +1219,7 @@ def test_copy_moves_sessions_to_another_store_and_only_reads_its_own(
 def test_copy_refuses_a_target_that_is_its_source(stored: tuple[str, Path], tmp_path: Path) -> None:
     # A read-only file, named the same way and another: copying a store onto itself would
     # open it for writing (making its -wal and -shm files), to skip every session.
-    url, path = stored
+    _, path = stored
     source = tmp_path / "source.sqlite3"
     source.write_bytes(path.read_bytes())
     source.chmod(0o444)
