@@ -398,3 +398,26 @@ async def test_a_fork_whose_reply_is_lost_is_deleted_and_made_again() -> None:
     report = await copy_sessions(source, target, ["a", "a-late"])
     assert report.forked == ("a-late",)
     await _same(source, target, "a-late")
+
+
+async def test_the_target_lists_the_copies_by_their_metadata(stores: tuple[Store, Store]) -> None:
+    source, target = stores
+    await _fill(source)
+    async with SessionActor.open(session_id="b", store=source) as actor:
+        await actor.set_metadata(SessionMetadata(owner="bob", tags=("t",)))
+        await actor.fork("b-fork")
+    async with SessionActor.open(session_id="b-fork", store=source) as actor:
+        await actor.set_metadata(SessionMetadata(owner="carl"))
+    await copy_sessions(source, target)
+    assert supports(source, ListingStore)
+    assert supports(target, ListingStore)
+    for where in ({"owner": "ann"}, {"owner": "bob"}, {"owner": "carl"}):
+        listed = [
+            sorted(
+                (entry.session_id, entry.metadata, entry.count)
+                for entry in (await store.list_sessions(where=where)).sessions
+            )
+            for store in (source, target)
+        ]
+        assert listed[0]
+        assert listed[1] == listed[0]
