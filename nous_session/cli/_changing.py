@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 import anyio
@@ -33,6 +34,9 @@ from nous_session.stores import Store, copy_sessions, open_store
 async def _copy(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     """Copy sessions from ``store`` (opened read-only) to the store ``--to`` names."""
     target = open_store(args.to)
+    if _same_store(store, target):
+        await target.aclose()  # before it was used: nothing opened, nothing written
+        raise CommandError(f"--to names the store the sessions are copied from ({args.to})")
     try:
         report = await copy_sessions(store, target, args.sessions or None)
     finally:
@@ -55,6 +59,20 @@ async def _copy(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"  {session_id!r} is a whole session there, not a fork: {why}\n")
     for session_id, why in report.skipped:
         out.write(f"  skipped {session_id!r}: {why}\n")
+
+
+def _same_store(one: Store, other: Store) -> bool:
+    """Whether two stores are one: the same SQLite file (however named), or the same URL
+    (and schema) of another kind; each ``memory:`` store is its own."""
+    paths = getattr(one, "path", None), getattr(other, "path", None)
+    if all(isinstance(path, str) and path != ":memory:" for path in paths):
+        return Path(str(paths[0])).resolve() == Path(str(paths[1])).resolve()
+    url = getattr(one, "url", None)
+    return (
+        url == getattr(other, "url", None)
+        and url not in (None, "memory:", "sqlite:///:memory:")
+        and getattr(one, "schema", None) == getattr(other, "schema", None)
+    )
 
 
 async def _fork(store: Store, args: argparse.Namespace, out: TextIO) -> None:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 import anyio
 import attrs
 
 from nous_session.errors import NousSessionError
 from nous_session.event import Event
-from nous_session.stores.base import ForkingStore, SessionInfo, Store, Stored, supports
+from nous_session.stores.base import (
+    ForkingStore,
+    ListingStore,
+    SessionInfo,
+    Store,
+    Stored,
+    supports,
+)
 
 __all__ = ["CopyError", "CopyReport", "copy_sessions"]
 
@@ -80,6 +88,7 @@ async def copy_sessions(
         missing = [session_id for session_id in chosen if session_id not in infos]
         if missing:
             raise ValueError(f"no such session in the source: {', '.join(map(repr, missing))}")
+    created = await _created(source) if any(infos[s].parent for s in chosen) else {}
     copied: list[str] = []
     forked: list[str] = []
     unlinked: list[tuple[str, str]] = []
@@ -93,7 +102,9 @@ async def copy_sessions(
             skipped.append((session_id, "a snapshot dropped every event it held"))
             continue
         try:
-            why = await _fork_in_target(target, session_id, stored)
+            why = _another_parent(session_id, stored, created) or await _fork_in_target(
+                target, session_id, stored
+            )
             if why is not None:
                 await _commit_whole(target, session_id, stored)
             await _check(target, session_id, stored, linked=why is None)
@@ -106,6 +117,32 @@ async def copy_sessions(
             unlinked.append((session_id, why))
         copied.append(session_id)
     return CopyReport(tuple(copied), tuple(forked), tuple(unlinked), tuple(skipped))
+
+
+async def _created(source: Store) -> dict[str, datetime]:
+    """When each session of ``source`` was made, when it can say (a ListingStore)."""
+    created: dict[str, datetime] = {}
+    if not supports(source, ListingStore):
+        return created
+    cursor = None
+    while True:
+        page = await source.list_sessions(order="created", limit=1000, cursor=cursor)
+        created.update((entry.session_id, entry.created) for entry in page.sessions)
+        if page.cursor is None:
+            return created
+        cursor = page.cursor
+
+
+def _another_parent(session_id: str, stored: Stored, created: dict[str, datetime]) -> str | None:
+    """Why the fork is not to be linked to the session its parent's name names now: that one
+    was made after the fork (its parent was deleted and the name used again), so the fork
+    took nothing from it, however alike their events are; None when that cannot be told."""
+    parent = stored.parent
+    if parent is None or parent not in created or session_id not in created:
+        return None
+    if created[parent] > created[session_id]:
+        return f"its parent {parent!r} is another session by now"
+    return None
 
 
 def _parents_first(chosen: Sequence[str], infos: dict[str, SessionInfo]) -> list[str]:

@@ -1214,3 +1214,21 @@ def test_copy_moves_sessions_to_another_store_and_only_reads_its_own(
     missing = cli("copy", "nope", "--to", target, store=url, check=False)
     assert missing.returncode == 1
     assert missing.stderr == "nous-session: error: no such session in the source: 'nope'\n"
+
+
+def test_copy_refuses_a_target_that_is_its_source(stored: tuple[str, Path], tmp_path: Path) -> None:
+    # A read-only file, named the same way and another: copying a store onto itself would
+    # open it for writing (making its -wal and -shm files), to skip every session.
+    _, path = stored
+    source = tmp_path / "source.sqlite3"
+    source.write_bytes(path.read_bytes())
+    source.chmod(0o444)
+    before = source.read_bytes()
+    for to in (f"sqlite:///{source}", f"sqlite:///{tmp_path}/./source.sqlite3"):
+        refused = cli("copy", "--to", to, store=f"sqlite:///{source}", check=False)
+        assert refused.returncode == 1
+        assert refused.stderr == (
+            f"nous-session: error: --to names the store the sessions are copied from ({to})\n"
+        )
+    assert source.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["source.sqlite3"]
