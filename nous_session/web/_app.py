@@ -206,11 +206,20 @@ class SessionStreams:
             return JSONResponse(
                 {"error": f"run {running!r} is going on in this thread"}, status_code=409
             )
+        # The thread is this run's from now on: another run asked for while this one's
+        # messages are appended is refused, not started beside it.
+        reserved = running is None
+        if reserved:
+            self._running[run.thread_id] = run.run_id
+        started = False
         try:
             async with self.sessions.use(run.thread_id) as session:
-                since, skip = await self._start(session, run)
+                since, skip, started = await self._start(session, run)
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
+        finally:
+            if reserved and not started and self._running.get(run.thread_id) == run.run_id:
+                del self._running[run.thread_id]
 
         async def produce(outbox: Outbox) -> None:
             async with (
@@ -225,9 +234,11 @@ class SessionStreams:
             produce, resume_notice, slow_client_timeout=self._slow_client_timeout
         )
 
-    async def _start(self, session: SessionActor, run: RunAgentInput) -> tuple[int, frozenset[str]]:
+    async def _start(
+        self, session: SessionActor, run: RunAgentInput
+    ) -> tuple[int, frozenset[str], bool]:
         """Record the run's start and the client's new messages, start the agent; the seq to
-        stream from and the message ids the client has.
+        stream from, the message ids the client has, and whether the agent was started.
 
         A run id the session has seen before is a client retrying: nothing is appended again
         and its stream is sent again from its start.
@@ -247,12 +258,11 @@ class SessionStreams:
         )
         skip = frozenset(message.id for message in run.messages)
         if started.seq < count:
-            return started.seq, skip
-        self._running[run.thread_id] = run.run_id
+            return started.seq, skip, False
         task_group = self._task_group
         assert task_group is not None  # the lifespan runs: self.sessions answered
         task_group.start_soon(self._host, run)
-        return started.seq, skip
+        return started.seq, skip, True
 
     async def _host(self, run: RunAgentInput) -> None:
         """Run the agent, then record how the run ended (in the log, for every client)."""
