@@ -226,8 +226,8 @@ def translate(
 
     ``log`` is a committed Log that holds ``event`` (a compaction's messages snapshot is the
     surface as it was right after it, or the surface of ``log`` when a snapshot dropped the
-    history that needs: an event kept before the horizon). A message whose id is in ``skip`` (the client that
-    sent it has it) gives nothing; so do the bookkeeping events.
+    history that needs: an event kept before the horizon). A message whose id is in ``skip``
+    (the client that sent it has it) gives nothing; so do the bookkeeping events.
     """
     kind = event.type
     data = event.data

@@ -41,7 +41,7 @@ from ag_ui.core import (
 )
 from ag_ui.encoder import EventEncoder
 
-from nous_session import Event, Log, SessionActor, Subscription
+from nous_session import Event, SessionActor, Subscription
 from nous_session.web._agui import (
     RUN_ERROR,
     RUN_FINISHED,
