@@ -102,3 +102,40 @@ async def test_a_resume_point_too_long_to_be_a_seq_is_named(tmp_path: Path) -> N
             assert response.json()["error"] == f"{name} must be a seq, got '{'9' * 19}...'"
         async with streams.sessions.use("t1") as session:
             assert session.log.count == 0  # nothing was written
+
+
+async def test_a_run_with_a_message_too_large_appends_none_of_its_messages(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+
+    async def agent(session: SessionActor, run: RunAgentInput) -> None:
+        ran.append(run.run_id)
+
+    async with serving(tmp_path, agent) as (client, streams):
+        messages = [
+            {"id": "u1", "role": "user", "content": "fine"},
+            {"id": "u2", "role": "user", "content": "x" * (5 * 1024 * 1024)},
+        ]
+        response = await client.post("/run", json=run_input("t1", "r1", messages))
+        assert response.status_code == 400
+        assert "over the limit" in response.json()["error"]
+        async with streams.sessions.use("t1") as session:
+            assert session.log.count == 0  # not the first message either
+        # The same run without the large message is a run, not a retry of a refused one.
+        response = await client.post("/run", json=run_input("t1", "r1", messages[:1]))
+        assert types(parse(response.content)) == ["RUN_STARTED", "RUN_FINISHED"]
+        assert ran == ["r1"]
+
+
+async def silent(session: SessionActor, run: RunAgentInput) -> None:
+    """An agent that says nothing."""
+
+
+async def test_a_message_sent_twice_in_one_run_is_appended_once(tmp_path: Path) -> None:
+    async with serving(tmp_path, silent) as (client, streams):
+        hello = {"id": "u1", "role": "user", "content": "hi"}
+        response = await client.post("/run", json=run_input("t1", "r1", [hello, hello]))
+        assert types(parse(response.content)) == ["RUN_STARTED", "RUN_FINISHED"]
+        async with streams.sessions.use("t1") as session:
+            assert [m.text for m in session.messages()] == ["hi"]
