@@ -310,7 +310,7 @@ class SessionStreams:
             return refused
         try:
             since, why = resume_point(request)
-            await self.sessions.get(thread_id)  # a bad id is a 400, not a stream that ends
+            await self._check_resume_point(thread_id, since, why)
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
         start = None if why == "start" else since
@@ -323,6 +323,27 @@ class SessionStreams:
             produce, resume_notice, slow_client_timeout=self._slow_client_timeout
         )
 
+    async def _check_resume_point(self, thread_id: str, since: int, why: str) -> None:
+        """Open the thread and check that a stream may start at ``since`` (its end at most).
+
+        A point past the end is first checked against the store (another worker may have
+        committed what this one has not read yet).
+
+        Raises:
+            ValueError: a bad thread id, or ``since`` is past the thread's end (a cursor of
+                another thread: the stream would skip what comes next).
+        """
+        async with self.sessions.use(thread_id) as session:
+            if since <= session.log.count:
+                return
+            count = (await session.reload()).count
+        if since > count:
+            given = since - 1 if why == "Last-Event-ID" else since
+            raise ValueError(
+                f"{why} {given} is past the end of thread {thread_id!r} ({count} events):"
+                f" a cursor of another thread?"
+            )
+
     async def _events(self, request: Request) -> Response:
         thread_id = request.path_params["thread_id"]
         refused = await self._checked(request, thread_id, "read")
@@ -330,7 +351,7 @@ class SessionStreams:
             return refused
         try:
             since, why = resume_point(request)
-            await self.sessions.get(thread_id)
+            await self._check_resume_point(thread_id, since, why)
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
         logger.info("stream of %r from seq %d (%s)", thread_id, since, why)

@@ -139,3 +139,38 @@ async def test_a_message_sent_twice_in_one_run_is_appended_once(tmp_path: Path) 
         assert types(parse(response.content)) == ["RUN_STARTED", "RUN_FINISHED"]
         async with streams.sessions.use("t1") as session:
             assert [m.text for m in session.messages()] == ["hi"]
+
+
+async def test_a_resume_point_past_the_end_of_the_thread_is_refused(tmp_path: Path) -> None:
+    release = anyio.Event()
+
+    async def waiting(session: SessionActor, run: RunAgentInput) -> None:
+        await release.wait()
+        await session.add_message(Message.assistant("done"))
+
+    async with serving(tmp_path, waiting) as (client, streams):
+        async with anyio.create_task_group() as task_group:
+            hello = [{"id": "u1", "role": "user", "content": "hi"}]
+
+            async def run() -> None:
+                await client.post("/run", json=run_input("t1", "r1", hello))
+
+            task_group.start_soon(run)
+            async with streams.sessions.use("t1") as session:
+                async with session.subscribe(1) as events:
+                    async for _ in events:
+                        break  # the run has started: the thread holds seqs 0 and 1
+            # A cursor from another thread (or another store): past this one's end, it
+            # would skip what comes next, this run's end among it.
+            with anyio.fail_after(10):
+                for response in (
+                    await client.get("/connect?thread_id=t1", headers={"Last-Event-ID": "7"}),
+                    await client.get("/threads/t1/events", headers={"Last-Event-ID": "7"}),
+                    await client.get("/threads/t1/events", params={"since": "3"}),
+                ):
+                    assert response.status_code == 400
+                    assert "past the end of thread 't1'" in response.json()["error"]
+            release.set()
+        # The end is a place to resume from: nothing follows it yet.
+        response = await client.get("/connect?thread_id=t1", headers={"Last-Event-ID": "3"})
+        assert types(parse(response.content)) == ["RUN_STARTED", "RUN_FINISHED"]
