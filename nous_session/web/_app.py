@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from nous_session import CompactionPolicy, Message, SessionActor, Sessions, Store
+from nous_session import CompactionPolicy, SessionActor, Sessions, Store
 from nous_session.web._agui import (
     RUN_ERROR,
     RUN_FINISHED,
@@ -246,19 +246,18 @@ class SessionStreams:
         log = session.log
         known, count = known_message_ids(log), log.count
         # The client's messages first: a client that resumes the run's stream after its
-        # start is not sent back what it sent. They and the start marker are appended at
-        # once, all or none: a message the session refuses (too large) leaves nothing behind.
-        items: list[Message | tuple[str, dict[str, Any]]] = []
+        # start is not sent back what it sent. Each is appended with a key of its id, which
+        # the store keeps through an erasure (that drops the id from the message's metadata):
+        # a client that resends an erased message does not bring it back.
         for given in run.messages:
             if is_known(given.id, known, count):
                 continue
-            known.add(given.id)  # an id twice in one request is one message
             message = from_agui(given)
             if message is not None:
-                items.append(message)
-        items.append((RUN_STARTED, {"run_id": run.run_id}))
-        events = await session.append_many(items, key=f"ag-ui-run:{run.run_id}")
-        started = events[-1]
+                await session.add_message(message, key=f"ag-ui-message:{given.id}")
+        started = await session.append(
+            RUN_STARTED, {"run_id": run.run_id}, key=f"ag-ui-run:{run.run_id}"
+        )
         skip = frozenset(message.id for message in run.messages)
         if started.seq < count:
             return started.seq, skip, False
