@@ -43,6 +43,7 @@ __all__ = [
     "RUN_FINISHED",
     "RUN_STARTED",
     "arguments_text",
+    "as_of",
     "from_agui",
     "known_message_ids",
     "message_id",
@@ -224,8 +225,9 @@ def translate(
     """The AG-UI events that stand for one committed event of the thread's session.
 
     ``log`` is a committed Log that holds ``event`` (a compaction's messages snapshot is the
-    surface as it was right after it). A message whose id is in ``skip`` (the client that
-    sent it has it) gives nothing; so do the bookkeeping events.
+    surface as it was right after it, or the surface of ``log`` when a snapshot dropped the
+    history that needs: an event kept before the horizon). A message whose id is in ``skip``
+    (the client that sent it has it) gives nothing; so do the bookkeeping events.
     """
     kind = event.type
     data = event.data
@@ -240,7 +242,7 @@ def translate(
         # Events were erased (here or in another process): the snapshot replaces the text a
         # client shows with the erased form, and the custom event names the seqs and the
         # messages' ids, for a client that keeps copies of its own.
-        snapshot = messages_snapshot(log.upto(event.seq))
+        snapshot = messages_snapshot(as_of(log, event.seq))
         seqs = data.get("seqs")
         erased = set(seqs) if isinstance(seqs, list) else set()
         # An erased message lost the id its client gave it (with its metadata): its id is
@@ -251,7 +253,7 @@ def translate(
     if event.op is not None:
         # A surface operation (a compaction's summary, a removal, a rewind...): the surface
         # changed otherwise than by one more message.
-        return [messages_snapshot(log.upto(event.seq))]
+        return [messages_snapshot(as_of(log, event.seq))]
     if kind in _TEXT_ROLES or kind is EventType.TOOL_RESULT:
         identifier = message_id(event.seq, data.get("metadata"))
         return [] if identifier in skip else list(_message_events(event, identifier))
@@ -291,6 +293,15 @@ def agui_messages(log: Log) -> list[AgUiMessage]:
         previous = seq
         messages.append(_to_agui(seq, index, message))
     return messages
+
+
+def as_of(log: Log, seq: int) -> Log:
+    """The log right after ``seq``, or ``log`` itself when a snapshot dropped what that
+    needs (the surface it gives is then newer, never older)."""
+    try:
+        return log.upto(seq)
+    except ValueError:
+        return log
 
 
 def messages_snapshot(log: Log) -> MessagesSnapshotEvent:

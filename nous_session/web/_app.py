@@ -206,11 +206,20 @@ class SessionStreams:
             return JSONResponse(
                 {"error": f"run {running!r} is going on in this thread"}, status_code=409
             )
+        # The thread is this run's from now on: another run asked for while this one's
+        # messages are appended is refused, not started beside it.
+        reserved = running is None
+        if reserved:
+            self._running[run.thread_id] = run.run_id
+        started = False
         try:
             async with self.sessions.use(run.thread_id) as session:
-                since, skip = await self._start(session, run)
+                since, skip, started = await self._start(session, run)
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
+        finally:
+            if reserved and not started and self._running.get(run.thread_id) == run.run_id:
+                del self._running[run.thread_id]
 
         async def produce(outbox: Outbox) -> None:
             async with (
@@ -225,9 +234,11 @@ class SessionStreams:
             produce, resume_notice, slow_client_timeout=self._slow_client_timeout
         )
 
-    async def _start(self, session: SessionActor, run: RunAgentInput) -> tuple[int, frozenset[str]]:
+    async def _start(
+        self, session: SessionActor, run: RunAgentInput
+    ) -> tuple[int, frozenset[str], bool]:
         """Record the run's start and the client's new messages, start the agent; the seq to
-        stream from and the message ids the client has.
+        stream from, the message ids the client has, and whether the agent was started.
 
         A run id the session has seen before is a client retrying: nothing is appended again
         and its stream is sent again from its start.
@@ -235,7 +246,9 @@ class SessionStreams:
         log = session.log
         known, count = known_message_ids(log), log.count
         # The client's messages first: a client that resumes the run's stream after its
-        # start is not sent back what it sent.
+        # start is not sent back what it sent. Each is appended with a key of its id, which
+        # the store keeps through an erasure (that drops the id from the message's metadata):
+        # a client that resends an erased message does not bring it back.
         for given in run.messages:
             if is_known(given.id, known, count):
                 continue
@@ -247,12 +260,11 @@ class SessionStreams:
         )
         skip = frozenset(message.id for message in run.messages)
         if started.seq < count:
-            return started.seq, skip
-        self._running[run.thread_id] = run.run_id
+            return started.seq, skip, False
         task_group = self._task_group
         assert task_group is not None  # the lifespan runs: self.sessions answered
         task_group.start_soon(self._host, run)
-        return started.seq, skip
+        return started.seq, skip, True
 
     async def _host(self, run: RunAgentInput) -> None:
         """Run the agent, then record how the run ended (in the log, for every client)."""
@@ -297,7 +309,7 @@ class SessionStreams:
             return refused
         try:
             since, why = resume_point(request)
-            await self.sessions.get(thread_id)  # a bad id is a 400, not a stream that ends
+            await self._check_resume_point(thread_id, since, why)
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
         start = None if why == "start" else since
@@ -310,6 +322,27 @@ class SessionStreams:
             produce, resume_notice, slow_client_timeout=self._slow_client_timeout
         )
 
+    async def _check_resume_point(self, thread_id: str, since: int, why: str) -> None:
+        """Open the thread and check that a stream may start at ``since`` (its end at most).
+
+        A point past the end is first checked against the store (another worker may have
+        committed what this one has not read yet).
+
+        Raises:
+            ValueError: a bad thread id, or ``since`` is past the thread's end (a cursor of
+                another thread: the stream would skip what comes next).
+        """
+        async with self.sessions.use(thread_id) as session:
+            if since <= session.log.count:
+                return
+            count = (await session.reload()).count
+        if since > count:
+            given = since - 1 if why == "Last-Event-ID" else since
+            raise ValueError(
+                f"{why} {given} is past the end of thread {thread_id!r} ({count} events):"
+                f" a cursor of another thread?"
+            )
+
     async def _events(self, request: Request) -> Response:
         thread_id = request.path_params["thread_id"]
         refused = await self._checked(request, thread_id, "read")
@@ -317,7 +350,7 @@ class SessionStreams:
             return refused
         try:
             since, why = resume_point(request)
-            await self.sessions.get(thread_id)
+            await self._check_resume_point(thread_id, since, why)
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
         logger.info("stream of %r from seq %d (%s)", thread_id, since, why)

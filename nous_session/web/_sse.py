@@ -49,6 +49,8 @@ BUFFERED: Final = 64
 SLOW_CLIENT_SECONDS: Final = 10.0
 # A write to the connection that waits this many times as long drops the connection.
 STUCK_FACTOR: Final = 6
+# The most digits a seq is written with (a 64-bit integer's).
+_SEQ_DIGITS: Final = 19
 
 Chunk: TypeAlias = ServerSentEvent | bytes
 """What a producer sends: an SSE message, or bytes already encoded as SSE."""
@@ -126,10 +128,12 @@ def resume_point(request: Request) -> tuple[int, str]:
         ("since", request.query_params.get("since"), 0),
     ):
         if value:
-            seq = int(value) + after if value.isdecimal() else -1
-            if seq < 0:
-                raise ValueError(f"{name} must be a seq, got {value!r}")
-            return seq, name
+            # A seq is ASCII digits, no longer than a 64-bit integer is written (a longer
+            # value is no seq of any log, and one of thousands of digits int() refuses).
+            if not (value.isascii() and value.isdecimal() and len(value) <= _SEQ_DIGITS):
+                shown = value if len(value) <= _SEQ_DIGITS else f"{value[:_SEQ_DIGITS]}..."
+                raise ValueError(f"{name} must be a seq, got {shown!r}")
+            return int(value) + after, name
     return 0, "start"
 
 

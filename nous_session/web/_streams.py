@@ -41,13 +41,14 @@ from ag_ui.core import (
 )
 from ag_ui.encoder import EventEncoder
 
-from nous_session import Event, Log, SessionActor, Subscription
+from nous_session import Event, SessionActor, Subscription
 from nous_session.web._agui import (
     RUN_ERROR,
     RUN_FINISHED,
     RUN_MARKERS,
     RUN_STARTED,
     arguments_text,
+    as_of,
     content_text,
     live_id,
     messages_snapshot,
@@ -88,15 +89,6 @@ def encode(events: Iterable[BaseEvent], seq: int | None) -> bytes:
     if encoded and seq is not None:
         encoded[-1] = f"id: {seq}\n{encoded[-1]}"
     return "".join(encoded).encode()
-
-
-def _as_of(log: Log, seq: int) -> Log:
-    """The log right after ``seq``, or ``log`` itself when a snapshot dropped what that
-    needs (the surface it gives is then newer, never older)."""
-    try:
-        return log.upto(seq)
-    except ValueError:
-        return log
 
 
 def active_run(events: Iterable[Event]) -> tuple[str | None, str | None]:
@@ -170,7 +162,7 @@ class _Relay:
     def committed(self, event: Event) -> list[BaseEvent]:
         """The AG-UI events for a committed event, reconciled with the live drafts."""
         self.position = event.seq
-        log = _as_of(self.session.log, event.seq)
+        log = as_of(self.session.log, event.seq)
         draft = live_id(event)
         if draft is not None:
             self.done.add(draft)
@@ -279,7 +271,7 @@ class _Relay:
         """A messages snapshot of the surface as this stream has sent it so far."""
         if self.position < 0:
             return MessagesSnapshotEvent(messages=[])
-        return messages_snapshot(_as_of(self.session.log, self.position))
+        return messages_snapshot(as_of(self.session.log, self.position))
 
 
 # A stream's step for one committed event: what to send, and whether the stream ends there.

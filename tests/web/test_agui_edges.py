@@ -1,0 +1,171 @@
+"""The AG-UI endpoints at their edges: resume points around a snapshot's horizon, runs
+started at once on one thread, resume points too long to be a seq."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from ag_ui.core import RunAgentInput
+
+from nous_session import Message, SessionActor
+from nous_session.web import SessionStreams, create_app
+from tests.web.test_agui_streams import BASE, parse, run_input, types
+
+pytestmark = pytest.mark.anyio
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path, agent: Any = None
+) -> AsyncIterator[tuple[httpx.AsyncClient, SessionStreams]]:
+    app = create_app(f"sqlite:///{tmp_path / 'agui.sqlite3'}", agent)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            yield client, app.state.streams
+
+
+async def test_a_resume_before_a_snapshots_horizon_gets_the_surface_operations_it_kept(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as (client, streams):
+        async with streams.sessions.use("t1") as session:
+            await session.add_message(Message.user("a"))  # 0
+            await session.add_message(Message.assistant("b"))  # 1
+            await session.replace(0, 1, Message.system("summary"))  # 2: kept by the snapshot
+            await session.add_message(Message.user("c"))  # 3
+            await session.snapshot()  # drops 0 and 1: the horizon is 4
+            await session.add_message(Message.user("d"))  # 4
+            assert [event.seq for event in session.log.events()] == [2, 3, 4]
+        for cut in ("0", "1"):
+            response = await client.get(
+                "/connect", params={"thread_id": "t1"}, headers={"Last-Event-ID": cut}
+            )
+            assert response.status_code == 200
+            events = parse(response.content)
+            assert types(events)[0] == "RUN_STARTED"
+            assert types(events)[-1] == "RUN_FINISHED"
+            # The replace at seq 2 as the surface (no older one is held), then c and d.
+            snapshot = next(event for _, event in events if event["type"] == "MESSAGES_SNAPSHOT")
+            assert [m["content"] for m in snapshot["messages"]] == ["summary", "c", "d"]
+            assert [identifier for identifier, _ in events if identifier] == [cut, "2", "3", "4"]
+
+
+async def test_runs_started_at_once_on_one_thread_run_one_agent(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    async def agent(session: SessionActor, run: RunAgentInput) -> None:
+        ran.append(run.run_id)
+        await session.add_message(Message.assistant(f"answer to {run.run_id}"))
+
+    async with serving(tmp_path, agent) as (client, streams):
+        codes: dict[str, int] = {}
+
+        async def post(run: str) -> None:
+            hello = [{"id": f"u-{run}", "role": "user", "content": "hi"}]
+            codes[run] = (await client.post("/run", json=run_input("t1", run, hello))).status_code
+
+        async with anyio.create_task_group() as task_group:
+            for run in ("r1", "r2", "r3"):
+                task_group.start_soon(post, run)
+        assert sorted(codes.values()) == [200, 409, 409]
+        assert len(ran) == 1
+        (winner,) = ran
+        assert codes[winner] == 200
+        async with streams.sessions.use("t1") as session:
+            # The refused runs appended nothing: only the winner's message and answer.
+            assert [m.text for m in session.messages()] == ["hi", f"answer to {winner}"]
+        # The thread is free again once the run has ended; a retry of the run is not refused.
+        again = run_input("t1", winner, [{"id": f"u-{winner}", "role": "user", "content": "hi"}])
+        assert (await client.post("/run", json=again)).status_code == 200
+        later = run_input("t1", "r4", [{"id": "u-r4", "role": "user", "content": "more"}])
+        assert (await client.post("/run", json=later)).status_code == 200
+        assert ran == [winner, "r4"]
+
+
+async def test_a_resume_point_too_long_to_be_a_seq_is_named(tmp_path: Path) -> None:
+    async with serving(tmp_path) as (client, streams):
+        huge = "9" * 5000
+        header = {"Last-Event-ID": huge}
+        for response, name in (
+            (await client.get("/threads/t1/events", headers=header), "Last-Event-ID"),
+            (await client.get("/connect?thread_id=t1", headers=header), "Last-Event-ID"),
+            (await client.get("/connect", params={"thread_id": "t1", "since": huge}), "since"),
+        ):
+            assert response.status_code == 400
+            assert response.json()["error"] == f"{name} must be a seq, got '{'9' * 19}...'"
+        async with streams.sessions.use("t1") as session:
+            assert session.log.count == 0  # nothing was written
+
+
+async def silent(session: SessionActor, run: RunAgentInput) -> None:
+    """An agent that says nothing."""
+
+
+async def test_a_message_sent_twice_in_one_run_is_appended_once(tmp_path: Path) -> None:
+    async with serving(tmp_path, silent) as (client, streams):
+        hello = {"id": "u1", "role": "user", "content": "hi"}
+        response = await client.post("/run", json=run_input("t1", "r1", [hello, hello]))
+        assert types(parse(response.content)) == ["RUN_STARTED", "RUN_FINISHED"]
+        async with streams.sessions.use("t1") as session:
+            assert [m.text for m in session.messages()] == ["hi"]
+
+
+async def test_a_resume_point_past_the_end_of_the_thread_is_refused(tmp_path: Path) -> None:
+    release = anyio.Event()
+
+    async def waiting(session: SessionActor, run: RunAgentInput) -> None:
+        await release.wait()
+        await session.add_message(Message.assistant("done"))
+
+    async with serving(tmp_path, waiting) as (client, streams):
+        async with anyio.create_task_group() as task_group:
+            hello = [{"id": "u1", "role": "user", "content": "hi"}]
+
+            async def run() -> None:
+                await client.post("/run", json=run_input("t1", "r1", hello))
+
+            task_group.start_soon(run)
+            async with streams.sessions.use("t1") as session:
+                async with session.subscribe(1) as events:
+                    async for _ in events:
+                        break  # the run has started: the thread holds seqs 0 and 1
+            # A cursor from another thread (or another store): past this one's end, it
+            # would skip what comes next, this run's end among it.
+            with anyio.fail_after(10):
+                for response in (
+                    await client.get("/connect?thread_id=t1", headers={"Last-Event-ID": "7"}),
+                    await client.get("/threads/t1/events", headers={"Last-Event-ID": "7"}),
+                    await client.get("/threads/t1/events", params={"since": "3"}),
+                ):
+                    assert response.status_code == 400
+                    assert "past the end of thread 't1'" in response.json()["error"]
+            release.set()
+        # The end is a place to resume from: nothing follows it yet.
+        response = await client.get("/connect?thread_id=t1", headers={"Last-Event-ID": "3"})
+        assert types(parse(response.content)) == ["RUN_STARTED", "RUN_FINISHED"]
+
+
+async def test_a_message_erased_and_sent_again_by_a_stale_client_is_not_appended_again(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, silent) as (client, streams):
+        secret = {"id": "u1", "role": "user", "content": "I live at 12 Rue des Lilas"}
+        await client.post("/run", json=run_input("t1", "r1", [secret]))
+        async with streams.sessions.use("t1") as session:
+            await session.erase([0], reason="asked to")
+        # A tab that was closed during the erasure still holds the message, and resends it
+        # with its history on its next run.
+        again = [secret, {"id": "u2", "role": "user", "content": "hello"}]
+        response = await client.post("/run", json=run_input("t1", "r2", again))
+        assert response.status_code == 200
+        async with streams.sessions.use("t1") as session:
+            texts = [m.text for m in session.messages()]
+        assert not any("Rue des Lilas" in text for text in texts), texts
+        assert texts[-1] == "hello"
