@@ -512,28 +512,9 @@ class NousSession:
             head = list(expected[0].items[:offset])  # its items before `start` stay
             messages = [item_message(item) for item in [*head, *output]]
 
-            async def edit(actor: SessionActor) -> bool:
-                current = _entries(await actor.reload())
-                if not current or current[-1].seq != expected[-1].seq:
-                    return False  # the suffix read is no longer the newest
-                seqs = [entry.seq for entry in expected]
-                first, last = expected[0].position, expected[-1].position
-                if not await _conditionally(actor.replace(first, last, messages, expect=seqs)):
-                    return False
-                if prune_prefix is not None:
-                    try:
-                        await _prune(actor, prune_prefix, before=first)
-                    except (StoreError, OutcomeUnknownError) as error:
-                        # The replacement committed: a StoreError would say it did not. The
-                        # prefix stays (EncryptedSession drops expired items as it reads).
-                        _logger.warning(
-                            "nous_session.openai_agents_prune_failed",
-                            session_id=actor.session_id,
-                            error=str(error),
-                        )
-                return True
-
-            return await self._mutate(edit)
+            return await self._mutate(
+                lambda actor: _replace_newest(actor, expected, messages, prune_prefix)
+            )
 
         return _CompactionSnapshot(
             items=cast("list[TResponseInputItem]", every[extra:]),  # as item in pop_item_if
@@ -801,6 +782,37 @@ def _locate(entries: list[_SurfaceEntry], index: int) -> tuple[int, int]:
             return number, index
         index -= len(entry.items)
     return len(entries), 0
+
+
+async def _replace_newest(
+    actor: SessionActor,
+    expected: Sequence[_SurfaceEntry],
+    messages: list[Message],
+    prune_prefix: Callable[[Any], bool] | None,
+) -> bool:
+    """Replace the surface entries ``expected`` by ``messages`` if they are still the newest
+    (False, changing nothing, when another writer changed them), then take the oldest items
+    ``prune_prefix`` accepts off the surface. A failed prune leaves the replacement standing
+    (True): it is logged, and the items stay."""
+    current = _entries(await actor.reload())
+    if not current or current[-1].seq != expected[-1].seq:
+        return False  # the suffix read is no longer the newest
+    seqs = [entry.seq for entry in expected]
+    first, last = expected[0].position, expected[-1].position
+    if not await _conditionally(actor.replace(first, last, messages, expect=seqs)):
+        return False
+    if prune_prefix is not None:
+        try:
+            await _prune(actor, prune_prefix, before=first)
+        except (StoreError, OutcomeUnknownError) as error:
+            # The replacement committed: a StoreError would say it did not. The prefix stays
+            # (EncryptedSession drops expired items as it reads).
+            _logger.warning(
+                "nous_session.openai_agents_prune_failed",
+                session_id=actor.session_id,
+                error=str(error),
+            )
+    return True
 
 
 async def _prune(actor: SessionActor, accept: Callable[[Any], bool], *, before: int) -> None:

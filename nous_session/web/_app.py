@@ -304,14 +304,10 @@ class SessionStreams:
         else:
             thread_id = request.query_params.get("thread_id", "")
             run_id = request.query_params.get("run_id") or str(uuid.uuid4())
-        refused = await self._checked(request, thread_id, "read")
-        if refused is not None:
-            return refused
-        try:
-            since, why = resume_point(request)
-            await self._check_resume_point(thread_id, since, why)
-        except ValueError as error:
-            return JSONResponse({"error": str(error)}, status_code=400)
+        resumed = await self._resume(request, thread_id)
+        if isinstance(resumed, Response):
+            return resumed
+        since, why = resumed
         start = None if why == "start" else since
 
         async def produce(outbox: Outbox) -> None:
@@ -321,6 +317,19 @@ class SessionStreams:
         return stream_response(
             produce, resume_notice, slow_client_timeout=self._slow_client_timeout
         )
+
+    async def _resume(self, request: Request, thread_id: str) -> tuple[int, str] | Response:
+        """Where a read stream of ``thread_id`` starts, ``(since, why)``, or the response that
+        refuses it: 403 from the access check, 400 for a bad thread id or resume point."""
+        refused = await self._checked(request, thread_id, "read")
+        if refused is not None:
+            return refused
+        try:
+            since, why = resume_point(request)
+            await self._check_resume_point(thread_id, since, why)
+        except ValueError as error:
+            return JSONResponse({"error": str(error)}, status_code=400)
+        return since, why
 
     async def _check_resume_point(self, thread_id: str, since: int, why: str) -> None:
         """Open the thread and check that a stream may start at ``since`` (its end at most).
@@ -345,14 +354,10 @@ class SessionStreams:
 
     async def _events(self, request: Request) -> Response:
         thread_id = request.path_params["thread_id"]
-        refused = await self._checked(request, thread_id, "read")
-        if refused is not None:
-            return refused
-        try:
-            since, why = resume_point(request)
-            await self._check_resume_point(thread_id, since, why)
-        except ValueError as error:
-            return JSONResponse({"error": str(error)}, status_code=400)
+        resumed = await self._resume(request, thread_id)
+        if isinstance(resumed, Response):
+            return resumed
+        since, why = resumed
         logger.info("stream of %r from seq %d (%s)", thread_id, since, why)
         return event_stream(
             self.sessions.use(thread_id), since, slow_client_timeout=self._slow_client_timeout
