@@ -99,14 +99,7 @@ async def test_every_session_comes_as_it_is(stores: tuple[Store, Store]) -> None
     assert "no longer holds" in report.unlinked[0][1]
     assert report.skipped == ()
     for name in report.copied:  # copy_sessions compared them too: this is the test's own look
-        held, got = await source.read(name), await target.read(name)
-        assert list(got.events) == list(held.events)
-        assert (got.count, got.horizon, dict(got.keys), list(got.kept)) == (
-            held.count,
-            held.horizon,
-            dict(held.keys),
-            list(held.kept),
-        )
+        await _same(source, target, name)
     assert (await target.read("a-late-child")).parent == "a-late"
     assert (await target.read("a-early")).parent is None
     if supports(target, ListingStore):
