@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, Final
 
@@ -176,17 +176,15 @@ def _source(part: ImagePart) -> dict[str, Any]:
     return {"type": "file", "file_id": part.file_id}
 
 
-def _own_block(
-    part: Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, context: str
-) -> dict[str, Any] | None:
+def _own_block(part: Part, what: str, notes: Notes, i: int, context: str) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
-        return merge({"type": "text", "text": part.text}, extras)
+        return {"type": "text", "text": part.text}
     if isinstance(part, ImagePart):
         if part.detail not in (None, "auto"):
             notes.drop(i, f"the detail {part.detail!r} of {what}")
         if part.file_id is None:
             url_media_type(part, notes, i, what)
-        return merge({"type": "image", "source": _source(part)}, extras)
+        return {"type": "image", "source": _source(part)}
     if context != "assistant":
         notes.drop(i, what, f"{PROVIDER} takes thinking only from the model")
         return None
@@ -202,12 +200,12 @@ def _own_block(
         if part.summary:
             notes.drop(i, f"the summary of {what}")
         block = {"type": "thinking", "thinking": part.text, "signature": part.signature}
-        return merge(block, extras)
+        return block
     assert isinstance(part, RedactedThinkingPart)
     if part.provider not in (None, PROVIDER):
         notes.drop(i, what, f"it is {part.provider}'s; {PROVIDER} takes only its own")
         return None
-    return merge({"type": "redacted_thinking", "data": part.data}, extras)
+    return {"type": "redacted_thinking", "data": part.data}
 
 
 _block: Final = partial(write_part, _own_block)

@@ -244,10 +244,10 @@ class Notes:
 
 _Context = TypeVar("_Context")
 
-OwnWriter = Callable[[Part, Mapping[str, Any], str, Notes, int, _Context], dict[str, Any] | None]
-"""A provider's writer of a part in its own form: ``(part, extras, what, notes, i, context)``,
-with the provider's entry of the part's provider_data as ``extras`` and the part named ``what``
-in notes; None when the part cannot go (noted)."""
+OwnWriter = Callable[[Part, str, Notes, int, _Context], dict[str, Any] | None]
+"""A provider's writer of a part in its own form: ``(part, what, notes, i, context)``, with the
+part named ``what`` in notes; None when the part cannot go (noted). The provider's entry of the
+part's provider_data is merged into what it returns by :func:`write_part`."""
 
 
 def write_part(
@@ -258,8 +258,8 @@ def write_part(
     What every provider writes alike is written here: an OtherPart as it is, a ProviderPart of
     this provider as it is (another's is dropped, with a note), and a reference to a tool call
     where none belongs (dropped likewise). Any other part goes to ``own_form`` with ``context``
-    (the place the provider writes it in), the other providers' entries of its provider_data
-    noted.
+    (the place the provider writes it in); the provider's entry of its provider_data is merged
+    into what that returns, and the other providers' entries are noted.
     """
     what = f"{part_kind(part)} (part {j})"
     if isinstance(part, OtherPart):
@@ -273,7 +273,8 @@ def write_part(
         notes.drop(i, f"the reference to a tool call (part {j})", "only the model makes calls")
         return None
     notes.foreign(i, what, part.provider_data)
-    return own_form(part, own(part.provider_data, notes.provider), what, notes, i, context)
+    written = own_form(part, what, notes, i, context)
+    return None if written is None else merge(written, own(part.provider_data, notes.provider))
 
 
 def text_or_parts(message: Message) -> str | tuple[Part, ...]:

@@ -4,7 +4,7 @@ reader, in :mod:`nous_session.formats.gemini`, writes a message again to know it
 from __future__ import annotations
 
 import mimetypes
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, Final
 
@@ -247,13 +247,12 @@ def _part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[str, An
 
 
 def _own_camel_part(
-    part: Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, model: bool
+    part: Part, what: str, notes: Notes, i: int, model: bool
 ) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
-        return merge({"text": part.text}, extras)
+        return {"text": part.text}
     if isinstance(part, ImagePart):
-        media = _media(part, notes, i, what)
-        return None if media is None else merge(media, extras)
+        return _media(part, notes, i, what)
     if isinstance(part, ThinkingPart) and model:
         assert isinstance(part, ThinkingPart)
         if part.provider not in (None, PROVIDER):
@@ -264,7 +263,7 @@ def _own_camel_part(
         thought: dict[str, Any] = {"text": part.text, "thought": True}
         if part.signature is not None:
             thought["thoughtSignature"] = part.signature
-        return merge(thought, extras)
+        return thought
     notes.drop(i, what, f"{PROVIDER} takes it only from the model" if not model else None)
     return None
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, Final
 
@@ -83,14 +83,14 @@ def _content(message: Message, notes: Notes, i: int, context: str) -> str | list
 
 
 def _own_block(
-    part: parts.Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, context: str
+    part: parts.Part, what: str, notes: Notes, i: int, context: str
 ) -> dict[str, Any] | None:
     if isinstance(part, parts.TextPart):
         if context == "assistant":
             block = {"type": "output_text", "text": part.text, "annotations": []}
         else:
             block = {"type": "input_text", "text": part.text}
-        return merge(block, extras)
+        return block
     if isinstance(part, parts.ImagePart):
         if context == "assistant":
             notes.drop(i, what, f"{PROVIDER} takes images only from the user and from tools")
@@ -103,7 +103,7 @@ def _own_block(
         else:
             url_media_type(part, notes, i, what)
             block["image_url"] = data_url(part)
-        return merge(block, extras)
+        return block
     notes.drop(i, what)
     return None
 

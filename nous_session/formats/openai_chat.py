@@ -166,11 +166,9 @@ def _content(message: Message, notes: Notes, i: int, context: str) -> str | list
     return blocks
 
 
-def _own_block(
-    part: Part, extras: Mapping[str, Any], what: str, notes: Notes, i: int, context: str
-) -> dict[str, Any] | None:
+def _own_block(part: Part, what: str, notes: Notes, i: int, context: str) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
-        return merge({"type": "text", "text": part.text}, extras)
+        return {"type": "text", "text": part.text}
     if isinstance(part, ImagePart):
         if context != "user":
             notes.drop(i, what, f"{PROVIDER} takes images only in user messages")
@@ -182,7 +180,7 @@ def _own_block(
         image: dict[str, Any] = {"url": data_url(part)}
         if part.detail is not None:
             image["detail"] = part.detail
-        return merge({"type": "image_url", "image_url": image}, extras)
+        return {"type": "image_url", "image_url": image}
     notes.drop(i, what)
     return None
 
