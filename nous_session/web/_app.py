@@ -287,7 +287,12 @@ class SessionStreams:
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
         except StoreError as error:
-            logger.warning("run %r of %r: the store failed: %r", run.run_id, run.thread_id, error)
+            logger.warning(
+                "run %r of thread %r not started: the store failed: %r",
+                run.run_id,
+                run.thread_id,
+                error,
+            )
             return JSONResponse({"error": f"the store failed: {error}"}, status_code=503)
         finally:
             if not started:
