@@ -379,19 +379,19 @@ class SessionStreams:
             # Everything other workers committed before the lease was taken, their runs' ends
             # among it.
             await session.reload()
-            orphan, _ = active_run(session.log.events())
-            if orphan is not None:
-                logger.warning(
-                    "run %r of thread %r never ended: its server stopped", orphan, run.thread_id
-                )
-                await session.append(
-                    RUN_ERROR,
-                    {"run_id": orphan, "message": "its server stopped"},
-                    key=f"ag-ui-run-end:{orphan}",
-                )
         log = session.log
         known, count = known_message_ids(log), log.count
-        new = self._new_messages(session, run, known, count)
+        new = self._new_messages(session, run, known, count)  # bad input: nothing appended
+        orphan = active_run(log.events())[0] if lease is not None else None
+        if orphan is not None:
+            logger.warning(
+                "run %r of thread %r never ended: its server stopped", orphan, run.thread_id
+            )
+            await session.append(
+                RUN_ERROR,
+                {"run_id": orphan, "message": "its server stopped"},
+                key=f"ag-ui-run-end:{orphan}",
+            )
         # The client's messages first: a client that resumes the run's stream after its
         # start is not sent back what it sent. Each is appended with a key of its id, which
         # the store keeps through an erasure (that drops the id from the message's metadata):

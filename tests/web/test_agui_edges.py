@@ -16,6 +16,7 @@ from ag_ui.core import RunAgentInput
 
 from nous_session import Message, SessionActor, Sessions
 from nous_session.web import SessionStreams, create_app
+from nous_session.web._agui import RUN_ERROR, RUN_FINISHED, RUN_STARTED
 from tests.web.test_agui_streams import BASE, parse, run_input, types
 
 pytestmark = pytest.mark.anyio
@@ -343,3 +344,39 @@ async def test_a_run_retried_through_another_worker_is_streamed_again_not_run_ag
     async with first.router.lifespan_context(first):
         async with first.state.streams.sessions.use("t1") as session:
             assert [m.text for m in session.messages()] == ["hi", "working", "done"]
+
+
+async def test_a_run_left_unended_by_a_dead_worker_is_ended_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'agui.sqlite3'}"
+    async with Sessions(url, max_event_size=500) as sessions:
+        streams = SessionStreams(sessions, silent)
+        async with streams.lifespan():
+            async with sessions.use("t1") as session:
+                # A worker started this run and died: its lease has lapsed (it holds none).
+                await session.append(RUN_STARTED, {"run_id": "dead"}, key="ag-ui-run:dead")
+                before = stored(session)
+            transport = httpx.ASGITransport(app=streams.app)
+            async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+                big = [{"id": "u1", "role": "user", "content": "x" * 1000}]
+                response = await client.post("/run", json=run_input("t1", "r1", big))
+                assert response.status_code == 400
+                async with sessions.use("t1") as session:
+                    assert stored(session) == before  # bad input: not even the dead run's end
+                hello = [{"id": "u1", "role": "user", "content": "hi"}]
+                response = await client.post("/run", json=run_input("t1", "r1", hello))
+                assert types(parse(response.content)) == ["RUN_STARTED", "RUN_FINISHED"]
+                async with sessions.use("t1") as session:
+                    assert [(kind, data.get("run_id")) for _, kind, data in stored(session)] == [
+                        (RUN_STARTED, "dead"),
+                        (RUN_ERROR, "dead"),
+                        ("user_message", None),
+                        (RUN_STARTED, "r1"),
+                        (RUN_FINISHED, "r1"),
+                    ]
+                    assert stored(session)[1][2]["message"] == "its server stopped"
+                # A client following the thread sees the last run end (not the dead one wait).
+                with anyio.fail_after(10):
+                    response = await client.get("/connect", params={"thread_id": "t1"})
+                assert types(parse(response.content))[-1] == "RUN_FINISHED"
