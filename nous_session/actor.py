@@ -467,6 +467,12 @@ class SessionActor(HistoryOperations):
         return store.inner if isinstance(store, LoadOnlyStore) else store
 
     @property
+    def max_event_size(self) -> int | None:
+        """The largest event this actor appends, in bytes of its data as compact JSON (None:
+        no limit): a caller can check a batch against it before appending any of it."""
+        return self._max_event_size
+
+    @property
     def log(self) -> Log:
         """The latest committed Log value (an immutable snapshot)."""
         return self._state.published.log

@@ -19,6 +19,8 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from nous_session.web._agui import from_agui, messages_snapshot, translate
 from nous_session.web._app import (
+    MAX_BODY_SIZE,
+    RUN_LEASE_TTL,
     Access,
     Agent,
     Authorize,
@@ -38,8 +40,10 @@ from nous_session.web._sse import (
 )
 
 __all__ = [
+    "MAX_BODY_SIZE",
     "PING_SECONDS",
     "RETRY_MS",
+    "RUN_LEASE_TTL",
     "SLOW_CLIENT_SECONDS",
     "Access",
     "Agent",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import inspect
 import ipaddress
 import logging
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 import anyio
 import anyio.abc
@@ -19,7 +20,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from nous_session import CompactionPolicy, SessionActor, Sessions, Store
+from nous_session import CompactionPolicy, LeasingStore, Message, SessionActor, Sessions, Store
+from nous_session.errors import StoreError
+from nous_session.event import check_size, message_event
+from nous_session.stores.base import supports
 from nous_session.web._agui import (
     RUN_ERROR,
     RUN_FINISHED,
@@ -30,10 +34,20 @@ from nous_session.web._agui import (
 )
 from nous_session.web._live import LiveChannel, current_channel
 from nous_session.web._native import event_stream
+from nous_session.web._runs import BodyTooLargeError, RunLease, check_positive, read_body
 from nous_session.web._sse import SLOW_CLIENT_SECONDS, Outbox, resume_point, stream_response
-from nous_session.web._streams import connect_stream, resume_notice, run_stream
+from nous_session.web._streams import active_run, connect_stream, resume_notice, run_stream
 
-__all__ = ["Access", "Agent", "Authorize", "SessionStreams", "create_app", "is_loopback"]
+__all__ = [
+    "MAX_BODY_SIZE",
+    "RUN_LEASE_TTL",
+    "Access",
+    "Agent",
+    "Authorize",
+    "SessionStreams",
+    "create_app",
+    "is_loopback",
+]
 
 logger = logging.getLogger("nous_session.web")
 
@@ -49,6 +63,15 @@ Agent: TypeAlias = Callable[[SessionActor, RunAgentInput], Awaitable[None]]
 
 # How long a run that is cancelled (the server stops) may take to record that it ended.
 _END_GRACE = 5.0
+# How long a run asked for on a thread whose last run has ended, but whose lease another
+# worker has not released yet, waits for it (polling every _HANDOVER_POLL) before a 409.
+_HANDOVER = 2.0
+_HANDOVER_POLL = 0.05
+MAX_BODY_SIZE: Final = 8 * 1024 * 1024
+"""The largest request body (bytes) ``POST /run`` and ``POST /connect`` take by default: an
+AG-UI client sends the thread's whole history with every run."""
+RUN_LEASE_TTL: Final = 30.0
+"""How long (seconds) a thread stays claimed by a run whose worker stopped renewing it."""
 
 
 def is_loopback(request: Request) -> bool:
@@ -78,7 +101,11 @@ class SessionStreams:
     Routes of ``app``:
 
     * ``POST /run``: an AG-UI ``RunAgentInput``; appends the messages the session does not
-      hold yet (by message id), starts the agent and streams the run.
+      hold yet (by message id), starts the agent and streams the run. A thread runs one run
+      at a time: another run asked for meanwhile, on this worker or any other on the same
+      store, gets 409 and appends nothing (through the store's ``"ag-ui-run"`` lease; a store
+      without leases is checked per process only). A retry of the run going on streams it
+      again. Messages that cannot be appended (too large, say) get 400 and append none.
     * ``POST /connect`` (an AG-UI ``RunAgentInput``: its thread id) and
       ``GET /connect?thread_id=``: hydrate, then follow the run going on; honour
       ``Last-Event-ID``.
@@ -96,6 +123,15 @@ class SessionStreams:
         slow_client_timeout: how long a stream waits for its client to take a chunk while
             its 64-chunk buffer is full before it ends, telling the client the cursor to
             resume from; a client that takes nothing for six times as long is disconnected.
+        max_body_size: the largest body (bytes) a ``POST`` may have; a larger one gets 413,
+            read no further than this.
+        run_lease_ttl: seconds a run's claim to its thread lasts unless its worker renews it
+            (it does every third of that while the agent runs): how long a thread whose
+            worker died stays busy.
+
+    Raises:
+        ValueError: ``slow_client_timeout``, ``max_body_size`` or ``run_lease_ttl`` is not
+            a positive number (``run_lease_ttl`` at most a day, ``max_body_size`` an int).
     """
 
     def __init__(
@@ -108,10 +144,18 @@ class SessionStreams:
         idle_timeout: float = 60.0,
         max_open: int = 10_000,
         slow_client_timeout: float = SLOW_CLIENT_SECONDS,
+        max_body_size: int = MAX_BODY_SIZE,
+        run_lease_ttl: float = RUN_LEASE_TTL,
     ) -> None:
         if not slow_client_timeout > 0:
             raise ValueError(f"slow_client_timeout must be positive, got {slow_client_timeout!r}")
+        if isinstance(max_body_size, bool) or not isinstance(max_body_size, int):
+            raise ValueError(f"max_body_size must be an int, got {max_body_size!r}")
+        check_positive("max_body_size", max_body_size)
+        self._run_lease_ttl = check_positive("run_lease_ttl", run_lease_ttl, most=86_400)
+        self._max_body_size = max_body_size
         self._slow_client_timeout = slow_client_timeout
+        self._worker = secrets.token_hex(8)  # this worker's part of its lease holders' ids
         self._given = sessions if isinstance(sessions, Sessions) else None
         self._store = sessions
         self._agent = agent
@@ -122,6 +166,8 @@ class SessionStreams:
         self._sessions: Sessions | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._running: dict[str, str] = {}  # thread id -> the run this worker runs on it
+        # thread id -> set once the run ending on it has given the thread up
+        self._ending: dict[str, anyio.Event] = {}
         self._channels: dict[str, LiveChannel] = {}  # thread id -> its live drafts, while used
         self.app = Starlette(
             routes=[
@@ -191,35 +237,73 @@ class SessionStreams:
             return JSONResponse({"error": "forbidden"}, status_code=403)
         return None
 
-    async def _run(self, request: Request) -> Response:
+    async def _body(self, request: Request) -> RunAgentInput | Response:
+        """The request's ``RunAgentInput``, or the response that refuses it: 413 for a body
+        over ``max_body_size``, 422 for one that is not a ``RunAgentInput``."""
         try:
-            run = RunAgentInput.model_validate_json(await request.body())
+            return RunAgentInput.model_validate_json(await read_body(request, self._max_body_size))
+        except BodyTooLargeError as error:
+            return JSONResponse({"error": str(error)}, status_code=413)
         except ValidationError as error:
             return JSONResponse({"error": str(error)}, status_code=422)
+
+    async def _run(self, request: Request) -> Response:
+        run = await self._body(request)
+        if isinstance(run, Response):
+            return run
         refused = await self._checked(request, run.thread_id, "write")
         if refused is not None:
             return refused
         if self._agent is None:
             return JSONResponse({"error": "this server runs no agent"}, status_code=404)
         running = self._running.get(run.thread_id)
+        while running is not None and running != run.run_id and run.thread_id in self._ending:
+            # A run that is recording its end: its client may have seen it and asked for the
+            # next one already. That one waits for the thread (bounded: see _host).
+            await self._ending[run.thread_id].wait()
+            running = self._running.get(run.thread_id)
         if running is not None and running != run.run_id:
             return JSONResponse(
                 {"error": f"run {running!r} is going on in this thread"}, status_code=409
             )
         # The thread is this run's from now on: another run asked for while this one's
-        # messages are appended is refused, not started beside it.
+        # messages are appended is refused, not started beside it. A retry of the run this
+        # worker runs (running == run id) neither reserves nor leases: the run holds both.
         reserved = running is None
         if reserved:
             self._running[run.thread_id] = run.run_id
+        lease: RunLease | None = None
         started = False
         try:
             async with self.sessions.use(run.thread_id) as session:
-                since, skip, started = await self._start(session, run)
+                if reserved:
+                    lease = self._lease(session, run)
+                    if lease is not None:
+                        busy = await self._claim(session, lease, run)
+                        if busy is not None:
+                            lease = None  # not taken: nothing to release
+                            return busy
+                since, skip, started = await self._start(session, run, lease)
         except ValueError as error:
             return JSONResponse({"error": str(error)}, status_code=400)
+        except StoreError as error:
+            logger.warning(
+                "run %r of thread %r not started: the store failed: %r",
+                run.run_id,
+                run.thread_id,
+                error,
+            )
+            return JSONResponse({"error": f"the store failed: {error}"}, status_code=503)
         finally:
-            if reserved and not started and self._running.get(run.thread_id) == run.run_id:
-                del self._running[run.thread_id]
+            if not started:
+                if lease is not None:
+                    await lease.release()
+                if reserved and self._running.get(run.thread_id) == run.run_id:
+                    del self._running[run.thread_id]
+        return self._run_response(run, since, skip)
+
+    def _run_response(self, run: RunAgentInput, since: int, skip: frozenset[str]) -> Response:
+        """The stream of ``run`` from ``since`` (its start marker's seq)."""
 
         async def produce(outbox: Outbox) -> None:
             async with (
@@ -234,27 +318,86 @@ class SessionStreams:
             produce, resume_notice, slow_client_timeout=self._slow_client_timeout
         )
 
+    def _lease(self, session: SessionActor, run: RunAgentInput) -> RunLease | None:
+        """The run's lease on its thread, or None when the store keeps none (then only this
+        process's check holds)."""
+        store = session.store
+        if not supports(store, LeasingStore):
+            return None
+        return RunLease(store, run.thread_id, self._worker, run.run_id, self._run_lease_ttl)
+
+    async def _claim(
+        self, session: SessionActor, lease: RunLease, run: RunAgentInput
+    ) -> Response | None:
+        """Take the thread's run lease for ``run``; the response when another run holds it:
+        409, or, when that run is ``run`` itself (its client retries through another worker),
+        its stream again from its start.
+
+        Raises:
+            StoreError: the store failed (nothing was taken).
+        """
+        if await lease.take():
+            return None
+        log = await session.reload()
+        active, _ = active_run(log.events())
+        with anyio.move_on_after(min(_HANDOVER, self._run_lease_ttl)):
+            while active is None:
+                # The last run has ended and its worker is giving the thread up, or a run is
+                # appending its messages: either is over in a moment.
+                await anyio.sleep(_HANDOVER_POLL)
+                if await lease.take():
+                    return None
+                log = await session.reload()
+                active, _ = active_run(log.events())
+        if active == run.run_id:
+            for event in log.events():
+                if event.type == RUN_STARTED and event.data.get("run_id") == run.run_id:
+                    skip = frozenset(message.id for message in run.messages)
+                    return self._run_response(run, event.seq, skip)
+        going = "another run" if active is None else f"run {active!r}"
+        return JSONResponse(
+            {"error": f"{going} is going on in this thread (on another worker)"},
+            status_code=409,
+        )
+
     async def _start(
-        self, session: SessionActor, run: RunAgentInput
+        self, session: SessionActor, run: RunAgentInput, lease: RunLease | None
     ) -> tuple[int, frozenset[str], bool]:
         """Record the run's start and the client's new messages, start the agent; the seq to
         stream from, the message ids the client has, and whether the agent was started.
 
         A run id the session has seen before is a client retrying: nothing is appended again
-        and its stream is sent again from its start.
+        and its stream is sent again from its start. With the thread's ``lease`` taken, a run
+        the log shows going on is one whose worker stopped (it would hold the lease): its end
+        is recorded (failed) first.
+
+        Raises:
+            ValueError: a message cannot be appended (larger than the session's
+                ``max_event_size``, say): nothing was appended.
         """
+        if lease is not None:
+            # Everything other workers committed before the lease was taken, their runs' ends
+            # among it.
+            await session.reload()
         log = session.log
         known, count = known_message_ids(log), log.count
+        new = self._new_messages(session, run, known, count)  # bad input: nothing appended
+        orphan = active_run(log.events())[0] if lease is not None else None
+        if orphan is not None:
+            logger.warning(
+                "run %r of thread %r never ended: its server stopped", orphan, run.thread_id
+            )
+            await session.append(
+                RUN_ERROR,
+                {"run_id": orphan, "message": "its server stopped"},
+                key=f"ag-ui-run-end:{orphan}",
+            )
         # The client's messages first: a client that resumes the run's stream after its
         # start is not sent back what it sent. Each is appended with a key of its id, which
         # the store keeps through an erasure (that drops the id from the message's metadata):
         # a client that resends an erased message does not bring it back.
-        for given in run.messages:
-            if is_known(given.id, known, count):
-                continue
-            message = from_agui(given)
-            if message is not None:
-                await session.add_message(message, key=f"ag-ui-message:{given.id}")
+        for identifier, message in new:
+            await session.add_message(message, key=f"ag-ui-message:{identifier}")
         started = await session.append(
             RUN_STARTED, {"run_id": run.run_id}, key=f"ag-ui-run:{run.run_id}"
         )
@@ -263,43 +406,91 @@ class SessionStreams:
             return started.seq, skip, False
         task_group = self._task_group
         assert task_group is not None  # the lifespan runs: self.sessions answered
-        task_group.start_soon(self._host, run)
+        task_group.start_soon(self._host, run, lease)
         return started.seq, skip, True
 
-    async def _host(self, run: RunAgentInput) -> None:
-        """Run the agent, then record how the run ended (in the log, for every client)."""
+    @staticmethod
+    def _new_messages(
+        session: SessionActor, run: RunAgentInput, known: set[str], count: int
+    ) -> list[tuple[str, Message]]:
+        """``(id, message)`` for each message of ``run`` the session does not hold (by id),
+        each checked as the session will append it, before any is.
+
+        Raises:
+            ValueError: naming the first message that cannot be appended, and why.
+        """
+        new: list[tuple[str, Message]] = []
+        seen: set[str] = set()
+        for given in run.messages:
+            if given.id in seen or is_known(given.id, known, count):
+                continue
+            seen.add(given.id)
+            try:
+                message = from_agui(given)
+                if message is None:
+                    continue
+                event_type, data = message_event(message)
+                check_size(event_type, data, session.max_event_size)
+            except ValueError as error:
+                raise ValueError(f"message {given.id!r} cannot be appended: {error}") from None
+            new.append((given.id, message))
+        return new
+
+    async def _host(self, run: RunAgentInput, lease: RunLease | None) -> None:
+        """Run the agent (renewing the thread's lease), then record how the run ended (in the
+        log, for every client) and give the thread up."""
         agent = self._agent
         assert agent is not None
         outcome: tuple[str, dict[str, Any]] = (RUN_FINISHED, {"run_id": run.run_id})
+        finished = anyio.Event()
         try:
-            async with (
-                self.sessions.use(run.thread_id) as session,
-                self._channel(run.thread_id) as channel,
-            ):
-                # The agent's live_message() blocks find the thread's channel through this.
-                current_channel.set(channel)
+            async with anyio.create_task_group() as keeping:
+                if lease is not None:
+                    keeping.start_soon(lease.keep, finished)
                 try:
-                    await agent(session, run)
-                except anyio.get_cancelled_exc_class():
-                    outcome = (RUN_ERROR, {"run_id": run.run_id, "message": "server stopped"})
-                    raise
-                except Exception as error:
-                    logger.exception("run %r of thread %r failed", run.run_id, run.thread_id)
-                    message = f"{type(error).__name__}: {error}"
-                    outcome = (RUN_ERROR, {"run_id": run.run_id, "message": message})
+                    async with (
+                        self.sessions.use(run.thread_id) as session,
+                        self._channel(run.thread_id) as channel,
+                    ):
+                        # The agent's live_message() blocks find the thread's channel here.
+                        current_channel.set(channel)
+                        try:
+                            await agent(session, run)
+                        except anyio.get_cancelled_exc_class():
+                            outcome = (
+                                RUN_ERROR,
+                                {"run_id": run.run_id, "message": "server stopped"},
+                            )
+                            raise
+                        except Exception as error:
+                            logger.exception(
+                                "run %r of thread %r failed", run.run_id, run.thread_id
+                            )
+                            message = f"{type(error).__name__}: {error}"
+                            outcome = (RUN_ERROR, {"run_id": run.run_id, "message": message})
+                        finally:
+                            # From here the run's clients may see its end and ask for the next
+                            # run: one asked for on this worker waits until the thread is free.
+                            self._ending.setdefault(run.thread_id, anyio.Event())
+                            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_GRACE):
+                                await session.append(*outcome, key=f"ag-ui-run-end:{run.run_id}")
                 finally:
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(_END_GRACE):
-                        await session.append(*outcome, key=f"ag-ui-run-end:{run.run_id}")
+                    # The renewal ends by itself, not by a cancellation.
+                    finished.set()
         finally:
+            if lease is not None:
+                await lease.release()
             if self._running.get(run.thread_id) == run.run_id:
                 del self._running[run.thread_id]
+            ending = self._ending.pop(run.thread_id, None)
+            if ending is not None:
+                ending.set()
 
     async def _connect(self, request: Request) -> Response:
         if request.method == "POST":
-            try:
-                given = RunAgentInput.model_validate_json(await request.body())
-            except ValidationError as error:
-                return JSONResponse({"error": str(error)}, status_code=422)
+            given = await self._body(request)
+            if isinstance(given, Response):
+                return given
             thread_id, run_id = given.thread_id, given.run_id
         else:
             thread_id = request.query_params.get("thread_id", "")
@@ -370,9 +561,19 @@ def create_app(
     *,
     authorize: Authorize | None = None,
     compaction: CompactionPolicy | None = None,
+    max_body_size: int = MAX_BODY_SIZE,
+    run_lease_ttl: float = RUN_LEASE_TTL,
 ) -> Starlette:
-    """A Starlette app serving :class:`SessionStreams` at its root, with its lifespan."""
-    streams = SessionStreams(store, agent, authorize=authorize, compaction=compaction)
+    """A Starlette app serving :class:`SessionStreams` at its root, with its lifespan (the
+    keywords are :class:`SessionStreams`'s)."""
+    streams = SessionStreams(
+        store,
+        agent,
+        authorize=authorize,
+        compaction=compaction,
+        max_body_size=max_body_size,
+        run_lease_ttl=run_lease_ttl,
+    )
     app = Starlette(routes=streams.app.routes, lifespan=streams.lifespan)
     app.state.streams = streams
     return app

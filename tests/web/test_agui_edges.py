@@ -1,5 +1,6 @@
 """The AG-UI endpoints at their edges: resume points around a snapshot's horizon, runs
-started at once on one thread, resume points too long to be a seq."""
+started at once on one thread (on one worker or two), resume points too long to be a seq,
+messages too large to append, bodies too large to read."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import httpx
 import pytest
 from ag_ui.core import RunAgentInput
 
-from nous_session import Message, SessionActor
+from nous_session import Message, SessionActor, Sessions
 from nous_session.web import SessionStreams, create_app
+from nous_session.web._agui import RUN_ERROR, RUN_FINISHED, RUN_STARTED
 from tests.web.test_agui_streams import BASE, parse, run_input, types
 
 pytestmark = pytest.mark.anyio
@@ -169,3 +171,212 @@ async def test_a_message_erased_and_sent_again_by_a_stale_client_is_not_appended
             texts = [m.text for m in session.messages()]
         assert not any("Rue des Lilas" in text for text in texts), texts
         assert texts[-1] == "hello"
+
+
+def stored(session: SessionActor) -> list[tuple[int, str, dict[str, Any]]]:
+    return [(e.seq, str(e.type), dict(e.data)) for e in session.log.events()]
+
+
+async def test_a_run_with_a_message_too_large_appends_none_of_its_messages(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+
+    async def agent(session: SessionActor, run: RunAgentInput) -> None:
+        ran.append(run.run_id)
+
+    url = f"sqlite:///{tmp_path / 'agui.sqlite3'}"
+    async with Sessions(url, max_event_size=500) as sessions:
+        streams = SessionStreams(sessions, agent)
+        async with streams.lifespan():
+            transport = httpx.ASGITransport(app=streams.app)
+            async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+                first = [{"id": "u0", "role": "user", "content": "hello"}]
+                assert (await client.post("/run", json=run_input("t1", "r0", first))).is_success
+                async with sessions.use("t1") as session:
+                    before = stored(session)
+                messages = [
+                    *first,
+                    {"id": "u1", "role": "user", "content": "fits"},
+                    {"id": "u2", "role": "user", "content": "x" * 1000},
+                    {"id": "u3", "role": "user", "content": "fits too"},
+                ]
+                response = await client.post("/run", json=run_input("t1", "r1", messages))
+                assert response.status_code == 400
+                error = response.json()["error"]
+                assert "message 'u2' cannot be appended" in error
+                assert "500" in error  # the limit it is over
+                async with sessions.use("t1") as session:
+                    await session.reload()
+                    assert stored(session) == before
+                assert ran == ["r0"]
+                # Without it, the run goes on: the thread was left free.
+                del messages[2]
+                response = await client.post("/run", json=run_input("t1", "r1", messages))
+                assert types(parse(response.content)) == ["RUN_STARTED", "RUN_FINISHED"]
+                async with sessions.use("t1") as session:
+                    assert [m.text for m in session.messages()] == ["hello", "fits", "fits too"]
+
+
+async def post_in_chunks(app: Any, path: str, chunks: int) -> tuple[int, int]:
+    """POST ``chunks`` chunks of 400 bytes (no Content-Length) straight to the ASGI app: its
+    status, and how many chunks it read."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    pulled = 0
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal pulled
+        pulled += 1
+        return {"type": "http.request", "body": b" " * 400, "more_body": pulled < chunks}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    await app(scope, receive, send)
+    return statuses[0], pulled
+
+
+async def test_a_body_over_max_body_size_is_refused_unread_and_appends_nothing(
+    tmp_path: Path,
+) -> None:
+    app = create_app(f"sqlite:///{tmp_path / 'agui.sqlite3'}", silent, max_body_size=1000)
+    streams: SessionStreams = app.state.streams
+    big = run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "x" * 2000}])
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            for route in ("/run", "/connect"):
+                # Told by its Content-Length: refused before a byte is read.
+                response = await client.post(route, json=big)
+                assert response.status_code == 413
+                assert "over 1000 bytes" in response.json()["error"]
+                # Sent with no length: refused at the chunk that goes over, read no further.
+                assert await post_in_chunks(app, route, 100) == (413, 3)
+            async with streams.sessions.use("t1") as session:
+                assert (await session.reload()).count == 0
+            small = run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "hi"}])
+            assert (await client.post("/run", json=small)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("max_body_size", 0),
+        ("max_body_size", -1),
+        ("max_body_size", 1.5),
+        ("max_body_size", True),
+        ("max_body_size", "1000"),
+        ("run_lease_ttl", 0),
+        ("run_lease_ttl", -1.0),
+        ("run_lease_ttl", float("nan")),
+        ("run_lease_ttl", 86_401),
+        ("run_lease_ttl", True),
+        ("run_lease_ttl", "30"),
+    ],
+)
+def test_bad_limits_are_named(tmp_path: Path, keyword: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"^{keyword} must be"):
+        SessionStreams(f"sqlite:///{tmp_path / 'agui.sqlite3'}", silent, **{keyword: value})
+
+
+async def test_a_run_retried_through_another_worker_is_streamed_again_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """Two workers on one SQLite file: the one that does not run the run refuses another run
+    on its thread, and streams a retry of the run going on from its start."""
+    ran: list[str] = []
+    started, release = anyio.Event(), anyio.Event()
+
+    async def waiting(session: SessionActor, run: RunAgentInput) -> None:
+        ran.append(run.run_id)
+        await session.add_message(Message.assistant("working"))
+        started.set()
+        await release.wait()
+        await session.add_message(Message.assistant("done"))
+
+    url = f"sqlite:///{tmp_path / 'agui.sqlite3'}"
+    first, second = create_app(url, waiting), create_app(url, waiting)
+    hello = [{"id": "u1", "role": "user", "content": "hi"}]
+    responses: dict[str, httpx.Response] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = []
+        for app in (first, second):
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            transport = httpx.ASGITransport(app=app)
+            client = httpx.AsyncClient(transport=transport, base_url=BASE, timeout=20)
+            clients.append(await stack.enter_async_context(client))
+
+        async def post(at: int, run: str, name: str) -> None:
+            responses[name] = await clients[at].post("/run", json=run_input("t1", run, hello))
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(post, 0, "r1", "run")
+                await started.wait()
+                busy = await clients[1].post("/run", json=run_input("t1", "r2", hello))
+                assert busy.status_code == 409
+                assert "'r1' is going on in this thread (on another worker)" in busy.text
+                task_group.start_soon(post, 1, "r1", "retry")
+                # The retry's stream follows the run from its start: it has sent its opening.
+                follower = await second.state.streams.sessions.get("t1")
+                while follower.statistics().subscribers == 0:  # noqa: ASYNC110 - library state
+                    await anyio.sleep(0.01)
+                release.set()
+    assert ran == ["r1"]
+    run, retry = parse(responses["run"].content), parse(responses["retry"].content)
+    assert types(retry) == types(run)
+    assert types(run)[-1] == "RUN_FINISHED"
+    async with first.router.lifespan_context(first):
+        async with first.state.streams.sessions.use("t1") as session:
+            assert [m.text for m in session.messages()] == ["hi", "working", "done"]
+
+
+async def test_a_run_left_unended_by_a_dead_worker_is_ended_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'agui.sqlite3'}"
+    async with Sessions(url, max_event_size=500) as sessions:
+        streams = SessionStreams(sessions, silent)
+        async with streams.lifespan():
+            async with sessions.use("t1") as session:
+                # A worker started this run and died: its lease has lapsed (it holds none).
+                await session.append(RUN_STARTED, {"run_id": "dead"}, key="ag-ui-run:dead")
+                before = stored(session)
+            transport = httpx.ASGITransport(app=streams.app)
+            async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+                big = [{"id": "u1", "role": "user", "content": "x" * 1000}]
+                response = await client.post("/run", json=run_input("t1", "r1", big))
+                assert response.status_code == 400
+                async with sessions.use("t1") as session:
+                    assert stored(session) == before  # bad input: not even the dead run's end
+                hello = [{"id": "u1", "role": "user", "content": "hi"}]
+                response = await client.post("/run", json=run_input("t1", "r1", hello))
+                assert types(parse(response.content)) == ["RUN_STARTED", "RUN_FINISHED"]
+                async with sessions.use("t1") as session:
+                    assert [(kind, data.get("run_id")) for _, kind, data in stored(session)] == [
+                        (RUN_STARTED, "dead"),
+                        (RUN_ERROR, "dead"),
+                        ("user_message", None),
+                        (RUN_STARTED, "r1"),
+                        (RUN_FINISHED, "r1"),
+                    ]
+                    assert stored(session)[1][2]["message"] == "its server stopped"
+                # A client following the thread sees the last run end (not the dead one wait).
+                with anyio.fail_after(10):
+                    response = await client.get("/connect", params={"thread_id": "t1"})
+                assert types(parse(response.content))[-1] == "RUN_FINISHED"
