@@ -17,6 +17,7 @@ from ag_ui.core import RunAgentInput
 from nous_session import Message, SessionActor, Sessions
 from nous_session.web import SessionStreams, create_app
 from nous_session.web._agui import RUN_ERROR, RUN_FINISHED, RUN_STARTED
+from tests.support.asgi import http_scope
 from tests.web.test_agui_streams import BASE, parse, run_input, types
 
 pytestmark = pytest.mark.anyio
@@ -221,20 +222,7 @@ async def test_a_run_with_a_message_too_large_appends_none_of_its_messages(
 async def post_in_chunks(app: Any, path: str, chunks: int) -> tuple[int, int]:
     """POST ``chunks`` chunks of 400 bytes (no Content-Length) straight to the ASGI app: its
     status, and how many chunks it read."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-    }
+    scope = http_scope("POST", path, [("content-type", "application/json")])
     pulled = 0
     statuses: list[int] = []
 

@@ -19,10 +19,10 @@ from ag_ui.core import RunAgentInput
 from pydantic import TypeAdapter
 from starlette.applications import Starlette
 from starlette.types import Message as AsgiMessage
-from starlette.types import Scope
 
 from nous_session import EventType, Message, SessionActor
 from nous_session.web import SessionStreams, create_app, live_message, live_tool_call
+from tests.support.asgi import http_scope
 
 pytestmark = pytest.mark.anyio
 
@@ -72,25 +72,9 @@ async def request(
     """POST ``body`` to ``path``, the response read as it streams."""
     sent, received = anyio.create_memory_object_stream[AsgiMessage](1000)
     raw = orjson.dumps(body)
-    scope: Scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [
-            (b"host", b"127.0.0.1:8000"),
-            (b"content-type", b"application/json"),
-            *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items()),
-        ],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
+    scope = http_scope(
+        "POST", path, [("content-type", "application/json"), *(headers or {}).items()]
+    )
     requested = False
 
     async def receive() -> AsgiMessage:

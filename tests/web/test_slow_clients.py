@@ -21,11 +21,11 @@ import orjson
 import pytest
 from starlette.applications import Starlette
 from starlette.types import Message as AsgiMessage
-from starlette.types import Scope
 
 from nous_session import Message
 from nous_session.web import SessionStreams
 from nous_session.web._sse import BUFFERED, STUCK_FACTOR
+from tests.support.asgi import http_scope
 
 pytestmark = pytest.mark.anyio
 
@@ -84,26 +84,8 @@ async def get(
     app: Starlette, target: str, headers: dict[str, str] | None = None
 ) -> AsyncIterator[tuple[Client, anyio.Event]]:
     """GET ``target``; the client, and an event set when the app is done with the request."""
-    path, _, query = target.partition("?")
     sent, received = anyio.create_memory_object_stream[AsgiMessage](0)  # send waits for take
-    scope: Scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": query.encode(),
-        "headers": [
-            (b"host", b"127.0.0.1:8000"),
-            *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items()),
-        ],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
+    scope = http_scope("GET", target, headers or {})
     requested = False
     done = anyio.Event()
 

@@ -22,10 +22,10 @@ import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.types import Message as AsgiMessage
-from starlette.types import Scope
 
 from nous_session import SessionActor
 from nous_session.registry import Sessions
+from tests.support.asgi import http_scope
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -130,21 +130,7 @@ async def stream_events(app: Starlette, path: str, count: int) -> list[dict[str,
     would call it (httpx's ASGI transport answers only once a response is complete); checks
     on the way that the stream holds its session open (a lease of the registry)."""
     sent, received = anyio.create_memory_object_stream[AsgiMessage](1000)
-    scope: Scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"127.0.0.1:8000"), (b"accept", b"text/event-stream")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
+    scope = http_scope("GET", path, [("accept", "text/event-stream")])
 
     async def receive() -> AsgiMessage:
         await anyio.sleep_forever()
