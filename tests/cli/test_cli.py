@@ -357,6 +357,31 @@ def test_reading_commands_create_and_change_nothing(
     assert _tree(tmp_path) == before
 
 
+def test_retain_names_a_bad_duration_in_one_line_and_changes_nothing(
+    tmp_path: Path, stored: tuple[str, Path]
+) -> None:
+    # Too long for a timedelta, or reaching back before year 1: one line naming the option,
+    # not an OverflowError's traceback; with --yes too, nothing deleted.
+    _, source = stored
+    ours = tmp_path / "ours.sqlite3"
+    ours.write_bytes(source.read_bytes())
+    before = _tree(tmp_path)
+    for option, named in (
+        ("--idle-for=99999999999d", "idle_for"),
+        ("--idle-for=1000000000d", "idle_for"),
+        ("--older-than=3000000d", "older_than"),
+        ("--older-than=-1d", "older_than"),
+        ("--idle-for=0d", "idle_for"),
+    ):
+        for yes in ((), ("--yes",)):
+            result = cli("retain", option, *yes, store=f"sqlite:///{ours}", check=False)
+            assert result.returncode == 1, result.stdout
+            assert len(result.stderr.splitlines()) == 1, result.stderr
+            assert result.stderr.startswith(f"nous-session: error: {named}"), result.stderr
+            assert result.stdout == ""
+    assert _tree(tmp_path) == before
+
+
 def test_a_missing_store_says_how_to_name_one_and_lists_the_files_here(tmp_path: Path) -> None:
     (tmp_path / "chats.sqlite3").write_bytes(b"SQLite format 3\x00" + bytes(84))
     (tmp_path / "notes.db").write_text("not a database")

@@ -1,0 +1,110 @@
+"""Retention's bad input and outcomes on every built-in store: an argument it cannot use is
+refused before anything is done, and a run that fails midway says what it did."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nous_session import Message, SessionActor
+from nous_session.errors import StoreError
+from nous_session.retention import apply, parse_duration
+from nous_session.stores import MemoryStore, Store
+from nous_session.stores.sqlite import SQLiteStore
+
+POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
+
+pytestmark = pytest.mark.anyio
+
+LATER = datetime.now(UTC) + timedelta(days=100)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    schema = None
+    if request.param == "memory":
+        store: Store = MemoryStore()
+    elif request.param == "sqlite":
+        store = SQLiteStore(tmp_path / "retain.sqlite3")
+    else:
+        if not POSTGRES_URL:
+            pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://...")
+        from nous_session.stores.postgres import PostgresStore
+
+        schema = f"t_{uuid.uuid4().hex[:16]}"
+        store = PostgresStore(POSTGRES_URL, schema=schema)
+    yield store
+    await store.aclose()
+    if schema is not None:
+        import psycopg
+
+        with psycopg.connect(str(POSTGRES_URL), autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def _sessions(store: Store, *names: str) -> None:
+    for name in names:
+        async with SessionActor.open(session_id=name, store=store) as session:
+            await session.add_message(Message.user(f"{name} says hi"))
+
+
+async def _names(store: Store) -> list[str]:
+    return sorted(info.session_id for info in await store.sessions())
+
+
+def test_a_duration_too_long_for_a_timedelta_is_named() -> None:
+    # Past what a timedelta holds: an OverflowError from inside datetime, before.
+    for text in ("1000000000d", "99999999999d", "999999999w", "9" * 30 + "s"):
+        with pytest.raises(ValueError, match=f"duration.*{text}"):
+            parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"idle_for": "99999999999d"},
+        {"older_than": "3000000d"},  # a timedelta, but the cut-off is before year 1
+        {"idle_for": timedelta.max},
+        {"idle_for": "1d", "now": datetime(1, 1, 1, 12, tzinfo=UTC)},
+    ],
+    ids=["past-a-timedelta", "before-year-1", "timedelta-max", "now-near-year-1"],
+)
+async def test_a_cut_off_out_of_the_calendar_is_refused_naming_it(
+    any_store: Store, policy: dict[str, Any]
+) -> None:
+    await _sessions(any_store, "a")
+    for dry_run in (True, False):
+        with pytest.raises(ValueError, match="idle_for|older_than"):
+            await apply(any_store, dry_run=dry_run, **policy)
+    assert await _names(any_store) == ["a"]
+
+
+@pytest.mark.parametrize("progress", [5, "bar"])
+async def test_a_progress_that_cannot_be_called_is_refused_before_anything_is_done(
+    any_store: Store, progress: object
+) -> None:
+    await _sessions(any_store, "a", "b")
+    with pytest.raises(ValueError, match="progress"):
+        await apply(any_store, idle_for="90d", now=LATER, dry_run=False, progress=progress)  # type: ignore[arg-type]  # the bad input under test
+    assert await _names(any_store) == ["a", "b"]
+
+
+async def test_a_plain_progress_function_may_return_a_value(any_store: Store) -> None:
+    # A plain function is called for its effect: what it returns (tqdm's update, a list's
+    # count) is not awaited, and every selected session is done.
+    await _sessions(any_store, "a", "b", "c")
+    seen: list[int] = []
+
+    def progress(done: int, total: int) -> int:
+        seen.append(done)
+        return done
+
+    report = await apply(any_store, idle_for="90d", now=LATER, dry_run=False, progress=progress)
+    assert (report.done, report.kept, seen) == (3, 0, [1, 2, 3])
+    assert await _names(any_store) == []
