@@ -133,7 +133,8 @@ async def apply(
 
     Raises:
         ValueError: a bad argument (nothing was done).
-        StoreError: the store failed; the sessions acted on before stay done.
+        StoreError: the store failed; the sessions acted on before stay done, and a note on
+            the error (as on a cancellation) says how many were done and kept.
     """
     idle = _duration("idle_for", idle_for)
     old = _duration("older_than", older_than)
@@ -174,22 +175,31 @@ async def apply(
     if dry_run:
         return RetentionReport(action, True, tuple(selected))
     done = kept = dropped = 0
-    for index, entry in enumerate(selected, 1):
-        if action == "delete":
-            acted = await listing.delete_idle(
-                entry.session_id, count=entry.count, active=entry.active
-            )
-        else:
-            acted, gone = await _snapshot(store, entry)
-            dropped += gone
-        if acted:
-            done += 1
-        else:
-            kept += 1
-        if progress is not None:
-            result = progress(index, len(selected))
-            if inspect.isawaitable(result):  # a plain function's value is not ours to await
-                await result
+    try:
+        for index, entry in enumerate(selected, 1):
+            if action == "delete":
+                acted = await listing.delete_idle(
+                    entry.session_id, count=entry.count, active=entry.active
+                )
+            else:
+                acted, gone = await _snapshot(store, entry)
+                dropped += gone
+            if acted:
+                done += 1
+            else:
+                kept += 1
+            if progress is not None:
+                result = progress(index, len(selected))
+                if inspect.isawaitable(result):  # a plain function's value is not ours to await
+                    await result
+    except BaseException as error:
+        # A store error, a cancellation: what was done stays done; say how far it got.
+        verb = "deleted" if action == "delete" else "snapshotted"
+        error.add_note(
+            f"retention stopped with {done + kept} of the {len(selected)} selected sessions"
+            f" handled: it had {verb} {done} and kept {kept}; a second run does the rest"
+        )
+        raise
     return RetentionReport(action, False, tuple(selected), done, kept, dropped)
 
 
