@@ -16,8 +16,9 @@ import pytest
 from nous_session import Message, SessionActor
 from nous_session.errors import StoreError
 from nous_session.retention import apply, parse_duration
-from nous_session.stores import MemoryStore, Store
+from nous_session.stores import MemoryStore, Store, open_store
 from nous_session.stores.sqlite import SQLiteStore
+from tests.support.processes import Lines, ending, spawn_worker
 
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
 
@@ -171,3 +172,76 @@ async def test_a_run_cancelled_midway_says_what_it_did(any_store: Store) -> None
     assert await _names(any_store) == ["c"]
     report = await apply(any_store, idle_for="90d", now=LATER, dry_run=False)
     assert (report.done, await _names(any_store)) == (1, [])
+
+
+# Beside a writer in another process ----------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def shared(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The URL of a store another process can open too."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+        return
+    if not POSTGRES_URL:
+        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://...")
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    yield f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}schema={schema}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.mark.parametrize("action", ["delete", "snapshot"])
+async def test_a_session_another_process_writes_to_during_the_run_is_kept(
+    shared: str, action: Literal["delete", "snapshot"], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "busy" is selected (the policy's clock is 100 days on), then, before retention acts on
+    # it, a writer in another process commits to it: the delete (or the snapshot's commit)
+    # must find the count moved and keep it, and the writer goes on as if nothing happened.
+    store = open_store(shared)
+    try:
+        for name in ("busy", "idle"):
+            async with SessionActor.open(session_id=name, store=store) as session:
+                await session.add_message(Message.user(f"{name} 1"))
+                await session.add_message(Message.user(f"{name} 2"))
+                await session.replace(0, 1, Message.system(f"{name} summary"))
+        writer = spawn_worker("write", shared, "busy", "w", "1", "100000")
+        with writer as child, ending(child):
+            lines = Lines(child)
+            assert await anyio.to_thread.run_sync(lines.next) == "ready\n"
+            acked: list[int] = []
+
+            async def after_a_commit_past(count: int) -> None:
+                """Until the writer has acknowledged a commit past ``count`` events."""
+                while not acked or acked[-1] < count:
+                    line = await anyio.to_thread.run_sync(lines.next)
+                    assert line.startswith("ack "), line
+                    acked.append(int(line.split()[1]))
+
+            name = "delete_idle" if action == "delete" else "commit"
+            real = getattr(store, name)
+
+            async def racing(session_id: str, **kwargs: Any) -> Any:
+                if session_id == "busy":
+                    await after_a_commit_past(
+                        kwargs["count"] if action == "delete" else kwargs["expected_count"]
+                    )
+                return await real(session_id, **kwargs)
+
+            monkeypatch.setattr(store, name, racing)
+            report = await apply(store, idle_for="90d", now=LATER, action=action, dry_run=False)
+            monkeypatch.undo()
+            assert [entry.session_id for entry in report.selected] == ["busy", "idle"]
+            assert (report.done, report.kept) == (1, 1)
+            await after_a_commit_past(max(acked, default=0) + 5)  # the writer goes on
+        busy = await store.read("busy")
+        assert busy.horizon == 0  # neither deleted nor snapshotted: every event still held
+        assert [event.seq for event in busy.events] == list(range(busy.count))
+        assert set(acked) <= {event.seq for event in busy.events}
+        idle = await store.read("idle")
+        assert idle.count == (0 if action == "delete" else 3)
+        assert idle.horizon == (0 if action == "delete" else 3)
+    finally:
+        await store.aclose()
