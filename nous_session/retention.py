@@ -17,6 +17,7 @@ A dry run reads only: it creates and changes nothing, and reports what would be 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -45,7 +46,10 @@ def parse_duration(text: str) -> timedelta:
     number = text[:-1]
     if not number.isdigit() or not number.isascii():
         raise ValueError(f"a duration is a whole number and a unit, like 90d; got {text!r}")
-    return timedelta(seconds=int(number) * _UNITS[text[-1]])
+    try:
+        return timedelta(seconds=int(number) * _UNITS[text[-1]])
+    except OverflowError:
+        raise ValueError(f"a duration is at most {timedelta.max.days} days; got {text!r}") from None
 
 
 @attrs.frozen
@@ -70,11 +74,26 @@ class RetentionReport:
     dropped_events: int = 0
 
 
+def _cut_off(name: str, value: timedelta | None, now: datetime) -> datetime | None:
+    """``now - value``, or a ValueError naming ``name`` when that is before year 1."""
+    if value is None:
+        return None
+    try:
+        return now - value
+    except OverflowError:
+        raise ValueError(
+            f"{name} is too long: {now.isoformat()} minus {value.days} days is before year 1"
+        ) from None
+
+
 def _duration(name: str, value: object) -> timedelta | None:
     if value is None:
         return None
     if isinstance(value, str):
-        value = parse_duration(value)
+        try:
+            value = parse_duration(value)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise ValueError(
             f"{name} must be a positive timedelta or a duration like 90d, got {value!r}"
@@ -114,7 +133,8 @@ async def apply(
 
     Raises:
         ValueError: a bad argument (nothing was done).
-        StoreError: the store failed; the sessions acted on before stay done.
+        StoreError: the store failed; the sessions acted on before stay done, and a note on
+            the error (as on a cancellation) says how many were done and kept.
     """
     idle = _duration("idle_for", idle_for)
     old = _duration("older_than", older_than)
@@ -128,6 +148,10 @@ async def apply(
         now = datetime.now(UTC)
     elif not isinstance(now, datetime) or now.tzinfo is None:
         raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be a function or None, got {progress!r}")
+    active_before = _cut_off("idle_for", idle, now)
+    created_before = _cut_off("older_than", old, now)
     if not supports(store, ListingStore):
         raise ValueError(f"retention needs a store that lists sessions by time; {store!r} does not")
     listing = store
@@ -137,8 +161,8 @@ async def apply(
         page = await listing.list_sessions(
             where=where,
             tags=tags,
-            active_before=None if idle is None else now - idle,
-            created_before=None if old is None else now - old,
+            active_before=active_before,
+            created_before=created_before,
             order="active",
             descending=False,
             limit=1000,
@@ -151,22 +175,31 @@ async def apply(
     if dry_run:
         return RetentionReport(action, True, tuple(selected))
     done = kept = dropped = 0
-    for index, entry in enumerate(selected, 1):
-        if action == "delete":
-            acted = await listing.delete_idle(
-                entry.session_id, count=entry.count, active=entry.active
-            )
-        else:
-            acted, gone = await _snapshot(store, entry)
-            dropped += gone
-        if acted:
-            done += 1
-        else:
-            kept += 1
-        if progress is not None:
-            result = progress(index, len(selected))
-            if result is not None:
-                await result
+    try:
+        for index, entry in enumerate(selected, 1):
+            if action == "delete":
+                acted = await listing.delete_idle(
+                    entry.session_id, count=entry.count, active=entry.active
+                )
+            else:
+                acted, gone = await _snapshot(store, entry)
+                dropped += gone
+            if acted:
+                done += 1
+            else:
+                kept += 1
+            if progress is not None:
+                result = progress(index, len(selected))
+                if inspect.isawaitable(result):  # a plain function's value is not ours to await
+                    await result
+    except BaseException as error:
+        # A store error, a cancellation: what was done stays done; say how far it got.
+        verb = "deleted" if action == "delete" else "snapshotted"
+        error.add_note(
+            f"retention stopped with {done + kept} of the {len(selected)} selected sessions"
+            f" handled: it had {verb} {done} and kept {kept}; a second run does the rest"
+        )
+        raise
     return RetentionReport(action, False, tuple(selected), done, kept, dropped)
 
 

@@ -251,7 +251,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     except KeyboardInterrupt:
         return 130  # as a shell reports a command that Ctrl-C stopped
     except (CommandError, NousSessionError, ValueError, OSError, ImportError) as error:
-        message = " ".join(str(error).split())  # one line, whatever the error holds
+        # One line, whatever the error holds, with its notes (how far a retention got).
+        notes = "".join(f" ({note})" for note in getattr(error, "__notes__", ()))
+        message = " ".join(f"{error}{notes}".split())
         sys.stderr.write(f"nous-session: error: {message}\n")
         return 1
     finally:

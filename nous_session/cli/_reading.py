@@ -237,7 +237,13 @@ async def _retain_with_progress(
     policy = _retention(store, args, action)
     preview = await policy()
     with _progress(len(preview.selected), f"retain ({action})", unit="session", least=1) as advance:
-        return await policy(dry_run=False, progress=lambda _done, _total: advance(1))
+        try:
+            return await policy(dry_run=False, progress=lambda _done, _total: advance(1))
+        except anyio.get_cancelled_exc_class() as cancelled:
+            # Ctrl-C: the command ends quietly, but for how far the retention got.
+            for note in getattr(cancelled, "__notes__", ()):
+                sys.stderr.write(f"nous-session: {note}\n")
+            raise
 
 
 async def _events(store: Store, args: argparse.Namespace, out: TextIO) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import functools
 import io
 import json
 import os
@@ -15,7 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -355,6 +356,137 @@ def test_reading_commands_create_and_change_nothing(
         f"nous-session: error: no store file at {missing}; name the store with --store URL"
     )
     assert _tree(tmp_path) == before
+
+
+def test_retain_names_a_bad_duration_in_one_line_and_changes_nothing(
+    tmp_path: Path, stored: tuple[str, Path]
+) -> None:
+    # Too long for a timedelta, or reaching back before year 1: one line naming the option,
+    # not an OverflowError's traceback; with --yes too, nothing deleted.
+    _, source = stored
+    ours = tmp_path / "ours.sqlite3"
+    ours.write_bytes(source.read_bytes())
+    before = _tree(tmp_path)
+    for option, named in (
+        ("--idle-for=99999999999d", "idle_for"),
+        ("--idle-for=1000000000d", "idle_for"),
+        ("--older-than=3000000d", "older_than"),
+        ("--older-than=-1d", "older_than"),
+        ("--idle-for=0d", "idle_for"),
+    ):
+        for yes in ((), ("--yes",)):
+            result = cli("retain", option, *yes, store=f"sqlite:///{ours}", check=False)
+            assert result.returncode == 1, result.stdout
+            assert len(result.stderr.splitlines()) == 1, result.stderr
+            assert result.stderr.startswith(f"nous-session: error: {named}"), result.stderr
+            assert result.stdout == ""
+    assert _tree(tmp_path) == before
+
+
+def test_retain_that_fails_midway_says_what_it_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nous_session import retention
+    from nous_session.cli import main
+    from nous_session.errors import StoreError
+
+    path = tmp_path / "retain.sqlite3"
+
+    async def fill() -> None:
+        async with SQLiteStore(path) as store:
+            for name in ("a", "b", "c"):
+                async with SessionActor.open(session_id=name, store=store) as s:
+                    await s.add_message(Message.user(name))
+
+    anyio.run(fill)
+    real = SQLiteStore.delete_idle
+    calls = 0
+
+    async def failing(self: SQLiteStore, *args: object, **kwargs: object) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise StoreError("cannot delete session: disk I/O error")
+        return await real(self, *args, **kwargs)  # type: ignore[arg-type]  # passed through
+
+    monkeypatch.setattr(SQLiteStore, "delete_idle", failing)
+    # The policy's clock a day on, so that the sessions just written are idle for 1h.
+    later = datetime.now(UTC) + timedelta(days=1)
+    monkeypatch.setattr(retention, "apply", functools.partial(retention.apply, now=later))
+    url = f"sqlite:///{path}"
+    out = io.StringIO()
+    assert main(["--store", url, "retain", "--idle-for", "1h", "--yes"], out=out) == 1
+    assert capsys.readouterr().err == (
+        "nous-session: error: cannot delete session: disk I/O error (retention stopped with"
+        " 1 of the 3 selected sessions handled: it had deleted 1 and kept 0; a second run"
+        " does the rest)\n"
+    )
+    monkeypatch.setattr(SQLiteStore, "delete_idle", real)
+    assert main(["--store", url, "retain", "--idle-for", "1h", "--yes"], out=out) == 0
+    assert out.getvalue().endswith("deleted 2 of 2 selected sessions; kept 0 written to since\n")
+
+
+# `retain --yes` as a program whose second delete never ends (until Ctrl-C), with the policy's
+# clock a day on; it says "deleting" on stderr as the second delete starts.
+_RETAIN_STUCK = """
+import sys
+from datetime import UTC, datetime, timedelta
+import anyio
+from nous_session import retention
+from nous_session.cli import main
+from nous_session.stores.sqlite import SQLiteStore
+
+real = SQLiteStore.delete_idle
+calls = 0
+
+async def stuck(self, *args, **kwargs):
+    global calls
+    calls += 1
+    if calls == 2:
+        sys.stderr.write("deleting\\n")
+        sys.stderr.flush()
+        await anyio.sleep_forever()
+    return await real(self, *args, **kwargs)
+
+SQLiteStore.delete_idle = stuck
+later = datetime.now(UTC) + timedelta(days=1)
+policy = retention.apply
+retention.apply = lambda *args, **kwargs: policy(*args, now=later, **kwargs)
+sys.exit(main(["--store", sys.argv[1], "retain", "--idle-for", "1h", "--yes"]))
+"""
+
+
+def test_ctrl_c_on_retain_says_what_it_did(tmp_path: Path) -> None:
+    path = tmp_path / "retain.sqlite3"
+
+    async def fill() -> None:
+        async with SQLiteStore(path) as store:
+            for name in ("a", "b", "c"):
+                async with SessionActor.open(session_id=name, store=store) as s:
+                    await s.add_message(Message.user(name))
+
+    anyio.run(fill)
+    with (
+        subprocess.Popen(
+            [sys.executable, "-c", _RETAIN_STUCK, f"sqlite:///{path}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as child,
+        ending(child),
+    ):
+        assert child.stderr is not None
+        assert child.stderr.readline() == "deleting\n"
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 130
+    assert out == ""
+    assert err == (
+        "nous-session: retention stopped with 1 of the 3 selected sessions handled: it had"
+        " deleted 1 and kept 0; a second run does the rest\n"
+    )
+    result = cli("sessions", store=f"sqlite:///{path}")
+    assert [line.split()[0] for line in result.stdout.splitlines()[1:]] == ["b", "c"]
 
 
 def test_a_missing_store_says_how_to_name_one_and_lists_the_files_here(tmp_path: Path) -> None:
