@@ -32,6 +32,7 @@ from nous_session.errors import (
     NousSessionError,
     OutcomeUnknownError,
     SessionClosedError,
+    SessionDeletedError,
     StoreError,
     WrongEventLoopError,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "SURFACE_TYPES",
     "SessionActor",
     "SessionClosedError",
+    "SessionDeletedError",
     "SessionEntry",
     "SessionInfo",
     "SessionMetadata",

@@ -117,6 +117,11 @@ async def commit_plain(
     answered.
     """
     if batch.log is not batch.base:
+        if state.unfollowable is not None:  # the session was deleted: see Follower.reload
+            batch.base.give_back(batch.log)
+            state.answer(batch.known)
+            state.fail(batch.applied, state.unfollowable, expected_count=batch.base.count)
+            return []
         # A tuple, not a view: a failed batch's events leave the log's storage below, and a
         # store may keep what it was given.
         events = tuple(batch.log.since(batch.base.count))

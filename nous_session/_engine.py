@@ -118,7 +118,7 @@ class Engine:
         # belong to that loop; another running loop is always on another thread, so one
         # comparison of thread ids tells a caller from elsewhere before it queues anything.
         self._thread = threading.get_ident()
-        self.follower = Follower(state, self.enqueue)
+        self.follower = Follower(state, self.enqueue, self.begin_close)
 
     # Calls ------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import anyio.abc
 
 from nous_session._requests import Erase, Reload
 from nous_session._state import SessionState, store_error
-from nous_session.errors import CorruptRecordError
+from nous_session.errors import CorruptRecordError, SessionDeletedError
 from nous_session.event import Event, EventType
 from nous_session.stores._watch import Watch, Watches
 from nous_session.stores.base import ErasingStore, supports
@@ -40,6 +40,7 @@ class Follower:
 
     __slots__ = (
         "_delay",
+        "_deleted",
         "_enqueue",
         "_feed",
         "_queued",
@@ -49,9 +50,15 @@ class Follower:
         "_watch_scope",
     )
 
-    def __init__(self, state: SessionState, enqueue: Callable[[Reload], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        state: SessionState,
+        enqueue: Callable[[Reload], Awaitable[None]],
+        deleted: Callable[[], None],
+    ) -> None:
         self._state = state
         self._enqueue = enqueue
+        self._deleted = deleted  # the session is gone from the store: the actor closes
         self._queued: Reload | None = None  # the feed's catch-up, while it waits in the queue
         self._retry: anyio.CancelScope | None = None  # a failed catch-up's retry, waiting
         self._delay = CATCH_UP_RETRY_FIRST
@@ -68,6 +75,7 @@ class Follower:
         if self._retry is not None:
             self._retry.cancel()
         self._enqueue = _closed
+        self._deleted = _nothing
         feed, watch = self._feed, self._watch
         self._feed = self._watch = None
         if feed is not None and watch is not None:
@@ -98,6 +106,14 @@ class Follower:
             return None
         try:
             stored = await state.store.read(state.session_id, since=log.count)
+            if stored.count < log.count:
+                # A count never goes down but by a delete: what this log holds is no more.
+                raise SessionDeletedError(
+                    f"session {state.session_id!r} was deleted from the store (by another"
+                    f" holder) after this actor read it: the store counts {stored.count}"
+                    f" events where this actor has seen {log.count} committed. Nothing more"
+                    " was stored, and this actor closes; open the session again to go on"
+                )
             if stored.horizon != log.horizon or erases(stored.events):
                 log = state.adopt(await state.store.read(state.session_id))
                 dropped = rebuilt = True
@@ -118,7 +134,10 @@ class Follower:
                 dropped = False
                 rebuilt = any(event.op is not None for event in stored.events)
         except Exception as error:
-            corrupt = isinstance(error, CorruptRecordError)
+            corrupt = isinstance(error, CorruptRecordError | SessionDeletedError)
+            if isinstance(error, SessionDeletedError):
+                state.unfollowable = error  # what is queued is refused with it
+                self._deleted()
             if request is not None:
                 # Its caller (or the retry below) hears of it: nothing to warn about here.
                 state.logger.debug("nous_session.catch_up_failed", error=repr(error))
@@ -305,3 +324,7 @@ def erases(events: Sequence[Event]) -> bool:
 async def _closed(request: Reload) -> None:
     """What queueing a catch-up does once the session is closing (as the engine would)."""
     raise anyio.ClosedResourceError
+
+
+def _nothing() -> None:
+    """What the session's deletion does once the actor is closing: nothing more."""

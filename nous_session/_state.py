@@ -104,8 +104,9 @@ class SessionState:
         published: the committed Log and its subscribers.
         commit_ids: names the next commit.
         batches: store commits so far; requests: requests answered in them.
-        unfollowable: set when a rebasing commit met a record it cannot decode: this actor can
-            no longer follow the store past it, so it refuses further writes.
+        unfollowable: set when this actor can no longer follow the store, so it refuses
+            further writes: a rebasing commit met a record it cannot decode, or the session
+            was deleted from the store since this actor read it (the actor then closes).
         compaction: the compaction runner, or None.
         task_group: the actor's task group (its waker, compactions, catch-up retries).
         closing: no new requests are accepted.
@@ -162,7 +163,7 @@ class SessionState:
         self.commit_ids = CommitIds()
         self.batches = 0
         self.requests = 0
-        self.unfollowable: CorruptRecordError | None = None
+        self.unfollowable: StoreError | None = None
         self.compaction: Compactor | None = None
         self.task_group = task_group
         self.closing = False

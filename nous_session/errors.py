@@ -43,6 +43,7 @@ __all__ = [
     "NousSessionError",
     "OutcomeUnknownError",
     "SessionClosedError",
+    "SessionDeletedError",
     "StoreError",
     "WrongEventLoopError",
 ]
@@ -141,3 +142,15 @@ class ConflictError(StoreError):
 
 class CorruptRecordError(StoreError):
     """A stored record could not be decoded; the message names the record and why."""
+
+
+class SessionDeletedError(StoreError):
+    """The session was deleted from the store (by another holder: another actor, process or
+    a retention run) after this actor read it.
+
+    Nothing of the failed call was stored. The actor cannot go on (what it holds is a session
+    that no longer is), so it closes itself: later calls raise :class:`SessionClosedError`,
+    and a :class:`~nous_session.registry.Sessions` registry opens a new actor for the next
+    caller. Opening the session again starts it anew, empty (or as whoever made it again
+    left it).
+    """

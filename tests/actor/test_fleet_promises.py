@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import sys
 import threading
+import uuid
 import weakref
 from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
 
 import anyio
 import anyio.lowlevel
@@ -22,8 +26,11 @@ from nous_session import (
     Message,
     SessionActor,
     SessionClosedError,
+    SessionDeletedError,
+    Sessions,
     Store,
     WrongEventLoopError,
+    open_store,
 )
 
 pytestmark = pytest.mark.anyio
@@ -204,3 +211,83 @@ async def test_a_snapshot_frees_the_events_it_dropped(store: Store) -> None:
         alive = sum(1 for ref in refs if ref() is not None)
         assert kept == 3
         assert alive <= 2, f"{alive} of 400 dropped events still reachable"
+
+
+# A session deleted under its actor -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("on_conflict", ["raise", "rebase"])
+@pytest.mark.parametrize("follow", [None, False])
+async def test_a_session_deleted_by_another_holder_closes_its_actor(
+    stores: Callable[[], Store], on_conflict: Literal["raise", "rebase"], follow: bool | None
+) -> None:
+    """Another holder deletes the session: the actor's next append is refused with
+    SessionDeletedError (not a corrupt store), stores nothing, and the actor closes; opening
+    the session again starts it anew."""
+    holder, deleter = stores(), stores()
+    try:
+        async with SessionActor.open(
+            session_id="gone", store=holder, on_conflict=on_conflict, follow=follow
+        ) as session:
+            await session.add_message(Message.user("one"))
+            await session.add_message(Message.user("two"))
+            assert await deleter.delete("gone")
+            with pytest.raises(SessionDeletedError, match="'gone' was deleted"):
+                await session.add_message(Message.user("three"))
+            assert session.closed
+            with pytest.raises(SessionClosedError):
+                await session.add_message(Message.user("four"))
+        assert await deleter.load("gone") == []
+        async with SessionActor.open(session_id="gone", store=holder) as again:
+            event = await again.add_message(Message.user("anew"))
+        assert event.seq == 0
+        assert contents(await deleter.load("gone")) == ["anew"]
+    finally:
+        await holder.aclose()
+        if deleter is not holder:
+            await deleter.aclose()
+
+
+async def test_a_registry_opens_a_new_actor_after_its_session_was_deleted(
+    stores: Callable[[], Store],
+) -> None:
+    holder, deleter = stores(), stores()
+    try:
+        async with Sessions(holder) as sessions:
+            async with sessions.use("gone") as session:
+                await session.add_message(Message.user("one"))
+            assert await deleter.delete("gone")
+            async with sessions.use("gone") as session:
+                with pytest.raises(SessionDeletedError):
+                    await session.add_message(Message.user("two"))
+            async with sessions.use("gone") as session:
+                event = await session.add_message(Message.user("anew"))
+            assert event.seq == 0
+        assert contents(await deleter.load("gone")) == ["anew"]
+    finally:
+        await holder.aclose()
+        if deleter is not holder:
+            await deleter.aclose()
+
+
+async def test_a_session_deleted_by_another_process_closes_its_actor(tmp_path: Path) -> None:
+    """The same with the delete made by another process (the CLI), on SQLite and, when it is
+    set up, PostgreSQL."""
+    urls = [f"sqlite:///{tmp_path / 'deleted.sqlite3'}"]
+    if POSTGRES_URL:
+        urls.append(POSTGRES_URL)
+    for url in urls:
+        session_id = f"gone-{uuid.uuid4().hex[:8]}"
+        async with SessionActor.open(session_id=session_id, store=url) as session:
+            await session.add_message(Message.user("one"))
+            command = ["--store", url, "delete", "--yes", session_id]
+            deleted = await anyio.run_process([sys.executable, "-m", "nous_session", *command])
+            assert deleted.returncode == 0
+            with pytest.raises(SessionDeletedError):
+                await session.add_message(Message.user("two"))
+            assert session.closed
+        async with SessionActor.open(session_id=session_id, store=url) as again:
+            assert (await again.add_message(Message.user("anew"))).seq == 0
+            assert again.log.count == 1
+        async with open_store(url) as store:
+            assert await store.delete(session_id)
