@@ -26,7 +26,7 @@ from nous_session._commits import Segment, commit_plain, commit_rebased
 from nous_session._follower import Follower
 from nous_session._loops import Waiter, new_waiter, wake
 from nous_session._requests import Append, Applied, Reload, Request
-from nous_session._state import SessionState, closed_error, wrong_loop_error
+from nous_session._state import SessionState, wrong_loop_error
 from nous_session.errors import (
     ConflictError,
     InvalidEventError,
@@ -137,7 +137,7 @@ class Engine:
         if threading.get_ident() != self._thread:
             raise wrong_loop_error()
         if self._state.closing:
-            raise closed_error()
+            raise self._state.closed_error()
         queue = self._queue
         if len(queue) < self._size:
             queue.append(request)  # the usual path, inlined: no extra coroutine frame
@@ -189,7 +189,7 @@ class Engine:
             finally:
                 self._space_waiters -= 1
             if self._state.closing:
-                raise closed_error()
+                raise self._state.closed_error()
             if len(self._queue) < self._size:
                 self._put(request)
                 return
@@ -243,7 +243,7 @@ class Engine:
                 # Whatever ends the loop (closing, an abort, a bug), nobody may hang.
                 for request in batch:
                     if not request.done.is_set():
-                        request.fail(closed_error())
+                        request.fail(self._state.closed_error())
                 state.closing = True
                 self._refuse_the_rest()
                 state.work_scope = None
@@ -413,7 +413,7 @@ class Engine:
     def _refuse_the_rest(self) -> None:
         queue = self._queue
         while queue:
-            queue.popleft().fail(closed_error())
+            queue.popleft().fail(self._state.closed_error())
         # Wakes callers still waiting for queue space: they find the session closing.
         self._free_space()
 

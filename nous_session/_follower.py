@@ -105,17 +105,12 @@ class Follower:
             request.resolve(log)  # a catch-up after a conflict already read this far
             return None
         try:
-            stored = await state.store.read(state.session_id, since=log.count)
-            if stored.count < log.count:
-                # A count never goes down but by a delete: what this log holds is no more.
-                raise SessionDeletedError(
-                    f"session {state.session_id!r} was deleted from the store (by another"
-                    f" holder) after this actor read it: the store counts {stored.count}"
-                    f" events where this actor has seen {log.count} committed. Nothing more"
-                    " was stored, and this actor closes; open the session again to go on"
-                )
+            stored = state.same_session(
+                await state.store.read(state.session_id, since=log.count), log.count
+            )
             if stored.horizon != log.horizon or erases(stored.events):
-                log = state.adopt(await state.store.read(state.session_id))
+                whole = await state.store.read(state.session_id)
+                log = state.adopt(state.same_session(whole, log.count))
                 dropped = rebuilt = True
             else:
                 log = log.extend(stored.events)  # decoded, hence validated, by the store

@@ -19,6 +19,7 @@ from nous_session.errors import (
     CorruptRecordError,
     InvalidEventError,
     SessionClosedError,
+    SessionDeletedError,
     StoreError,
     WrongEventLoopError,
 )
@@ -104,6 +105,7 @@ class SessionState:
         published: the committed Log and its subscribers.
         commit_ids: names the next commit.
         batches: store commits so far; requests: requests answered in them.
+        uid: the session's identity as the store last gave it (None before it has one).
         unfollowable: set when this actor can no longer follow the store, so it refuses
             further writes: a rebasing commit met a record it cannot decode, or the session
             was deleted from the store since this actor read it (the actor then closes).
@@ -134,6 +136,7 @@ class SessionState:
         "session_id",
         "store",
         "task_group",
+        "uid",
         "unfollowable",
         "waker_scope",
         "work_scope",
@@ -153,6 +156,7 @@ class SessionState:
         self.keys: dict[str, tuple[int, int]] = {}
         self.kept: dict[int, Event] = {}
         self._remember(stored)
+        self.uid = stored.uid  # the session's identity, once it has one (see same_session)
         # Commit ids cost a row per commit: sent only to a store that can lose a reply.
         self.name_commits = supports(store, OutcomeStore) and bool(
             getattr(type(store), "outcome_may_be_unknown", False)
@@ -220,6 +224,39 @@ class SessionState:
         log = restored(self.session_id, stored)
         self._remember(stored)
         return log
+
+    def closed_error(self) -> SessionClosedError:
+        """The error a call gets once the session is closed (a fresh one per caller), saying
+        why when the actor closed itself because the session was deleted."""
+        gone = self.unfollowable
+        if not isinstance(gone, SessionDeletedError):
+            return closed_error()
+        error = SessionClosedError(f"the session is closed: {gone}")
+        error.__cause__ = gone
+        return error
+
+    def same_session(self, stored: Stored, count: int) -> Stored:
+        """``stored``, a read of the session, when it is of the session this actor has seen
+        ``count`` events of committed (whose identity it then notes).
+
+        Raises:
+            SessionDeletedError: the session was deleted since this actor read it: its count
+                went down (a count goes down by nothing else), or it has another identity
+                (it was made again, and is another session).
+        """
+        if stored.count < count:
+            how = f"the store counts {stored.count} events where this actor has seen {count}"
+        elif count and self.uid is not None and stored.uid not in (None, self.uid):
+            how = "it was made again since (it is another session)"
+        else:
+            if stored.uid is not None:
+                self.uid = stored.uid
+            return stored
+        raise SessionDeletedError(
+            f"session {self.session_id!r} was deleted from the store (by another holder)"
+            f" after this actor read it: {how}. Nothing more was stored, and this actor"
+            " closes; open the session again to go on"
+        )
 
     def _remember(self, stored: Stored) -> None:
         self.keys = dict(stored.keys)

@@ -147,4 +147,5 @@ def stored(
         tuple(decode_rows(kept, named)),
         row.parent,
         row.fork_point,
+        row.uid,
     )

@@ -112,6 +112,10 @@ class Stored:
             include its parent's up to the fork point.
         parent: the session it was forked from, or None.
         fork_point: the last seq of the parent's history it took, or None.
+        uid: the session's identity, made when it was created: a session deleted and made
+            again under the same id has another. None for an unknown session, or from a store
+            that keeps none. Not compared by ``==`` (two stores holding the same session give
+            it different ones).
     """
 
     events: Sequence[Event]
@@ -121,6 +125,7 @@ class Stored:
     kept: Sequence[Event] = ()
     parent: str | None = None
     fork_point: int | None = None
+    uid: str | None = attrs.field(default=None, eq=False)
 
 
 @runtime_checkable

@@ -206,6 +206,7 @@ class MemoryStore(Erasing, StoreBase):
             tuple(kept[seq] for seq in sorted(kept)) if since == 0 else (),
             session.parent,
             session.fork_point,
+            session.uid,
         )
 
     async def _commit(self, commit: Commit) -> None:

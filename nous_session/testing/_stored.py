@@ -41,6 +41,21 @@ class StoredConformance:
             await store.read("s", since=-1)
 
     @pytest.mark.anyio
+    async def test_a_session_made_again_has_another_identity(self, store: Store) -> None:
+        """A store that gives ``Stored.uid`` gives one that stays while the session lives and
+        changes when it is deleted and made again (an actor holding it then knows)."""
+        await stored_sample(store, "s", 2)
+        first = await store.read("s")
+        if first.uid is None:
+            pytest.skip(f"{type(store).__name__} gives sessions no identity (Stored.uid)")
+        await store.commit("s", expected_count=2, events=sample_log(3).events()[2:])
+        assert (await store.read("s", since=3)).uid == first.uid
+        assert await store.delete("s")
+        assert (await store.read("s")).uid is None
+        await stored_sample(store, "s", 4)
+        assert (await store.read("s", since=2)).uid not in (None, first.uid)
+
+    @pytest.mark.anyio
     async def test_a_snapshot_sets_the_horizon_and_the_count_outlives_its_events(
         self, store: Store, reopen: Callable[[], Store]
     ) -> None:

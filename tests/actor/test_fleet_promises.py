@@ -248,6 +248,64 @@ async def test_a_session_deleted_by_another_holder_closes_its_actor(
             await deleter.aclose()
 
 
+@pytest.mark.parametrize("follow", [None, False])
+async def test_a_session_deleted_and_made_again_is_not_taken_for_the_one_held(
+    stores: Callable[[], Store], follow: bool | None
+) -> None:
+    """Deleted and made again, longer than the actor's log: the actor must not read the new
+    session's events as the next ones of the session it holds (nothing tells them apart but
+    the session's identity)."""
+    holder, other = stores(), stores()
+    try:
+        async with SessionActor.open(session_id="gone", store=other) as first:
+            await first.add_message(Message.user("old one"))
+        async with SessionActor.open(session_id="gone", store=holder, follow=follow) as session:
+            await session.add_message(Message.user("old two"))
+            assert await other.delete("gone")
+            async with SessionActor.open(session_id="gone", store=other) as again:
+                for n in range(3):
+                    await again.add_message(Message.user(f"new {n}"))
+            # The actor hears of it at this write, or before it from the change feed, when
+            # it follows one (which may bring it the delete alone): then it has closed
+            # already, and says why.
+            with pytest.raises(
+                (SessionDeletedError, SessionClosedError), match="'gone' was deleted"
+            ):
+                await session.add_message(Message.user("old three"))
+            assert session.closed
+            assert [m.text for m in session.messages()] == ["old one", "old two"]
+        assert contents(await other.load("gone")) == ["new 0", "new 1", "new 2"]
+    finally:
+        await holder.aclose()
+        if other is not holder:
+            await other.aclose()
+
+
+async def test_a_follower_of_a_session_deleted_and_made_again_ends_its_streams(
+    tmp_path: Path,
+) -> None:
+    """A follower that only reads (no write to hear it at): the change feed brings the new
+    session's head, and the actor closes instead of streaming another session's events."""
+    url = f"sqlite:///{tmp_path / 'remade.sqlite3'}"
+    async with SessionActor.open(session_id="gone", store=url) as first:
+        await first.add_message(Message.user("old"))
+    async with (
+        SessionActor.open(session_id="gone", store=url, follow=True) as follower,
+        follower.subscribe(since=1) as events,
+        open_store(url) as other,
+    ):
+        assert await other.delete("gone")
+        async with SessionActor.open(session_id="gone", store=other) as again:
+            for n in range(3):
+                await again.add_message(Message.user(f"new {n}"))
+        with anyio.fail_after(10):
+            async for event in events:
+                pytest.fail(f"streamed another session's event {event.seq}")
+        assert follower.closed
+        with pytest.raises(SessionClosedError, match="'gone' was deleted"):
+            await follower.add_message(Message.user("old two"))
+
+
 async def test_a_registry_opens_a_new_actor_after_its_session_was_deleted(
     stores: Callable[[], Store],
 ) -> None:
