@@ -314,14 +314,18 @@ class Engine:
                 # optimistic-concurrency retry loop.
                 await anyio.sleep(random.uniform(0, min(0.01, 0.0005 * attempt)))
 
-    def _may_retry(self, requests: Sequence[Request[Any]]) -> bool:
-        """Whether a segment that lost to another writer goes again after catching up: always
-        under ``on_conflict="rebase"``; else when nothing its callers planned is assumed
-        (plain appends, and self-checking requests such as a compaction's)."""
-        return self._rebase or all(
-            request.checks_itself or (isinstance(request, Append) and request.plain)
+    def _may_retry(self, requests: Sequence[Request[Any]]) -> list[Request[Any]]:
+        """The requests of a segment that lost to another writer that go again after catching
+        up: all under ``on_conflict="rebase"``; else those that assume nothing their callers
+        planned (plain appends, and self-checking requests such as a compaction's), whatever
+        else shares their segment."""
+        if self._rebase:
+            return list(requests)
+        return [
+            request
             for request in requests
-        )
+            if request.checks_itself or (isinstance(request, Append) and request.plain)
+        ]
 
     def _apply(self, requests: list[Request[Any]]) -> Segment:
         """Apply ``requests`` in order to the published log; fail the invalid ones at once."""
@@ -425,6 +429,6 @@ def _plain_appends(requests: list[Request[Any]]) -> list[Append] | None:
     return appends if len(appends) == len(requests) else None
 
 
-def _never(_requests: Sequence[Request[Any]]) -> bool:
+def _never(_requests: Sequence[Request[Any]]) -> list[Request[Any]]:
     """No more retries (the last attempt)."""
-    return False
+    return []
