@@ -227,6 +227,52 @@ async def test_a_compaction_beside_a_conditional_append_that_lost_is_applied(
     assert "SUMMARY of 2" in contents(stored)  # the one planned on the first 4 events
 
 
+async def test_a_compaction_planned_before_another_writers_edit_and_snapshot_is_stale(
+    stores: Callable[[], Store],
+) -> None:
+    """While one holder summarises, another edits the session (a replace of the system prompt
+    and the first three messages, then a replace of the message it put there) and snapshots it,
+    which drops the first edit (the second hides it). The summary, planned before the edits, no
+    longer applies; it was committed, and the three messages the edit took off the surface came
+    back on it inside the summary (the check looked for a replace over its range among the
+    events held since the plan, and the snapshot had dropped it)."""
+    first_store, second_store = stores(), stores()
+    called, release = anyio.Event(), anyio.Event()
+
+    async def summarize(messages: Sequence[Message]) -> str:
+        called.set()
+        await release.wait()
+        return "SUMMARY of " + " ".join(message.text for message in messages)
+
+    policy = CompactionPolicy(keep_last=2, every=8, summarizer=summarize)
+    try:
+        async with (
+            SessionActor.open(
+                session_id="shared", store=first_store, follow=False, compaction=policy
+            ) as compacting,
+            SessionActor.open(session_id="shared", store=second_store, follow=False) as editor,
+        ):
+            await compacting.add_message(Message.system("prompt"))
+            for turn in range(1, 9):
+                await compacting.add_message(Message.user(f"m{turn}"))
+            with anyio.fail_after(10):
+                await called.wait()  # planned: "m1" .. "m6"
+            await editor.reload()
+            await editor.replace(0, 3, [Message.system("prompt v2, m1 to m3 taken out")])
+            await editor.replace(0, 0, [Message.system("prompt v3")])
+            await editor.snapshot()
+            release.set()
+            with anyio.fail_after(10):
+                await compacting.wait_for_compaction()
+            await editor.reload()
+            surface = [message.text for message in editor.messages()]
+    finally:
+        await first_store.aclose()
+        if second_store is not first_store:
+            await second_store.aclose()
+    assert not any(text.startswith("SUMMARY of m1") for text in surface), surface
+
+
 # The owner's cancellation tells the truth -----------------------------------------------------
 
 
