@@ -371,10 +371,16 @@ def still_applies(log: Log, replacement: Replacement) -> bool:
     The log only grows, so the surface inside a range of existing positions can change only
     through a replace appended since, whose own range meets it (an ordinary append lands after
     every existing position). Checking the events since the plan costs what was appended
-    meanwhile, not the size of the range.
+    meanwhile, not the size of the range. A snapshot that dropped any of them leaves that
+    check blind: the replacement is then stale too.
     """
     start, stop = replacement.start, replacement.stop
-    for event in log.since(replacement.planned_at):
+    since = log.since(replacement.planned_at)
+    if len(since) != log.count - replacement.planned_at:
+        # A snapshot dropped events appended since the plan: a replace among them may have
+        # changed the range, and the replace that hid it need not meet the range itself.
+        return False
+    for event in since:
         if event.type is EventType.ERASURE:
             return False  # planned on content erased since: it may quote it
         op = event.op
