@@ -273,6 +273,42 @@ async def test_a_compaction_planned_before_another_writers_edit_and_snapshot_is_
     assert not any(text.startswith("SUMMARY of m1") for text in surface), surface
 
 
+async def test_an_erased_message_no_longer_counts_toward_the_token_trigger(
+    stores: Callable[[], Store],
+) -> None:
+    """A long message is erased (through another store object, as another process would) and
+    the holder reads the session again: what the surface holds now is far under the token
+    trigger, so no compaction starts (the meter remembered each event's count by seq and kept
+    the long message's, so the next messages started a summary nobody needed)."""
+    holding_store, erasing_store = stores(), stores()
+    calls = 0
+
+    async def summarize(messages: Sequence[Message]) -> str:
+        nonlocal calls
+        calls += 1
+        return "SUMMARY"
+
+    # Triggers over 8000 tokens; the long message is 6250 (4 bytes a token), the rest 6000.
+    policy = CompactionPolicy(keep_last=2, token_budget=10_000, summarizer=summarize)
+    try:
+        async with SessionActor.open(
+            session_id="shared", store=holding_store, compaction=policy
+        ) as session:
+            long = await session.add_message(Message.user("word " * 5000))
+            await erasing_store.erase("shared", [long.seq], reason="request")
+            await session.reload()
+            for turn in range(10):
+                await session.add_message(Message.user(f"{turn} " + "small " * 399))
+            await session.wait_for_compaction()
+            statistics = session.statistics()
+    finally:
+        await holding_store.aclose()
+        if erasing_store is not holding_store:
+            await erasing_store.aclose()
+    assert calls == 0
+    assert statistics.compactions_run == 0
+
+
 # The owner's cancellation tells the truth -----------------------------------------------------
 
 
