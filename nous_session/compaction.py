@@ -197,6 +197,13 @@ class TokenMeter:
         self._seen = len(surface)
         return self.total
 
+    def forget(self) -> None:
+        """Count every event again at the next update: an erasure changed events in place,
+        under the seqs their counts are remembered by."""
+        self._by_seq = {}
+        self._seen = 0
+        self._total = 0
+
 
 def event_bytes(event: Event) -> int:
     """:func:`~nous_session.transcript.message_bytes` of a surface event, from its data."""
