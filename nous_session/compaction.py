@@ -300,8 +300,10 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     of the leading run: it is summarised again with what came after it, so each summary
     supersedes the last instead of piling up beside it. And an assistant message whose tool
     calls do not all have their results (after it) yet ends the summarised range: its results
-    are still to come. A range of nothing but earlier summaries is no range (None). Works on
-    the events alone, so nothing is projected, and yields to the event loop every few events.
+    are still to come. The range holds every result of each call in it (it ends before a call
+    whose result comes after the range). A range of nothing but earlier summaries is no range
+    (None). Works on the events alone, so nothing is projected, and yields to the event loop
+    every few events.
     """
     surface = log.surface()
     size = len(surface)
@@ -323,21 +325,24 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     ):
         cut += 1
     old = surface[lead:cut]
-    # One backwards pass: a call is answered when its result came after it.
-    answered: set[object] = set()
-    end = len(old)
-    for stop in range(len(old), 0, -CHUNK):
-        for index in range(stop - 1, max(stop - CHUNK, 0) - 1, -1):
+    # One forward pass: the range ends where the longest run of `old` ends in which every call
+    # has its result, between the messages of two positions (one replace's go together). A
+    # call still waiting for its result (another worker's tool still runs) ends it before the
+    # call, and before the calls made earlier whose results came after that one.
+    waiting: set[object] = set()
+    end = 0
+    for start in range(0, len(old), CHUNK):
+        for index in range(start, min(start + CHUNK, len(old))):
             event = old[index]
             if event.type is EventType.TOOL_RESULT:
-                answered.add(event.data.get("tool_call_id"))
+                waiting.discard(event.data.get("tool_call_id"))
             elif event.type is EventType.ASSISTANT_MESSAGE:
                 calls: Any = event.data.get("tool_calls")
-                if calls and any(call.get("id") not in answered for call in calls):
-                    end = index
+                if calls:
+                    waiting.update(call.get("id") for call in calls)
+            if not waiting and (index + 1 == len(old) or old[index + 1].position != event.position):
+                end = index + 1
         await anyio.lowlevel.checkpoint()
-    while 0 < end < len(old) and old[end].position == old[end - 1].position:
-        end -= 1  # never split the messages of one replace
     if all(event.type is EventType.SYSTEM_MESSAGE and _is_summary(event) for event in old[:end]):
         return None  # earlier summaries alone: summarising them again changes nothing
     return old[:end]
