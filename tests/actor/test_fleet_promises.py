@@ -309,6 +309,61 @@ async def test_an_erased_message_no_longer_counts_toward_the_token_trigger(
     assert statistics.compactions_run == 0
 
 
+async def test_a_plain_append_beside_a_compaction_that_keeps_losing_lands(
+    stores: Callable[[], Store],
+) -> None:
+    """A plain append shares a commit with a compaction's result on a busy session: another
+    writer commits before each of the compaction's attempts, so it loses every time. The plain
+    append goes on without it (through the store's rebasing commit, which never loses) and
+    lands; it failed with a ConflictError once the compaction had used up its attempts."""
+    first_store, second_store = stores(), stores()
+    called, release = anyio.Event(), anyio.Event()
+
+    async def summarize(messages: Sequence[Message]) -> str:
+        called.set()
+        await release.wait()
+        return "SUMMARY"
+
+    policy = CompactionPolicy(keep_last=2, every=3, summarizer=summarize)
+    try:
+        async with (
+            SessionActor.open(
+                session_id="shared", store=first_store, follow=False, compaction=policy
+            ) as busy,
+            SessionActor.open(session_id="shared", store=second_store, follow=False) as other,
+        ):
+            for turn in range(4):
+                await busy.add_message(Message.user(f"turn {turn}"))
+            with anyio.fail_after(10):
+                await called.wait()
+            await other.reload()
+            turnstile = _Turnstile(first_store, _another_writers)
+
+            async def busier() -> None:
+                # Before every commit of the busy actor but the held one, another writer's.
+                turnstile.before = busier
+                await other.add_message(Message.user("another writer's"))
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(busy.add_message, Message.user("held"))
+                    await turnstile.closed.wait()  # the actor is busy: the next two queue
+                    release.set()  # the summary comes back: the compaction is queued
+                    await _queued(busy, 1)
+                    group.start_soon(busy.add_message, Message.user("plain"))
+                    await _queued(busy, 2)
+                    turnstile.before = busier
+                    turnstile.opened.set()
+                turnstile.before = None
+                await busy.wait_for_compaction()
+            stored = await second_store.load("shared")
+    finally:
+        await first_store.aclose()
+        if second_store is not first_store:
+            await second_store.aclose()
+    assert contents(stored).count("plain") == 1
+
+
 # The owner's cancellation tells the truth -----------------------------------------------------
 
 
