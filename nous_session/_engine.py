@@ -301,6 +301,17 @@ class Engine:
             appends = _plain_appends(requests) if rebases else None
             if appends is not None:
                 requests = await commit_rebased(state, self.follower, appends, final=final)
+            elif attempt and self._can_rebase and (split := _beside_checks(requests)):
+                # Plain appends that lost beside a compaction's result need not wait for it to
+                # win (on a busy session it may not, in every attempt): they go first, rebased.
+                appends, others = split
+                requests = await commit_rebased(state, self.follower, appends, final=final)
+                requests += await commit_plain(
+                    state,
+                    self.follower,
+                    self._apply(others),
+                    may_retry=self._may_retry if not final else _never,
+                )
             else:
                 segment = self._apply(requests)
                 requests = await commit_plain(
@@ -427,6 +438,19 @@ def _plain_appends(requests: list[Request[Any]]) -> list[Append] | None:
     None."""
     appends = [request for request in requests if isinstance(request, Append) and request.plain]
     return appends if len(appends) == len(requests) else None
+
+
+def _beside_checks(
+    requests: list[Request[Any]],
+) -> tuple[list[Append], list[Request[Any]]] | None:
+    """The plain appends of ``requests`` and the others, when there are both and the others
+    all check themselves (a compaction's result, which applies wherever the appends land);
+    else None."""
+    appends = [r for r in requests if isinstance(r, Append) and r.plain]
+    others = [r for r in requests if not (isinstance(r, Append) and r.plain)]
+    if appends and others and all(request.checks_itself for request in others):
+        return appends, others
+    return None
 
 
 def _never(_requests: Sequence[Request[Any]]) -> list[Request[Any]]:
