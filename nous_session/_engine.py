@@ -320,9 +320,11 @@ class Engine:
                     segment,
                     may_retry=self._may_retry if not final else _never,
                 )
-            if requests and attempt:
+            if requests and attempt and not all(request.checks_itself for request in requests):
                 # Writers that keep colliding take turns: a short random backoff, as in any
-                # optimistic-concurrency retry loop.
+                # optimistic-concurrency retry loop. Not for a compaction's result alone: the
+                # writers it loses to append through the rebasing commit, which never waits,
+                # and a pause only gives them more time to be first again.
                 await anyio.sleep(random.uniform(0, min(0.01, 0.0005 * attempt)))
 
     def _may_retry(self, requests: Sequence[Request[Any]]) -> list[Request[Any]]:
