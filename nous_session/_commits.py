@@ -108,13 +108,13 @@ async def commit_plain(
     follower: Follower,
     batch: Segment,
     *,
-    may_retry: Callable[[Sequence[Request[Any]]], bool],
+    may_retry: Callable[[Sequence[Request[Any]]], list[Request[Any]]],
 ) -> list[Request[Any]]:
     """Commit an applied segment in one store call, then publish and answer its callers.
 
-    Returns the requests to apply again when the commit lost to another writer and
-    ``may_retry`` (the follower has caught up meanwhile); empty when every caller is
-    answered.
+    Returns the requests to apply again when the commit lost to another writer: those of the
+    segment that ``may_retry`` returns (the follower has caught up meanwhile); the others'
+    callers get the ConflictError. Empty when every caller is answered.
     """
     if batch.log is not batch.base:
         if state.unfollowable is not None:  # the session was deleted: see Follower.reload
@@ -127,6 +127,7 @@ async def commit_plain(
         events = tuple(batch.log.since(batch.base.count))
         arguments = _arguments(state, batch, events)
         error: BaseException | None = None
+        retry: list[Request[Any]] = []
         if state.abort_requested:  # see SessionState.begin_commit
             await anyio.lowlevel.checkpoint()  # the work scope is cancelled: raises here
         state.begin_commit()
@@ -152,8 +153,17 @@ async def commit_plain(
                         batch = _refuse_copies(state, batch)
                     # Every request again, those a key answered too (nothing answered them).
                     again = [request for request, _ in (*batch.known, *batch.applied)]
-                    if may_retry(again):
+                    retry = may_retry(again)
+                    if len(retry) == len(again):
                         return again
+                    if retry:
+                        # The others' preconditions failed; these have none of their caller's
+                        # (plain appends, a compaction's result) and go again on their own.
+                        going = {id(request) for request in retry}
+                        batch = batch._replace(
+                            known=[pair for pair in batch.known if id(pair[0]) not in going],
+                            applied=[pair for pair in batch.applied if id(pair[0]) not in going],
+                        )
                     # A key the store had already (an earlier attempt whose outcome was
                     # unknown landed, say) is answered as a lone retry would be: with the
                     # events first committed under it.
@@ -171,7 +181,7 @@ async def commit_plain(
                 _unknown(state, batch.applied, error)
             else:
                 state.fail(batch.applied, error, expected_count=batch.base.count)
-            return []
+            return retry
         for key, first, size in batch.keys:
             state.keys[key] = (first, size)
         for seq in arguments.get("kept", ()):

@@ -31,7 +31,7 @@ from nous_session.compaction import (
     summary_replacement,
 )
 from nous_session.errors import SessionClosedError, StoreError
-from nous_session.event import message_event, to_message
+from nous_session.event import EventType, message_event, to_message
 from nous_session.log import Log
 from nous_session.message import Message
 from nous_session.transcript import SUMMARY_METADATA, SummaryBuilder, summary_covers
@@ -158,6 +158,7 @@ class CompactionRunner:
         "_closing",
         "_done",
         "_logger",
+        "_looked",
         "_meter",
         "_policy",
         "_post",
@@ -198,6 +199,7 @@ class CompactionRunner:
         self._done = anyio.Event()
         self._done.set()
         self._retry_at = 0  # compaction waits for the surface to reach this size
+        self._looked = 0  # the count of the last Log seen
         self.run = 0
         self.stale = 0
         self.failed = 0
@@ -211,8 +213,14 @@ class CompactionRunner:
         """
         policy, meter = self._policy, self._meter
         surface = log.surface()  # the memoised fold; nothing is projected here
-        # The meter must see every commit, or an unseen replace would corrupt its running sum.
-        tokens = meter.update(surface, rebuilt=rebuilt) if policy.counts_tokens else 0
+        tokens = 0
+        if policy.counts_tokens:
+            # An erasure rewrote events in place, whatever their seqs' remembered counts say.
+            if any(event.type is EventType.ERASURE for event in log.since(self._looked)):
+                meter.forget()
+            # The meter must see every commit, or an unseen replace would corrupt its sum.
+            tokens = meter.update(surface, rebuilt=rebuilt)
+        self._looked = log.count
         if self.in_flight or self._closing or len(surface) < self._retry_at:
             return
         if policy.triggered(len(surface), tokens):

@@ -301,6 +301,17 @@ class Engine:
             appends = _plain_appends(requests) if rebases else None
             if appends is not None:
                 requests = await commit_rebased(state, self.follower, appends, final=final)
+            elif attempt and self._can_rebase and (split := _beside_checks(requests)):
+                # Plain appends that lost beside a compaction's result need not wait for it to
+                # win (on a busy session it may not, in every attempt): they go first, rebased.
+                appends, others = split
+                requests = await commit_rebased(state, self.follower, appends, final=final)
+                requests += await commit_plain(
+                    state,
+                    self.follower,
+                    self._apply(others),
+                    may_retry=self._may_retry if not final else _never,
+                )
             else:
                 segment = self._apply(requests)
                 requests = await commit_plain(
@@ -309,19 +320,25 @@ class Engine:
                     segment,
                     may_retry=self._may_retry if not final else _never,
                 )
-            if requests and attempt:
+            if requests and attempt and not all(request.checks_itself for request in requests):
                 # Writers that keep colliding take turns: a short random backoff, as in any
-                # optimistic-concurrency retry loop.
+                # optimistic-concurrency retry loop. Not for a compaction's result alone: the
+                # writers it loses to append through the rebasing commit, which never waits,
+                # and a pause only gives them more time to be first again.
                 await anyio.sleep(random.uniform(0, min(0.01, 0.0005 * attempt)))
 
-    def _may_retry(self, requests: Sequence[Request[Any]]) -> bool:
-        """Whether a segment that lost to another writer goes again after catching up: always
-        under ``on_conflict="rebase"``; else when nothing its callers planned is assumed
-        (plain appends, and self-checking requests such as a compaction's)."""
-        return self._rebase or all(
-            request.checks_itself or (isinstance(request, Append) and request.plain)
+    def _may_retry(self, requests: Sequence[Request[Any]]) -> list[Request[Any]]:
+        """The requests of a segment that lost to another writer that go again after catching
+        up: all under ``on_conflict="rebase"``; else those that assume nothing their callers
+        planned (plain appends, and self-checking requests such as a compaction's), whatever
+        else shares their segment."""
+        if self._rebase:
+            return list(requests)
+        return [
+            request
             for request in requests
-        )
+            if request.checks_itself or (isinstance(request, Append) and request.plain)
+        ]
 
     def _apply(self, requests: list[Request[Any]]) -> Segment:
         """Apply ``requests`` in order to the published log; fail the invalid ones at once."""
@@ -425,6 +442,19 @@ def _plain_appends(requests: list[Request[Any]]) -> list[Append] | None:
     return appends if len(appends) == len(requests) else None
 
 
-def _never(_requests: Sequence[Request[Any]]) -> bool:
+def _beside_checks(
+    requests: list[Request[Any]],
+) -> tuple[list[Append], list[Request[Any]]] | None:
+    """The plain appends of ``requests`` and the others, when there are both and the others
+    all check themselves (a compaction's result, which applies wherever the appends land);
+    else None."""
+    appends = [r for r in requests if isinstance(r, Append) and r.plain]
+    others = [r for r in requests if not (isinstance(r, Append) and r.plain)]
+    if appends and others and all(request.checks_itself for request in others):
+        return appends, others
+    return None
+
+
+def _never(_requests: Sequence[Request[Any]]) -> list[Request[Any]]:
     """No more retries (the last attempt)."""
-    return False
+    return []

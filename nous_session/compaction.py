@@ -197,6 +197,13 @@ class TokenMeter:
         self._seen = len(surface)
         return self.total
 
+    def forget(self) -> None:
+        """Count every event again at the next update: an erasure changed events in place,
+        under the seqs their counts are remembered by."""
+        self._by_seq = {}
+        self._seen = 0
+        self._total = 0
+
 
 def event_bytes(event: Event) -> int:
     """:func:`~nous_session.transcript.message_bytes` of a surface event, from its data."""
@@ -293,8 +300,10 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     of the leading run: it is summarised again with what came after it, so each summary
     supersedes the last instead of piling up beside it. And an assistant message whose tool
     calls do not all have their results (after it) yet ends the summarised range: its results
-    are still to come. A range of nothing but earlier summaries is no range (None). Works on
-    the events alone, so nothing is projected, and yields to the event loop every few events.
+    are still to come. The range holds every result of each call in it (it ends before a call
+    whose result comes after the range). A range of nothing but earlier summaries is no range
+    (None). Works on the events alone, so nothing is projected, and yields to the event loop
+    every few events.
     """
     surface = log.surface()
     size = len(surface)
@@ -316,21 +325,24 @@ async def plan_summary(log: Log, keep_last: int) -> Sequence[Event] | None:
     ):
         cut += 1
     old = surface[lead:cut]
-    # One backwards pass: a call is answered when its result came after it.
-    answered: set[object] = set()
-    end = len(old)
-    for stop in range(len(old), 0, -CHUNK):
-        for index in range(stop - 1, max(stop - CHUNK, 0) - 1, -1):
+    # One forward pass: the range ends where the longest run of `old` ends in which every call
+    # has its result, between the messages of two positions (one replace's go together). A
+    # call still waiting for its result (another worker's tool still runs) ends it before the
+    # call, and before the calls made earlier whose results came after that one.
+    waiting: set[object] = set()
+    end = 0
+    for start in range(0, len(old), CHUNK):
+        for index in range(start, min(start + CHUNK, len(old))):
             event = old[index]
             if event.type is EventType.TOOL_RESULT:
-                answered.add(event.data.get("tool_call_id"))
+                waiting.discard(event.data.get("tool_call_id"))
             elif event.type is EventType.ASSISTANT_MESSAGE:
                 calls: Any = event.data.get("tool_calls")
-                if calls and any(call.get("id") not in answered for call in calls):
-                    end = index
+                if calls:
+                    waiting.update(call.get("id") for call in calls)
+            if not waiting and (index + 1 == len(old) or old[index + 1].position != event.position):
+                end = index + 1
         await anyio.lowlevel.checkpoint()
-    while 0 < end < len(old) and old[end].position == old[end - 1].position:
-        end -= 1  # never split the messages of one replace
     if all(event.type is EventType.SYSTEM_MESSAGE and _is_summary(event) for event in old[:end]):
         return None  # earlier summaries alone: summarising them again changes nothing
     return old[:end]
@@ -371,10 +383,16 @@ def still_applies(log: Log, replacement: Replacement) -> bool:
     The log only grows, so the surface inside a range of existing positions can change only
     through a replace appended since, whose own range meets it (an ordinary append lands after
     every existing position). Checking the events since the plan costs what was appended
-    meanwhile, not the size of the range.
+    meanwhile, not the size of the range. A snapshot that dropped any of them leaves that
+    check blind: the replacement is then stale too.
     """
     start, stop = replacement.start, replacement.stop
-    for event in log.since(replacement.planned_at):
+    since = log.since(replacement.planned_at)
+    if len(since) != log.count - replacement.planned_at:
+        # A snapshot dropped events appended since the plan: a replace among them may have
+        # changed the range, and the replace that hid it need not meet the range itself.
+        return False
+    for event in since:
         if event.type is EventType.ERASURE:
             return False  # planned on content erased since: it may quote it
         op = event.op

@@ -533,6 +533,29 @@ async def test_repeated_compactions_never_split_a_tool_pair(keep_last: int) -> N
         assert len(originals) == len(messages)
 
 
+async def test_a_call_answered_after_another_still_running_call_is_not_split() -> None:
+    """Two workers share a session: one's tool call ("x") is answered after the other's call
+    ("y"), whose tool still runs. The summary ends before "y", and so before "x"'s result:
+    it must end before "x" too (it took "x" and left its result on the surface, after the
+    summary, answering a call no message on the surface made)."""
+    messages = [
+        Message.user("first worker asks"),
+        Message.assistant(None, tool_calls=[ToolCall("x", "look", {})]),
+        Message.assistant(None, tool_calls=[ToolCall("y", "search", {})]),  # the second's
+        Message.tool("x", "found", name="look"),
+        Message.assistant("first worker answers"),
+        Message.user("first worker asks again"),
+        Message.assistant("first worker answers again"),
+        Message.user("and again"),
+    ]
+    policy = CompactionPolicy(keep_last=2, every=len(messages) - 1)
+    async with SessionActor.open(session_id=SID, compaction=policy) as session:
+        await load(session, [attrs.evolve(m, created_at=at(i)) for i, m in enumerate(messages)])
+        await session.wait_for_compaction()
+        await session.add_message(Message.tool("y", "nothing", name="search"))
+        assert_no_orphan_tool_result(session.messages())
+
+
 # Pruning -------------------------------------------------------------------------------------
 
 

@@ -14,15 +14,18 @@ import sys
 import threading
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
 import pytest
 
 from nous_session import (
+    CompactionPolicy,
+    ConflictError,
     Message,
     SessionActor,
     SessionClosedError,
@@ -32,6 +35,7 @@ from nous_session import (
     WrongEventLoopError,
     open_store,
 )
+from nous_session.event import Event
 
 pytestmark = pytest.mark.anyio
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
@@ -75,6 +79,289 @@ async def test_a_second_writers_plain_append_lands(
     assert [text for text in texts if text.startswith("first ")][:5] == [
         f"first {turn}" for turn in range(5)
     ]
+
+
+class _Turnstile:
+    """Stands in for one store object's ``commit`` (on the instance), for the commits whose
+    events ``other`` does not claim (another writer's own commits pass): the first waits until
+    ``opened`` is set; ``before`` (once set) runs ahead of the next one after it."""
+
+    def __init__(self, store: Store, other: Callable[[Sequence[Event]], bool]) -> None:
+        self._commit = store.commit
+        self._other = other
+        self.closed = anyio.Event()  # set: holding (a commit is waiting)
+        self.opened = anyio.Event()
+        self.before: Callable[[], Awaitable[object]] | None = None
+        store.commit = self.commit  # type: ignore[method-assign]  # a test's stand-in
+
+    async def commit(self, session_id: str, **arguments: Any) -> None:
+        if not self._other(arguments["events"]):
+            if not self.opened.is_set():
+                self.closed.set()
+                await self.opened.wait()
+            elif self.before is not None:
+                before, self.before = self.before, None
+                await before()
+        await self._commit(session_id, **arguments)
+
+
+async def _queued(actor: SessionActor, depth: int) -> None:
+    """Wait until ``depth`` requests wait in the actor's queue."""
+    with anyio.fail_after(10):
+        while actor.statistics().queue_depth < depth:
+            await anyio.lowlevel.checkpoint()
+
+
+def _another_writers(events: Sequence[Event]) -> bool:
+    return any(event.data.get("content") == "another writer's" for event in events)
+
+
+async def test_a_plain_append_beside_a_conditional_one_that_lost_lands(
+    stores: Callable[[], Store],
+) -> None:
+    """One commit holds a conditional append and, after it, a plain one (two callers of one
+    actor), and loses to another writer: the conditional one fails (its precondition is
+    stale); the plain one has none, and lands after what the other writer stored (both failed
+    with the ConflictError: the batch went again only when every request in it could)."""
+    first_store, second_store = stores(), stores()
+    answers: dict[str, object] = {}
+    try:
+        async with (
+            SessionActor.open(session_id="shared", store=first_store, follow=False) as behind,
+            SessionActor.open(session_id="shared", store=second_store, follow=False) as other,
+        ):
+            await behind.add_message(Message.user("first"))
+            await other.reload()
+            turnstile = _Turnstile(first_store, _another_writers)
+
+            async def conditional() -> None:
+                try:
+                    await behind.append_many([Message.user("conditional")], expect_count=2)
+                except ConflictError as error:
+                    answers["conditional"] = error
+
+            async def plain() -> None:
+                answers["plain"] = (await behind.add_message(Message.user("plain"))).seq
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(behind.add_message, Message.user("held"))
+                    await turnstile.closed.wait()  # the actor is busy: the next two queue
+                    group.start_soon(conditional)
+                    await _queued(behind, 1)
+                    group.start_soon(plain)
+                    await _queued(behind, 2)
+                    # They commit together, and lose: another writer commits just before.
+                    turnstile.before = partial(other.add_message, Message.user("another writer's"))
+                    turnstile.opened.set()
+            stored = await second_store.load("shared")
+    finally:
+        await first_store.aclose()
+        if second_store is not first_store:
+            await second_store.aclose()
+    assert isinstance(answers["conditional"], ConflictError)
+    assert answers["plain"] == 3
+    assert contents(stored) == ["first", "held", "another writer's", "plain"]
+
+
+async def test_a_compaction_beside_a_conditional_append_that_lost_is_applied(
+    stores: Callable[[], Store],
+) -> None:
+    """A compaction's result and a conditional append share a commit that loses to another
+    writer: the conditional append fails, and the compaction is applied after catching up, as
+    it is when it loses alone (it failed with the ConflictError, and the summary the
+    summarizer was paid for was thrown away, to be paid for again)."""
+    first_store, second_store = stores(), stores()
+    called, release = anyio.Event(), anyio.Event()
+    calls = 0
+
+    async def summarize(messages: Sequence[Message]) -> str:
+        nonlocal calls
+        calls += 1
+        called.set()
+        await release.wait()
+        return f"SUMMARY of {len(messages)}"
+
+    policy = CompactionPolicy(keep_last=2, every=3, summarizer=summarize)
+    answers: dict[str, object] = {}
+    try:
+        async with (
+            SessionActor.open(
+                session_id="shared", store=first_store, follow=False, compaction=policy
+            ) as behind,
+            SessionActor.open(session_id="shared", store=second_store, follow=False) as other,
+        ):
+            for turn in range(4):
+                await behind.add_message(Message.user(f"turn {turn}"))
+            with anyio.fail_after(10):
+                await called.wait()  # planned on the 4 events
+            await other.reload()
+            turnstile = _Turnstile(first_store, _another_writers)
+
+            async def conditional() -> None:
+                try:
+                    await behind.append_many([Message.user("conditional")], expect_count=5)
+                except ConflictError as error:
+                    answers["conditional"] = error
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(behind.add_message, Message.user("held"))
+                    await turnstile.closed.wait()  # the actor is busy: the next two queue
+                    group.start_soon(conditional)
+                    await _queued(behind, 1)
+                    release.set()  # the summary comes back: the compaction is queued
+                    await _queued(behind, 2)
+                    turnstile.before = partial(other.add_message, Message.user("another writer's"))
+                    turnstile.opened.set()
+                await behind.wait_for_compaction()
+            statistics = behind.statistics()
+            stored = await second_store.load("shared")
+    finally:
+        await first_store.aclose()
+        if second_store is not first_store:
+            await second_store.aclose()
+    assert isinstance(answers["conditional"], ConflictError)
+    assert statistics.compactions_failed == 0
+    assert calls == statistics.compactions_run  # each summary paid for once
+    assert "SUMMARY of 2" in contents(stored)  # the one planned on the first 4 events
+
+
+async def test_a_compaction_planned_before_another_writers_edit_and_snapshot_is_stale(
+    stores: Callable[[], Store],
+) -> None:
+    """While one holder summarises, another edits the session (a replace of the system prompt
+    and the first three messages, then a replace of the message it put there) and snapshots it,
+    which drops the first edit (the second hides it). The summary, planned before the edits, no
+    longer applies; it was committed, and the three messages the edit took off the surface came
+    back on it inside the summary (the check looked for a replace over its range among the
+    events held since the plan, and the snapshot had dropped it)."""
+    first_store, second_store = stores(), stores()
+    called, release = anyio.Event(), anyio.Event()
+
+    async def summarize(messages: Sequence[Message]) -> str:
+        called.set()
+        await release.wait()
+        return "SUMMARY of " + " ".join(message.text for message in messages)
+
+    policy = CompactionPolicy(keep_last=2, every=8, summarizer=summarize)
+    try:
+        async with (
+            SessionActor.open(
+                session_id="shared", store=first_store, follow=False, compaction=policy
+            ) as compacting,
+            SessionActor.open(session_id="shared", store=second_store, follow=False) as editor,
+        ):
+            await compacting.add_message(Message.system("prompt"))
+            for turn in range(1, 9):
+                await compacting.add_message(Message.user(f"m{turn}"))
+            with anyio.fail_after(10):
+                await called.wait()  # planned: "m1" .. "m6"
+            await editor.reload()
+            await editor.replace(0, 3, [Message.system("prompt v2, m1 to m3 taken out")])
+            await editor.replace(0, 0, [Message.system("prompt v3")])
+            await editor.snapshot()
+            release.set()
+            with anyio.fail_after(10):
+                await compacting.wait_for_compaction()
+            await editor.reload()
+            surface = [message.text for message in editor.messages()]
+    finally:
+        await first_store.aclose()
+        if second_store is not first_store:
+            await second_store.aclose()
+    assert not any(text.startswith("SUMMARY of m1") for text in surface), surface
+
+
+async def test_an_erased_message_no_longer_counts_toward_the_token_trigger(
+    stores: Callable[[], Store],
+) -> None:
+    """A long message is erased (through another store object, as another process would) and
+    the holder reads the session again: what the surface holds now is far under the token
+    trigger, so no compaction starts (the meter remembered each event's count by seq and kept
+    the long message's, so the next messages started a summary nobody needed)."""
+    holding_store, erasing_store = stores(), stores()
+    calls = 0
+
+    async def summarize(messages: Sequence[Message]) -> str:
+        nonlocal calls
+        calls += 1
+        return "SUMMARY"
+
+    # Triggers over 8000 tokens; the long message is 6250 (4 bytes a token), the rest 6000.
+    policy = CompactionPolicy(keep_last=2, token_budget=10_000, summarizer=summarize)
+    try:
+        async with SessionActor.open(
+            session_id="shared", store=holding_store, compaction=policy
+        ) as session:
+            long = await session.add_message(Message.user("word " * 5000))
+            await erasing_store.erase("shared", [long.seq], reason="request")
+            await session.reload()
+            for turn in range(10):
+                await session.add_message(Message.user(f"{turn} " + "small " * 399))
+            await session.wait_for_compaction()
+            statistics = session.statistics()
+    finally:
+        await holding_store.aclose()
+        if erasing_store is not holding_store:
+            await erasing_store.aclose()
+    assert calls == 0
+    assert statistics.compactions_run == 0
+
+
+async def test_a_plain_append_beside_a_compaction_that_keeps_losing_lands(
+    stores: Callable[[], Store],
+) -> None:
+    """A plain append shares a commit with a compaction's result on a busy session: another
+    writer commits before each of the compaction's attempts, so it loses every time. The plain
+    append goes on without it (through the store's rebasing commit, which never loses) and
+    lands; it failed with a ConflictError once the compaction had used up its attempts."""
+    first_store, second_store = stores(), stores()
+    called, release = anyio.Event(), anyio.Event()
+
+    async def summarize(messages: Sequence[Message]) -> str:
+        called.set()
+        await release.wait()
+        return "SUMMARY"
+
+    policy = CompactionPolicy(keep_last=2, every=3, summarizer=summarize)
+    try:
+        async with (
+            SessionActor.open(
+                session_id="shared", store=first_store, follow=False, compaction=policy
+            ) as busy,
+            SessionActor.open(session_id="shared", store=second_store, follow=False) as other,
+        ):
+            for turn in range(4):
+                await busy.add_message(Message.user(f"turn {turn}"))
+            with anyio.fail_after(10):
+                await called.wait()
+            await other.reload()
+            turnstile = _Turnstile(first_store, _another_writers)
+
+            async def busier() -> None:
+                # Before every commit of the busy actor but the held one, another writer's.
+                turnstile.before = busier
+                await other.add_message(Message.user("another writer's"))
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(busy.add_message, Message.user("held"))
+                    await turnstile.closed.wait()  # the actor is busy: the next two queue
+                    release.set()  # the summary comes back: the compaction is queued
+                    await _queued(busy, 1)
+                    group.start_soon(busy.add_message, Message.user("plain"))
+                    await _queued(busy, 2)
+                    turnstile.before = busier
+                    turnstile.opened.set()
+                turnstile.before = None
+                await busy.wait_for_compaction()
+            stored = await second_store.load("shared")
+    finally:
+        await first_store.aclose()
+        if second_store is not first_store:
+            await second_store.aclose()
+    assert contents(stored).count("plain") == 1
 
 
 # The owner's cancellation tells the truth -----------------------------------------------------
