@@ -8,13 +8,14 @@ loop fails at once, before anything is queued; a snapshot frees the events it dr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import sys
 import threading
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +42,19 @@ pytestmark = pytest.mark.anyio
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
 
 
+@contextlib.asynccontextmanager
+async def _two(stores: Callable[[], Store]) -> AsyncIterator[tuple[Store, Store]]:
+    """Two stores of ``stores`` that reach the same sessions (two would-be processes), closed
+    after the block (the memory store's one, shared, once)."""
+    first, second = stores(), stores()
+    try:
+        yield first, second
+    finally:
+        await first.aclose()
+        if second is not first:
+            await second.aclose()
+
+
 def contents(events: object) -> list[str]:
     return [event.data["content"] for event in events]  # type: ignore[attr-defined]
 
@@ -54,8 +68,7 @@ async def test_a_second_writers_plain_append_lands(
 ) -> None:
     """Two actors on one session, default options: the one whose log is behind appends all the
     same (a plain append has no precondition), after what the other stored, in one order."""
-    first_store, second_store = stores(), stores()
-    try:
+    async with _two(stores) as (first_store, second_store):
         async with (
             SessionActor.open(session_id="shared", store=first_store, follow=follow) as first,
             SessionActor.open(session_id="shared", store=second_store, follow=follow) as second,
@@ -68,10 +81,6 @@ async def test_a_second_writers_plain_append_lands(
                     group.start_soon(first.add_message, Message.user(f"first burst {turn}"))
                     group.start_soon(second.add_message, Message.user(f"second burst {turn}"))
             stored = await first_store.load("shared")
-    finally:
-        await first_store.aclose()
-        if second_store is not first_store:
-            await second_store.aclose()
     texts = contents(stored)
     assert len(texts) == len(set(texts)) == 50
     assert [event.seq for event in stored] == list(range(50))
@@ -123,9 +132,8 @@ async def test_a_plain_append_beside_a_conditional_one_that_lost_lands(
     actor), and loses to another writer: the conditional one fails (its precondition is
     stale); the plain one has none, and lands after what the other writer stored (both failed
     with the ConflictError: the batch went again only when every request in it could)."""
-    first_store, second_store = stores(), stores()
     answers: dict[str, object] = {}
-    try:
+    async with _two(stores) as (first_store, second_store):
         async with (
             SessionActor.open(session_id="shared", store=first_store, follow=False) as behind,
             SessionActor.open(session_id="shared", store=second_store, follow=False) as other,
@@ -155,10 +163,6 @@ async def test_a_plain_append_beside_a_conditional_one_that_lost_lands(
                     turnstile.before = partial(other.add_message, Message.user("another writer's"))
                     turnstile.opened.set()
             stored = await second_store.load("shared")
-    finally:
-        await first_store.aclose()
-        if second_store is not first_store:
-            await second_store.aclose()
     assert isinstance(answers["conditional"], ConflictError)
     assert answers["plain"] == 3
     assert contents(stored) == ["first", "held", "another writer's", "plain"]
@@ -171,7 +175,6 @@ async def test_a_compaction_beside_a_conditional_append_that_lost_is_applied(
     writer: the conditional append fails, and the compaction is applied after catching up, as
     it is when it loses alone (it failed with the ConflictError, and the summary the
     summarizer was paid for was thrown away, to be paid for again)."""
-    first_store, second_store = stores(), stores()
     called, release = anyio.Event(), anyio.Event()
     calls = 0
 
@@ -184,7 +187,7 @@ async def test_a_compaction_beside_a_conditional_append_that_lost_is_applied(
 
     policy = CompactionPolicy(keep_last=2, every=3, summarizer=summarize)
     answers: dict[str, object] = {}
-    try:
+    async with _two(stores) as (first_store, second_store):
         async with (
             SessionActor.open(
                 session_id="shared", store=first_store, follow=False, compaction=policy
@@ -217,10 +220,6 @@ async def test_a_compaction_beside_a_conditional_append_that_lost_is_applied(
                 await behind.wait_for_compaction()
             statistics = behind.statistics()
             stored = await second_store.load("shared")
-    finally:
-        await first_store.aclose()
-        if second_store is not first_store:
-            await second_store.aclose()
     assert isinstance(answers["conditional"], ConflictError)
     assert statistics.compactions_failed == 0
     assert calls == statistics.compactions_run  # each summary paid for once
@@ -236,7 +235,6 @@ async def test_a_compaction_planned_before_another_writers_edit_and_snapshot_is_
     longer applies; it was committed, and the three messages the edit took off the surface came
     back on it inside the summary (the check looked for a replace over its range among the
     events held since the plan, and the snapshot had dropped it)."""
-    first_store, second_store = stores(), stores()
     called, release = anyio.Event(), anyio.Event()
 
     async def summarize(messages: Sequence[Message]) -> str:
@@ -245,7 +243,7 @@ async def test_a_compaction_planned_before_another_writers_edit_and_snapshot_is_
         return "SUMMARY of " + " ".join(message.text for message in messages)
 
     policy = CompactionPolicy(keep_last=2, every=8, summarizer=summarize)
-    try:
+    async with _two(stores) as (first_store, second_store):
         async with (
             SessionActor.open(
                 session_id="shared", store=first_store, follow=False, compaction=policy
@@ -266,10 +264,6 @@ async def test_a_compaction_planned_before_another_writers_edit_and_snapshot_is_
                 await compacting.wait_for_compaction()
             await editor.reload()
             surface = [message.text for message in editor.messages()]
-    finally:
-        await first_store.aclose()
-        if second_store is not first_store:
-            await second_store.aclose()
     assert not any(text.startswith("SUMMARY of m1") for text in surface), surface
 
 
@@ -280,7 +274,6 @@ async def test_an_erased_message_no_longer_counts_toward_the_token_trigger(
     the holder reads the session again: what the surface holds now is far under the token
     trigger, so no compaction starts (the meter remembered each event's count by seq and kept
     the long message's, so the next messages started a summary nobody needed)."""
-    holding_store, erasing_store = stores(), stores()
     calls = 0
 
     async def summarize(messages: Sequence[Message]) -> str:
@@ -290,7 +283,7 @@ async def test_an_erased_message_no_longer_counts_toward_the_token_trigger(
 
     # Triggers over 8000 tokens; the long message is 6250 (4 bytes a token), the rest 6000.
     policy = CompactionPolicy(keep_last=2, token_budget=10_000, summarizer=summarize)
-    try:
+    async with _two(stores) as (holding_store, erasing_store):
         async with SessionActor.open(
             session_id="shared", store=holding_store, compaction=policy
         ) as session:
@@ -301,10 +294,6 @@ async def test_an_erased_message_no_longer_counts_toward_the_token_trigger(
                 await session.add_message(Message.user(f"{turn} " + "small " * 399))
             await session.wait_for_compaction()
             statistics = session.statistics()
-    finally:
-        await holding_store.aclose()
-        if erasing_store is not holding_store:
-            await erasing_store.aclose()
     assert calls == 0
     assert statistics.compactions_run == 0
 
@@ -316,7 +305,6 @@ async def test_a_plain_append_beside_a_compaction_that_keeps_losing_lands(
     writer commits before each of the compaction's attempts, so it loses every time. The plain
     append goes on without it (through the store's rebasing commit, which never loses) and
     lands; it failed with a ConflictError once the compaction had used up its attempts."""
-    first_store, second_store = stores(), stores()
     called, release = anyio.Event(), anyio.Event()
 
     async def summarize(messages: Sequence[Message]) -> str:
@@ -325,7 +313,7 @@ async def test_a_plain_append_beside_a_compaction_that_keeps_losing_lands(
         return "SUMMARY"
 
     policy = CompactionPolicy(keep_last=2, every=3, summarizer=summarize)
-    try:
+    async with _two(stores) as (first_store, second_store):
         async with (
             SessionActor.open(
                 session_id="shared", store=first_store, follow=False, compaction=policy
@@ -357,10 +345,6 @@ async def test_a_plain_append_beside_a_compaction_that_keeps_losing_lands(
                 turnstile.before = None
                 await busy.wait_for_compaction()
             stored = await second_store.load("shared")
-    finally:
-        await first_store.aclose()
-        if second_store is not first_store:
-            await second_store.aclose()
     assert contents(stored).count("plain") == 1
 
 
@@ -511,8 +495,7 @@ async def test_a_session_deleted_by_another_holder_closes_its_actor(
     """Another holder deletes the session: the actor's next append is refused with
     SessionDeletedError (not a corrupt store), stores nothing, and the actor closes; opening
     the session again starts it anew."""
-    holder, deleter = stores(), stores()
-    try:
+    async with _two(stores) as (holder, deleter):
         async with SessionActor.open(
             session_id="gone", store=holder, on_conflict=on_conflict, follow=follow
         ) as session:
@@ -529,10 +512,6 @@ async def test_a_session_deleted_by_another_holder_closes_its_actor(
             event = await again.add_message(Message.user("anew"))
         assert event.seq == 0
         assert contents(await deleter.load("gone")) == ["anew"]
-    finally:
-        await holder.aclose()
-        if deleter is not holder:
-            await deleter.aclose()
 
 
 @pytest.mark.parametrize("follow", [None, False])
@@ -542,8 +521,7 @@ async def test_a_session_deleted_and_made_again_is_not_taken_for_the_one_held(
     """Deleted and made again, longer than the actor's log: the actor must not read the new
     session's events as the next ones of the session it holds (nothing tells them apart but
     the session's identity)."""
-    holder, other = stores(), stores()
-    try:
+    async with _two(stores) as (holder, other):
         async with SessionActor.open(session_id="gone", store=other) as first:
             await first.add_message(Message.user("old one"))
         async with SessionActor.open(session_id="gone", store=holder, follow=follow) as session:
@@ -562,10 +540,6 @@ async def test_a_session_deleted_and_made_again_is_not_taken_for_the_one_held(
             assert session.closed
             assert [m.text for m in session.messages()] == ["old one", "old two"]
         assert contents(await other.load("gone")) == ["new 0", "new 1", "new 2"]
-    finally:
-        await holder.aclose()
-        if other is not holder:
-            await other.aclose()
 
 
 async def test_a_follower_of_a_session_deleted_and_made_again_ends_its_streams(
@@ -596,8 +570,7 @@ async def test_a_follower_of_a_session_deleted_and_made_again_ends_its_streams(
 async def test_a_registry_opens_a_new_actor_after_its_session_was_deleted(
     stores: Callable[[], Store],
 ) -> None:
-    holder, deleter = stores(), stores()
-    try:
+    async with _two(stores) as (holder, deleter):
         async with Sessions(holder) as sessions:
             async with sessions.use("gone") as session:
                 await session.add_message(Message.user("one"))
@@ -609,10 +582,6 @@ async def test_a_registry_opens_a_new_actor_after_its_session_was_deleted(
                 event = await session.add_message(Message.user("anew"))
             assert event.seq == 0
         assert contents(await deleter.load("gone")) == ["anew"]
-    finally:
-        await holder.aclose()
-        if deleter is not holder:
-            await deleter.aclose()
 
 
 async def test_a_session_deleted_by_another_process_closes_its_actor(tmp_path: Path) -> None:
