@@ -303,22 +303,6 @@ def test_durations_parse_and_bad_ones_are_named() -> None:
             parse_duration(bad)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-async def any_store(
-    request: pytest.FixtureRequest, tmp_path: Path, schema: str
-) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        store: Store = MemoryStore()
-    elif request.param == "sqlite":
-        store = SQLiteStore(tmp_path / "retain.sqlite3")
-    else:
-        if not POSTGRES_URL:
-            pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://...")
-        store = PostgresStore(POSTGRES_URL, schema=schema)
-    yield store
-    await store.aclose()
-
-
 async def _session(store: Store, name: str, owner: str = "ann") -> None:
     async with SessionActor.open(session_id=name, store=store, metadata={"owner": owner}) as s:
         await s.add_message(Message.user(f"{name} 1"))

@@ -16,8 +16,7 @@ import pytest
 from nous_session import Message, SessionActor
 from nous_session.errors import StoreError
 from nous_session.retention import apply, parse_duration
-from nous_session.stores import MemoryStore, Store, open_store
-from nous_session.stores.sqlite import SQLiteStore
+from nous_session.stores import Store, open_store
 from tests.support.processes import Lines, ending, spawn_worker
 
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
@@ -25,29 +24,6 @@ POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
 pytestmark = pytest.mark.anyio
 
 LATER = datetime.now(UTC) + timedelta(days=100)
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    schema = None
-    if request.param == "memory":
-        store: Store = MemoryStore()
-    elif request.param == "sqlite":
-        store = SQLiteStore(tmp_path / "retain.sqlite3")
-    else:
-        if not POSTGRES_URL:
-            pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://...")
-        from nous_session.stores.postgres import PostgresStore
-
-        schema = f"t_{uuid.uuid4().hex[:16]}"
-        store = PostgresStore(POSTGRES_URL, schema=schema)
-    yield store
-    await store.aclose()
-    if schema is not None:
-        import psycopg
-
-        with psycopg.connect(str(POSTGRES_URL), autocommit=True) as connection:
-            connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 async def _sessions(store: Store, *names: str) -> None:
