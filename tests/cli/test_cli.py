@@ -383,6 +383,14 @@ def test_retain_names_a_bad_duration_in_one_line_and_changes_nothing(
     assert _tree(tmp_path) == before
 
 
+async def _three_sessions(path: Path) -> None:
+    """Sessions a, b and c in the SQLite file at ``path``, a message each."""
+    async with SQLiteStore(path) as store:
+        for name in ("a", "b", "c"):
+            async with SessionActor.open(session_id=name, store=store) as s:
+                await s.add_message(Message.user(name))
+
+
 def test_retain_that_fails_midway_says_what_it_did(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -392,13 +400,7 @@ def test_retain_that_fails_midway_says_what_it_did(
 
     path = tmp_path / "retain.sqlite3"
 
-    async def fill() -> None:
-        async with SQLiteStore(path) as store:
-            for name in ("a", "b", "c"):
-                async with SessionActor.open(session_id=name, store=store) as s:
-                    await s.add_message(Message.user(name))
-
-    anyio.run(fill)
+    anyio.run(_three_sessions, path)
     real = SQLiteStore.delete_idle
     calls = 0
 
@@ -459,13 +461,7 @@ sys.exit(main(["--store", sys.argv[1], "retain", "--idle-for", "1h", "--yes"]))
 def test_ctrl_c_on_retain_says_what_it_did(tmp_path: Path) -> None:
     path = tmp_path / "retain.sqlite3"
 
-    async def fill() -> None:
-        async with SQLiteStore(path) as store:
-            for name in ("a", "b", "c"):
-                async with SessionActor.open(session_id=name, store=store) as s:
-                    await s.add_message(Message.user(name))
-
-    anyio.run(fill)
+    anyio.run(_three_sessions, path)
     with (
         subprocess.Popen(
             [sys.executable, "-c", _RETAIN_STUCK, f"sqlite:///{path}"],
