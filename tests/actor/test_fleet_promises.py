@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
+import attrs
 import pytest
 
 from nous_session import (
@@ -125,6 +126,49 @@ def _another_writers(events: Sequence[Event]) -> bool:
     return any(event.data.get("content") == "another writer's" for event in events)
 
 
+@attrs.define
+class _Held:
+    """Two actors on one session, each through its own store (see :func:`_holding_a_summary`)."""
+
+    actor: SessionActor
+    other: SessionActor
+    other_store: Store
+    turnstile: _Turnstile
+    release: anyio.Event
+    paid: list[int]  # the number of messages of each summary the summarizer made
+
+
+@contextlib.asynccontextmanager
+async def _holding_a_summary(stores: Callable[[], Store]) -> AsyncIterator[_Held]:
+    """``actor`` has four messages and its compaction a summary of the first two planned, which
+    the summarizer holds until ``release`` is set; ``other`` has caught up; ``actor``'s commits
+    from now on go through ``turnstile``."""
+    called, release = anyio.Event(), anyio.Event()
+    paid: list[int] = []
+
+    async def summarize(messages: Sequence[Message]) -> str:
+        paid.append(len(messages))
+        called.set()
+        await release.wait()
+        return f"SUMMARY of {len(messages)}"
+
+    policy = CompactionPolicy(keep_last=2, every=3, summarizer=summarize)
+    async with (
+        _two(stores) as (first_store, second_store),
+        SessionActor.open(
+            session_id="shared", store=first_store, follow=False, compaction=policy
+        ) as actor,
+        SessionActor.open(session_id="shared", store=second_store, follow=False) as other,
+    ):
+        for turn in range(4):
+            await actor.add_message(Message.user(f"turn {turn}"))
+        with anyio.fail_after(10):
+            await called.wait()  # planned on the 4 events
+        await other.reload()
+        turnstile = _Turnstile(first_store, _another_writers)
+        yield _Held(actor, other, second_store, turnstile, release, paid)
+
+
 async def test_a_plain_append_beside_a_conditional_one_that_lost_lands(
     stores: Callable[[], Store],
 ) -> None:
@@ -175,54 +219,32 @@ async def test_a_compaction_beside_a_conditional_append_that_lost_is_applied(
     writer: the conditional append fails, and the compaction is applied after catching up, as
     it is when it loses alone (it failed with the ConflictError, and the summary the
     summarizer was paid for was thrown away, to be paid for again)."""
-    called, release = anyio.Event(), anyio.Event()
-    calls = 0
-
-    async def summarize(messages: Sequence[Message]) -> str:
-        nonlocal calls
-        calls += 1
-        called.set()
-        await release.wait()
-        return f"SUMMARY of {len(messages)}"
-
-    policy = CompactionPolicy(keep_last=2, every=3, summarizer=summarize)
     answers: dict[str, object] = {}
-    async with _two(stores) as (first_store, second_store):
-        async with (
-            SessionActor.open(
-                session_id="shared", store=first_store, follow=False, compaction=policy
-            ) as behind,
-            SessionActor.open(session_id="shared", store=second_store, follow=False) as other,
-        ):
-            for turn in range(4):
-                await behind.add_message(Message.user(f"turn {turn}"))
-            with anyio.fail_after(10):
-                await called.wait()  # planned on the 4 events
-            await other.reload()
-            turnstile = _Turnstile(first_store, _another_writers)
+    async with _holding_a_summary(stores) as held:
+        behind, other, turnstile = held.actor, held.other, held.turnstile
 
-            async def conditional() -> None:
-                try:
-                    await behind.append_many([Message.user("conditional")], expect_count=5)
-                except ConflictError as error:
-                    answers["conditional"] = error
+        async def conditional() -> None:
+            try:
+                await behind.append_many([Message.user("conditional")], expect_count=5)
+            except ConflictError as error:
+                answers["conditional"] = error
 
-            with anyio.fail_after(10):
-                async with anyio.create_task_group() as group:
-                    group.start_soon(behind.add_message, Message.user("held"))
-                    await turnstile.closed.wait()  # the actor is busy: the next two queue
-                    group.start_soon(conditional)
-                    await _queued(behind, 1)
-                    release.set()  # the summary comes back: the compaction is queued
-                    await _queued(behind, 2)
-                    turnstile.before = partial(other.add_message, Message.user("another writer's"))
-                    turnstile.opened.set()
-                await behind.wait_for_compaction()
-            statistics = behind.statistics()
-            stored = await second_store.load("shared")
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(behind.add_message, Message.user("held"))
+                await turnstile.closed.wait()  # the actor is busy: the next two queue
+                group.start_soon(conditional)
+                await _queued(behind, 1)
+                held.release.set()  # the summary comes back: the compaction is queued
+                await _queued(behind, 2)
+                turnstile.before = partial(other.add_message, Message.user("another writer's"))
+                turnstile.opened.set()
+            await behind.wait_for_compaction()
+        statistics = behind.statistics()
+        stored = await held.other_store.load("shared")
     assert isinstance(answers["conditional"], ConflictError)
     assert statistics.compactions_failed == 0
-    assert calls == statistics.compactions_run  # each summary paid for once
+    assert len(held.paid) == statistics.compactions_run  # each summary paid for once
     assert "SUMMARY of 2" in contents(stored)  # the one planned on the first 4 events
 
 
@@ -305,46 +327,27 @@ async def test_a_plain_append_beside_a_compaction_that_keeps_losing_lands(
     writer commits before each of the compaction's attempts, so it loses every time. The plain
     append goes on without it (through the store's rebasing commit, which never loses) and
     lands; it failed with a ConflictError once the compaction had used up its attempts."""
-    called, release = anyio.Event(), anyio.Event()
+    async with _holding_a_summary(stores) as held:
+        busy, other, turnstile = held.actor, held.other, held.turnstile
 
-    async def summarize(messages: Sequence[Message]) -> str:
-        called.set()
-        await release.wait()
-        return "SUMMARY"
+        async def busier() -> None:
+            # Before every commit of the busy actor but the held one, another writer's.
+            turnstile.before = busier
+            await other.add_message(Message.user("another writer's"))
 
-    policy = CompactionPolicy(keep_last=2, every=3, summarizer=summarize)
-    async with _two(stores) as (first_store, second_store):
-        async with (
-            SessionActor.open(
-                session_id="shared", store=first_store, follow=False, compaction=policy
-            ) as busy,
-            SessionActor.open(session_id="shared", store=second_store, follow=False) as other,
-        ):
-            for turn in range(4):
-                await busy.add_message(Message.user(f"turn {turn}"))
-            with anyio.fail_after(10):
-                await called.wait()
-            await other.reload()
-            turnstile = _Turnstile(first_store, _another_writers)
-
-            async def busier() -> None:
-                # Before every commit of the busy actor but the held one, another writer's.
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(busy.add_message, Message.user("held"))
+                await turnstile.closed.wait()  # the actor is busy: the next two queue
+                held.release.set()  # the summary comes back: the compaction is queued
+                await _queued(busy, 1)
+                group.start_soon(busy.add_message, Message.user("plain"))
+                await _queued(busy, 2)
                 turnstile.before = busier
-                await other.add_message(Message.user("another writer's"))
-
-            with anyio.fail_after(30):
-                async with anyio.create_task_group() as group:
-                    group.start_soon(busy.add_message, Message.user("held"))
-                    await turnstile.closed.wait()  # the actor is busy: the next two queue
-                    release.set()  # the summary comes back: the compaction is queued
-                    await _queued(busy, 1)
-                    group.start_soon(busy.add_message, Message.user("plain"))
-                    await _queued(busy, 2)
-                    turnstile.before = busier
-                    turnstile.opened.set()
-                turnstile.before = None
-                await busy.wait_for_compaction()
-            stored = await second_store.load("shared")
+                turnstile.opened.set()
+            turnstile.before = None
+            await busy.wait_for_compaction()
+        stored = await held.other_store.load("shared")
     assert contents(stored).count("plain") == 1
 
 
