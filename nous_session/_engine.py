@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -50,7 +49,7 @@ class Engine:
     """The queue and the loop of one session's actor (see the module docstring).
 
     Every awaited call crosses the event loop twice (the caller wakes the actor, the actor
-    answers the caller) and nothing else is on that path: the queue is a ``deque`` with the
+    answers the caller) and nothing else is on that path: the queue is a list with the
     bound kept here, the actor parks on the loop's own primitive only when the queue is empty,
     and there is no cancel scope per commit. The loop runs in a shielded scope entered once;
     :meth:`abort` cancels it, once the store has answered when a commit is in flight
@@ -82,6 +81,7 @@ class Engine:
         "_telemetry",
         "_thread",
         "follower",
+        "hosted",
         "traced",
     )
 
@@ -102,7 +102,9 @@ class Engine:
         # Requests accepted and not taken, in arrival order; at most `queue_size`. Once the
         # session is closing nothing more comes in, so what the queue holds then is exactly
         # what must still be applied.
-        self._queue: deque[Request[Any]] = deque()
+        # A list, not a deque: a batch takes it whole (a fresh list replaces it), and an
+        # empty deque is a 624-byte block where an empty list is 56 bytes.
+        self._queue: list[Request[Any]] = []
         self._size = queue_size
         self._parked: Waiter | None = None  # the actor's wake-up while the queue is empty
         # Telemetry hook: with telemetry off the loop calls the plain method (no check, no
@@ -119,6 +121,9 @@ class Engine:
         # comparison of thread ids tells a caller from elsewhere before it queues anything.
         self._thread = threading.get_ident()
         self.follower = Follower(state, self.enqueue, self.begin_close)
+        # Run in the task that hosts the session (the registry's), not in one of its own:
+        # see `run`.
+        self.hosted = False
 
     # Calls ------------------------------------------------------------------------------------
 
@@ -207,6 +212,12 @@ class Engine:
 
         The loop runs shielded from the scopes around it (see the module docstring); only
         :meth:`abort` cancels it, through ``state.work_scope``.
+
+        A ``hosted`` loop runs in the task that hosts the session (the registry's), with no
+        block in another task to take a cancellation and :meth:`abort` it: it takes one
+        itself, only while parked with nothing queued (its shield is lowered there), and ends
+        by raising it, every request that comes later refused. While it works, a cancellation
+        waits for the next park, as :meth:`begin_close` would: what is queued is applied.
         """
         task_status.started()
         state = self._state
@@ -217,15 +228,40 @@ class Engine:
             if telemetry is None
             else telemetry.traced_commit(self.commit_segment, state)
         )
-        with anyio.CancelScope(shield=True), anyio.CancelScope() as work:
+        # One scope: shielded from the scopes around it, and cancelled by an abort.
+        with anyio.CancelScope(shield=True) as work:
             state.work_scope = work
+            hosted = self.hosted
             if self._aborted:
                 work.cancel()
             try:
                 while True:
-                    batch = await self._take()
-                    if not batch:
-                        break
+                    # The next batch: every request waiting in the queue; none when the actor
+                    # must stop (closing, and everything queued before the close applied).
+                    # Taken here, not in a method of its own: an idle session keeps no
+                    # suspended frame for it, and a batch costs no coroutine.
+                    queue = self._queue
+                    if not queue:
+                        if state.closing:
+                            break
+                        waiter = self._parked = new_waiter()
+                        if hosted:
+                            work.shield = False  # parked: a cancellation may come in (above)
+                        try:
+                            if isinstance(waiter, asyncio.Future):
+                                await waiter
+                            else:
+                                await waiter.wait()
+                        finally:
+                            self._parked = None
+                            if hosted:
+                                work.shield = True
+                        queue = self._queue
+                        if not queue:
+                            break  # woken by the close
+                    batch, self._queue = queue, []
+                    if self._space_waiters:
+                        self._free_space()
                     segment: list[Request[Any]] = []
                     for request in batch:
                         if request.barrier:
@@ -250,30 +286,6 @@ class Engine:
                 if state.waker_scope is not None:
                     state.waker_scope.cancel()
                 state.published.close()
-
-    async def _take(self) -> list[Request[Any]]:
-        """The next batch: every request waiting in the queue. Empty when the actor must stop
-        (closing, and everything queued before the close is applied)."""
-        queue = self._queue
-        if not queue:
-            if self._state.closing:
-                return []
-            waiter = self._parked = new_waiter()
-            try:
-                if isinstance(waiter, asyncio.Future):
-                    await waiter
-                else:
-                    await waiter.wait()
-            finally:
-                self._parked = None
-            queue = self._queue
-            if not queue:
-                return []  # woken by the close
-        batch = list(queue)
-        queue.clear()
-        if self._space_waiters:
-            self._free_space()
-        return batch
 
     async def commit_segment(self, requests: list[Request[Any]]) -> None:
         """Apply a segment and commit it, answering every request in it.
@@ -428,9 +440,9 @@ class Engine:
             space.set()
 
     def _refuse_the_rest(self) -> None:
-        queue = self._queue
-        while queue:
-            queue.popleft().fail(self._state.closed_error())
+        queue, self._queue = self._queue, []
+        for request in queue:
+            request.fail(self._state.closed_error())
         # Wakes callers still waiting for queue space: they find the session closing.
         self._free_space()
 

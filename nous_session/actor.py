@@ -16,7 +16,7 @@ How the actor is built (its engine, commit strategies and follower): docs/intern
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -248,12 +248,7 @@ class SessionActor(HistoryOperations):
         record = None if metadata is None else SessionMetadata.coerce(metadata)
         owned = store is None or isinstance(store, str)
         store, watch = _store_to_open(store, follow)
-        # Telemetry hook: None when off (the actor then runs as if telemetry did not exist);
-        # on, the actor talks to the store through a traced proxy.
-        # A store with no `read` (the contract's first version) is wrapped once, here.
-        readable = with_read(store)
-        telemetry = _telemetry.session(session_id, readable)
-        traced = readable if telemetry is None else telemetry.store
+        telemetry, traced = _traced(session_id, store)
         actor: SessionActor | None = None
         try:
             log, stored = await _load(traced, session_id, fold=compaction is not None)
@@ -301,12 +296,7 @@ class SessionActor(HistoryOperations):
                 finally:
                     engine.begin_close()
         finally:
-            if actor is not None:
-                # Every path, a cancelled open included: no stream is left unclosed.
-                actor._engine.refuse_queued()
-                actor._state.published.close()
-            if telemetry is not None:  # telemetry hook
-                telemetry.closed()
+            _closed(actor, telemetry)
             if owned:
                 await store.aclose()
 
@@ -518,6 +508,85 @@ class SessionActor(HistoryOperations):
         return f"<SessionActor {self._state.session_id!r} {state} count={self.log.count}>"
 
 
+async def host(
+    opened: Callable[[SessionActor], object],
+    *,
+    session_id: str,
+    store: Store,
+    compaction: CompactionPolicy | None,
+    queue_size: int,
+    follow: bool | None,
+    on_conflict: Literal["raise", "rebase"],
+    max_event_size: int | None,
+) -> None:
+    """The registry's way to run a session (:class:`~nous_session.registry.Sessions`):
+    load it and run its actor loop in the calling task, not in a task of its own, until
+    :func:`close` is called and what was queued before is applied.
+
+    ``opened(actor)`` is called once the actor takes requests (before its loop starts);
+    calls made from then on are served as soon as this task runs the loop. The options
+    are :meth:`SessionActor.open`'s, checked by the caller (``session_id`` too); ``store`` is the
+    caller's to close. A registry's sessions are open for as long as it holds them, not
+    for a block: the task that asked for one goes on with it, and this task, which the
+    registry started for it, would otherwise do nothing but wait, a second task per open
+    session, most of an idle session's memory.
+
+    A cancellation that reaches this task does not stop the loop (it runs shielded, as in
+    :meth:`open`); only :func:`close` does, and the registry closes every session it
+    hosts before its task group ends. An exception of the actor's background tasks (a
+    compaction, the follower) aborts it as in :meth:`SessionActor.open`, and is raised here.
+
+    Raises:
+        StoreError: the session could not be loaded.
+    """
+    store, watch = _store_to_open(store, follow)
+    telemetry, traced = _traced(session_id, store)
+    actor: SessionActor | None = None
+    try:
+        log, stored = await _load(traced, session_id, fold=compaction is not None)
+        try:
+            async with anyio.create_task_group() as task_group:
+                actor = SessionActor(
+                    _OPEN_KEY,
+                    session_id=session_id,
+                    store=traced,
+                    log=log,
+                    stored=stored,
+                    compaction=compaction,
+                    queue_size=queue_size,
+                    task_group=task_group,
+                    rebase=on_conflict == "rebase",
+                    telemetry=telemetry,
+                    max_event_size=max_event_size,
+                )
+                del log, stored  # as in open: the actor holds the log now
+                engine = actor._engine
+                try:
+                    if watch:
+                        await engine.follower.follow()
+                    opened(actor)
+                    del opened  # the registry's: not kept by this frame for the session's life
+                    engine.hosted = True
+                    # Telemetry hook: the actor's loop runs with no current span.
+                    await (engine.run if telemetry is None else telemetry.detached(engine.run))()
+                except BaseException:
+                    engine.abort()
+                    raise
+                finally:
+                    engine.begin_close()
+        except BaseExceptionGroup as group:
+            _raise_single(group)
+    finally:
+        _closed(actor, telemetry)
+
+
+def close(actor: SessionActor) -> None:
+    """Take no new requests; those already queued are still applied and answered, then a
+    hosted actor's loop ends (:func:`host`). For the registry: a session opened with
+    :meth:`SessionActor.open` closes with its block."""
+    actor._engine.begin_close()
+
+
 @asynccontextmanager
 async def _unwrapped() -> AsyncIterator[None]:
     """Let a single exception out of the actor's task group as itself, not in a group.
@@ -528,10 +597,37 @@ async def _unwrapped() -> AsyncIterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        if len(group.exceptions) != 1:
-            raise
-        error = group.exceptions[0]
-        raise error from error.__cause__
+        _raise_single(group)
+
+
+def _raise_single(group: BaseExceptionGroup[BaseException]) -> None:
+    """Raise the one exception of ``group`` as itself; a group of several as the group."""
+    if len(group.exceptions) != 1:
+        raise group
+    error = group.exceptions[0]
+    raise error from error.__cause__
+
+
+def _traced(session_id: str, store: Store) -> tuple[_telemetry.SessionTelemetry | None, Store]:
+    """The session's telemetry and the store its actor calls.
+
+    Telemetry hook: None when off (the actor then runs as if telemetry did not exist); on, the
+    actor talks to the store through a traced proxy. A store with no ``read`` (the contract's
+    first version) is wrapped once, here.
+    """
+    readable = with_read(store)
+    telemetry = _telemetry.session(session_id, readable)
+    return telemetry, readable if telemetry is None else telemetry.store
+
+
+def _closed(actor: SessionActor | None, telemetry: _telemetry.SessionTelemetry | None) -> None:
+    """Every path out of a session, a cancelled open included: no caller is left waiting and
+    no stream is left unclosed."""
+    if actor is not None:
+        actor._engine.refuse_queued()
+        actor._state.published.close()
+    if telemetry is not None:  # telemetry hook
+        telemetry.closed()
 
 
 async def _load(store: Store, session_id: str, *, fold: bool) -> tuple[Log, Stored]:

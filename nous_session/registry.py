@@ -52,7 +52,7 @@ import attrs
 
 from nous_session._logging import get_logger
 from nous_session._loops import Done, current_clock
-from nous_session.actor import SessionActor, check_options
+from nous_session.actor import SessionActor, check_options, close, host
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import SessionClosedError
 from nous_session.event import MAX_EVENT_SIZE
@@ -102,10 +102,10 @@ class _Entry:
     actor: SessionActor | None = None  # set once the actor runs
     error: Exception | None = None  # why it could not open
     # The library's one-shot events, not anyio's: an anyio.Event is an asyncio.Event with a
-    # deque, some 800 bytes, and every open session has three.
+    # deque, some 800 bytes, and every open session has two.
     ready: Done = attrs.field(factory=Done)  # set: opened, or failed to
-    close: Done = attrs.field(factory=Done)  # set: the actor is to close
     gone: Done = attrs.field(factory=Done)  # set: it closed and left the registry
+    closing: bool = False  # the actor is told to close (nothing waits for it: a flag)
     leases: int = 0
     used_at: float = 0.0
     requests: int = 0  # the actor's request counter when last looked at: a change is use
@@ -244,8 +244,8 @@ class Sessions:
         self._idle_timeout = float(idle_timeout)
         self._max_open = max_open
         # How every session's actor opens, but for its session id.
-        self._open_actor = functools.partial(
-            SessionActor.open,
+        self._host_actor = functools.partial(
+            host,
             store=self._store,
             compaction=compaction,
             queue_size=queue_size,
@@ -385,7 +385,7 @@ class Sessions:
         """Whether ``entry``'s actor runs and nothing is closing it; an actor that stopped by
         itself (its task failed) is told to close, so that the next caller gets a new one."""
         actor = entry.actor
-        if actor is None or entry.close.is_set():
+        if actor is None or entry.closing:
             return False
         if actor.closed:
             self._close(entry)
@@ -408,7 +408,7 @@ class Sessions:
             if self._state != "open" or self._task_group is None:
                 raise SessionClosedError(f"the Sessions registry is {self._state}")
             entry = self._entries.get(session_id)
-            if entry is not None and entry.close.is_set():
+            if entry is not None and entry.closing:
                 # Its old actor is still closing (one actor per session at a time).
                 await entry.gone.wait()
                 continue
@@ -443,7 +443,7 @@ class Sessions:
             await entry.gone.wait()
 
     def _lease(self, entry: _Entry) -> None:
-        if not entry.leases and entry.actor is not None and not entry.close.is_set():
+        if not entry.leases and entry.actor is not None and not entry.closing:
             del self._idle[entry.session_id]
             self._leased += 1
         entry.leases += 1
@@ -454,7 +454,7 @@ class Sessions:
         ``keep``)."""
         entry.leases -= 1
         entry.used_at = self._now()
-        if not entry.leases and entry.actor is not None and not entry.close.is_set():
+        if not entry.leases and entry.actor is not None and not entry.closing:
             self._leased -= 1
             self._idle[entry.session_id] = entry
         if self._state == "open":
@@ -462,11 +462,12 @@ class Sessions:
 
     def _close(self, entry: _Entry) -> bool:
         """Tell ``entry``'s actor to close, keeping the counts; False if it was told already."""
-        if entry.close.is_set():
+        if entry.closing:
             return False
-        entry.close.set()
+        entry.closing = True
         self._live -= 1
         if entry.actor is not None:
+            close(entry.actor)  # its task commits what is queued, then ends
             self._open -= 1
             if entry.leases:
                 self._leased -= 1
@@ -475,7 +476,8 @@ class Sessions:
         return True
 
     async def _host(self, entry: _Entry) -> None:
-        """Run one actor until its entry is told to close.
+        """Run one actor, in this task (:func:`~nous_session.actor.host`: an open session
+        runs no task but this one), until its entry is told to close.
 
         Started with ``start_soon``, not ``start``: the open belongs to the registry, not to
         the caller who asked first, whose cancellation must not cancel it for the others. A
@@ -484,18 +486,9 @@ class Sessions:
         it would close every other session.
         """
         try:
-            async with self._open_actor(session_id=entry.session_id) as actor:
-                entry.actor = actor
-                entry.used_at = self._now()
-                self._opened += 1
-                if not entry.close.is_set():
-                    self._open += 1
-                    if entry.leases:
-                        self._leased += 1
-                    else:  # its callers were cancelled while it opened
-                        self._idle[entry.session_id] = entry
-                entry.ready.set()
-                await entry.close.wait()
+            await self._host_actor(
+                functools.partial(self._started, entry), session_id=entry.session_id
+            )
         except Exception as error:
             if entry.actor is None:
                 entry.error = error
@@ -507,6 +500,22 @@ class Sessions:
                 del self._entries[entry.session_id]
             entry.ready.set()
             entry.gone.set()
+
+    def _started(self, entry: _Entry, actor: SessionActor) -> None:
+        """``entry``'s actor takes requests: count it, and hand it to its callers (or close it
+        at once, if the entry was told to close while it opened)."""
+        entry.actor = actor
+        entry.used_at = self._now()
+        self._opened += 1
+        if entry.closing:
+            close(actor)
+        else:
+            self._open += 1
+            if entry.leases:
+                self._leased += 1
+            else:  # its callers were cancelled while it opened
+                self._idle[entry.session_id] = entry
+        entry.ready.set()
 
     # Closing idle actors ----------------------------------------------------------------------
 
@@ -552,7 +561,7 @@ class Sessions:
         while self._state == "open":
             now = self._now()
             for entry in list(self._idle.values()):
-                if not entry.close.is_set() and not self._busy(entry, now):
+                if not entry.closing and not self._busy(entry, now):
                     self._close(entry)
                     self._closed_idle += 1
             with anyio.move_on_after(self._idle_timeout / 2):
@@ -568,7 +577,7 @@ class Sessions:
     def __contains__(self, session_id: object) -> bool:
         """Whether the session's actor is open now (opened, and not told to close)."""
         entry = self._entries.get(session_id) if isinstance(session_id, str) else None
-        return entry is not None and entry.actor is not None and not entry.close.is_set()
+        return entry is not None and entry.actor is not None and not entry.closing
 
     def statistics(self) -> SessionsStatistics:
         """Counters and gauges; see :class:`SessionsStatistics`. O(1): kept as counts."""

@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
 import pytest
+import sniffio
 import trio
 
-from nous_session import Message, SessionClosedError
+from nous_session import Message, SessionActor, SessionClosedError
 from nous_session.log import Log
 from nous_session.registry import Sessions, SessionsPortal
 from nous_session.stores.memory import MemoryStore
@@ -403,3 +405,103 @@ async def test_a_use_block_leases_once_and_releases_whatever_happens() -> None:
             async with sessions.use("t"):
                 raise KeyError("mine")
         assert sessions.statistics().leased == 0
+
+
+def _running_tasks() -> int:
+    """The tasks of the event loop running now (asyncio), or of the trio run."""
+    if sniffio.current_async_library() == "asyncio":
+        return len(asyncio.all_tasks())
+
+    def count(task: trio.lowlevel.Task) -> int:
+        return 1 + sum(
+            count(child) for nursery in task.child_nurseries for child in nursery.child_tasks
+        )
+
+    return count(trio.lowlevel.current_root_task())
+
+
+async def test_an_open_session_runs_one_task() -> None:
+    # The registry's task for a session runs the actor's loop itself: an open session, idle or
+    # not, costs one task (the actor's loop used to run in a second, its host task holding
+    # SessionActor.open for it). Subscribers and compaction start theirs only when needed.
+    async with Sessions("memory:") as sessions:
+        before = _running_tasks()
+        actors = [await sessions.get(f"s{index}") for index in range(5)]
+        assert _running_tasks() == before + 5
+        for index, actor in enumerate(actors):
+            await actor.add_message(Message.user(f"to {index}"))
+        assert _running_tasks() == before + 5
+        assert [actor.messages()[0].text for actor in actors] == [f"to {i}" for i in range(5)]
+    assert all(actor.closed for actor in actors)
+
+
+class _FeedFailsOnce(MemoryStore):
+    """A memory store with a change feed whose first watch fails once the test says so (as a
+    feed that cannot go on would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = anyio.Event()
+        self.failed = False
+
+    async def watch(self, session_id: str) -> AsyncGenerator[int, None]:
+        if not self.failed:
+            await self.fail.wait()
+            self.failed = True
+            raise RuntimeError("the feed is lost")
+        await anyio.sleep_forever()
+        yield 0  # never: makes this an async generator
+
+
+async def test_a_hosted_actor_whose_background_task_fails_closes_and_reopens() -> None:
+    # A task of the actor's own (here the follower's watch) that fails aborts the actor, as
+    # when its loop ran in a task of its own under SessionActor.open: its loop, parked in the
+    # registry's task, takes the task group's cancellation. The failure is logged, never
+    # raised into the registry, and the next get opens the session anew.
+    store = _FeedFailsOnce()
+    async with Sessions(store, follow=True) as sessions:
+        first = await sessions.get("a")
+        await first.add_message(Message.user("kept"))
+        async with first.subscribe(0) as events:
+            store.fail.set()
+            with anyio.fail_after(5):
+                seen = [event.seq async for event in events]  # ends when the actor closes
+        assert seen == [0]
+        assert first.closed
+        with pytest.raises(SessionClosedError):
+            await first.add_message(Message.user("lost"))
+        second = await sessions.get("a")
+        assert second is not first
+        assert [m.text for m in second.messages()] == ["kept"]
+        await second.add_message(Message.user("again"))
+    assert [e.seq for e in (await store.read("a")).events] == [0, 1]
+
+
+async def test_a_cancelled_registry_closes_its_actors_and_answers_every_caller() -> None:
+    # The registry's block cancelled while callers wait on an actor: each gets its outcome
+    # (committed, or SessionClosedError with nothing stored), the actor closes, nobody hangs.
+    store = MemoryStore()
+    outcomes: list[str] = []
+    actors = []
+
+    async def call(session: SessionActor, index: int) -> None:
+        try:
+            await session.add_message(Message.user(f"m{index}"))
+            outcomes.append("committed")
+        except SessionClosedError:
+            outcomes.append("refused")
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as callers:
+            with anyio.CancelScope() as scope:
+                async with Sessions(store) as sessions:
+                    actors.append(await sessions.get("a"))
+                    for index in range(20):
+                        callers.start_soon(call, actors[0], index)
+                    await anyio.lowlevel.checkpoint()  # the calls are queued
+                    scope.cancel()
+                    await anyio.lowlevel.checkpoint()
+    assert actors[0].closed
+    assert len(outcomes) == 20
+    stored = (await store.read("a")).events
+    assert len(stored) == outcomes.count("committed")

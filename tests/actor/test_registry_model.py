@@ -438,7 +438,7 @@ def _check_registry(sessions: Sessions, holders: list[_Holder], closing: bool) -
         assert not holder.actor.closed, f"the held actor of {holder.session_id!r} closed"
         assert holder.session_id in sessions
     entries = list(sessions._entries.values())
-    running = [e for e in entries if e.actor is not None and not e.close.is_set()]
+    running = [e for e in entries if e.actor is not None and not e.closing]
     leased = [e for e in running if e.leases]
     stats = sessions.statistics()
     assert (stats.open, stats.leased) == (len(running), len(leased)), (stats, entries)

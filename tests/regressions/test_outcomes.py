@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta, timezone
@@ -92,14 +91,15 @@ async def test_a_call_cancelled_while_waiting_for_queue_space_sends_nothing() ->
 
         armed = anyio.Event()
 
-        class CancelThenTake(deque[Any]):
-            def clear(self) -> None:
-                # The waiting caller is cancelled in the very step the actor drains the queue.
-                if armed.is_set():
+        class CancelThenTake(list[Any]):
+            def __bool__(self) -> bool:
+                # The waiting caller is cancelled in the very step the actor takes the queue
+                # (it looks whether the queue holds anything, then takes the whole list).
+                held = len(self) > 0
+                if held and armed.is_set():
                     scope.cancel()
-                super().clear()
+                return held
 
-        session._engine._queue = CancelThenTake(session._engine._queue)
         async with anyio.create_task_group() as tg:
             tg.start_soon(first)
             while store.waiting == 0:  # the first request is in the (gated) commit
@@ -110,6 +110,9 @@ async def test_a_call_cancelled_while_waiting_for_queue_space_sends_nothing() ->
             tg.start_soon(waiting)
             for _ in range(10):  # let the third caller reach its wait for space
                 await anyio.lowlevel.checkpoint()
+            # Put in now: the actor replaces its queue with a fresh list at every take, and
+            # the second request is in the queue until the commit in flight ends.
+            session._engine._queue = CancelThenTake(session._engine._queue)
             armed.set()
             store.gate.set()
         contents = [e.data["content"] for e in session.log.events()]

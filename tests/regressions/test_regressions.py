@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ async def _close_right_after_a_handoff() -> None:
     async with anyio.create_task_group() as outer:
         async with SessionActor.open(session_id="s") as session:
 
-            class Traced(deque[Any]):
+            class Traced(list[Any]):
                 def append(self, item: Any) -> None:
                     super().append(item)
                     sent.set()
