@@ -244,7 +244,7 @@ class SessionActor(HistoryOperations):
             check_session_id(session_id)
         except ValueError as error:
             raise ValueError(f"bad session_id: {error}") from None
-        check_options(queue_size, on_conflict, compaction, max_event_size)
+        options = check_options(queue_size, on_conflict, compaction, max_event_size)
         record = None if metadata is None else SessionMetadata.coerce(metadata)
         owned = store is None or isinstance(store, str)
         store, watch = _store_to_open(store, follow)
@@ -253,19 +253,7 @@ class SessionActor(HistoryOperations):
         try:
             log, stored = await _load(traced, session_id, fold=compaction is not None)
             async with _unwrapped(), anyio.create_task_group() as task_group:
-                actor = cls(
-                    _OPEN_KEY,
-                    session_id=session_id,
-                    store=traced,
-                    log=log,
-                    stored=stored,
-                    compaction=compaction,
-                    queue_size=queue_size,
-                    task_group=task_group,
-                    rebase=on_conflict == "rebase",
-                    telemetry=telemetry,
-                    max_event_size=max_event_size,
-                )
+                actor = cls._made(session_id, traced, log, stored, task_group, telemetry, options)
                 # The actor holds the log now; this frame lives as long as the block, and a
                 # Log shares its storage with the logs built on it, so keeping it here would
                 # keep every event the session ever held reachable, snapshots or not.
@@ -301,6 +289,33 @@ class SessionActor(HistoryOperations):
                 await store.aclose()
 
     # Calls ------------------------------------------------------------------------------------
+
+    @classmethod
+    def _made(
+        cls,
+        session_id: str,
+        store: Store,
+        log: Log,
+        stored: Stored,
+        task_group: anyio.abc.TaskGroup,
+        telemetry: _telemetry.SessionTelemetry | None,
+        options: Options,
+    ) -> SessionActor:
+        """The actor of a session loaded from ``store`` (``log``, read as ``stored``), its
+        tasks in ``task_group``. For :meth:`open` and :func:`host`."""
+        return cls(
+            _OPEN_KEY,
+            session_id=session_id,
+            store=store,
+            log=log,
+            stored=stored,
+            compaction=options.compaction,
+            queue_size=options.queue_size,
+            task_group=task_group,
+            rebase=options.on_conflict == "rebase",
+            telemetry=telemetry,
+            max_event_size=options.max_event_size,
+        )
 
     async def append(
         self,
@@ -513,23 +528,20 @@ async def host(
     *,
     session_id: str,
     store: Store,
-    compaction: CompactionPolicy | None,
-    queue_size: int,
     follow: bool | None,
-    on_conflict: Literal["raise", "rebase"],
-    max_event_size: int | None,
+    options: Options,
 ) -> None:
     """The registry's way to run a session (:class:`~nous_session.registry.Sessions`):
     load it and run its actor loop in the calling task, not in a task of its own, until
     :func:`close` is called and what was queued before is applied.
 
     ``opened(actor)`` is called once the actor takes requests (before its loop starts);
-    calls made from then on are served as soon as this task runs the loop. The options
-    are :meth:`SessionActor.open`'s, checked by the caller (``session_id`` too); ``store`` is the
-    caller's to close. A registry's sessions are open for as long as it holds them, not
-    for a block: the task that asked for one goes on with it, and this task, which the
-    registry started for it, would otherwise do nothing but wait, a second task per open
-    session, most of an idle session's memory.
+    calls made from then on are served as soon as this task runs the loop. ``follow`` and
+    ``options`` are :meth:`SessionActor.open`'s (checked by the caller, ``session_id`` too);
+    ``store`` is the caller's to close. A registry's sessions are open for as long as it
+    holds them, not for a block: the task that asked for one goes on with it, and this task,
+    which the registry started for it, would otherwise do nothing but wait, a second task per
+    open session, most of an idle session's memory.
 
     A cancellation that reaches this task does not stop the loop (it runs shielded, as in
     :meth:`open`); only :func:`close` does, and the registry closes every session it
@@ -543,21 +555,11 @@ async def host(
     telemetry, traced = _traced(session_id, store)
     actor: SessionActor | None = None
     try:
-        log, stored = await _load(traced, session_id, fold=compaction is not None)
+        log, stored = await _load(traced, session_id, fold=options.compaction is not None)
         try:
             async with anyio.create_task_group() as task_group:
-                actor = SessionActor(
-                    _OPEN_KEY,
-                    session_id=session_id,
-                    store=traced,
-                    log=log,
-                    stored=stored,
-                    compaction=compaction,
-                    queue_size=queue_size,
-                    task_group=task_group,
-                    rebase=on_conflict == "rebase",
-                    telemetry=telemetry,
-                    max_event_size=max_event_size,
+                actor = SessionActor._made(
+                    session_id, traced, log, stored, task_group, telemetry, options
                 )
                 del log, stored  # as in open: the actor holds the log now
                 engine = actor._engine
@@ -578,6 +580,12 @@ async def host(
             _raise_single(group)
     finally:
         _closed(actor, telemetry)
+
+
+def closing(actor: SessionActor) -> bool:
+    """Whether ``actor`` takes no new requests: it is closed, or closing (told to, or by itself,
+    when its session was deleted). For the registry, which opens a new actor instead."""
+    return actor._state.closing or actor.closed
 
 
 def close(actor: SessionActor) -> None:
@@ -642,13 +650,24 @@ async def _load(store: Store, session_id: str, *, fold: bool) -> tuple[Log, Stor
     return log, stored
 
 
+@attrs.frozen
+class Options:
+    """The options an actor runs with, checked (:func:`check_options`): :meth:`SessionActor.open`'s
+    ``compaction``, ``queue_size``, ``on_conflict`` and ``max_event_size``."""
+
+    compaction: CompactionPolicy | None
+    queue_size: int
+    on_conflict: Literal["raise", "rebase"]
+    max_event_size: int | None
+
+
 def check_options(
     queue_size: object,
     on_conflict: object,
     compaction: object,
     max_event_size: object = MAX_EVENT_SIZE,
-) -> None:
-    """Check, in the caller, the options an actor runs with (the registry checks them once for
+) -> Options:
+    """The options an actor runs with, checked in the caller (the registry checks them once for
     every actor it opens).
 
     Raises:
@@ -666,6 +685,7 @@ def check_options(
         or max_event_size < 1
     ):
         raise ValueError(f"max_event_size must be an int >= 1 or None, got {max_event_size!r}")
+    return Options(compaction, queue_size, on_conflict, max_event_size)
 
 
 def _prepared_items(

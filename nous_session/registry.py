@@ -52,7 +52,7 @@ import attrs
 
 from nous_session._logging import get_logger
 from nous_session._loops import Done, current_clock
-from nous_session.actor import SessionActor, check_options, close, host
+from nous_session.actor import SessionActor, check_options, close, closing, host
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import SessionClosedError
 from nous_session.event import MAX_EVENT_SIZE
@@ -238,20 +238,14 @@ class Sessions:
             raise ValueError(f"idle_timeout must be a number > 0, got {idle_timeout!r}")
         if not isinstance(max_open, int) or isinstance(max_open, bool) or max_open < 1:
             raise ValueError(f"max_open must be an int >= 1, got {max_open!r}")
-        check_options(queue_size, on_conflict, compaction, max_event_size)
+        options = check_options(queue_size, on_conflict, compaction, max_event_size)
         if follow not in (None, True, False):
             raise ValueError(f"follow must be None, True or False, got {follow!r}")
         self._idle_timeout = float(idle_timeout)
         self._max_open = max_open
         # How every session's actor opens, but for its session id.
         self._host_actor = functools.partial(
-            host,
-            store=self._store,
-            compaction=compaction,
-            queue_size=queue_size,
-            on_conflict=on_conflict,
-            follow=follow,
-            max_event_size=max_event_size,
+            host, store=self._store, follow=follow, options=options
         )
         # Every session's current entry: opening, open or closing (one actor per session).
         self._entries: dict[str, _Entry] = {}
@@ -382,12 +376,13 @@ class Sessions:
         return _Use(self, session_id, metadata)
 
     def _usable(self, entry: _Entry) -> bool:
-        """Whether ``entry``'s actor runs and nothing is closing it; an actor that stopped by
-        itself (its task failed) is told to close, so that the next caller gets a new one."""
+        """Whether ``entry``'s actor runs and nothing is closing it; an actor that stopped or
+        began to close by itself (its task failed, its session was deleted) is told to close,
+        so that the next caller gets a new one."""
         actor = entry.actor
         if actor is None or entry.closing:
             return False
-        if actor.closed:
+        if closing(actor):
             self._close(entry)
             return False
         return True

@@ -507,8 +507,9 @@ async def test_a_session_deleted_by_another_holder_closes_its_actor(
             assert await deleter.delete("gone")
             with pytest.raises(SessionDeletedError, match="'gone' was deleted"):
                 await session.add_message(Message.user("three"))
-            assert session.closed
-            with pytest.raises(SessionClosedError):
+            # Closing from then on (its loop ends once the call is answered): later calls are
+            # refused, saying why.
+            with pytest.raises(SessionClosedError, match="'gone' was deleted"):
                 await session.add_message(Message.user("four"))
         assert await deleter.load("gone") == []
         async with SessionActor.open(session_id="gone", store=holder) as again:
@@ -540,7 +541,8 @@ async def test_a_session_deleted_and_made_again_is_not_taken_for_the_one_held(
                 (SessionDeletedError, SessionClosedError), match="'gone' was deleted"
             ):
                 await session.add_message(Message.user("old three"))
-            assert session.closed
+            with pytest.raises(SessionClosedError, match="'gone' was deleted"):
+                await session.add_message(Message.user("old four"))
             assert [m.text for m in session.messages()] == ["old one", "old two"]
         assert contents(await other.load("gone")) == ["new 0", "new 1", "new 2"]
 
@@ -602,7 +604,8 @@ async def test_a_session_deleted_by_another_process_closes_its_actor(tmp_path: P
             assert deleted.returncode == 0
             with pytest.raises(SessionDeletedError):
                 await session.add_message(Message.user("two"))
-            assert session.closed
+            with pytest.raises(SessionClosedError, match="was deleted"):
+                await session.add_message(Message.user("three"))
         async with SessionActor.open(session_id=session_id, store=url) as again:
             assert (await again.add_message(Message.user("anew"))).seq == 0
             assert again.log.count == 1

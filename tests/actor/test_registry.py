@@ -8,13 +8,14 @@ import threading
 from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 import sniffio
 import trio
 
-from nous_session import Message, SessionActor, SessionClosedError
+from nous_session import Message, SessionActor, SessionClosedError, StoreError
 from nous_session.log import Log
 from nous_session.registry import Sessions, SessionsPortal
 from nous_session.stores.memory import MemoryStore
@@ -379,8 +380,20 @@ async def test_opening_does_the_same_work_with_many_sessions_open_as_with_few() 
 
 
 @pytest.mark.anyio
+class _RefusingStore(MemoryStore):
+    """A MemoryStore whose commits fail while ``refuse`` is set."""
+
+    refuse = False
+
+    async def commit(self, session_id: str, **arguments: Any) -> None:
+        if self.refuse:
+            raise StoreError("refused")
+        await super().commit(session_id, **arguments)
+
+
 async def test_a_use_block_leases_once_and_releases_whatever_happens() -> None:
-    async with Sessions(MemoryStore()) as sessions:
+    store = _RefusingStore()
+    async with Sessions(store) as sessions:
         block = sessions.use("s")
         async with block as actor:
             assert sessions.statistics().leased == 1
@@ -393,12 +406,19 @@ async def test_a_use_block_leases_once_and_releases_whatever_happens() -> None:
             async with sessions.use("s", metadata={"tags": "not a list"}):
                 raise AssertionError("entered with bad metadata")
         assert sessions.statistics().leased == 0
-        # Metadata that cannot be set (the actor is closing) releases the lease it took.
-        actor = await sessions.get("s")
-        actor._engine.begin_close()
-        with pytest.raises(SessionClosedError):
+        # Metadata that cannot be set (the store fails) releases the lease it took. (An actor
+        # closing is no longer handed out: the registry opens a new one.)
+        store.refuse = True
+        with pytest.raises(StoreError):
             async with sessions.use("s", metadata={"title": "t"}):
                 raise AssertionError("entered although the metadata was not set")
+        assert sessions.statistics().leased == 0
+        store.refuse = False
+        actor = await sessions.get("s")
+        actor._engine.begin_close()
+        async with sessions.use("s", metadata={"title": "t"}) as fresh:
+            assert fresh is not actor
+            assert fresh.metadata.title == "t"
         assert sessions.statistics().leased == 0
         # A block that raises releases too, and the error is the block's.
         with pytest.raises(KeyError):
