@@ -16,7 +16,7 @@ How the actor is built (its engine, commit strategies and follower): docs/intern
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -248,55 +248,23 @@ class SessionActor(HistoryOperations):
         record = None if metadata is None else SessionMetadata.coerce(metadata)
         owned = store is None or isinstance(store, str)
         store, watch = _store_to_open(store, follow)
-        telemetry, traced = _traced(session_id, store)
-        actor: SessionActor | None = None
         try:
-            log, stored = await _load(traced, session_id, fold=compaction is not None)
-            async with _unwrapped(), anyio.create_task_group() as task_group:
-                actor = cls(
-                    _OPEN_KEY,
-                    session_id=session_id,
-                    store=traced,
-                    log=log,
-                    stored=stored,
-                    compaction=compaction,
-                    queue_size=queue_size,
-                    task_group=task_group,
-                    rebase=on_conflict == "rebase",
-                    telemetry=telemetry,
-                    max_event_size=max_event_size,
-                )
-                # The actor holds the log now; this frame lives as long as the block, and a
-                # Log shares its storage with the logs built on it, so keeping it here would
-                # keep every event the session ever held reachable, snapshots or not.
-                del log, stored
-                engine = actor._engine
-                try:
-                    # Not `start`: a start cancelled after the actor has begun waits for the
-                    # actor to end, and its loop is shielded. One pass through the loop lets
-                    # the actor park before the block starts, as `start` did.
-                    # Telemetry hook: the actor's task runs with no current span.
-                    task_group.start_soon(
-                        engine.run if telemetry is None else telemetry.detached(engine.run)
-                    )
-                    await anyio.lowlevel.checkpoint()
-                    if watch:
-                        await engine.follower.follow()
-                    if recover:
-                        await actor.recover_open_turn()
-                    if record is not None and actor.metadata != record:
-                        await actor.set_metadata(record)
-                    yield actor
-                except BaseException:
-                    # The block raised or was cancelled: queued requests are refused (a
-                    # commit in flight completes); the actor's loop is shielded from the
-                    # scopes around it, so it is told here, not by the task group's cancel.
-                    engine.abort()
-                    raise
-                finally:
-                    engine.begin_close()
+            async with _running(
+                cls, session_id, store, compaction, queue_size, on_conflict, max_event_size
+            ) as (actor, task_group, run):
+                # Not `start`: a start cancelled after the actor has begun waits for the
+                # actor to end, and its loop is shielded. One pass through the loop lets the
+                # actor park before the block starts, as `start` did.
+                task_group.start_soon(run)
+                await anyio.lowlevel.checkpoint()
+                if watch:
+                    await actor._engine.follower.follow()
+                if recover:
+                    await actor.recover_open_turn()
+                if record is not None and actor.metadata != record:
+                    await actor.set_metadata(record)
+                yield actor
         finally:
-            _closed(actor, telemetry)
             if owned:
                 await store.aclose()
 
@@ -540,44 +508,15 @@ async def host(
         StoreError: the session could not be loaded.
     """
     store, watch = _store_to_open(store, follow)
-    telemetry, traced = _traced(session_id, store)
-    actor: SessionActor | None = None
-    try:
-        log, stored = await _load(traced, session_id, fold=compaction is not None)
-        try:
-            async with anyio.create_task_group() as task_group:
-                actor = SessionActor(
-                    _OPEN_KEY,
-                    session_id=session_id,
-                    store=traced,
-                    log=log,
-                    stored=stored,
-                    compaction=compaction,
-                    queue_size=queue_size,
-                    task_group=task_group,
-                    rebase=on_conflict == "rebase",
-                    telemetry=telemetry,
-                    max_event_size=max_event_size,
-                )
-                del log, stored  # as in open: the actor holds the log now
-                engine = actor._engine
-                try:
-                    if watch:
-                        await engine.follower.follow()
-                    opened(actor)
-                    del opened  # the registry's: not kept by this frame for the session's life
-                    engine.hosted = True
-                    # Telemetry hook: the actor's loop runs with no current span.
-                    await (engine.run if telemetry is None else telemetry.detached(engine.run))()
-                except BaseException:
-                    engine.abort()
-                    raise
-                finally:
-                    engine.begin_close()
-        except BaseExceptionGroup as group:
-            _raise_single(group)
-    finally:
-        _closed(actor, telemetry)
+    async with _running(
+        SessionActor, session_id, store, compaction, queue_size, on_conflict, max_event_size
+    ) as (actor, _, run):
+        if watch:
+            await actor._engine.follower.follow()
+        opened(actor)
+        del opened  # the registry's: not kept by this frame for the session's life
+        actor._engine.hosted = True
+        await run()
 
 
 def close(actor: SessionActor) -> None:
@@ -585,6 +524,73 @@ def close(actor: SessionActor) -> None:
     hosted actor's loop ends (:func:`host`). For the registry: a session opened with
     :meth:`SessionActor.open` closes with its block."""
     actor._engine.begin_close()
+
+
+@asynccontextmanager
+async def _running(
+    cls: type[SessionActor],
+    session_id: str,
+    store: Store,
+    compaction: CompactionPolicy | None,
+    queue_size: int,
+    on_conflict: Literal["raise", "rebase"],
+    max_event_size: int | None,
+) -> AsyncIterator[
+    tuple[SessionActor, anyio.abc.TaskGroup, Callable[[], Coroutine[Any, Any, None]]]
+]:
+    """A session loaded from ``store`` and its actor, for the block: ``(actor, its task group,
+    its loop)``, the loop for the block to run (in a task of the group, or itself), with no
+    current span when telemetry is on. The options are :meth:`SessionActor.open`'s, checked.
+
+    The block raising or cancelled aborts the actor (queued requests are refused, a commit in
+    flight completes: the loop is shielded from the scopes around it, so it is told here, not
+    by the task group's cancel); ending, it closes (what is queued is applied). On every way
+    out no caller is left waiting and no stream unclosed.
+
+    Raises:
+        StoreError: the session could not be loaded.
+    """
+    telemetry, traced = _traced(session_id, store)
+    actor: SessionActor | None = None
+    try:
+        log, stored = await _load(traced, session_id, fold=compaction is not None)
+        async with _unwrapped(), anyio.create_task_group() as task_group:
+            actor = cls(
+                _OPEN_KEY,
+                session_id=session_id,
+                store=traced,
+                log=log,
+                stored=stored,
+                compaction=compaction,
+                queue_size=queue_size,
+                task_group=task_group,
+                rebase=on_conflict == "rebase",
+                telemetry=telemetry,
+                max_event_size=max_event_size,
+            )
+            # The actor holds the log now; this frame lives as long as the block, and a Log
+            # shares its storage with the logs built on it, so keeping it here would keep
+            # every event the session ever held reachable, snapshots or not.
+            del log, stored
+            engine = actor._engine
+            try:
+                # Telemetry hook: the actor's loop runs with no current span.
+                yield (
+                    actor,
+                    task_group,
+                    (engine.run if telemetry is None else telemetry.detached(engine.run)),
+                )
+            except BaseException:
+                engine.abort()
+                raise
+            finally:
+                engine.begin_close()
+    finally:
+        if actor is not None:
+            actor._engine.refuse_queued()
+            actor._state.published.close()
+        if telemetry is not None:  # telemetry hook
+            telemetry.closed()
 
 
 @asynccontextmanager
@@ -597,15 +603,10 @@ async def _unwrapped() -> AsyncIterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        _raise_single(group)
-
-
-def _raise_single(group: BaseExceptionGroup[BaseException]) -> None:
-    """Raise the one exception of ``group`` as itself; a group of several as the group."""
-    if len(group.exceptions) != 1:
-        raise group
-    error = group.exceptions[0]
-    raise error from error.__cause__
+        if len(group.exceptions) != 1:
+            raise
+        error = group.exceptions[0]
+        raise error from error.__cause__
 
 
 def _traced(session_id: str, store: Store) -> tuple[_telemetry.SessionTelemetry | None, Store]:
@@ -618,16 +619,6 @@ def _traced(session_id: str, store: Store) -> tuple[_telemetry.SessionTelemetry 
     readable = with_read(store)
     telemetry = _telemetry.session(session_id, readable)
     return telemetry, readable if telemetry is None else telemetry.store
-
-
-def _closed(actor: SessionActor | None, telemetry: _telemetry.SessionTelemetry | None) -> None:
-    """Every path out of a session, a cancelled open included: no caller is left waiting and
-    no stream is left unclosed."""
-    if actor is not None:
-        actor._engine.refuse_queued()
-        actor._state.published.close()
-    if telemetry is not None:  # telemetry hook
-        telemetry.closed()
 
 
 async def _load(store: Store, session_id: str, *, fold: bool) -> tuple[Log, Stored]:
