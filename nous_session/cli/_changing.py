@@ -7,15 +7,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import anyio
+import attrs
 
 from nous_session._json import loads
 from nous_session.cli._common import (
     CommandError,
     _Bar,
     _emit,
+    _gap_horizon,
     _progress,
     _read,
     _stored,
@@ -28,7 +30,8 @@ from nous_session.errors import NousSessionError
 from nous_session.event import Event
 from nous_session.log import Log
 from nous_session.metadata import SessionMetadata
-from nous_session.stores import Store, copy_sessions, open_store
+from nous_session.stores import Store, Stored, copy_sessions, open_store
+from nous_session.stores._copy import _commit_whole, _undo
 
 
 async def _copy(store: Store, args: argparse.Namespace, out: TextIO) -> None:
@@ -124,10 +127,21 @@ async def _remove(store: Store, args: argparse.Namespace, out: TextIO) -> None:
 _CHUNK = 1000  # records decoded or checked between two steps of the progress bar
 
 
-async def _decode_lines(lines: Sequence[bytes], source: str, advance: _Bar) -> list[Event]:
-    """The events of an export's lines, decoded a chunk at a time: the bar advances as
+@attrs.define
+class _Export:
+    """What an export's lines hold: its session record (None when it has none), the events
+    kept aside for keys, and the events."""
+
+    header: Any = None
+    kept: list[Event] = attrs.Factory(list)
+    events: list[Event] = attrs.Factory(list)
+
+
+async def _decode_lines(lines: Sequence[bytes], source: str, advance: _Bar) -> _Export:
+    """The records of an export's lines, decoded a chunk at a time: the bar advances as
     records are read, and a Ctrl-C stops the command between two chunks."""
-    events = []
+    export = _Export()
+    first = True
     for start in range(0, len(lines), _CHUNK):
         for number, line in enumerate(lines[start : start + _CHUNK], start + 1):
             if not line.strip():
@@ -137,10 +151,78 @@ async def _decode_lines(lines: Sequence[bytes], source: str, advance: _Bar) -> l
                 value = loads(line)  # exact for ints wider than 64 bits
             except ValueError as error:
                 raise CommandError(f"{where}: not JSON ({error})") from None
-            events.append(from_json(value, where=where))
+            if first and isinstance(value, dict) and list(value) == ["session"]:
+                export.header = value["session"]
+            elif isinstance(value, dict) and list(value) == ["kept"]:
+                if export.header is None or export.events:
+                    raise CommandError(f"{where}: a kept event belongs after the session record")
+                export.kept.append(from_json(value["kept"], where=where))
+            else:
+                export.events.append(from_json(value, where=where))
+            first = False
         advance(min(_CHUNK, len(lines) - start))
         await anyio.lowlevel.checkpoint()
-    return events
+    return export
+
+
+def _session_of(export: _Export, source: str) -> Stored:
+    """The session an export describes, checked: its events fold into a log, and its session
+    record (if any) fits them.
+
+    Raises:
+        CommandError: naming what is wrong.
+    """
+    events = export.events
+    if not events:
+        raise CommandError(f"{source} holds no events")
+    seqs = [event.seq for event in events]
+    count, horizon = seqs[-1] + 1, _gap_horizon(seqs)
+    keys: dict[str, tuple[int, int]] = {}
+    header = export.header
+    if header is not None:
+        fields = {"count", "horizon", "keys"}
+        if not isinstance(header, dict) or set(header) != fields:
+            raise CommandError(
+                f"{source}: the session record is an object of {', '.join(sorted(fields))},"
+                f" not {header!r}"
+            )
+        count, horizon = header["count"], header["horizon"]
+        if type(count) is not int or type(horizon) is not int:
+            raise CommandError(f"{source}: the session's count and horizon are ints")
+        if not isinstance(header["keys"], list):
+            raise CommandError(f"{source}: the session's keys are a list")
+        stored = {*seqs, *(event.seq for event in export.kept)}
+        for entry in header["keys"]:
+            if not (
+                isinstance(entry, list)
+                and len(entry) == 3
+                and type(entry[0]) is str
+                and all(type(n) is int for n in entry[1:])
+                and entry[2] >= 1
+                and entry[0] not in keys
+                and entry[2] <= len(stored)
+                and all(seq in stored for seq in range(entry[1], entry[1] + entry[2]))
+            ):
+                raise CommandError(
+                    f"{source}: bad key {entry!r}: a [key, first seq, size] whose events the"
+                    " export holds, each key once"
+                )
+            keys[entry[0]] = (entry[1], entry[2])
+    kept = sorted(export.kept, key=lambda event: event.seq)
+    held = set(seqs)
+    if any(event.seq >= horizon or event.seq in held for event in kept) or len(
+        {event.seq for event in kept}
+    ) != len(kept):
+        raise CommandError(
+            f"{source}: a kept event is at a seq the session holds, twice, or at or past the"
+            f" horizon {horizon}"
+        )
+    try:  # the events make a session that opens (they fold), before anything is written
+        log = Log.restore(events, count=count, horizon=horizon)
+        log.derive_messages()
+    except (NousSessionError, ValueError) as error:
+        raise CommandError(f"{source}: {error}") from None
+    return Stored(events, log.count, log.horizon, keys, kept)
 
 
 async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
@@ -157,33 +239,34 @@ async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     lines = raw.splitlines()
     # One bar, three stages, each counting the records: reading them (a chunk at a time),
     # writing them (one transaction, so that an import is all or nothing: that stage
-    # completes in one step), and checking what the store holds (read back in one step, then
-    # compared a chunk at a time).
+    # completes in one step; a session whose snapshot kept events aside or dropped its
+    # newest ones takes a second, and is deleted again if that fails), and checking what the
+    # store holds (read back in one step, then compared a chunk at a time).
     with _progress(len(lines), "import: reading") as advance:
-        events = await _decode_lines(lines, source, advance)
-        if not events:
-            raise CommandError(f"{source} holds no events")
-        horizon = _horizon_of(events)
-        try:  # the events make a session that opens (they fold), before anything is written
-            log = Log.restore(events, horizon=horizon)
-            log.derive_messages()
-        except (NousSessionError, ValueError) as error:
-            raise CommandError(f"{source}: {error}") from None
+        session = _session_of(await _decode_lines(lines, source, advance), source)
+        events = list(session.events)
         if (await store.read(args.new_session)).count:
             raise CommandError(f"session {args.new_session!r} exists already in {_where(store)}")
         advance.stage("import: writing (one transaction)", total=len(events))
-        await store.commit(
-            args.new_session,
-            expected_count=0,
-            events=events,
-            horizon=horizon or None,
-        )
+        try:
+            await _commit_whole(store, args.new_session, session)
+        except BaseException as error:
+            await _undo(store, args.new_session, session, error)
+            if isinstance(error, ValueError):
+                raise CommandError(f"{source}: {error}") from None
+            raise
         advance(len(events))
         advance.stage("import: checking", total=len(events))
         back = await store.read(args.new_session)
         held = list(back.events)
-        # The same events, count and horizon as the log folded above: the same session.
-        same = (len(held), back.count, back.horizon) == (len(events), log.count, log.horizon)
+        # The same events, count, horizon, keys and kept events: the same session.
+        same = (len(held), back.count, back.horizon, dict(back.keys), list(back.kept)) == (
+            len(events),
+            session.count,
+            session.horizon,
+            dict(session.keys),
+            list(session.kept),
+        )
         for start in range(0, len(events), _CHUNK):
             if not same:
                 break
@@ -197,21 +280,6 @@ async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     out.write(f"imported {len(events)} events from {source} into {args.new_session!r}\n")
     if args.metadata is not None:
         await _set_metadata(store, args.new_session, args.metadata, out)
-
-
-def _horizon_of(events: list[Event]) -> int:
-    """The horizon of an export: one past its highest gap in seqs, 0 when it has none.
-
-    An export of a snapshotted session has gaps below its horizon. Found from the events, in
-    O(events): the file, not the seqs it names, bounds the work (a seq of 10**9 must not
-    make the command walk a billion numbers).
-    """
-    # The seqs increase (Log.restore checked), so the highest gap sits just below the last
-    # event that does not follow its predecessor.
-    for index in range(len(events) - 1, 0, -1):
-        if events[index].seq != events[index - 1].seq + 1:
-            return events[index].seq
-    return events[0].seq if events else 0
 
 
 async def _snapshot(store: Store, args: argparse.Namespace, out: TextIO) -> None:

@@ -189,3 +189,32 @@ def _listing_store(store: Store) -> ListingStore:
 def _vacuums(store: Store) -> TypeGuard[VacuumingStore]:
     """:func:`supports`, as a guard mypy narrows the store by."""
     return supports(store, VacuumingStore)
+
+
+def _gap_horizon(seqs: Sequence[int]) -> int:
+    """One past the highest gap in increasing ``seqs``, 0 when they have none (or none at all).
+
+    O(len(seqs)): the seqs' values, which may be far apart, never bound the work.
+    """
+    for index in range(len(seqs) - 1, 0, -1):
+        if seqs[index] != seqs[index - 1] + 1:
+            return seqs[index]
+    return seqs[0] if seqs else 0
+
+
+def _export_header(stored: Stored) -> dict[str, Any] | None:
+    """The first record of an export, ``{"session": ...}``, when the events alone do not say
+    what the session is: its count (a snapshot dropped the newest events), its horizon (one
+    past the highest gap in the seqs, unless a snapshot left it higher), its idempotency keys
+    and the events a snapshot kept aside for them (each a ``{"kept": event}`` record after
+    it). None for a session its events describe, whose export is its events alone."""
+    seqs = [event.seq for event in stored.events]
+    count = seqs[-1] + 1 if seqs else 0
+    described = stored.count == count and stored.horizon == _gap_horizon(seqs)
+    if described and not stored.keys and not stored.kept:
+        return None
+    return {
+        "count": stored.count,
+        "horizon": stored.horizon,
+        "keys": [[key, first, size] for key, (first, size) in stored.keys.items()],
+    }

@@ -19,6 +19,7 @@ from nous_session.cli._common import (
     _clip,
     _emit,
     _event_line,
+    _export_header,
     _fields,
     _listing_store,
     _message_json,
@@ -346,9 +347,13 @@ async def _tail(store: Store, args: argparse.Namespace, out: TextIO) -> None:
 
 
 async def _export(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    log = await _read(store, args.session)
-    events = log.events()
+    stored = await _stored(store, args.session)
+    events = Log.restore(stored.events, count=stored.count, horizon=stored.horizon).events()
     lines: list[bytes] = []
+    header = _export_header(stored)
+    if header is not None:  # what the events alone do not say: see _export_header
+        lines.append(dumps({"session": header}) + b"\n")
+        lines.extend(dumps({"kept": to_json(event)}) + b"\n" for event in stored.kept)
     with _progress(len(events), "export") as advance:
         for start in range(0, len(events), 1000):
             chunk = events[start : start + 1000]

@@ -9,7 +9,7 @@ import anyio
 import attrs
 
 from nous_session.errors import NousSessionError
-from nous_session.event import Event
+from nous_session.event import Event, make_event
 from nous_session.stores.base import (
     ForkingStore,
     ListingStore,
@@ -193,10 +193,17 @@ async def _fork_in_target(target: Store, session_id: str, stored: Stored) -> str
 
 async def _commit_whole(target: Store, session_id: str, stored: Stored) -> None:
     """Write the session as one whole session: its events (and the kept ones, dropped again
-    by a second commit that keeps them aside), its horizon and its keys."""
+    by a second commit that keeps them aside), its count, its horizon and its keys."""
     kept = [event for event in stored.kept if event.seq < stored.horizon]
     keys = [(key, first, size) for key, (first, size) in stored.keys.items()]
-    if not kept:
+    merged = sorted([*stored.events, *kept], key=lambda event: event.seq)
+    # A snapshot may have dropped the newest events: the count is then past every held seq
+    # (and the horizon is the count). A commit's count is one past its last event, so a
+    # stand-in at seq count - 1 is written with the rest and dropped again, as they were.
+    tail = []
+    if merged and merged[-1].seq + 1 < stored.count:
+        tail = [make_event(stored.count - 1, _STAND_IN, {}, merged[-1].time)]
+    if not kept and not tail:
         await target.commit(
             session_id,
             expected_count=0,
@@ -207,25 +214,29 @@ async def _commit_whole(target: Store, session_id: str, stored: Stored) -> None:
         return
     # A key's events that a snapshot dropped are kept aside: written first with the rest,
     # then dropped by a commit that keeps them, as the snapshot did.
-    merged = sorted([*stored.events, *kept], key=lambda event: event.seq)
-    first_horizon = _gap_horizon(merged)
+    written = [*merged, *tail]
+    first_horizon = _gap_horizon(written)
     await target.commit(
         session_id,
         expected_count=0,
-        events=merged,
+        events=written,
         horizon=first_horizon or None,
         keys=keys,
     )
     seqs = [event.seq for event in kept]
     await target.commit(
         session_id,
-        expected_count=merged[-1].seq + 1,
+        expected_count=written[-1].seq + 1,
         events=(),
-        dropped=seqs,
+        dropped=[*seqs, *(event.seq for event in tail)],
         kept=seqs,
         horizon=stored.horizon,
         expected_horizon=first_horizon,
     )
+
+
+_STAND_IN = "x.nous_session.dropped"
+"""The type of the event that stands, for one commit, at the seq before a copy's count."""
 
 
 def _gap_horizon(events: Sequence[Event]) -> int:

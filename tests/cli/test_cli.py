@@ -18,6 +18,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
@@ -26,6 +27,7 @@ import pytest
 
 from nous_session import CompactionPolicy, Message, SessionActor, ToolCall
 from nous_session.codec import from_json
+from nous_session.log import Log
 from nous_session.stores.sqlite import SQLiteStore
 from tests.support.processes import Lines, ending
 
@@ -1360,3 +1362,114 @@ def test_copy_refuses_a_target_that_is_its_source(stored: tuple[str, Path], tmp_
         )
     assert source.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["source.sqlite3"]
+
+
+def _reads(path: Path, session: str) -> tuple[object, ...]:
+    """What a session holds and shows: its events, count, horizon, keys and kept events, its
+    surface, and its surface as of every seq (None where that history was dropped)."""
+
+    async def read() -> Any:
+        async with SQLiteStore(path) as store:
+            return await store.read(session)
+
+    held = anyio.run(read)
+    log = Log.restore(held.events, count=held.count, horizon=held.horizon)
+
+    def texts(at: Log) -> list[tuple[int, str]]:
+        return [(seq, message.text) for seq, message in at.derive_indexed()]
+
+    as_of: list[object] = []
+    for seq in range(log.count):
+        try:
+            as_of.append(texts(log.upto(seq)))
+        except ValueError:
+            as_of.append(None)
+    return (
+        list(held.events),
+        held.count,
+        held.horizon,
+        dict(held.keys),
+        list(held.kept),
+        texts(log),
+        as_of,
+    )
+
+
+def test_export_and_import_keep_what_a_snapshot_left(tmp_path: Path) -> None:
+    """A snapshot that dropped the newest events (a message and the remove that took it off),
+    and events it kept aside for an idempotency key: the import has the same count, horizon,
+    keys and kept events, so the same as-of reads (it showed a surface at seq 4 that never
+    was, took the count back to 8, and dropped the keys, so a retry appended again)."""
+    path = tmp_path / "snap.sqlite3"
+    url = f"sqlite:///{path}"
+
+    async def fill() -> None:
+        async with SessionActor.open(session_id="s", store=url) as session:
+            await session.append_many([Message.user(f"m{n}") for n in range(5)], key="k")
+            await session.replace(2, 4, Message.system("summary"))  # 5
+            await session.append_many([Message.user(f"n{n}") for n in range(3)])  # 6..8
+            await session.remove(8, 8)  # 9
+            await session.snapshot()
+
+    anyio.run(fill)
+    exported = tmp_path / "s.jsonl"
+    cli("export", "s", "--output", str(exported), store=url)
+    cli("import", "copy", str(exported), store=url)
+    original = _reads(path, "s")
+    assert original[1:3] == (10, 10)
+    assert original[3] == {"k": (0, 5)}
+    assert _reads(path, "copy") == original
+    assert cli("export", "copy", store=url).stdout.encode() == exported.read_bytes()
+
+    async def retry() -> int:
+        async with SessionActor.open(session_id="copy", store=url) as session:
+            await session.append_many([Message.user(f"m{n}") for n in range(5)], key="k")
+            return session.log.count
+
+    assert anyio.run(retry) == 10
+
+
+def _record(value: object) -> bytes:
+    return orjson.dumps(value) + b"\n"
+
+
+_EVENT = {"type": "user_message", "time": "2024-05-01T12:00:00+00:00", "data": {"content": "m"}}
+
+
+@pytest.mark.parametrize(
+    ("records", "error"),
+    [
+        ([{"session": {"count": 2, "horizon": 3, "keys": []}}], "horizon 3 must be in 0..2"),
+        ([{"session": {"count": 1, "horizon": 0, "keys": []}}], "below the events' next seq 2"),
+        ([{"session": {"count": 2, "horizon": 0}}], "the session record is an object of"),
+        ([{"session": {"count": "2", "horizon": 0, "keys": []}}], "count and horizon are ints"),
+        ([{"session": {"count": 2, "horizon": 0, "keys": [["k", 1, 5]]}}], "bad key ['k', 1, 5]"),
+        ([{"session": {"count": 2, "horizon": 0, "keys": [["k", 0, 1], ["k", 1, 1]]}}], "bad key"),
+        ([{"session": {"count": 2, "horizon": 0, "keys": [["k", 0, 10**9]]}}], "bad key"),
+        ([{"kept": {**_EVENT, "seq": 0}}], "line 1: a kept event belongs after the session"),
+        (
+            [{"session": {"count": 2, "horizon": 2, "keys": []}}, {"kept": {**_EVENT, "seq": 1}}],
+            "a kept event is at a seq the session holds",
+        ),
+        (
+            [{"session": {"count": 2, "horizon": 0, "keys": []}}, {"kept": {**_EVENT, "seq": 9}}],
+            "or at or past the horizon 0",
+        ),
+        ([{**_EVENT, "seq": 5}, {"session": {"count": 2, "horizon": 0, "keys": []}}], "line 2"),
+    ],
+)
+def test_import_of_a_tampered_session_record_is_refused_and_makes_nothing(
+    tmp_path: Path, records: list[object], error: str
+) -> None:
+    """A session record (count, horizon, keys) or kept event that does not fit the events is
+    refused in one line naming what is wrong, and no session is made."""
+    path = tmp_path / "tampered.sqlite3"
+    url = f"sqlite:///{path}"
+    events = [{**_EVENT, "seq": 0}, {**_EVENT, "seq": 1}]
+    source = tmp_path / "tampered.jsonl"
+    source.write_bytes(b"".join(map(_record, [*records, *events])))
+    result = cli("import", "t", str(source), store=url, check=False)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert error in line
+    assert not path.exists() or cli("sessions", "--json", store=url).stdout == ""

@@ -414,3 +414,25 @@ async def test_the_target_lists_the_copies_by_their_metadata(stores: tuple[Store
         ]
         assert listed[0]
         assert listed[1] == listed[0]
+
+
+async def test_a_session_whose_snapshot_dropped_its_newest_events_comes_as_it_is(
+    stores: tuple[Store, Store],
+) -> None:
+    """A snapshot may drop the newest events (a message and the remove that took it off the
+    surface): the count and horizon stay past every held seq, and the copy keeps them (its
+    commit refused a horizon past the count its events made)."""
+    source, target = stores
+    async with SessionActor.open(session_id="tail", store=source) as actor:
+        await actor.append_many([Message.user(f"m{n}") for n in range(5)], key="k")  # 0..4
+        await actor.remove(4, 4)  # 5
+        await actor.snapshot()
+    async with SessionActor.open(session_id="plain", store=source) as actor:
+        await actor.append_many([Message.user(f"m{n}") for n in range(3)])  # 0..2
+        await actor.remove(2, 2)  # 3
+        await actor.snapshot()
+    held = await source.read("tail")
+    assert (held.count, held.horizon, held.events[-1].seq) == (6, 6, 3)
+    assert set((await copy_sessions(source, target)).copied) == {"tail", "plain"}
+    for name in ("tail", "plain"):
+        await _same(source, target, name)
