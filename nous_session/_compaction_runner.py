@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import attrs
 
 from nous_session._json import JSON
 from nous_session._logging import Throttle
@@ -47,20 +48,17 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
+@attrs.define(eq=False, weakref_slot=False)
 class Compaction(Request[list[bool]]):
     """Apply planned replacements that still apply; the result says, per replacement, whether
     it was applied (False: the surface in its range changed since the plan, so it is stale)."""
 
-    __slots__ = ("logger", "replacements")
+    replacements: Sequence[Replacement]
+    logger: Any
 
     # Each replacement is checked again on whatever log it is applied to: a compaction that
     # lost to another writer's commit is applied again after catching up, never refused.
     checks_itself = True
-
-    def __init__(self, replacements: Sequence[Replacement], logger: Any) -> None:
-        super().__init__()
-        self.replacements = replacements
-        self.logger = logger
 
     def apply(self, log: Log, committed: int) -> Applied:
         """Append one replace event per replacement that still applies, dated when it is

@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 
+import attrs
+
 from nous_session._loops import Done
 from nous_session.erasure import Erasure
 from nous_session.errors import ConflictError, InvalidEventError
@@ -97,6 +99,10 @@ class Request(Generic[ResultT]):
     def __init__(self) -> None:
         self.done = Done()
         self.error: BaseException | None = None
+
+    # A request declared with attrs (its arguments its fields; compared by identity, as a
+    # request is one call) starts as any other, once its fields are set.
+    __attrs_post_init__ = __init__
 
     def copies_content(self) -> bool:
         """Whether what the request writes was made by its caller from the session's content
@@ -229,20 +235,15 @@ def check_expectation(log: Log, start: int, stop: int, expect: int | Sequence[in
         )
 
 
+@attrs.define(eq=False, weakref_slot=False)
 class Edit(Request[tuple[Event, ...]]):
     """Append one range operation (a replace or a remove), if the range still holds what the
     caller expected; the result is the 1-tuple of the committed event."""
 
-    __slots__ = ("expect", "item", "start", "stop")
-
-    def __init__(
-        self, item: Prepared, start: int, stop: int, expect: int | Sequence[int] | None
-    ) -> None:
-        super().__init__()
-        self.item = item
-        self.start = start
-        self.stop = stop
-        self.expect = expect
+    item: Prepared
+    start: int
+    stop: int
+    expect: int | Sequence[int] | None
 
     def copies_content(self) -> bool:
         """A replace holds messages its caller made; a remove, rewind or uncompact copies
@@ -338,6 +339,7 @@ class Snapshot(Request[Log]):
         return Applied(log, log, dropped)
 
 
+@attrs.define(eq=False, weakref_slot=False)
 class Reload(Request[Log]):
     """Catch up with what other writers committed; the result is the caught-up Log.
 
@@ -346,20 +348,17 @@ class Reload(Request[Log]):
         from_feed: whether the actor's own change-feed watcher queued it.
     """
 
-    __slots__ = ("from_feed", "head")
+    head: int | None = None
+    from_feed: bool = attrs.field(default=False, kw_only=True)
 
     barrier = True
-
-    def __init__(self, head: int | None = None, *, from_feed: bool = False) -> None:
-        super().__init__()
-        self.head = head
-        self.from_feed = from_feed
 
     async def run_barrier(self, follower: Follower) -> None:
         """Catch up (the follower answers)."""
         await follower.reload(self)
 
 
+@attrs.define(eq=False, weakref_slot=False)
 class Erase(Request[Erasure]):
     """Erase the events at ``seqs`` (checked in the caller); the result is the store's
     :class:`~nous_session.erasure.Erasure`.
@@ -369,18 +368,12 @@ class Erase(Request[Erasure]):
     rewrites the rows.
     """
 
-    __slots__ = ("at", "reason", "seqs", "summaries")
+    seqs: tuple[int, ...]
+    reason: str
+    at: datetime
+    summaries: bool = True
 
     barrier = True
-
-    def __init__(
-        self, seqs: tuple[int, ...], reason: str, at: datetime, summaries: bool = True
-    ) -> None:
-        super().__init__()
-        self.seqs = seqs
-        self.reason = reason
-        self.at = at
-        self.summaries = summaries
 
     async def run_barrier(self, follower: Follower) -> None:
         """Erase in the store, then read the session again (the follower answers)."""
