@@ -652,8 +652,9 @@ async def _load(store: Store, session_id: str, *, fold: bool) -> tuple[Log, Stor
 
 @attrs.frozen
 class Options:
-    """The options an actor runs with, checked (:func:`check_options`): :meth:`SessionActor.open`'s
-    ``compaction``, ``queue_size``, ``on_conflict`` and ``max_event_size``."""
+    """The options an actor runs with, as ``check_options`` returns them checked:
+    :meth:`SessionActor.open`'s ``compaction``, ``queue_size``, ``on_conflict`` and
+    ``max_event_size``."""
 
     compaction: CompactionPolicy | None
     queue_size: int
