@@ -253,7 +253,7 @@ class SessionActor(HistoryOperations):
         try:
             log, stored = await _load(traced, session_id, fold=compaction is not None)
             async with _unwrapped(), anyio.create_task_group() as task_group:
-                actor = cls._made(session_id, traced, log, stored, task_group, telemetry, options)
+                actor = _made(cls, session_id, traced, log, stored, task_group, telemetry, options)
                 # The actor holds the log now; this frame lives as long as the block, and a
                 # Log shares its storage with the logs built on it, so keeping it here would
                 # keep every event the session ever held reachable, snapshots or not.
@@ -289,33 +289,6 @@ class SessionActor(HistoryOperations):
                 await store.aclose()
 
     # Calls ------------------------------------------------------------------------------------
-
-    @classmethod
-    def _made(
-        cls,
-        session_id: str,
-        store: Store,
-        log: Log,
-        stored: Stored,
-        task_group: anyio.abc.TaskGroup,
-        telemetry: _telemetry.SessionTelemetry | None,
-        options: Options,
-    ) -> SessionActor:
-        """The actor of a session loaded from ``store`` (``log``, read as ``stored``), its
-        tasks in ``task_group``. For :meth:`open` and :func:`host`."""
-        return cls(
-            _OPEN_KEY,
-            session_id=session_id,
-            store=store,
-            log=log,
-            stored=stored,
-            compaction=options.compaction,
-            queue_size=options.queue_size,
-            task_group=task_group,
-            rebase=options.on_conflict == "rebase",
-            telemetry=telemetry,
-            max_event_size=options.max_event_size,
-        )
 
     async def append(
         self,
@@ -523,6 +496,33 @@ class SessionActor(HistoryOperations):
         return f"<SessionActor {self._state.session_id!r} {state} count={self.log.count}>"
 
 
+def _made(
+    cls: type[SessionActor],
+    session_id: str,
+    store: Store,
+    log: Log,
+    stored: Stored,
+    task_group: anyio.abc.TaskGroup,
+    telemetry: _telemetry.SessionTelemetry | None,
+    options: Options,
+) -> SessionActor:
+    """The actor of a session loaded from ``store`` (``log``, read as ``stored``), its tasks in
+    ``task_group``. For :meth:`SessionActor.open` and :func:`host`."""
+    return cls(
+        _OPEN_KEY,
+        session_id=session_id,
+        store=store,
+        log=log,
+        stored=stored,
+        compaction=options.compaction,
+        queue_size=options.queue_size,
+        task_group=task_group,
+        rebase=options.on_conflict == "rebase",
+        telemetry=telemetry,
+        max_event_size=options.max_event_size,
+    )
+
+
 async def host(
     opened: Callable[[SessionActor], object],
     *,
@@ -558,8 +558,8 @@ async def host(
         log, stored = await _load(traced, session_id, fold=options.compaction is not None)
         try:
             async with anyio.create_task_group() as task_group:
-                actor = SessionActor._made(
-                    session_id, traced, log, stored, task_group, telemetry, options
+                actor = _made(
+                    SessionActor, session_id, traced, log, stored, task_group, telemetry, options
                 )
                 del log, stored  # as in open: the actor holds the log now
                 engine = actor._engine
