@@ -15,6 +15,7 @@ from nous_session.stores.base import (
     Rebased,
     check_commit_arguments,
     check_rebase_arguments,
+    check_session_id,
     check_since,
 )
 
@@ -173,6 +174,23 @@ class StoreBase:
         )
 
     async def _commit_rebased(self, commit: Commit) -> Rebased:
+        raise NotImplementedError
+
+    async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
+        """A new session sharing ``session_id``'s history up to seq ``at``, whatever its
+        length (see :class:`~nous_session.stores.base.ForkingStore`): its arguments checked
+        here, then the store's own ``_fork`` makes one row (or entry) in one step.
+
+        Raises:
+            ValueError: ``at`` is not in the parent's history, the parent does not exist, or
+                ``new_session_id`` is not a session id or already is a session with events.
+            StoreError: the store is closed or read-only, or could not be written.
+        """
+        self._before_commit()
+        check_session_id(new_session_id)
+        await self._fork(session_id, new_session_id, at)
+
+    async def _fork(self, session_id: str, new_session_id: str, at: int) -> None:
         raise NotImplementedError
 
     async def list_sessions(self, **arguments: Unpack[ListArguments]) -> SessionPage:

@@ -11,11 +11,22 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 import attrs
 
+from nous_session._json import dumps
 from nous_session.codec import decode_rows
 from nous_session.errors import StoreError
+from nous_session.event import EventType
+from nous_session.stores._sealed import Fetch, Keyring
 from nous_session.stores.base import Stored, check_fork_point, check_held, place
 
-__all__ = ["SEQ_MAX", "SessionRow", "fork_exists", "fork_parent", "lineage", "stored"]
+__all__ = [
+    "SEQ_MAX",
+    "SessionRow",
+    "fork_exists",
+    "fork_parent",
+    "lineage",
+    "metadata_at",
+    "stored",
+]
 
 SEQ_MAX: Final = 2**63 - 1
 """The highest seq a table can hold: the upper bound of a range that has none."""
@@ -53,6 +64,34 @@ def fork_parent(parent: Row | None, session_id: str, at: int) -> Row:
 def fork_exists(new_session_id: str) -> ValueError:
     """The error of a fork whose new session exists already (with events)."""
     return ValueError(f"session {new_session_id!r} exists already")
+
+
+def metadata_at(
+    current: tuple[str | None, int | None],
+    at: int,
+    held: Callable[[], Sequence[tuple[int, bytes]]],
+    where: Callable[[int], str],
+    keyring: Keyring | None,
+    fetch: Fetch,
+) -> tuple[str | None, int | None]:
+    """The metadata record (JSON text) and its seq that a session had at seq ``at``, for a
+    fork made there: its ``current`` one unless that changed after ``at``; then the newest
+    metadata event among ``held()``, its rows up to ``at``, read back from ``at`` (metadata
+    events are rare: the rare, slow case). With a ``keyring`` (the store encrypts), a sealed
+    record is opened with the keys ``fetch`` reads; ``where`` names a seq's row in an error.
+
+    Raises:
+        CorruptRecordError: a row read back cannot be decoded.
+    """
+    if current[1] is None or current[1] <= at:
+        return current
+    for seq, record in reversed(held()):
+        if keyring is not None:
+            record = keyring.open(seq, record, fetch, where(seq))
+        (event,) = decode_rows([(seq, record)], where)
+        if event.type is EventType.METADATA:
+            return dumps(event.data.get("metadata", {})).decode(), seq
+    return None, None
 
 
 @attrs.frozen

@@ -42,7 +42,6 @@ from nous_session.stores.base import (
     check_commit_state,
     check_held,
     check_lease,
-    check_session_id,
     check_since,
     moved,
     moved_keys,
@@ -318,11 +317,7 @@ class MemoryStore(Erasing, StoreBase):
         session = self._sessions.get(session_id)
         return None if session is None else session.commits.get(commit_id)
 
-    async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
-        """A new session sharing ``session_id``'s history up to seq ``at`` (see
-        :class:`~nous_session.stores.base.ForkingStore`)."""
-        self._check_open()
-        check_session_id(new_session_id)
+    async def _fork(self, session_id: str, new_session_id: str, at: int) -> None:
         parent = fork_parent(self._sessions.get(session_id), session_id, at)
         existing = self._sessions.get(new_session_id)
         if existing is not None and existing.count:

@@ -392,6 +392,21 @@ async def test_forks_that_share_or_copy_read_fine_and_seal_under_their_own_key(
     _holders_right(backend)
 
 
+async def test_a_fork_before_a_metadata_change_reads_the_sealed_metadata_event_back(
+    store: Any,
+) -> None:
+    async with SessionActor.open(session_id="p", store=store, metadata={"owner": "ann"}) as s:
+        await s.add_message(Message.user("hi"))  # seq 1
+        await s.set_metadata({"owner": "bob", "title": "later"})  # seq 2
+        await s.add_message(Message.user("later"))
+    await store.fork("p", "early", at=1)  # the metadata it had then is sealed in seq 0
+    async with SessionActor.open(session_id="early", store=store) as fork:
+        assert fork.metadata.owner == "ann"
+        assert fork.metadata.title is None
+    (entry,) = (await store.list_sessions(where={"owner": "ann"})).sessions
+    assert (entry.session_id, entry.metadata.owner) == ("early", "ann")
+
+
 # Erasure --------------------------------------------------------------------------------------
 
 

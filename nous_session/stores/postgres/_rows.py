@@ -12,10 +12,15 @@ from typing import Any, Final, ParamSpec, TypeVar
 import psycopg
 from psycopg import sql
 
-from nous_session._json import dumps
 from nous_session.codec import decode_rows
-from nous_session.event import EventType
-from nous_session.stores._lineage import SessionRow, fork_exists, fork_parent, lineage, stored
+from nous_session.stores._lineage import (
+    SessionRow,
+    fork_exists,
+    fork_parent,
+    lineage,
+    metadata_at,
+    stored,
+)
 from nous_session.stores._sealed import KeyGone, Keyring, kid_of
 from nous_session.stores.base import SessionInfo, Stored, place
 from nous_session.stores.postgres._errors import pipelined
@@ -27,7 +32,6 @@ __all__ = [
     "fork_row",
     "inherited",
     "make_row",
-    "metadata_at",
     "ranges",
     "read_stored",
     "release_shared",
@@ -134,33 +138,6 @@ def release_shared(
         _own_copy(connection, statements, row.key)
 
 
-def metadata_at(
-    connection: Connection,
-    statements: Statements,
-    row: SessionRow[str],
-    at: int,
-    where: str,
-    keyring: Keyring | None = None,
-) -> tuple[str | None, int | None]:
-    """The metadata record (JSON text) and its seq that the session had at seq ``at``: its
-    current one unless it changed after ``at``; then the newest metadata event up to
-    ``at``, read back from ``at`` (metadata events are rare: the rare, slow case)."""
-    found = connection.execute(statements.metadata, (row.key,)).fetchone()
-    assert found is not None
-    meta, meta_seq = found
-    if meta_seq is None or meta_seq <= at:
-        return (None if meta is None else json.dumps(meta)), meta_seq
-    named = place(row.key, where)
-    held = [item for item in view(connection, statements, row, 0) if item[0] <= at]
-    for seq, record in reversed(held):
-        if keyring is not None:
-            record = keyring.open(seq, record, fetcher(connection, statements), named(seq))
-        (event,) = decode_rows([(seq, record)], named)
-        if event.type is EventType.METADATA:
-            return dumps(event.data.get("metadata", {})).decode(), seq
-    return None, None
-
-
 def _again_if_key_gone(read: Callable[P, R]) -> Callable[P, R]:
     """``read``, run once more when a row it read was sealed under a key an erasure destroyed
     meanwhile (the erasure re-sealed the row under a new key first)."""
@@ -232,18 +209,29 @@ def fork_row(
     at: int,
     keyring: Keyring | None = None,
 ) -> None:
-    """Insert the row of a fork sharing ``session_id``'s rows up to ``at`` (in the caller's
-    transaction).
+    """:meth:`PostgresStore.fork <nous_session.stores.postgres.PostgresStore.fork>` in the
+    caller's transaction: one INSERT, which takes over the row of a session that holds
+    nothing yet (ON CONFLICT) and refuses one with events (it returns no row).
 
     Raises:
-        ValueError: no such session, a bad fork point, or the new session exists.
+        ValueError: as ``fork``.
     """
     # FOR SHARE: a snapshot of the parent (which locks its row to give its forks copies)
     # waits for this fork, and then sees it.
     parent = fork_parent(
         row_of(connection, statements, session_id, lock="FOR SHARE"), session_id, at
     )
-    meta, meta_seq = metadata_at(connection, statements, parent, at, where, keyring)
+    found = connection.execute(statements.metadata, (parent.key,)).fetchone()
+    assert found is not None
+    named = place(parent.key, where)
+    meta, meta_seq = metadata_at(
+        (None if found[0] is None else json.dumps(found[0]), found[1]),
+        at,
+        lambda: [item for item in view(connection, statements, parent, 0) if item[0] <= at],
+        named,
+        keyring,
+        fetcher(connection, statements),
+    )
     made = connection.execute(
         statements.fork,
         (new_session_id, at + 1, parent.horizon, session_id, at, meta, meta_seq, parent.uid),

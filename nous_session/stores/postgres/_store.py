@@ -34,7 +34,6 @@ from nous_session.stores.base import (
     Rebased,
     SessionInfo,
     Stored,
-    check_session_id,
     check_since,
     moved,
     place,
@@ -379,12 +378,7 @@ class PostgresStore(KeyedTables, ErasingTables, TableLeases, ListenerFeed, FeedS
 
         return await self._read(committed)
 
-    async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
-        """A new session sharing ``session_id``'s rows up to seq ``at``: one row inserted,
-        whatever the history's length (see :class:`~nous_session.stores.base.ForkingStore`)."""
-        self._check_writable()
-        check_session_id(new_session_id)
-
+    async def _fork(self, session_id: str, new_session_id: str, at: int) -> None:
         def fork() -> None:
             with pooled(
                 self._pool, f"cannot fork session {session_id!r}", transaction=True

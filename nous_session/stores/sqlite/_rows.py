@@ -9,10 +9,14 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, Final
 
-from nous_session._json import dumps
-from nous_session.codec import decode_rows
-from nous_session.event import EventType
-from nous_session.stores._lineage import SessionRow, fork_exists, fork_parent, lineage, stored
+from nous_session.stores._lineage import (
+    SessionRow,
+    fork_exists,
+    fork_parent,
+    lineage,
+    metadata_at,
+    stored,
+)
 from nous_session.stores._sealed import Keyring, kid_of
 from nous_session.stores.base import (
     SessionInfo,
@@ -151,32 +155,6 @@ def _release_shared(
         _own_copy(connection, row)
 
 
-def _metadata_at(
-    connection: sqlite3.Connection,
-    parent: _Row,
-    name: str,
-    at: int,
-    path: str,
-    keyring: Keyring | None = None,
-) -> tuple[str | None, int | None]:
-    """The metadata record (JSON text) and its seq that the parent had at seq ``at``: its
-    current one unless it changed after ``at``; then the newest metadata event up to ``at``
-    (read back from ``at``: metadata events are rare, so this is the rare, slow case)."""
-    meta, meta_seq = connection.execute(
-        "SELECT meta, meta_seq FROM nous_sessions WHERE id = ?", (parent.key,)
-    ).fetchone()
-    if meta_seq is None or meta_seq <= at:
-        return meta, meta_seq
-    where = place(name, path)
-    for seq, record in reversed(_rows(connection, parent, 0, at)):
-        if keyring is not None:
-            record = keyring.open(seq, record, fetcher(connection), where(seq))
-        (event,) = decode_rows([(seq, record)], where)
-        if event.type is EventType.METADATA:
-            return dumps(event.data.get("metadata", {})).decode(), seq
-    return None, None
-
-
 def _count_rows(connection: sqlite3.Connection, row: _Row) -> int:
     total = 0
     for sid, low, high in _ranges(connection, row):
@@ -237,22 +215,31 @@ def fork_row(
     where: str,
     keyring: Keyring | None = None,
 ) -> None:
-    """Insert the row of a fork sharing ``session_id``'s rows up to ``at`` (in the writer's
-    transaction).
+    """:meth:`SQLiteStore.fork <nous_session.stores.sqlite.SQLiteStore.fork>` in the writer's
+    transaction: a session that holds nothing yet under the new id is deleted whole first (its
+    commit ids, an empty commit's, go with its row, not left behind for a later session the
+    id is given to); one with events is refused.
 
     Raises:
-        ValueError: no such session, a bad fork point, or the new session exists.
+        ValueError: as ``fork``.
     """
     parent = fork_parent(_row(connection, session_id), session_id, at)
     existing = _row(connection, new_session_id)
     if existing is not None:
         if existing.count:
             raise fork_exists(new_session_id)
-        # A session that holds nothing yet is replaced whole: its commit ids (an empty
-        # commit's) go with its row, not left behind to be read by a later session the
-        # row's id is given to.
         delete_row(connection, existing, new_session_id, keyring)
-    meta, meta_seq = _metadata_at(connection, parent, session_id, at, where, keyring)
+    named = place(session_id, where)
+    meta, meta_seq = metadata_at(
+        connection.execute(
+            "SELECT meta, meta_seq FROM nous_sessions WHERE id = ?", (parent.key,)
+        ).fetchone(),
+        at,
+        lambda: _rows(connection, parent, 0, at),
+        named,
+        keyring,
+        fetcher(connection),
+    )
     now = _now()
     connection.execute(
         FORK,

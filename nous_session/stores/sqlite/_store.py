@@ -274,11 +274,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
 
         return await self._run(committed)
 
-    async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
-        """A new session sharing ``session_id``'s rows up to seq ``at``: one row inserted,
-        whatever the history's length (see :class:`~nous_session.stores.base.ForkingStore`)."""
-        check_session_id(new_session_id)
-
+    async def _fork(self, session_id: str, new_session_id: str, at: int) -> None:
         def fork(connection: sqlite3.Connection) -> None:
             fork_row(connection, session_id, new_session_id, at, self.path, self._keyring)
 
