@@ -173,12 +173,10 @@ def _session_of(export: _Export, source: str) -> Stored:
         CommandError: naming what is wrong.
     """
     events = export.events
-    if not events:
-        raise CommandError(f"{source} holds no events")
-    seqs = [event.seq for event in events]
-    count, horizon = seqs[-1] + 1, _gap_horizon(seqs)
-    keys: dict[str, tuple[int, int]] = {}
     header = export.header
+    seqs = [event.seq for event in events]
+    count, horizon = (seqs[-1] + 1 if seqs else 0), _gap_horizon(seqs)
+    keys: dict[str, tuple[int, int]] = {}
     if header is not None:
         fields = {"count", "horizon", "keys"}
         if not isinstance(header, dict) or set(header) != fields:
@@ -208,6 +206,8 @@ def _session_of(export: _Export, source: str) -> Stored:
                     " export holds, each key once"
                 )
             keys[entry[0]] = (entry[1], entry[2])
+    if not count:  # (a session record alone says what a session a snapshot emptied is)
+        raise CommandError(f"{source} holds no events")
     kept = sorted(export.kept, key=lambda event: event.seq)
     held = set(seqs)
     if any(event.seq >= horizon or event.seq in held for event in kept) or len(

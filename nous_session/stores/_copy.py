@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 import anyio
 import attrs
@@ -34,8 +34,7 @@ class CopyReport:
             the target, each with why: their parent is not in the target, or no longer holds
             what they took from it (a snapshot dropped it, or it is another session by now).
         skipped: the sessions not copied, each with why (the target holds one of that id
-            already; or every event of it was dropped by a snapshot, which no commit can
-            make).
+            already).
     """
 
     copied: tuple[str, ...] = ()
@@ -97,9 +96,6 @@ async def copy_sessions(
         stored = await source.read(session_id)
         if (await target.read(session_id)).count:
             skipped.append((session_id, "the target holds a session of that id"))
-            continue
-        if not stored.events:
-            skipped.append((session_id, "a snapshot dropped every event it held"))
             continue
         try:
             why = _another_parent(session_id, stored, created) or await _fork_in_target(
@@ -200,9 +196,12 @@ async def _commit_whole(target: Store, session_id: str, stored: Stored) -> None:
     # A snapshot may have dropped the newest events: the count is then past every held seq
     # (and the horizon is the count). A commit's count is one past its last event, so a
     # stand-in at seq count - 1 is written with the rest and dropped again, as they were.
+    # A snapshot that dropped every event leaves nothing but the count: the stand-in is all
+    # that is written.
     tail = []
-    if merged and merged[-1].seq + 1 < stored.count:
-        tail = [make_event(stored.count - 1, _STAND_IN, {}, merged[-1].time)]
+    if (merged[-1].seq + 1 if merged else 0) < stored.count:
+        time = merged[-1].time if merged else datetime.now(UTC)
+        tail = [make_event(stored.count - 1, _STAND_IN, {}, time)]
     if not kept and not tail:
         await target.commit(
             session_id,

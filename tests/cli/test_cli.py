@@ -1429,6 +1429,37 @@ def test_export_and_import_keep_what_a_snapshot_left(tmp_path: Path) -> None:
     assert anyio.run(retry) == 10
 
 
+def test_export_and_import_keep_a_session_a_snapshot_emptied(tmp_path: Path) -> None:
+    """A session whose surface was emptied and then snapshotted holds no event: its export is
+    the session record alone (with the events kept aside for a key), and it imports as it is
+    (it was refused as holding no events); a file with neither is still refused."""
+    path = tmp_path / "empty.sqlite3"
+    url = f"sqlite:///{path}"
+
+    async def fill() -> None:
+        async with SessionActor.open(session_id="s", store=url) as session:
+            await session.append_many([Message.user("a"), Message.user("b")], key="k")
+            await session.remove(0, 1)  # 2
+            await session.snapshot()
+
+    anyio.run(fill)
+    exported = tmp_path / "s.jsonl"
+    cli("export", "s", "--output", str(exported), store=url)
+    cli("import", "copy", str(exported), store=url)
+    original = _reads(path, "s")
+    assert (original[0], original[1:3]) == ([], (3, 3))
+    assert _reads(path, "copy") == original
+    assert cli("export", "copy", store=url).stdout.encode() == exported.read_bytes()
+    for name, text in (
+        ("nothing", b""),
+        ("zero", _record({"session": {"count": 0, "horizon": 0, "keys": []}})),
+    ):
+        source = tmp_path / f"{name}.jsonl"
+        source.write_bytes(text)
+        result = cli("import", name, str(source), store=url, check=False)
+        assert (result.returncode, "holds no events" in result.stderr) == (1, True)
+
+
 def _record(value: object) -> bytes:
     return orjson.dumps(value) + b"\n"
 

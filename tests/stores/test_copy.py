@@ -436,3 +436,33 @@ async def test_a_session_whose_snapshot_dropped_its_newest_events_comes_as_it_is
     assert set((await copy_sessions(source, target)).copied) == {"tail", "plain"}
     for name in ("tail", "plain"):
         await _same(source, target, name)
+
+
+async def test_a_session_whose_snapshot_dropped_every_event_comes_as_it_is(
+    stores: tuple[Store, Store],
+) -> None:
+    """A session whose surface was emptied and then snapshotted holds no event, only its
+    count and horizon (and, with a key, the kept events): it is copied, where it used to be
+    skipped, and goes on at its count."""
+    source, target = stores
+    async with SessionActor.open(session_id="bare", store=source) as actor:
+        await actor.append_many([Message.user("a"), Message.user("b")])  # 0, 1
+        await actor.remove(0, 1)  # 2
+        await actor.snapshot()
+    async with SessionActor.open(session_id="keyed", store=source) as actor:
+        await actor.append_many([Message.user("a"), Message.user("b")], key="k")  # 0, 1
+        await actor.remove(0, 1)  # 2
+        await actor.snapshot()
+    bare = await source.read("bare")
+    assert (list(bare.events), bare.count, bare.horizon) == ([], 3, 3)
+    report = await copy_sessions(source, target)
+    assert (set(report.copied), report.skipped) == ({"bare", "keyed"}, ())
+    for name in ("bare", "keyed"):
+        await _same(source, target, name)
+    async with SessionActor.open(session_id="bare", store=target) as actor:
+        assert actor.messages() == []
+        event = await actor.add_message(Message.user("again"))
+    assert event.seq == 3
+    async with SessionActor.open(session_id="keyed", store=target) as actor:
+        again = await actor.append_many([Message.user("a"), Message.user("b")], key="k")
+    assert [e.seq for e in again] == [0, 1]  # the key still answers with what it appended
