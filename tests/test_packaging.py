@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.resources
+import inspect
 import pkgutil
 
 import nous_session
@@ -43,3 +44,19 @@ def test_every_public_name_of_every_module_is_exported() -> None:
 
 def test_py_typed_is_shipped() -> None:
     assert importlib.resources.files("nous_session").joinpath("py.typed").is_file()
+
+
+def test_the_store_contract_lists_every_class_and_check_it_defines() -> None:
+    """A third-party store is written against :mod:`nous_session.stores.base`: every protocol,
+    value and ``check_*`` helper it defines is in its ``__all__`` (``LeasingStore`` and
+    ``check_lease`` were not)."""
+    from nous_session.stores import base
+
+    defined = {
+        name
+        for name, value in vars(base).items()
+        if not name.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and value.__module__ == base.__name__
+    }
+    assert defined - set(base.__all__) == set()

@@ -48,6 +48,7 @@ __all__ = [
     "Store",
     "Stored",
     "copy_sessions",
+    "follow",
     "open_store",
 ]
 
