@@ -71,6 +71,19 @@ class SyncSaver(BaseCheckpointSaver[str]):
         if threading.get_ident() == self._loop_thread:
             raise RuntimeError(why)
 
+    async def _listed(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> list[CheckpointTuple]:
+        """:meth:`alist`'s checkpoints, read whole (for a caller on another loop or thread)."""
+        return [
+            item async for item in self.alist(config, filter=filter, before=before, limit=limit)
+        ]
+
     # The sync interface -----------------------------------------------------------------------
 
     def _sync(
@@ -94,13 +107,7 @@ class SyncSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """:meth:`alist`, from a thread other than the saver's event loop (read at once)."""
-
-        async def collect() -> list[CheckpointTuple]:
-            return [
-                item async for item in self.alist(config, filter=filter, before=before, limit=limit)
-            ]
-
-        return iter(self._sync(collect))
+        return iter(self._sync(self._listed, config, filter=filter, before=before, limit=limit))
 
     def put(
         self,

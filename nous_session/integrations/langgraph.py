@@ -355,12 +355,10 @@ class NousSessionSaver(StoreHost, SyncSaver):
         by metadata equal to ``filter``'s items, and to ids below ``before``'s."""
         if anyio.lowlevel.current_token() != self._token:
             # On another loop: read the whole listing on the saver's, then hand it out.
-
-            async def collect() -> list[CheckpointTuple]:
-                listing = self.alist(config, filter=filter, before=before, limit=limit)
-                return [item async for item in listing]
-
-            for item in await self._from_other_loop(collect):
+            listed = self._from_other_loop(
+                self._listed, config, filter=filter, before=before, limit=limit
+            )
+            for item in await listed:
                 yield item
             return
         if config is None:
