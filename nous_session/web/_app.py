@@ -72,6 +72,11 @@ MAX_BODY_SIZE: Final = 8 * 1024 * 1024
 AG-UI client sends the thread's whole history with every run."""
 RUN_LEASE_TTL: Final = 30.0
 """How long (seconds) a thread stays claimed by a run whose worker stopped renewing it."""
+# The end recorded for a run found going on by the worker that took its thread's lease.
+ORPHANED: Final = (
+    "its server stopped or stalled: it did not renew its claim to the thread within"
+    " run_lease_ttl, and another run took it"
+)
 
 
 def is_loopback(request: Request) -> bool:
@@ -127,7 +132,8 @@ class SessionStreams:
             read no further than this.
         run_lease_ttl: seconds a run's claim to its thread lasts unless its worker renews it
             (it does every third of that while the agent runs): how long a thread whose
-            worker died stays busy.
+            worker died stays busy, and how long a worker may stall (or its store fail) before
+            its run may lose the thread; a run whose claim lapsed stops.
 
     Raises:
         ValueError: ``slow_client_timeout``, ``max_body_size`` or ``run_lease_ttl`` is not
@@ -368,8 +374,8 @@ class SessionStreams:
 
         A run id the session has seen before is a client retrying: nothing is appended again
         and its stream is sent again from its start. With the thread's ``lease`` taken, a run
-        the log shows going on is one whose worker stopped (it would hold the lease): its end
-        is recorded (failed) first.
+        the log shows going on is one whose worker stopped or stalled (it would hold the
+        lease): its end is recorded (failed) first.
 
         Raises:
             ValueError: a message cannot be appended (larger than the session's
@@ -384,12 +390,16 @@ class SessionStreams:
         new = self._new_messages(session, run, known, count)  # bad input: nothing appended
         orphan = active_run(log.events())[0] if lease is not None else None
         if orphan is not None:
+            # Its worker died, or stalled for longer than the ttl: then it stops the run when
+            # it learns, and its end, under the same key, is this one.
             logger.warning(
-                "run %r of thread %r never ended: its server stopped", orphan, run.thread_id
+                "run %r of thread %r never ended: its server stopped or stalled",
+                orphan,
+                run.thread_id,
             )
             await session.append(
                 RUN_ERROR,
-                {"run_id": orphan, "message": "its server stopped"},
+                {"run_id": orphan, "message": ORPHANED},
                 key=f"ag-ui-run-end:{orphan}",
             )
         # The client's messages first: a client that resumes the run's stream after its
@@ -438,47 +448,59 @@ class SessionStreams:
 
     async def _host(self, run: RunAgentInput, lease: RunLease | None) -> None:
         """Run the agent (renewing the thread's lease), then record how the run ended (in the
-        log, for every client) and give the thread up."""
+        log, for every client) and give the thread up.
+
+        A run whose claim to the thread lapsed (:class:`RunLease`) stops: its agent is
+        cancelled and its end recorded as failed, saying why. It releases the lease only when
+        the store's last word was that it holds it (not another run's, nor lapsed).
+        """
         agent = self._agent
         assert agent is not None
         outcome: tuple[str, dict[str, Any]] = (RUN_FINISHED, {"run_id": run.run_id})
         finished = anyio.Event()
+        working = anyio.CancelScope()  # the agent's: cancelled when the run must stop
         try:
-            async with anyio.create_task_group() as keeping:
+            async with (
+                self.sessions.use(run.thread_id) as session,
+                self._channel(run.thread_id) as channel,
+                anyio.create_task_group() as keeping,
+            ):
+
+                async def still_running() -> bool:
+                    log = await session.reload()
+                    return active_run(log.events())[0] == run.run_id
+
                 if lease is not None:
-                    keeping.start_soon(lease.keep, finished)
+                    keeping.start_soon(lease.keep, finished, working.cancel, still_running)
                 try:
-                    async with (
-                        self.sessions.use(run.thread_id) as session,
-                        self._channel(run.thread_id) as channel,
-                    ):
-                        # The agent's live_message() blocks find the thread's channel here.
-                        current_channel.set(channel)
-                        try:
+                    # The agent's live_message() blocks find the thread's channel here.
+                    current_channel.set(channel)
+                    try:
+                        with working:
                             await agent(session, run)
-                        except anyio.get_cancelled_exc_class():
-                            outcome = (
-                                RUN_ERROR,
-                                {"run_id": run.run_id, "message": "server stopped"},
-                            )
-                            raise
-                        except Exception as error:
-                            logger.exception(
-                                "run %r of thread %r failed", run.run_id, run.thread_id
-                            )
-                            message = f"{type(error).__name__}: {error}"
-                            outcome = (RUN_ERROR, {"run_id": run.run_id, "message": message})
-                        finally:
-                            # From here the run's clients may see its end and ask for the next
-                            # run: one asked for on this worker waits until the thread is free.
-                            self._ending.setdefault(run.thread_id, anyio.Event())
-                            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_GRACE):
-                                await session.append(*outcome, key=f"ag-ui-run-end:{run.run_id}")
+                    except anyio.get_cancelled_exc_class():
+                        outcome = (RUN_ERROR, {"run_id": run.run_id, "message": "server stopped"})
+                        raise
+                    except Exception as error:
+                        logger.exception("run %r of thread %r failed", run.run_id, run.thread_id)
+                        message = f"{type(error).__name__}: {error}"
+                        outcome = (RUN_ERROR, {"run_id": run.run_id, "message": message})
+                    finally:
+                        # From here the run's clients may see its end and ask for the next
+                        # run: one asked for on this worker waits until the thread is free.
+                        self._ending.setdefault(run.thread_id, anyio.Event())
+                        with anyio.CancelScope(shield=True), anyio.move_on_after(_END_GRACE):
+                            # The end is the run's last write: made while its claim holds, or
+                            # as the failure of a run that lost it.
+                            why = None if lease is None else await lease.settle(still_running)
+                            if why is not None:
+                                outcome = (RUN_ERROR, {"run_id": run.run_id, "message": why})
+                            await session.append(*outcome, key=f"ag-ui-run-end:{run.run_id}")
                 finally:
                     # The renewal ends by itself, not by a cancellation.
                     finished.set()
         finally:
-            if lease is not None:
+            if lease is not None and lease.holds:
                 await lease.release()
             if self._running.get(run.thread_id) == run.run_id:
                 del self._running[run.thread_id]

@@ -17,6 +17,7 @@ from ag_ui.core import RunAgentInput
 from nous_session import Message, SessionActor, Sessions
 from nous_session.web import SessionStreams, create_app
 from nous_session.web._agui import RUN_ERROR, RUN_FINISHED, RUN_STARTED
+from nous_session.web._app import ORPHANED
 from tests.support.asgi import http_scope
 from tests.web.test_agui_streams import BASE, parse, run_input, types
 
@@ -363,7 +364,7 @@ async def test_a_run_left_unended_by_a_dead_worker_is_ended_by_the_next_run(
                         (RUN_STARTED, "r1"),
                         (RUN_FINISHED, "r1"),
                     ]
-                    assert stored(session)[1][2]["message"] == "its server stopped"
+                    assert stored(session)[1][2]["message"] == ORPHANED
                 # A client following the thread sees the last run end (not the dead one wait).
                 with anyio.fail_after(10):
                     response = await client.get("/connect", params={"thread_id": "t1"})
