@@ -105,9 +105,12 @@ class StoreBase:
         keys: Sequence[tuple[str, int, int]] = (),
         kept: Sequence[int] = (),
         commit_id: str | None = None,
-    ) -> None:
+    ) -> str | None:
         """Insert ``events`` and delete ``dropped`` atomically, durable on return (see
         :meth:`~nous_session.stores.base.Store.commit`; each store's class doc says how).
+
+        Returns:
+            The identity of the session committed to (its ``Stored.uid``).
 
         Raises:
             ConflictError: the stored count (or horizon) is not the expected one, or a key or
@@ -129,7 +132,7 @@ class StoreBase:
             horizon=horizon,
             expected_horizon=expected_horizon,
         )
-        await self._commit(
+        return await self._commit(
             Commit(
                 session_id,
                 expected_count,
@@ -143,7 +146,7 @@ class StoreBase:
             )
         )
 
-    async def _commit(self, commit: Commit) -> None:
+    async def _commit(self, commit: Commit) -> str | None:
         raise NotImplementedError
 
     async def commit_rebased(

@@ -177,10 +177,16 @@ class Store(Protocol):
         keys: Sequence[tuple[str, int, int]] = (),
         kept: Sequence[int] = (),
         commit_id: str | None = None,
-    ) -> None:
+    ) -> str | None:
         """Write ``events`` and delete the ``dropped`` seqs in one atomic, durable step.
 
-        Returns only once the step is durable (as durable as the store promises).
+        Returns only once the step is durable (as durable as the store promises), with the
+        identity of the session it committed to: the :attr:`Stored.uid` a read of the session
+        gives right after (the one the commit made, when it created the session), or None
+        from a store that keeps none (as a store written for an earlier contract does). A
+        SessionActor that created its session learns its identity so, with no read, and tells
+        a commit that went into a session deleted and made again under the same id (by another
+        holder) from one into its own.
 
         A store never holds a session it could not open again: every held event from the
         horizon up to ``count - 1`` is there. So a commit must leave it that way, and one
@@ -267,6 +273,8 @@ class Rebased:
         keys: the idempotency keys the other writers committed in between.
         horizon: the session's horizon: when another writer's snapshot moved it, the caller's
             copy of the history may hold events that are gone, and must be read again.
+        uid: the identity of the session the events went into, as :meth:`Store.commit`
+            returns it (None: the store keeps none). Not compared by ``==``.
     """
 
     shift: int
@@ -274,6 +282,7 @@ class Rebased:
     events: Sequence[Event]
     keys: Mapping[str, tuple[int, int]] = _NO_KEYS
     horizon: int = 0
+    uid: str | None = attrs.field(default=None, eq=False)
 
 
 @runtime_checkable
@@ -304,7 +313,8 @@ class RebasingStore(Store, Protocol):
         stored count ``c >= expected_count``, each is stored at its seq + ``c -
         expected_count`` and the count becomes ``c + len(events)``; ``keys`` and ``commit_id``
         are as for :meth:`Store.commit` (every key within ``events``), their seqs moved with
-        the events.
+        the events. The :class:`Rebased` it returns names the session's identity as
+        :meth:`Store.commit` does.
 
         A rebase never writes past a hole: when the session is missing a row between its
         horizon and its count ``c`` (the count moved with no row written, a row deleted by

@@ -208,7 +208,7 @@ class MemoryStore(Erasing, StoreBase):
             session.uid,
         )
 
-    async def _commit(self, commit: Commit) -> None:
+    async def _commit(self, commit: Commit) -> str:
         session_id, expected_count, events = commit.session_id, commit.expected_count, commit.events
         dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
         expected_horizon, horizon = commit.expected_horizon, commit.horizon
@@ -256,6 +256,7 @@ class MemoryStore(Erasing, StoreBase):
         if commit_id is not None:
             session.commits[commit_id] = (events[0].seq if events else expected_count, len(events))
         _touch(session, events)
+        return session.uid
 
     def _drop(
         self, name: str, session: _Session, dropped: Sequence[int], kept: Sequence[int]
@@ -309,7 +310,9 @@ class MemoryStore(Erasing, StoreBase):
         if commit_id is not None:
             session.commits[commit_id] = (placed[0].seq, len(placed))
         _touch(session, placed)
-        return Rebased(shift, others, placed, MappingProxyType(between), session.horizon)
+        return Rebased(
+            shift, others, placed, MappingProxyType(between), session.horizon, session.uid
+        )
 
     async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
         """Where the commit ``commit_id`` landed, or None."""

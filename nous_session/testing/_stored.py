@@ -56,6 +56,34 @@ class StoredConformance:
         assert (await store.read("s", since=2)).uid not in (None, first.uid)
 
     @pytest.mark.anyio
+    async def test_a_commit_names_the_identity_a_read_gives(self, store: Store) -> None:
+        """A store whose commit returns the session's identity (the contract since it does)
+        returns the one a read then gives: the new one when the commit made the session, the
+        same while it lives, another once it was deleted and made again; and so does a
+        rebasing commit's ``Rebased.uid``. (A store that returns None does not tell.)"""
+        log = sample_log(4)
+        made = await store.commit("s", expected_count=0, events=log.events()[:1])
+        if made is None:
+            pytest.skip(f"{type(store).__name__}.commit does not name the session's identity")
+        assert isinstance(made, str), f"an identity is a str, not {made!r}"
+        assert made, "an identity is a non-empty str"
+        assert made == (await store.read("s")).uid
+        assert await store.commit("s", expected_count=1, events=log.events()[1:2]) == made
+        assert await store.commit("s", expected_count=2, events=[], dropped=[0], horizon=2) == made
+        if supports(store, RebasingStore):
+            rebased = await store.commit_rebased("s", expected_count=1, events=[user_event(1, "r")])
+            assert rebased.uid == made
+        assert await store.delete("s")
+        again = await store.commit("s", expected_count=0, events=log.events()[:1])
+        assert again == (await store.read("s")).uid
+        assert again not in (None, made)
+        if supports(store, RebasingStore):
+            fresh = await store.commit_rebased("t", expected_count=0, events=log.events()[:1])
+            assert fresh.uid is not None
+            assert fresh.uid == (await store.read("t")).uid
+            assert fresh.uid != again
+
+    @pytest.mark.anyio
     async def test_a_snapshot_sets_the_horizon_and_the_count_outlives_its_events(
         self, store: Store, reopen: Callable[[], Store]
     ) -> None:

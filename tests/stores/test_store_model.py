@@ -51,6 +51,8 @@ from tests.support.store_model import (
     SESSION_REASON,
     Backends,
     backends,
+    committed,
+    committed_rebased,
     metadata,
     outcome,
     summary,
@@ -171,8 +173,8 @@ class StoreModel(RuleBasedStateMachine):
         for name, n in zip(NAMES, sizes, strict=False):
             events = self.events(0, n, ["user", "summary", "meta"])
             self.each(
-                lambda _, store, name=name, events=events: store.commit(
-                    name, expected_count=0, events=events, keys=[("k1", 0, 1)]
+                lambda _, store, name=name, events=events: committed(
+                    store, name, expected_count=0, events=events, keys=[("k1", 0, 1)]
                 )
             )
 
@@ -202,7 +204,8 @@ class StoreModel(RuleBasedStateMachine):
         if expected_horizon is not None:  # right (+0) or wrong (+1)
             expected_horizon = min(stored.horizon + expected_horizon, expected)
         self.each(
-            lambda _, store: store.commit(
+            lambda _, store: committed(
+                store,
                 name,
                 expected_count=expected,
                 events=events,
@@ -265,7 +268,8 @@ class StoreModel(RuleBasedStateMachine):
         if horizon_mode == "named":
             arguments["horizon"] = horizon
         self.each(
-            lambda _, store: store.commit(
+            lambda _, store: committed(
+                store,
                 name,
                 expected_count=expected,
                 events=events,
@@ -304,8 +308,14 @@ class StoreModel(RuleBasedStateMachine):
         keyed = self.key_of(key, events[0].seq, 1) if events else self.key_of(key, start, 0)
         extra = {"expected_horizon": stored.horizon} if expected_horizon else {}
         self.each(
-            lambda _, store: store.commit(
-                name, expected_count=start, events=events, horizon=horizon, keys=keyed, **extra
+            lambda _, store: committed(
+                store,
+                name,
+                expected_count=start,
+                events=events,
+                horizon=horizon,
+                keys=keyed,
+                **extra,
             )
         )
 
@@ -331,8 +341,8 @@ class StoreModel(RuleBasedStateMachine):
         events = self.events(expected, n, chosen)
         keyed = self.key_of(key, expected, n)
         self.each(
-            lambda _, store: store.commit_rebased(
-                name, expected_count=expected, events=events, keys=keyed, commit_id=commit_id
+            lambda _, store: committed_rebased(
+                store, name, expected_count=expected, events=events, keys=keyed, commit_id=commit_id
             )
         )
 

@@ -143,10 +143,30 @@ def value(answer: object) -> object:
     return answer
 
 
+async def committed(store: Any, session_id: str, **arguments: Any) -> str:
+    """``store.commit``, whose answer must be the session's identity as a read right after
+    gives it: ``"uid"`` stands for it (each store makes its own)."""
+    uid = await store.commit(session_id, **arguments)
+    assert uid is not None, f"{store!r} names no identity"
+    assert uid == (await store.read(session_id)).uid, f"{store!r}: the commit named {uid!r}"
+    return "uid"
+
+
+async def committed_rebased(store: Any, session_id: str, **arguments: Any) -> Rebased:
+    """``store.commit_rebased``, whose answer must name the session's identity as a read
+    right after gives it (``Rebased.uid`` is not compared by ``==``)."""
+    done: Rebased = await store.commit_rebased(session_id, **arguments)
+    assert done.uid is not None, f"{store!r} names no identity"
+    assert done.uid == (await store.read(session_id)).uid, f"{store!r}: it named {done.uid!r}"
+    return done
+
+
 async def outcome(call: Callable[[], Awaitable[Any]]) -> tuple[str, object]:
     """``("ok", value)`` or ``("raised", the exception's type name)``."""
     try:
         answer = await call()
+    except AssertionError:  # a check of the model's own (see committed), not an answer
+        raise
     except Exception as error:  # compared by type: the model says which store was wrong
         return "raised", type(error).__name__
     return "ok", value(answer)

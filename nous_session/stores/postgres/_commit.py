@@ -80,11 +80,11 @@ def commit_alone(
     horizon: int | None,
     expected_horizon: int | None,
     sealer: Callable[[Sequence[Event]], list[bytes]] | None = None,
-) -> None:
+) -> str:
     """Run one commit's statement in a transaction of its own (in a worker thread). With
     ``locked`` (a snapshot, or a horizon to check against the stored one), under the
     session's row lock, after giving the forks sharing what it drops their copies. With a
-    ``sealer``, the records are sealed by it.
+    ``sealer``, the records are sealed by it. Returns the session's identity (uid).
 
     Raises:
         Unmatched: the statement matched no row (a conflict, or another data key).
@@ -115,6 +115,8 @@ def commit_alone(
             done = connection.execute(statement, parameters).fetchone()
     if done is None:
         raise Unmatched
+    uid: str = done[0]
+    return uid
 
 
 def conflict(session_id: str, expected_count: int, expected_horizon: int | None) -> ConflictError:
@@ -141,8 +143,9 @@ def rebase(
     parameters: dict[str, Any],
     rows: Sequence[Event],
 ) -> tuple[Any, list[Any], list[Any]]:
-    """A rebasing commit, pipelined into one round trip: the moved count and horizon (None
-    when nothing moved), and what other writers stored since the caller's count."""
+    """A rebasing commit, pipelined into one round trip: the moved count, horizon and the
+    session's identity (None when nothing moved), and what other writers stored since the
+    caller's count."""
     parameters["tails"] = [tail(event) for event in rows]
     with commit_errors(parameters["name"]), pool.connection() as connection:
         with pipelined(connection, begin="BEGIN"):

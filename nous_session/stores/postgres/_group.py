@@ -28,10 +28,10 @@ class Grouped:
     """One commit waiting in a round of grouped commits (see :meth:`GroupCommits.commit`).
 
     The round's first caller runs the group and sets ``done``; ``error`` is what its caller
-    raises (None: the commit landed).
+    raises (None: the commit landed, into the session whose identity is ``uid``).
     """
 
-    __slots__ = ("done", "error", "parameters", "rows", "sealer", "session_id", "statement")
+    __slots__ = ("done", "error", "parameters", "rows", "sealer", "session_id", "statement", "uid")
 
     def __init__(
         self,
@@ -50,6 +50,7 @@ class Grouped:
         # builds an asyncio.Event per commit): set and awaited on the loop's thread.
         self.done = Done()
         self.error: BaseException | None = None
+        self.uid = ""
 
 
 class GroupCommits:
@@ -94,8 +95,9 @@ class GroupCommits:
         self.transactions = 0
         self.commits_sent = 0
 
-    async def commit(self, item: Grouped) -> None:
-        """Commit ``item`` in one transaction with every commit sent in the same round.
+    async def commit(self, item: Grouped) -> str:
+        """Commit ``item`` in one transaction with every commit sent in the same round; returns
+        the identity (uid) of the session it went into, which the statement reads back.
 
         Each commit is one autocommitted statement on its own connection otherwise: one
         transaction, one WAL flush and one NOTIFY each, and PostgreSQL serialises the commits
@@ -150,6 +152,7 @@ class GroupCommits:
         if item.error is not None:
             failure, item.error = item.error, None
             raise failure
+        return item.uid
 
     def _commit_group(self, group: list[Grouped]) -> None:
         """On a worker thread: commit ``group`` in one transaction (see :meth:`commit`)."""
@@ -192,7 +195,7 @@ class GroupCommits:
                         cursors = [
                             connection.execute(item.statement, item.parameters) for item in alone
                         ]
-                    moved = {row[0] for row in moving.fetchall()} if common else set()
+                    moved = {row[0]: row[1] for row in moving.fetchall()} if common else {}
                     found = [cursor.fetchone() for cursor in cursors]
                 except psycopg.Error:
                     broken = connection.broken
@@ -209,11 +212,16 @@ class GroupCommits:
                 self._commit_alone(item)
             return
         for item in common:
-            if item.session_id not in moved:
+            uid = moved.get(item.session_id)
+            if uid is None:
                 item.error = self._conflict(item)
+            else:
+                item.uid = uid
         for item, row in zip(alone, found, strict=True):
             if row is None:
                 item.error = self._conflict(item)
+            else:
+                item.uid = row[0]
 
     def _group_parameters(self, common: list[Grouped]) -> dict[str, Any]:
         """The arrays of the group commit statement for ``common``: one entry per commit,
@@ -278,6 +286,8 @@ class GroupCommits:
             return
         if row is None:
             item.error = self._conflict(item)
+        else:
+            item.uid = row[0]
 
     @staticmethod
     def _conflict(item: Grouped) -> ConflictError:
