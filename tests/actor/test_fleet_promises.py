@@ -104,7 +104,7 @@ class _Turnstile:
         self.before: Callable[[], Awaitable[object]] | None = None
         store.commit = self.commit  # type: ignore[method-assign]  # a test's stand-in
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         if not self._other(arguments["events"]):
             if not self.opened.is_set():
                 self.closed.set()
@@ -112,7 +112,7 @@ class _Turnstile:
             elif self.before is not None:
                 before, self.before = self.before, None
                 await before()
-        await self._commit(session_id, **arguments)
+        return await self._commit(session_id, **arguments)
 
 
 async def _queued(actor: SessionActor, depth: int) -> None:
