@@ -32,7 +32,7 @@ from nous_session.listing import (
     to_micros,
 )
 from nous_session.metadata import SessionMetadata
-from nous_session.stores._common import Commit, StoreBase
+from nous_session.stores._common import Commit, StoreBase, identity_conflict
 from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow, fork_exists, fork_parent
 from nous_session.stores.base import (
@@ -212,17 +212,22 @@ class MemoryStore(Erasing, StoreBase):
         session_id, expected_count, events = commit.session_id, commit.expected_count, commit.events
         dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
         expected_horizon, horizon = commit.expected_horizon, commit.horizon
+        expected_uid = commit.expected_uid
         session = self._sessions.get(session_id)
         if session is None:
             if expected_count != 0:
                 raise ConflictError(
                     f"session {session_id!r} has count 0, expected {expected_count}"
                 )
+            if expected_uid is not None:
+                raise identity_conflict(session_id, expected_uid)
             session = self._sessions[session_id] = _Session()
         elif session.count != expected_count:
             raise ConflictError(
                 f"session {session_id!r} has count {session.count}, expected {expected_count}"
             )
+        elif expected_uid is not None and session.uid != expected_uid:
+            raise identity_conflict(session_id, expected_uid)
         if expected_horizon is not None and session.horizon != expected_horizon:
             raise ConflictError(
                 f"session {session_id!r} has horizon {session.horizon}, expected"
@@ -287,6 +292,9 @@ class MemoryStore(Erasing, StoreBase):
             raise ConflictError(
                 f"session {session_id!r} has count {stored}, below the expected {expected_count}"
             )
+        expected_uid = commit.expected_uid
+        if expected_uid is not None and (session is None or session.uid != expected_uid):
+            raise identity_conflict(session_id, expected_uid)
         if session is not None and any(key in session.keys for key, _, _ in keys):
             raise ConflictError(f"session {session_id!r}: an idempotency key is taken")
         if commit_id is not None and session is not None and commit_id in session.commits:

@@ -84,6 +84,56 @@ class StoredConformance:
             assert fresh.uid != again
 
     @pytest.mark.anyio
+    async def test_a_commit_expecting_another_identity_writes_nothing(self, store: Store) -> None:
+        """A store whose class sets ``checks_uid`` commits with ``expected_uid`` only into the
+        session of that identity: not into one made again under the id since, nor where there
+        is none."""
+        if getattr(type(store), "checks_uid", False) is not True:
+            pytest.skip(f"{type(store).__name__} takes no expected_uid (no checks_uid)")
+        anything: Any = store  # the argument is beyond the Store protocol
+        log = sample_log(3)
+        await store.commit("s", expected_count=0, events=log.events()[:1])
+        old = (await store.read("s")).uid
+        assert old is not None
+        await anything.commit("s", expected_count=1, events=log.events()[1:2], expected_uid=old)
+        with pytest.raises(ConflictError):
+            await anything.commit(
+                "s", expected_count=2, events=log.events()[2:], expected_uid="another"
+            )
+        assert await store.delete("s")
+        await store.commit("s", expected_count=0, events=[user_event(0, "a"), user_event(1, "b")])
+        with pytest.raises(ConflictError):
+            await anything.commit("s", expected_count=2, events=log.events()[2:], expected_uid=old)
+        if supports(store, RebasingStore):
+            with pytest.raises(ConflictError):
+                await anything.commit_rebased(
+                    "s", expected_count=1, events=[user_event(1, "late")], expected_uid=old
+                )
+        assert [event.data["content"] for event in await store.load("s")] == ["a", "b"]
+        new = (await store.read("s")).uid
+        done = await anything.commit(
+            "s", expected_count=2, events=[user_event(2, "c")], expected_uid=new
+        )
+        assert done in (None, new)
+        with pytest.raises(ConflictError):
+            await anything.commit(
+                "nobody", expected_count=0, events=log.events()[:1], expected_uid=old
+            )
+        if supports(store, RebasingStore):
+            with pytest.raises(ConflictError):
+                await anything.commit_rebased(
+                    "nobody", expected_count=0, events=log.events()[:1], expected_uid=old
+                )
+        assert (await store.read("nobody")).count == 0
+        assert [info.session_id for info in await store.sessions()] == ["s"]
+        for bad in ("", 7):
+            with pytest.raises(ValueError, match="expected_uid"):
+                await anything.commit(
+                    "s", expected_count=3, events=[user_event(3, "d")], expected_uid=bad
+                )
+        assert (await store.read("s")).count == 3
+
+    @pytest.mark.anyio
     async def test_a_snapshot_sets_the_horizon_and_the_count_outlives_its_events(
         self, store: Store, reopen: Callable[[], Store]
     ) -> None:

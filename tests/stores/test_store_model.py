@@ -80,6 +80,8 @@ LINE = (
 names = st.sampled_from(NAMES)
 keys = st.none() | st.tuples(st.sampled_from(KEYS), st.integers(0, 2), st.integers(1, 3))
 commit_ids = st.none() | st.sampled_from(COMMIT_IDS)
+# A commit's expected_uid: none (mostly), the session's own in each store, or one no session has.
+identities = st.sampled_from([None, None, None, "own", "own", "other"])
 kinds = st.lists(st.sampled_from(["user", "user", "meta", "summary"]), min_size=3, max_size=3)
 
 
@@ -186,6 +188,7 @@ class StoreModel(RuleBasedStateMachine):
         key=keys,
         commit_id=commit_ids,
         expected_horizon=st.sampled_from([None, None, None, 0, 0, 1]),
+        identity=identities,
     )
     def commit(
         self,
@@ -196,6 +199,7 @@ class StoreModel(RuleBasedStateMachine):
         key: tuple[str, int, int] | None,
         commit_id: str | None,
         expected_horizon: int | None,
+        identity: str | None,
     ) -> None:
         stored = self.reference(name)
         expected = max(0, stored.count + delta)
@@ -207,6 +211,7 @@ class StoreModel(RuleBasedStateMachine):
             lambda _, store: committed(
                 store,
                 name,
+                identity,
                 expected_count=expected,
                 events=events,
                 keys=keyed,
@@ -326,6 +331,7 @@ class StoreModel(RuleBasedStateMachine):
         chosen=kinds,
         key=keys,
         commit_id=commit_ids,
+        identity=identities,
     )
     def commit_rebased(
         self,
@@ -335,6 +341,7 @@ class StoreModel(RuleBasedStateMachine):
         chosen: list[str],
         key: tuple[str, int, int] | None,
         commit_id: str | None,
+        identity: str | None,
     ) -> None:
         stored = self.reference(name)
         expected = max(0, stored.count - behind)
@@ -342,7 +349,13 @@ class StoreModel(RuleBasedStateMachine):
         keyed = self.key_of(key, expected, n)
         self.each(
             lambda _, store: committed_rebased(
-                store, name, expected_count=expected, events=events, keys=keyed, commit_id=commit_id
+                store,
+                name,
+                identity,
+                expected_count=expected,
+                events=events,
+                keys=keyed,
+                commit_id=commit_id,
             )
         )
 

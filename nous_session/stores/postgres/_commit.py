@@ -14,7 +14,7 @@ from nous_session.codec import encode
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.listing import latest_metadata
-from nous_session.stores._common import Commit
+from nous_session.stores._common import Commit, identity_conflict
 from nous_session.stores.base import check_commit_state, check_held
 from nous_session.stores.postgres._errors import commit_errors, errors, pipelined
 from nous_session.stores.postgres._rows import release_shared, row_of
@@ -53,6 +53,7 @@ def commit_parameters(commit: Commit, channel: str) -> dict[str, Any]:
         "key_seqs": [first for _, first, _ in keys],
         "key_sizes": [size for _, _, size in keys],
         "commit_id": commit_id,
+        "expected_uid": commit.expected_uid,
         "first": rows[0].seq if rows else expected_count,
         "size": len(rows),
         "channel": channel,
@@ -119,12 +120,23 @@ def commit_alone(
     return uid
 
 
-def conflict(session_id: str, expected_count: int, expected_horizon: int | None) -> ConflictError:
+def conflict(
+    session_id: str,
+    expected_count: int,
+    expected_horizon: int | None,
+    expected_uid: str | None = None,
+) -> ConflictError:
     """The error of a commit whose statement matched no row."""
     return ConflictError(
         f"session {session_id!r} does not have count {expected_count}"
         + ("" if expected_horizon is None else f" and horizon {expected_horizon}")
-        + ": another writer committed first"
+        + (
+            ": another writer committed first"
+            if expected_uid is None
+            else f" (or is not the one of identity {expected_uid!r}: deleted since, and made"
+            " again if it exists): another writer committed first, or deleted it;"
+            " nothing was written"
+        )
     )
 
 
@@ -149,7 +161,7 @@ def rebase(
     parameters["tails"] = [tail(event) for event in rows]
     with commit_errors(parameters["name"]), pool.connection() as connection:
         with pipelined(connection, begin="BEGIN"):
-            if parameters["expected"] == 0:
+            if parameters["expected"] == 0 and parameters["expected_uid"] is None:
                 connection.execute(statements.ensure_row, parameters)
             connection.execute(statements.lock_row, parameters)
             counted = connection.execute(statements.rebased, parameters)
@@ -165,6 +177,11 @@ def refused(
     session_id, expected_count = parameters["name"], parameters["expected"]
     with errors(f"cannot read session {session_id!r}"), pool.connection() as connection:
         found = connection.execute(statements.held_seqs, parameters).fetchall()
+        expected_uid = parameters["expected_uid"]
+        if expected_uid is not None:
+            uid = connection.execute(statements.row_query, (session_id,)).fetchone()
+            if uid is None or uid[5] != expected_uid:
+                return identity_conflict(session_id, expected_uid)
     if found and found[0][0] >= expected_count:
         count, horizon, low = found[0][0], found[0][1], found[0][2]
         check_held(

@@ -18,6 +18,7 @@ from nous_session._loops import Done
 from nous_session.codec import encode
 from nous_session.errors import ConflictError, OutcomeUnknownError, StoreError
 from nous_session.event import Event
+from nous_session.stores.postgres._commit import conflict
 from nous_session.stores.postgres._errors import commit_errors, commit_failure, describe, pipelined
 from nous_session.stores.postgres._sql import Statements
 
@@ -227,6 +228,7 @@ class GroupCommits:
         """The arrays of the group commit statement for ``common``: one entry per commit,
         event, key and commit id."""
         names, expected, counts, expected_horizons, payloads, kids = [], [], [], [], [], []
+        expected_uids: list[str | None] = []
         event_sessions: list[str] = []
         seqs: list[int] = []
         records: list[bytes] = []
@@ -243,6 +245,7 @@ class GroupCommits:
             expected_horizons.append(parameters["expected_horizon"])
             payloads.append(parameters["payload"])
             kids.append(parameters["kid"])
+            expected_uids.append(parameters["expected_uid"])
             event_sessions += [name] * len(parameters["seqs"])
             seqs += parameters["seqs"]
             records += parameters["records"]
@@ -262,6 +265,7 @@ class GroupCommits:
             "expected_horizons": expected_horizons,
             "payloads": payloads,
             "kids": kids,
+            "expected_uids": expected_uids,
             "event_sessions": event_sessions,
             "seqs": seqs,
             "records": records,
@@ -291,9 +295,10 @@ class GroupCommits:
 
     @staticmethod
     def _conflict(item: Grouped) -> ConflictError:
-        expected, horizon = item.parameters["expected"], item.parameters["expected_horizon"]
-        return ConflictError(
-            f"session {item.session_id!r} does not have count {expected}"
-            + ("" if horizon is None else f" and horizon {horizon}")
-            + ": another writer committed first"
+        parameters = item.parameters
+        return conflict(
+            item.session_id,
+            parameters["expected"],
+            parameters["expected_horizon"],
+            parameters["expected_uid"],
         )

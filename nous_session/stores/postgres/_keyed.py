@@ -83,7 +83,9 @@ class KeyedTables:
         session's identity (uid)."""
         session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
         dropped, expected_horizon, horizon = commit.dropped, commit.expected_horizon, commit.horizon
-        statement = self._sql.first_commit if expected_count == 0 else self._sql.commit
+        # One that expects an identity needs the row: it never makes one.
+        first = expected_count == 0 and commit.expected_uid is None
+        statement = self._sql.first_commit if first else self._sql.commit
         # A snapshot, or a horizon to check against the stored one, is committed under the
         # session's row lock (check_commit_state needs the stored horizon).
         locked = bool(dropped) or (horizon is not None and expected_horizon is None)
@@ -107,7 +109,9 @@ class KeyedTables:
         try:
             return await self._run(alone)
         except Unmatched:
-            raise conflict(session_id, expected_count, expected_horizon) from None
+            raise conflict(
+                session_id, expected_count, expected_horizon, commit.expected_uid
+            ) from None
 
     async def _commit_sealed(self, commit: Commit, keyring: Keyring) -> str:
         """Commit sealed under the session's current key (made, and stored with the first
@@ -127,8 +131,13 @@ class KeyedTables:
             parameters = commit_parameters(commit, self._channel)
             parameters["kid"] = kid
             if new is not None:  # the session has no row: its first commit stores the key
-                if commit.expected_count != 0:
-                    raise conflict(session_id, commit.expected_count, commit.expected_horizon)
+                if commit.expected_count != 0 or commit.expected_uid is not None:
+                    raise conflict(
+                        session_id,
+                        commit.expected_count,
+                        commit.expected_horizon,
+                        commit.expected_uid,
+                    )
                 parameters["new_kid"], parameters["new_provider"], parameters["new_wrapped"] = new
             sealer = functools.partial(seal_events, keyring, kid, cipher)
             try:

@@ -319,6 +319,7 @@ class PostgresStore(KeyedTables, ErasingTables, TableLeases, ListenerFeed, FeedS
             "key_seqs": [first for _, first, _ in keys],
             "key_sizes": [size for _, _, size in keys],
             "commit_id": commit_id,
+            "expected_uid": commit.expected_uid,
             "channel": self._channel,
             "meta": None if metadata is None else metadata[1].decode(),
             "meta_offset": None if metadata is None else metadata[0] - expected_count,

@@ -12,7 +12,7 @@ from nous_session.codec import decode_rows, encode
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.listing import latest_metadata
-from nous_session.stores._common import Commit
+from nous_session.stores._common import Commit, identity_conflict
 from nous_session.stores._sealed import Keyring
 from nous_session.stores.base import (
     Rebased,
@@ -133,6 +133,8 @@ def write_commit(
             pass  # the session's key is not known here yet: the full path reads it
         elif known is not None:
             sid, uid = known
+            if commit.expected_uid is not None:
+                uid = commit.expected_uid  # the row must have it (else: the full path says)
             moved = (
                 connection.execute(
                     _ADVANCE_KNOWN if expected_horizon is None else _ADVANCE_KNOWN_AT_HORIZON,
@@ -152,11 +154,20 @@ def write_commit(
                 == 1
             )
         else:
+            expected_uid = commit.expected_uid
             found = connection.execute(
                 _ADVANCE if expected_horizon is None else _ADVANCE_AT_HORIZON,
-                (count, len(records), session_id, expected_count, kid)
+                (count, len(records), session_id, expected_count, kid, expected_uid)
                 if expected_horizon is None
-                else (count, len(records), session_id, expected_count, expected_horizon, kid),
+                else (
+                    count,
+                    len(records),
+                    session_id,
+                    expected_count,
+                    expected_horizon,
+                    kid,
+                    expected_uid,
+                ),
             ).fetchone()
             if found is not None:
                 moved = True
@@ -186,6 +197,8 @@ def write_commit(
             f"session {session_id!r} has count {stored}, expected {expected_count}:"
             " another writer committed first"
         )
+    if commit.expected_uid is not None and (row is None or row.uid != commit.expected_uid):
+        raise identity_conflict(session_id, commit.expected_uid)
     stored_horizon = 0 if row is None else row.horizon
     if expected_horizon is not None and stored_horizon != expected_horizon:
         raise ConflictError(
@@ -307,6 +320,8 @@ def rebase_in(
         raise ConflictError(
             f"session {session_id!r} has count {stored}, below the expected {expected_count}"
         )
+    if commit.expected_uid is not None and (row is None or row.uid != commit.expected_uid):
+        raise identity_conflict(session_id, commit.expected_uid)
     shift = stored - expected_count
     others: list[Event] = []
     between: dict[str, tuple[int, int]] = {}
