@@ -100,6 +100,8 @@ def _arguments(state: SessionState, batch: Segment, events: Sequence[Event]) -> 
         arguments["kept"] = [seq for seq in batch.dropped if seq in keyed]
     if state.name_commits:
         arguments["commit_id"] = state.commit_ids()
+    if state.checks_uid and batch.base.count and state.uid is not None:
+        arguments["expected_uid"] = state.uid
     return arguments
 
 
@@ -356,6 +358,8 @@ async def commit_rebased(
     }
     if state.name_commits:
         arguments["commit_id"] = state.commit_ids()
+    if state.checks_uid and base.count and state.uid is not None:
+        arguments["expected_uid"] = state.uid
     waiting: list[tuple[Request[Any], Any]] = [(request, None) for request, _, _ in made_for]
     waiting.extend((request, None) for request, _ in repeats)
     if state.abort_requested:  # see SessionState.begin_commit

@@ -100,6 +100,8 @@ class SessionState:
         session_id: the session.
         store: where it is persisted.
         name_commits: commits carry an id (the store can lose a reply and be asked later).
+        checks_uid: commits carry the identity this actor holds (``expected_uid``), once it
+            knows one and has seen events.
         keys: the session's idempotency keys: key -> (first seq, number of events).
         kept: events a snapshot dropped that a key still answers with, by seq.
         published: the committed Log and its subscribers.
@@ -123,6 +125,7 @@ class SessionState:
         "abort_requested",
         "batches",
         "can_rebase",
+        "checks_uid",
         "closing",
         "commit_ids",
         "committing",
@@ -162,6 +165,10 @@ class SessionState:
         self.name_commits = supports(store, OutcomeStore) and bool(
             getattr(type(store), "outcome_may_be_unknown", False)
         )
+        # A store that takes ``expected_uid`` (see Store) is told the identity this actor
+        # holds with every commit once it has seen events: it never commits into a session
+        # deleted and made again by another holder.
+        self.checks_uid = getattr(type(store), "checks_uid", False) is True
         self.published = Published(log, self._start_waker)
         # The waker's scope, made when it starts (most sessions never have enough subscribers).
         self.waker_scope: anyio.CancelScope | None = None
@@ -269,8 +276,10 @@ class SessionState:
         its). None, or anything but a str, is a store that does not tell (the contract's
         earlier version): nothing is learnt. Another identity after events were seen is a
         session deleted and made again by another holder since this actor read it, into which
-        the store has now put the commit's events (at ``seqs``): the commit cannot be taken
-        back, so its callers hear where their events went, and the actor closes.
+        the store has now put the commit's events (at ``seqs``; a store that takes
+        ``expected_uid`` refuses such a commit instead, so this is one that cannot be told):
+        the commit cannot be taken back, so its callers hear where their events went, and the
+        actor closes.
         """
         if type(uid) is not str:
             return None
