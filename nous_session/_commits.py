@@ -84,9 +84,10 @@ class _LandedBefore(NamedTuple):
 
 def _arguments(state: SessionState, batch: Segment, events: Sequence[Event]) -> dict[str, Any]:
     """The keyword arguments of the store commit for ``batch``."""
-    horizon = batch.base.horizon
+    base = batch.base
+    horizon, count = base.horizon, base.count
     arguments: dict[str, Any] = {
-        "expected_count": batch.base.count,
+        "expected_count": count,
         "events": events,
         "dropped": batch.dropped,
         "expected_horizon": horizon,
@@ -100,8 +101,9 @@ def _arguments(state: SessionState, batch: Segment, events: Sequence[Event]) -> 
         arguments["kept"] = [seq for seq in batch.dropped if seq in keyed]
     if state.name_commits:
         arguments["commit_id"] = state.commit_ids()
-    if state.checks_uid and batch.base.count and state.uid is not None:
-        arguments["expected_uid"] = state.uid
+    uid = state.uid
+    if uid is not None and count and state.checks_uid:
+        arguments["expected_uid"] = uid  # see SessionState.checks_uid
     return arguments
 
 
@@ -358,8 +360,9 @@ async def commit_rebased(
     }
     if state.name_commits:
         arguments["commit_id"] = state.commit_ids()
-    if state.checks_uid and base.count and state.uid is not None:
-        arguments["expected_uid"] = state.uid
+    uid = state.uid
+    if uid is not None and base.count and state.checks_uid:
+        arguments["expected_uid"] = uid  # see SessionState.checks_uid
     waiting: list[tuple[Request[Any], Any]] = [(request, None) for request, _, _ in made_for]
     waiting.extend((request, None) for request, _ in repeats)
     if state.abort_requested:  # see SessionState.begin_commit

@@ -748,8 +748,8 @@ def check_commit_arguments(
     check_session_id(session_id)
     if type(expected_count) is not int or expected_count < 0:
         raise ValueError(f"expected_count must be an int >= 0, got {expected_count!r}")
-    if expected_uid is not None:
-        _check_uid(expected_uid)
+    if expected_uid is not None and (type(expected_uid) is not str or not expected_uid):
+        _check_uid(expected_uid)  # raises
     if expected_horizon is not None and (type(expected_horizon) is not int or expected_horizon < 0):
         raise ValueError(f"expected_horizon must be None or an int >= 0, got {expected_horizon!r}")
     if horizon is not None and (type(horizon) is not int or horizon < 0):
