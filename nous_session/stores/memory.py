@@ -209,10 +209,19 @@ class MemoryStore(Erasing, StoreBase):
         )
 
     async def _commit(self, commit: Commit) -> str:
-        session_id, expected_count, events = commit.session_id, commit.expected_count, commit.events
-        dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
-        expected_horizon, horizon = commit.expected_horizon, commit.horizon
-        expected_uid = commit.expected_uid
+        # One unpacking, not ten attribute reads: every commit's path.
+        (
+            session_id,
+            expected_count,
+            events,
+            dropped,
+            expected_horizon,
+            horizon,
+            keys,
+            kept,
+            commit_id,
+            expected_uid,
+        ) = commit
         session = self._sessions.get(session_id)
         if session is None:
             if expected_count != 0:
@@ -242,13 +251,14 @@ class MemoryStore(Erasing, StoreBase):
                 )
         if commit_id is not None and commit_id in session.commits:
             raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
-        horizon = check_commit_state(
-            session_id,
-            session.horizon,
-            dropped=dropped,
-            horizon=horizon,
-            expected_horizon=expected_horizon,
-        )
+        if dropped or horizon is not None:  # (else it has nothing to check: the common commit)
+            horizon = check_commit_state(
+                session_id,
+                session.horizon,
+                dropped=dropped,
+                horizon=horizon,
+                expected_horizon=expected_horizon,
+            )
         if dropped:
             self._drop(session_id, session, dropped, kept)
         if horizon is not None:
