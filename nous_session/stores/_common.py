@@ -21,10 +21,10 @@ from nous_session.stores.base import (
 
 __all__ = [
     "Commit",
-    "identity_conflict",
     "FeedStore",
     "StoreBase",
     "check_schema_version",
+    "identity_conflict",
     "migration_start",
 ]
 
