@@ -84,9 +84,10 @@ class _LandedBefore(NamedTuple):
 
 def _arguments(state: SessionState, batch: Segment, events: Sequence[Event]) -> dict[str, Any]:
     """The keyword arguments of the store commit for ``batch``."""
-    horizon = batch.base.horizon
+    base = batch.base
+    horizon, count = base.horizon, base.count
     arguments: dict[str, Any] = {
-        "expected_count": batch.base.count,
+        "expected_count": count,
         "events": events,
         "dropped": batch.dropped,
         "expected_horizon": horizon,
@@ -100,6 +101,9 @@ def _arguments(state: SessionState, batch: Segment, events: Sequence[Event]) -> 
         arguments["kept"] = [seq for seq in batch.dropped if seq in keyed]
     if state.name_commits:
         arguments["commit_id"] = state.commit_ids()
+    uid = state.uid
+    if uid is not None and count and state.checks_uid:
+        arguments["expected_uid"] = uid  # see SessionState.checks_uid
     return arguments
 
 
@@ -130,15 +134,24 @@ async def commit_plain(
         retry: list[Request[Any]] = []
         if state.abort_requested:  # see SessionState.begin_commit
             await anyio.lowlevel.checkpoint()  # the work scope is cancelled: raises here
+        uid: object = None
         state.begin_commit()
         try:
-            await state.store.commit(state.session_id, **arguments)
+            uid = await state.store.commit(state.session_id, **arguments)
         except OutcomeUnknownError as unknown:
-            error = await _resolve(state, arguments, unknown)
+            error, uid = await _resolve(state, arguments, unknown)
         except Exception as failure:
             error = failure
         finally:
             state.end_commit()
+        if uid != state.uid and error is None:
+            # The store named another identity than the one noted (or the first one).
+            elsewhere = state.committed_to(
+                uid, batch.base.count, range(batch.base.count, batch.log.count)
+            )
+            if elsewhere is not None:
+                follower.deleted(elsewhere)
+                error = elsewhere
         if error is not None:
             # The batch never happened: its events leave the log's shared storage, so
             # catching up (or the next batch) extends it instead of copying it.
@@ -224,9 +237,10 @@ def _unknown(
 
 async def _resolve(
     state: SessionState, arguments: dict[str, Any], unknown: OutcomeUnknownError
-) -> BaseException | None:
-    """Find out whether a commit whose outcome is unknown landed; None if it did, else the
-    error to give its callers.
+) -> tuple[BaseException | None, object]:
+    """Find out whether a commit whose outcome is unknown landed: no error if it did, else the
+    error to give its callers; and the session's identity when the attempt that landed
+    returned it (the first attempt's, found by its commit id, is not known: None).
 
     The commit is sent again, commit id and all, until an answer is definite. The id is
     unique in the session, so of the two attempts exactly one can land: a second attempt that
@@ -241,8 +255,10 @@ async def _resolve(
             f"session {state.session_id!r}: the commit did not land; while the store was"
             " out of reach, another writer committed at the same count (nothing of this"
             " call was appended)"
-        )
-    return unknown if landed is _Outcome.UNKNOWN else None
+        ), None
+    if landed is _Outcome.UNKNOWN:
+        return unknown, None
+    return None, None if isinstance(landed, _LandedBefore) else landed
 
 
 async def settle(
@@ -344,6 +360,9 @@ async def commit_rebased(
     }
     if state.name_commits:
         arguments["commit_id"] = state.commit_ids()
+    uid = state.uid
+    if uid is not None and base.count and state.checks_uid:
+        arguments["expected_uid"] = uid  # see SessionState.checks_uid
     waiting: list[tuple[Request[Any], Any]] = [(request, None) for request, _, _ in made_for]
     waiting.extend((request, None) for request, _ in repeats)
     if state.abort_requested:  # see SessionState.begin_commit
@@ -369,6 +388,18 @@ async def commit_rebased(
         else:
             state.fail(waiting, failure, expected_count=base.count)
         return []
+    if not isinstance(rebased, _LandedBefore) and rebased.uid != state.uid:
+        # The store named another identity than the one noted (or the first one).
+        placed = rebased.events
+        elsewhere = state.committed_to(
+            rebased.uid, base.count, range(placed[0].seq, placed[-1].seq + 1)
+        )
+        if elsewhere is not None:
+            state.end_commit()
+            follower.deleted(elsewhere)
+            state.answer(known)
+            state.fail(waiting, elsewhere, expected_count=base.count)
+            return []
     if isinstance(rebased, _LandedBefore):
         # An unknown outcome that turned out to have landed, at the seqs the store recorded
         # for the commit id; the catch-up brought the batch into the log.

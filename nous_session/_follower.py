@@ -81,6 +81,12 @@ class Follower:
         if feed is not None and watch is not None:
             feed.detach(watch)
 
+    def deleted(self, error: SessionDeletedError) -> None:
+        """The session was deleted from the store since this actor read it: what is queued is
+        refused with ``error``, and the actor closes."""
+        self._state.unfollowable = error
+        self._deleted()
+
     async def reload(self, request: Reload | None) -> BaseException | None:
         """Catch up with what other writers committed after our count.
 
@@ -131,8 +137,7 @@ class Follower:
         except Exception as error:
             corrupt = isinstance(error, CorruptRecordError | SessionDeletedError)
             if isinstance(error, SessionDeletedError):
-                state.unfollowable = error  # what is queued is refused with it
-                self._deleted()
+                self.deleted(error)
             if request is not None:
                 # Its caller (or the retry below) hears of it: nothing to warn about here.
                 state.logger.debug("nous_session.catch_up_failed", error=repr(error))

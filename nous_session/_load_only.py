@@ -43,14 +43,16 @@ class LoadOnlyStore:
         events = await self.load(session_id, since=since)
         return Stored(events, events[-1].seq + 1 if events else since)
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
-        # Horizons, keys and commit ids are what a store with ``read`` is told besides.
-        await self.inner.commit(
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
+        # Horizons, keys and commit ids are what a store with ``read`` is told besides. What
+        # it returns goes back as it is (a store of that version returns None).
+        uid: str | None = await self.inner.commit(
             session_id,
             expected_count=arguments["expected_count"],
             events=arguments["events"],
             dropped=arguments.get("dropped", ()),
         )
+        return uid
 
     async def sessions(self) -> list[SessionInfo]:
         found: list[SessionInfo] = await self.inner.sessions()

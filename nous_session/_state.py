@@ -100,12 +100,15 @@ class SessionState:
         session_id: the session.
         store: where it is persisted.
         name_commits: commits carry an id (the store can lose a reply and be asked later).
+        checks_uid: commits carry the identity this actor holds (``expected_uid``), once it
+            knows one and has seen events.
         keys: the session's idempotency keys: key -> (first seq, number of events).
         kept: events a snapshot dropped that a key still answers with, by seq.
         published: the committed Log and its subscribers.
         commit_ids: names the next commit.
         batches: store commits so far; requests: requests answered in them.
-        uid: the session's identity as the store last gave it (None before it has one).
+        uid: the session's identity as the store last gave it, in a read or as a commit's
+            result (None before it has one).
         unfollowable: set when this actor can no longer follow the store, so it refuses
             further writes: a rebasing commit met a record it cannot decode, or the session
             was deleted from the store since this actor read it (the actor then closes).
@@ -122,6 +125,7 @@ class SessionState:
         "abort_requested",
         "batches",
         "can_rebase",
+        "checks_uid",
         "closing",
         "commit_ids",
         "committing",
@@ -161,6 +165,10 @@ class SessionState:
         self.name_commits = supports(store, OutcomeStore) and bool(
             getattr(type(store), "outcome_may_be_unknown", False)
         )
+        # A store that takes ``expected_uid`` (see Store) is told the identity this actor
+        # holds with every commit once it has seen events: it never commits into a session
+        # deleted and made again by another holder.
+        self.checks_uid = getattr(type(store), "checks_uid", False) is True
         self.published = Published(log, self._start_waker)
         # The waker's scope, made when it starts (most sessions never have enough subscribers).
         self.waker_scope: anyio.CancelScope | None = None
@@ -256,6 +264,40 @@ class SessionState:
             f"session {self.session_id!r} was deleted from the store (by another holder)"
             f" after this actor read it: {how}. Nothing more was stored, and this actor"
             " closes; open the session again to go on"
+        )
+
+    def committed_to(self, uid: object, count: int, seqs: range) -> SessionDeletedError | None:
+        """Take note of the identity a commit returned (``uid``; called only when it is not
+        the one noted): None when the commit went into the session this actor holds, having
+        seen ``count`` events of it; the error its callers get when it went into another.
+
+        An identity is noted when this actor has none yet (it created the session: count 0
+        when it was read, no identity then), or had seen no events (any session of the id is
+        its). None, or anything but a str, is a store that does not tell (the contract's
+        earlier version): nothing is learnt. Another identity after events were seen is a
+        session deleted and made again by another holder since this actor read it, into which
+        the store has now put the commit's events (at ``seqs``; a store that takes
+        ``expected_uid`` refuses such a commit instead, so this is one that cannot be told):
+        the commit cannot be taken back, so its callers hear where their events went, and the
+        actor closes.
+        """
+        if type(uid) is not str:
+            return None
+        if self.uid is None or not count:
+            self.uid = uid
+            return None
+        if not seqs:
+            what = "applied this commit to the session made again (another session)"
+        else:
+            at = str(seqs.start) if len(seqs) == 1 else f"{seqs.start}..{seqs.stop - 1}"
+            what = (
+                "put this commit's events into the session made again (another session), at"
+                f" seqs {at}: they are not in the session this actor held"
+            )
+        return SessionDeletedError(
+            f"session {self.session_id!r} was deleted from the store (by another holder)"
+            f" and made again after this actor read it; the store {what}, and said so only"
+            " once it was done. This actor closes; open the session again to go on"
         )
 
     def _remember(self, stored: Stored) -> None:

@@ -146,11 +146,15 @@ class CorruptRecordError(StoreError):
 
 class SessionDeletedError(StoreError):
     """The session was deleted from the store (by another holder: another actor, process or
-    a retention run) after this actor read it.
+    a retention run) after this actor read or created it.
 
-    Nothing of the failed call was stored. The actor cannot go on (what it holds is a session
-    that no longer is), so it closes itself: later calls raise :class:`SessionClosedError`,
-    and a :class:`~nous_session.registry.Sessions` registry opens a new actor for the next
-    caller. Opening the session again starts it anew, empty (or as whoever made it again
-    left it).
+    Nothing of the failed call was stored, but in one case its message says: a store that
+    names the session's identity in its answer to a commit but cannot be told the one expected
+    (see :class:`~nous_session.stores.base.Store`) may put the commit into a session another
+    holder made again under the same id, and say so only then; the message names the seqs the
+    call's events were stored at in that other session. The actor cannot go on (what it holds
+    is a session that no longer is), so it closes itself: later calls raise
+    :class:`SessionClosedError`, and a :class:`~nous_session.registry.Sessions` registry opens
+    a new actor for the next caller. Opening the session again starts it anew, empty (or as
+    whoever made it again left it).
     """

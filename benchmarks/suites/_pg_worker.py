@@ -87,11 +87,14 @@ class StampingStore(PostgresStore):
         super().__init__(*args, **kwargs)
         self.committed_at: dict[int, float] = {}
 
-    async def commit(self, session_id: str, *, events: Sequence[Event], **options: Any) -> None:
-        await super().commit(session_id, events=events, **options)
+    async def commit(
+        self, session_id: str, *, events: Sequence[Event], **options: Any
+    ) -> str | None:
+        uid = await super().commit(session_id, events=events, **options)
         now = time.time()
         for event in events:
             self.committed_at[event.seq] = now
+        return uid
 
 
 def say(line: str) -> None:

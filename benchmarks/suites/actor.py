@@ -222,11 +222,14 @@ class StampingStore(MemoryStore):
         super().__init__()
         self.committed_at: dict[int, float] = {}
 
-    async def commit(self, session_id: str, *, events: Sequence[Event], **options: Any) -> None:
-        await super().commit(session_id, events=events, **options)
+    async def commit(
+        self, session_id: str, *, events: Sequence[Event], **options: Any
+    ) -> str | None:
+        uid = await super().commit(session_id, events=events, **options)
         now = time.perf_counter()
         for event in events:
             self.committed_at[event.seq] = now
+        return uid
 
 
 async def _fanout_round(

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
-from typing import Any, NamedTuple, Self, Unpack
+from typing import Any, ClassVar, NamedTuple, Self, Unpack
 
-from nous_session.errors import StoreError
+from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
 from nous_session.listing import ListArguments, ListQuery, SessionEntry, SessionPage
 from nous_session.stores.base import (
@@ -24,6 +24,7 @@ __all__ = [
     "FeedStore",
     "StoreBase",
     "check_schema_version",
+    "identity_conflict",
     "migration_start",
 ]
 
@@ -65,6 +66,14 @@ def migration_start(rows: Sequence[Sequence[Any]], expected: int, table: str, ha
     return version
 
 
+def identity_conflict(session_id: str, expected_uid: str) -> ConflictError:
+    """The error of a commit whose ``expected_uid`` is not the session's identity."""
+    return ConflictError(
+        f"session {session_id!r} is not the one of identity {expected_uid!r}: it was deleted"
+        " since (and made again, if it exists); nothing was written"
+    )
+
+
 class Commit(NamedTuple):
     """A commit's arguments, checked (see :meth:`~nous_session.stores.base.Store.commit`):
     what :meth:`StoreBase.commit` hands the store's own ``_commit``.
@@ -83,12 +92,16 @@ class Commit(NamedTuple):
     keys: Sequence[tuple[str, int, int]] = ()
     kept: Sequence[int] = ()
     commit_id: str | None = None
+    expected_uid: str | None = None
 
 
 class StoreBase:
     """The base of every store here: a commit's and a listing's arguments are checked in one
     place, then handed to the store's own ``_commit``, ``_commit_rebased`` and ``_list``;
     ``async with`` closes the store."""
+
+    checks_uid: ClassVar[bool] = True
+    """Its commits take ``expected_uid`` (see :class:`~nous_session.stores.base.Store`)."""
 
     def _before_commit(self) -> None:
         """What a store refuses before it looks at a commit's arguments (closed, read-only)."""
@@ -105,13 +118,21 @@ class StoreBase:
         keys: Sequence[tuple[str, int, int]] = (),
         kept: Sequence[int] = (),
         commit_id: str | None = None,
-    ) -> None:
+        expected_uid: str | None = None,
+    ) -> str | None:
         """Insert ``events`` and delete ``dropped`` atomically, durable on return (see
         :meth:`~nous_session.stores.base.Store.commit`; each store's class doc says how).
 
+        Args:
+            expected_uid: when given, the commit happens only if the session's identity
+                (``Stored.uid``) is this one (see :class:`~nous_session.stores.base.Store`).
+
+        Returns:
+            The identity of the session committed to (its ``Stored.uid``).
+
         Raises:
-            ConflictError: the stored count (or horizon) is not the expected one, or a key or
-                the commit id is taken; nothing was written.
+            ConflictError: the stored count (or horizon, or identity) is not the expected
+                one, or a key or the commit id is taken; nothing was written.
             OutcomeUnknownError: (PostgreSQL) the connection was lost: the commit may have
                 landed. Send it again with the same ``commit_id`` (exactly one of the two
                 lands).
@@ -128,8 +149,9 @@ class StoreBase:
             commit_id=commit_id,
             horizon=horizon,
             expected_horizon=expected_horizon,
+            expected_uid=expected_uid,
         )
-        await self._commit(
+        return await self._commit(
             Commit(
                 session_id,
                 expected_count,
@@ -140,10 +162,11 @@ class StoreBase:
                 keys,
                 kept,
                 commit_id,
+                expected_uid,
             )
         )
 
-    async def _commit(self, commit: Commit) -> None:
+    async def _commit(self, commit: Commit) -> str | None:
         raise NotImplementedError
 
     async def commit_rebased(
@@ -154,23 +177,38 @@ class StoreBase:
         events: Sequence[Event],
         keys: Sequence[tuple[str, int, int]] = (),
         commit_id: str | None = None,
+        expected_uid: str | None = None,
     ) -> Rebased:
         """Append ``events`` after the session's current count (see
-        :class:`~nous_session.stores.base.RebasingStore`).
+        :class:`~nous_session.stores.base.RebasingStore`; ``expected_uid`` as for
+        :meth:`commit`).
 
         Raises:
-            ConflictError: the stored count is below ``expected_count``, or a key or the
-                commit id is taken; nothing was written.
+            ConflictError: the stored count is below ``expected_count``, the session's
+                identity is not ``expected_uid``, or a key or the commit id is taken;
+                nothing was written.
             CorruptRecordError: a record another writer stored in between cannot be decoded
                 (PostgreSQL: the batch itself was committed; the message says so and where).
             OutcomeUnknownError, StoreError: as for :meth:`commit`.
         """
         self._before_commit()
         rows = check_rebase_arguments(
-            session_id, expected_count, events, keys=keys, commit_id=commit_id
+            session_id,
+            expected_count,
+            events,
+            keys=keys,
+            commit_id=commit_id,
+            expected_uid=expected_uid,
         )
         return await self._commit_rebased(
-            Commit(session_id, expected_count, rows, keys=keys, commit_id=commit_id)
+            Commit(
+                session_id,
+                expected_count,
+                rows,
+                keys=keys,
+                commit_id=commit_id,
+                expected_uid=expected_uid,
+            )
         )
 
     async def _commit_rebased(self, commit: Commit) -> Rebased:

@@ -135,6 +135,15 @@ class Store(Protocol):
     """What a SessionActor needs from persistence.
 
     Every method may be called from any task; implementations serialise what needs it.
+
+    A store whose class sets ``checks_uid = True`` (every built-in one) takes one more
+    keyword argument in :meth:`commit` and :meth:`RebasingStore.commit_rebased`,
+    ``expected_uid``: when it is given (a str), the commit happens only if the session
+    exists and its identity (:attr:`Stored.uid`) is that one; a session deleted since, made
+    again under its id or not, is a conflict (ConflictError; nothing was written). The
+    SessionActor sends it once it has seen events of the session, so that its commits never
+    go into a session another holder deleted and made again. A store without the attribute is
+    never sent it (the contract's earlier versions have no such argument).
     """
 
     async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
@@ -177,10 +186,16 @@ class Store(Protocol):
         keys: Sequence[tuple[str, int, int]] = (),
         kept: Sequence[int] = (),
         commit_id: str | None = None,
-    ) -> None:
+    ) -> str | None:
         """Write ``events`` and delete the ``dropped`` seqs in one atomic, durable step.
 
-        Returns only once the step is durable (as durable as the store promises).
+        Returns only once the step is durable (as durable as the store promises), with the
+        identity of the session it committed to: the :attr:`Stored.uid` a read of the session
+        gives right after (the one the commit made, when it created the session), or None
+        from a store that keeps none (as a store written for an earlier contract does). A
+        SessionActor that created its session learns its identity so, with no read; from then
+        on it tells a session deleted and made again under the same id (by another holder)
+        from its own (see ``expected_uid`` in the class's doc).
 
         A store never holds a session it could not open again: every held event from the
         horizon up to ``count - 1`` is there. So a commit must leave it that way, and one
@@ -267,6 +282,8 @@ class Rebased:
         keys: the idempotency keys the other writers committed in between.
         horizon: the session's horizon: when another writer's snapshot moved it, the caller's
             copy of the history may hold events that are gone, and must be read again.
+        uid: the identity of the session the events went into, as :meth:`Store.commit`
+            returns it (None: the store keeps none). Not compared by ``==``.
     """
 
     shift: int
@@ -274,6 +291,7 @@ class Rebased:
     events: Sequence[Event]
     keys: Mapping[str, tuple[int, int]] = _NO_KEYS
     horizon: int = 0
+    uid: str | None = attrs.field(default=None, eq=False)
 
 
 @runtime_checkable
@@ -304,7 +322,8 @@ class RebasingStore(Store, Protocol):
         stored count ``c >= expected_count``, each is stored at its seq + ``c -
         expected_count`` and the count becomes ``c + len(events)``; ``keys`` and ``commit_id``
         are as for :meth:`Store.commit` (every key within ``events``), their seqs moved with
-        the events.
+        the events. The :class:`Rebased` it returns names the session's identity as
+        :meth:`Store.commit` does.
 
         A rebase never writes past a hole: when the session is missing a row between its
         horizon and its count ``c`` (the count moved with no row written, a row deleted by
@@ -706,6 +725,7 @@ def check_commit_arguments(
     commit_id: str | None = None,
     horizon: int | None = None,
     expected_horizon: int | None = None,
+    expected_uid: str | None = None,
 ) -> list[Event]:
     """Refuse a commit that is malformed, or that would leave a session no store could open,
     before anything is written (shared by every backend; see :meth:`Store.commit`).
@@ -722,11 +742,14 @@ def check_commit_arguments(
             ``horizon`` the commit sets), a horizon is malformed or outside ``old horizon ..
             new count``, a dropped seq is not below ``expected_count`` and the new horizon,
             a kept seq is not dropped, a key is malformed or its seqs are not among the
-            events, or the commit id is malformed. The message names what is wrong.
+            events, or the commit id or the expected identity is malformed. The message
+            names what is wrong.
     """
     check_session_id(session_id)
     if type(expected_count) is not int or expected_count < 0:
         raise ValueError(f"expected_count must be an int >= 0, got {expected_count!r}")
+    if expected_uid is not None and (type(expected_uid) is not str or not expected_uid):
+        _check_uid(expected_uid)  # raises
     if expected_horizon is not None and (type(expected_horizon) is not int or expected_horizon < 0):
         raise ValueError(f"expected_horizon must be None or an int >= 0, got {expected_horizon!r}")
     if horizon is not None and (type(horizon) is not int or horizon < 0):
@@ -933,6 +956,11 @@ def _check_commit_id(commit_id: object) -> None:
         raise ValueError(f"a commit id is None or 1 to 64 ASCII characters, got {commit_id!r}")
 
 
+def _check_uid(expected_uid: object) -> None:
+    if type(expected_uid) is not str or not expected_uid:
+        raise ValueError(f"expected_uid must be None or a non-empty str, got {expected_uid!r}")
+
+
 def check_rebase_arguments(
     session_id: str,
     expected_count: int,
@@ -940,6 +968,7 @@ def check_rebase_arguments(
     *,
     keys: Sequence[tuple[str, int, int]] = (),
     commit_id: str | None = None,
+    expected_uid: str | None = None,
 ) -> list[Event]:
     """Refuse a malformed rebasing commit before anything is written.
 
@@ -947,12 +976,15 @@ def check_rebase_arguments(
         ``events`` as a list, to write (an iterator is read once, here).
 
     Raises:
-        ValueError: the session id is bad, an event is not an Event, ``events`` is empty, or
-            their seqs are not ``expected_count, expected_count + 1, ...``.
+        ValueError: the session id is bad, an event is not an Event, ``events`` is empty,
+            their seqs are not ``expected_count, expected_count + 1, ...``, or the expected
+            identity is malformed.
     """
     check_session_id(session_id)
     if type(expected_count) is not int or expected_count < 0:
         raise ValueError(f"expected_count must be an int >= 0, got {expected_count!r}")
+    if expected_uid is not None:
+        _check_uid(expected_uid)
     listed = _event_list(events)
     if not listed:
         raise ValueError("a rebasing commit needs at least one event")

@@ -32,7 +32,7 @@ from nous_session.listing import (
     to_micros,
 )
 from nous_session.metadata import SessionMetadata
-from nous_session.stores._common import Commit, StoreBase
+from nous_session.stores._common import Commit, StoreBase, identity_conflict
 from nous_session.stores._erase import Erasing, ErasureRequest, erase_rows
 from nous_session.stores._lineage import SessionRow, fork_exists, fork_parent
 from nous_session.stores.base import (
@@ -208,21 +208,35 @@ class MemoryStore(Erasing, StoreBase):
             session.uid,
         )
 
-    async def _commit(self, commit: Commit) -> None:
-        session_id, expected_count, events = commit.session_id, commit.expected_count, commit.events
-        dropped, keys, kept, commit_id = commit.dropped, commit.keys, commit.kept, commit.commit_id
-        expected_horizon, horizon = commit.expected_horizon, commit.horizon
+    async def _commit(self, commit: Commit) -> str:
+        # One unpacking, not ten attribute reads: every commit's path.
+        (
+            session_id,
+            expected_count,
+            events,
+            dropped,
+            expected_horizon,
+            horizon,
+            keys,
+            kept,
+            commit_id,
+            expected_uid,
+        ) = commit
         session = self._sessions.get(session_id)
         if session is None:
             if expected_count != 0:
                 raise ConflictError(
                     f"session {session_id!r} has count 0, expected {expected_count}"
                 )
+            if expected_uid is not None:
+                raise identity_conflict(session_id, expected_uid)
             session = self._sessions[session_id] = _Session()
         elif session.count != expected_count:
             raise ConflictError(
                 f"session {session_id!r} has count {session.count}, expected {expected_count}"
             )
+        elif expected_uid is not None and session.uid != expected_uid:
+            raise identity_conflict(session_id, expected_uid)
         if expected_horizon is not None and session.horizon != expected_horizon:
             raise ConflictError(
                 f"session {session_id!r} has horizon {session.horizon}, expected"
@@ -237,13 +251,14 @@ class MemoryStore(Erasing, StoreBase):
                 )
         if commit_id is not None and commit_id in session.commits:
             raise ConflictError(f"session {session_id!r}: commit {commit_id!r} exists")
-        horizon = check_commit_state(
-            session_id,
-            session.horizon,
-            dropped=dropped,
-            horizon=horizon,
-            expected_horizon=expected_horizon,
-        )
+        if dropped or horizon is not None:  # (else it has nothing to check: the common commit)
+            horizon = check_commit_state(
+                session_id,
+                session.horizon,
+                dropped=dropped,
+                horizon=horizon,
+                expected_horizon=expected_horizon,
+            )
         if dropped:
             self._drop(session_id, session, dropped, kept)
         if horizon is not None:
@@ -256,6 +271,7 @@ class MemoryStore(Erasing, StoreBase):
         if commit_id is not None:
             session.commits[commit_id] = (events[0].seq if events else expected_count, len(events))
         _touch(session, events)
+        return session.uid
 
     def _drop(
         self, name: str, session: _Session, dropped: Sequence[int], kept: Sequence[int]
@@ -286,6 +302,9 @@ class MemoryStore(Erasing, StoreBase):
             raise ConflictError(
                 f"session {session_id!r} has count {stored}, below the expected {expected_count}"
             )
+        expected_uid = commit.expected_uid
+        if expected_uid is not None and (session is None or session.uid != expected_uid):
+            raise identity_conflict(session_id, expected_uid)
         if session is not None and any(key in session.keys for key, _, _ in keys):
             raise ConflictError(f"session {session_id!r}: an idempotency key is taken")
         if commit_id is not None and session is not None and commit_id in session.commits:
@@ -309,7 +328,9 @@ class MemoryStore(Erasing, StoreBase):
         if commit_id is not None:
             session.commits[commit_id] = (placed[0].seq, len(placed))
         _touch(session, placed)
-        return Rebased(shift, others, placed, MappingProxyType(between), session.horizon)
+        return Rebased(
+            shift, others, placed, MappingProxyType(between), session.horizon, session.uid
+        )
 
     async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:
         """Where the commit ``commit_id`` landed, or None."""

@@ -56,6 +56,84 @@ class StoredConformance:
         assert (await store.read("s", since=2)).uid not in (None, first.uid)
 
     @pytest.mark.anyio
+    async def test_a_commit_names_the_identity_a_read_gives(self, store: Store) -> None:
+        """A store whose commit returns the session's identity (the contract since it does)
+        returns the one a read then gives: the new one when the commit made the session, the
+        same while it lives, another once it was deleted and made again; and so does a
+        rebasing commit's ``Rebased.uid``. (A store that returns None does not tell.)"""
+        log = sample_log(4)
+        made = await store.commit("s", expected_count=0, events=log.events()[:1])
+        if made is None:
+            pytest.skip(f"{type(store).__name__}.commit does not name the session's identity")
+        assert isinstance(made, str), f"an identity is a str, not {made!r}"
+        assert made, "an identity is a non-empty str"
+        assert made == (await store.read("s")).uid
+        assert await store.commit("s", expected_count=1, events=log.events()[1:2]) == made
+        assert await store.commit("s", expected_count=2, events=[], dropped=[0], horizon=2) == made
+        if supports(store, RebasingStore):
+            rebased = await store.commit_rebased("s", expected_count=1, events=[user_event(1, "r")])
+            assert rebased.uid == made
+        assert await store.delete("s")
+        again = await store.commit("s", expected_count=0, events=log.events()[:1])
+        assert again == (await store.read("s")).uid
+        assert again not in (None, made)
+        if supports(store, RebasingStore):
+            fresh = await store.commit_rebased("t", expected_count=0, events=log.events()[:1])
+            assert fresh.uid is not None
+            assert fresh.uid == (await store.read("t")).uid
+            assert fresh.uid != again
+
+    @pytest.mark.anyio
+    async def test_a_commit_expecting_another_identity_writes_nothing(self, store: Store) -> None:
+        """A store whose class sets ``checks_uid`` commits with ``expected_uid`` only into the
+        session of that identity: not into one made again under the id since, nor where there
+        is none."""
+        if getattr(type(store), "checks_uid", False) is not True:
+            pytest.skip(f"{type(store).__name__} takes no expected_uid (no checks_uid)")
+        anything: Any = store  # the argument is beyond the Store protocol
+        log = sample_log(3)
+        await store.commit("s", expected_count=0, events=log.events()[:1])
+        old = (await store.read("s")).uid
+        assert old is not None
+        await anything.commit("s", expected_count=1, events=log.events()[1:2], expected_uid=old)
+        with pytest.raises(ConflictError):
+            await anything.commit(
+                "s", expected_count=2, events=log.events()[2:], expected_uid="another"
+            )
+        assert await store.delete("s")
+        await store.commit("s", expected_count=0, events=[user_event(0, "a"), user_event(1, "b")])
+        with pytest.raises(ConflictError):
+            await anything.commit("s", expected_count=2, events=log.events()[2:], expected_uid=old)
+        if supports(store, RebasingStore):
+            with pytest.raises(ConflictError):
+                await anything.commit_rebased(
+                    "s", expected_count=1, events=[user_event(1, "late")], expected_uid=old
+                )
+        assert [event.data["content"] for event in await store.load("s")] == ["a", "b"]
+        new = (await store.read("s")).uid
+        done = await anything.commit(
+            "s", expected_count=2, events=[user_event(2, "c")], expected_uid=new
+        )
+        assert done in (None, new)
+        with pytest.raises(ConflictError):
+            await anything.commit(
+                "nobody", expected_count=0, events=log.events()[:1], expected_uid=old
+            )
+        if supports(store, RebasingStore):
+            with pytest.raises(ConflictError):
+                await anything.commit_rebased(
+                    "nobody", expected_count=0, events=log.events()[:1], expected_uid=old
+                )
+        assert (await store.read("nobody")).count == 0
+        assert [info.session_id for info in await store.sessions()] == ["s"]
+        for bad in ("", 7):
+            with pytest.raises(ValueError, match="expected_uid"):
+                await anything.commit(
+                    "s", expected_count=3, events=[user_event(3, "d")], expected_uid=bad
+                )
+        assert (await store.read("s")).count == 3
+
+    @pytest.mark.anyio
     async def test_a_snapshot_sets_the_horizon_and_the_count_outlives_its_events(
         self, store: Store, reopen: Callable[[], Store]
     ) -> None:

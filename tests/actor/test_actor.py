@@ -984,9 +984,9 @@ async def test_a_store_keeps_the_failed_batch_it_was_given_unchanged() -> None:
             super().__init__()
             self.given: list[Sequence[Event]] = []
 
-        async def commit(self, session_id: str, **kwargs: Any) -> None:
+        async def commit(self, session_id: str, **kwargs: Any) -> str | None:
             self.given.append(kwargs["events"])
-            await super().commit(session_id, **kwargs)
+            return await super().commit(session_id, **kwargs)
 
     store = Keeping()
     async with SessionActor.open(session_id=SID, store=store) as session:
@@ -1014,9 +1014,9 @@ async def test_a_wrapper_store_passing_attributes_through_keeps_its_own_commit()
         def __getattr__(self, name: str) -> Any:
             return getattr(self.inner, name)
 
-        async def commit(self, session_id: str, **kwargs: Any) -> None:
+        async def commit(self, session_id: str, **kwargs: Any) -> str | None:
             self.audited += len(kwargs["events"])
-            await self.inner.commit(session_id, **kwargs)
+            return await self.inner.commit(session_id, **kwargs)
 
     store = Wrapper(MemoryStore())
     async with SessionActor.open(session_id=SID, store=store, on_conflict="rebase") as session:  # type: ignore[arg-type]

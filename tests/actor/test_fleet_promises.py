@@ -38,6 +38,7 @@ from nous_session import (
     open_store,
 )
 from nous_session.event import Event
+from nous_session.stores.memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
 POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
@@ -104,7 +105,7 @@ class _Turnstile:
         self.before: Callable[[], Awaitable[object]] | None = None
         store.commit = self.commit  # type: ignore[method-assign]  # a test's stand-in
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         if not self._other(arguments["events"]):
             if not self.opened.is_set():
                 self.closed.set()
@@ -112,7 +113,7 @@ class _Turnstile:
             elif self.before is not None:
                 before, self.before = self.before, None
                 await before()
-        await self._commit(session_id, **arguments)
+        return await self._commit(session_id, **arguments)
 
 
 async def _queued(actor: SessionActor, depth: int) -> None:
@@ -545,6 +546,91 @@ async def test_a_session_deleted_and_made_again_is_not_taken_for_the_one_held(
                 await session.add_message(Message.user("old four"))
             assert [m.text for m in session.messages()] == ["old one", "old two"]
         assert contents(await other.load("gone")) == ["new 0", "new 1", "new 2"]
+
+
+@pytest.mark.parametrize("made_again", [1, 3], ids=["as-long", "longer"])
+@pytest.mark.parametrize("on_conflict", ["raise", "rebase"])
+@pytest.mark.parametrize("follow", [None, False])
+async def test_a_session_its_actor_created_then_deleted_and_made_again_is_not_written(
+    stores: Callable[[], Store],
+    made_again: int,
+    on_conflict: Literal["raise", "rebase"],
+    follow: bool | None,
+) -> None:
+    """The actor made the session (no read ever told it the session's identity: its creating
+    commit did); another holder deletes it and makes it again, as long as the actor's log
+    (a commit at the actor's count would fit) or longer (a rebasing commit would go after
+    it): the actor's next append is refused, lands nowhere, and the actor closes."""
+    async with _two(stores) as (holder, other):
+        async with SessionActor.open(
+            session_id="gone", store=holder, on_conflict=on_conflict, follow=follow
+        ) as session:
+            await session.add_message(Message.user("old one"))  # creates the session
+            assert await other.delete("gone")
+            async with SessionActor.open(session_id="gone", store=other) as again:
+                for n in range(made_again):
+                    await again.add_message(Message.user(f"new {n}"))
+            # At this write, or before it when the change feed brought the news.
+            with pytest.raises(
+                (SessionDeletedError, SessionClosedError), match="'gone' was deleted"
+            ):
+                await session.add_message(Message.user("old two"))
+            with pytest.raises(SessionClosedError, match="'gone' was deleted"):
+                await session.add_message(Message.user("old three"))
+            assert [m.text for m in session.messages()] == ["old one"]
+        assert contents(await other.load("gone")) == [f"new {n}" for n in range(made_again)]
+
+
+async def test_an_empty_session_deleted_under_its_actor_is_made_again_by_it(
+    stores: Callable[[], Store],
+) -> None:
+    """An actor that opened a session holding nothing (an empty commit made it) has seen none
+    of it: when it is deleted meanwhile, the actor's first append makes it again, and its
+    next ones go on in it."""
+    async with _two(stores) as (holder, other):
+        await other.commit("empty", expected_count=0, events=[])
+        async with SessionActor.open(session_id="empty", store=holder, follow=False) as session:
+            assert await other.delete("empty")
+            await session.add_message(Message.user("one"))
+            await session.add_message(Message.user("two"))
+        assert contents(await other.load("empty")) == ["one", "two"]
+
+
+class _Unchecking(MemoryStore):
+    """A store that names the session's identity but takes no ``expected_uid`` (as a
+    third-party store may): the actor learns only after a commit where it went."""
+
+    checks_uid = False
+
+
+@pytest.mark.parametrize("on_conflict", ["raise", "rebase"])
+async def test_a_commit_a_store_put_into_a_session_made_again_tells_its_callers_where(
+    on_conflict: Literal["raise", "rebase"],
+) -> None:
+    """With a store that cannot be told the identity, a commit may land in the session made
+    again (at the actor's count, or after it when rebasing): its callers are not told their
+    events were stored in their session; they hear where the events went, and the actor
+    closes."""
+    store = _Unchecking()
+    async with SessionActor.open(
+        session_id="gone", store=store, on_conflict=on_conflict
+    ) as session:
+        await session.add_message(Message.user("old one"))
+        assert await store.delete("gone")
+        made_again = 1 if on_conflict == "raise" else 3
+        async with SessionActor.open(session_id="gone", store=store) as again:
+            for n in range(made_again):
+                await again.add_message(Message.user(f"new {n}"))
+        with pytest.raises(SessionDeletedError, match="made again") as caught:
+            await session.add_message(Message.user("old two"))
+        assert f"at seqs {made_again}:" in str(caught.value)
+        with pytest.raises(SessionClosedError, match="'gone' was deleted"):
+            await session.add_message(Message.user("old three"))
+        assert [m.text for m in session.messages()] == ["old one"]
+    assert contents(await store.load("gone")) == [
+        *(f"new {n}" for n in range(made_again)),
+        "old two",
+    ]
 
 
 async def test_a_follower_of_a_session_deleted_and_made_again_ends_its_streams(

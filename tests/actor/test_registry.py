@@ -385,10 +385,10 @@ class _RefusingStore(MemoryStore):
 
     refuse = False
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         if self.refuse:
             raise StoreError("refused")
-        await super().commit(session_id, **arguments)
+        return await super().commit(session_id, **arguments)
 
 
 async def test_a_use_block_leases_once_and_releases_whatever_happens() -> None:

@@ -390,10 +390,10 @@ async def test_a_subscriber_never_sees_an_event_whose_commit_failed() -> None:
         async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
             return await self.inner.load(session_id, since=since)
 
-        async def commit(self, session_id: str, **kwargs: Any) -> None:
+        async def commit(self, session_id: str, **kwargs: Any) -> str | None:
             if self.failing:
                 raise StoreError("injected")
-            await self.inner.commit(session_id, **kwargs)
+            return await self.inner.commit(session_id, **kwargs)
 
         # Not used by the actor; the persistence work's fuller Store protocol lists them.
         async def sessions(self) -> Any:

@@ -101,10 +101,10 @@ class FailingStore(MemoryStore):
 
     failure: BaseException | None = None
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         if self.failure is not None:
             raise self.failure
-        await super().commit(session_id, **arguments)
+        return await super().commit(session_id, **arguments)
 
 
 class GatedStore(MemoryStore):
@@ -117,11 +117,11 @@ class GatedStore(MemoryStore):
         self.entered = anyio.Event()
         self.gate = anyio.Event()
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         if self.hold:
             self.entered.set()
             await self.gate.wait()
-        await super().commit(session_id, **arguments)
+        return await super().commit(session_id, **arguments)
 
 
 # Spans --------------------------------------------------------------------------------------

@@ -45,10 +45,11 @@ class LostContactStore(MemoryStore):
             self.down = True
             raise OutcomeUnknownError("the reply was lost: the commit may or may not have landed")
 
-    async def commit(self, session_id: str, **kwargs: Any) -> None:
+    async def commit(self, session_id: str, **kwargs: Any) -> str | None:
         self._reach()
-        await super().commit(session_id, **kwargs)
+        uid = await super().commit(session_id, **kwargs)
         self._lose()
+        return uid
 
     async def commit_rebased(self, session_id: str, **kwargs: Any) -> Any:
         self._reach()

@@ -533,16 +533,17 @@ class FailingStore(MemoryStore):
     lose: str | None = None
     fail_replace = False  # and every commit of a replace fails
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         replaces = any(e.type == "replace" for e in arguments["events"])
         if (self.fail is not None and session_id.startswith(self.fail)) or (
             self.fail_replace and replaces
         ):
             raise StoreError("the store is out of reach")
-        await super().commit(session_id, **arguments)
+        uid = await super().commit(session_id, **arguments)
         if self.lose is not None and session_id.startswith(self.lose):
             self.lose = None
             raise OutcomeUnknownError("the reply was lost")
+        return uid
 
 
 async def _stored(service: NousSessionService, session_id: str) -> int:

@@ -175,10 +175,11 @@ class HeldStore(MemoryStore):
         self._landed(session_id)
         return rebased
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         await self._wait(session_id)
-        await super().commit(session_id, **arguments)
+        uid = await super().commit(session_id, **arguments)
         self._landed(session_id)
+        return uid
 
     def _landed(self, session_id: str) -> None:
         if session_id.startswith("adk:u/"):

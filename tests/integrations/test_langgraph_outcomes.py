@@ -38,11 +38,12 @@ class FailingStore(MemoryStore):
                 raise StoreError("the store is out of reach")
         return hit
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         hit = self._hit(arguments["events"])
-        await super().commit(session_id, **arguments)
+        uid = await super().commit(session_id, **arguments)
         if hit:
             raise OutcomeUnknownError("the reply was lost")
+        return uid
 
     async def commit_rebased(self, session_id: str, **arguments: Any) -> Any:
         hit = self._hit(arguments["events"])

@@ -33,13 +33,14 @@ class FailingStore(MemoryStore):
     fail: str | None = None
     lose = False
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         hit = self.fail is not None and any(e.type == self.fail for e in arguments["events"])
         if hit and not self.lose:
             raise StoreError("the store is out of reach")
-        await super().commit(session_id, **arguments)
+        uid = await super().commit(session_id, **arguments)
         if hit:
             raise OutcomeUnknownError("the reply was lost")
+        return uid
 
 
 def user(text: str) -> dict[str, Any]:

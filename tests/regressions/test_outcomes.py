@@ -53,14 +53,14 @@ class GatedStore(MemoryStore):
     gate: anyio.Event | None = None
     waiting = 0
 
-    async def commit(self, session_id: str, **kwargs: Any) -> None:
+    async def commit(self, session_id: str, **kwargs: Any) -> str | None:
         gate = self.gate
         if gate is not None:
             self.waiting += 1
             with anyio.move_on_after(5):  # a safety net: a failing test must not hang
                 await gate.wait()
             self.waiting -= 1
-        await super().commit(session_id, **kwargs)
+        return await super().commit(session_id, **kwargs)
 
 
 # 3. Cancelled while waiting for queue space ---------------------------------------------------

@@ -176,11 +176,11 @@ class _FailsToDrop(MemoryStore):
 
     failed = False
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
         if arguments.get("dropped") and not self.failed:
             self.failed = True
             raise StoreError("the disk is full")
-        await super().commit(session_id, **arguments)
+        return await super().commit(session_id, **arguments)
 
 
 async def test_a_session_whose_copy_fails_half_way_is_not_left_half_written() -> None:
@@ -323,9 +323,10 @@ class _CancelledAfter(MemoryStore):
             self.scope.cancel()
             await anyio.lowlevel.checkpoint()  # the cancellation lands here, after the write
 
-    async def commit(self, session_id: str, **arguments: Any) -> None:
-        await super().commit(session_id, **arguments)
+    async def commit(self, session_id: str, **arguments: Any) -> str | None:
+        uid = await super().commit(session_id, **arguments)
         await self._landed()
+        return uid
 
     async def fork(self, session_id: str, new_session_id: str, *, at: int) -> None:
         await super().fork(session_id, new_session_id, at=at)

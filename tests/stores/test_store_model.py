@@ -51,6 +51,8 @@ from tests.support.store_model import (
     SESSION_REASON,
     Backends,
     backends,
+    committed,
+    committed_rebased,
     metadata,
     outcome,
     summary,
@@ -78,6 +80,8 @@ LINE = (
 names = st.sampled_from(NAMES)
 keys = st.none() | st.tuples(st.sampled_from(KEYS), st.integers(0, 2), st.integers(1, 3))
 commit_ids = st.none() | st.sampled_from(COMMIT_IDS)
+# A commit's expected_uid: none (mostly), the session's own in each store, or one no session has.
+identities = st.sampled_from([None, None, None, "own", "own", "other"])
 kinds = st.lists(st.sampled_from(["user", "user", "meta", "summary"]), min_size=3, max_size=3)
 
 
@@ -171,8 +175,8 @@ class StoreModel(RuleBasedStateMachine):
         for name, n in zip(NAMES, sizes, strict=False):
             events = self.events(0, n, ["user", "summary", "meta"])
             self.each(
-                lambda _, store, name=name, events=events: store.commit(
-                    name, expected_count=0, events=events, keys=[("k1", 0, 1)]
+                lambda _, store, name=name, events=events: committed(
+                    store, name, expected_count=0, events=events, keys=[("k1", 0, 1)]
                 )
             )
 
@@ -184,6 +188,7 @@ class StoreModel(RuleBasedStateMachine):
         key=keys,
         commit_id=commit_ids,
         expected_horizon=st.sampled_from([None, None, None, 0, 0, 1]),
+        identity=identities,
     )
     def commit(
         self,
@@ -194,6 +199,7 @@ class StoreModel(RuleBasedStateMachine):
         key: tuple[str, int, int] | None,
         commit_id: str | None,
         expected_horizon: int | None,
+        identity: str | None,
     ) -> None:
         stored = self.reference(name)
         expected = max(0, stored.count + delta)
@@ -202,8 +208,10 @@ class StoreModel(RuleBasedStateMachine):
         if expected_horizon is not None:  # right (+0) or wrong (+1)
             expected_horizon = min(stored.horizon + expected_horizon, expected)
         self.each(
-            lambda _, store: store.commit(
+            lambda _, store: committed(
+                store,
                 name,
+                identity,
                 expected_count=expected,
                 events=events,
                 keys=keyed,
@@ -265,7 +273,8 @@ class StoreModel(RuleBasedStateMachine):
         if horizon_mode == "named":
             arguments["horizon"] = horizon
         self.each(
-            lambda _, store: store.commit(
+            lambda _, store: committed(
+                store,
                 name,
                 expected_count=expected,
                 events=events,
@@ -304,8 +313,14 @@ class StoreModel(RuleBasedStateMachine):
         keyed = self.key_of(key, events[0].seq, 1) if events else self.key_of(key, start, 0)
         extra = {"expected_horizon": stored.horizon} if expected_horizon else {}
         self.each(
-            lambda _, store: store.commit(
-                name, expected_count=start, events=events, horizon=horizon, keys=keyed, **extra
+            lambda _, store: committed(
+                store,
+                name,
+                expected_count=start,
+                events=events,
+                horizon=horizon,
+                keys=keyed,
+                **extra,
             )
         )
 
@@ -316,6 +331,7 @@ class StoreModel(RuleBasedStateMachine):
         chosen=kinds,
         key=keys,
         commit_id=commit_ids,
+        identity=identities,
     )
     def commit_rebased(
         self,
@@ -325,14 +341,21 @@ class StoreModel(RuleBasedStateMachine):
         chosen: list[str],
         key: tuple[str, int, int] | None,
         commit_id: str | None,
+        identity: str | None,
     ) -> None:
         stored = self.reference(name)
         expected = max(0, stored.count - behind)
         events = self.events(expected, n, chosen)
         keyed = self.key_of(key, expected, n)
         self.each(
-            lambda _, store: store.commit_rebased(
-                name, expected_count=expected, events=events, keys=keyed, commit_id=commit_id
+            lambda _, store: committed_rebased(
+                store,
+                name,
+                identity,
+                expected_count=expected,
+                events=events,
+                keys=keyed,
+                commit_id=commit_id,
             )
         )
 

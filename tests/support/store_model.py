@@ -143,10 +143,47 @@ def value(answer: object) -> object:
     return answer
 
 
+async def _expected_uid(store: Any, session_id: str, identity: str | None) -> dict[str, str]:
+    """The ``expected_uid`` argument a model's commit sends: none; the session's own identity
+    in this store (``"own"``: one no session has when it has none); another one."""
+    if identity is None:
+        return {}
+    uid = (await store.read(session_id)).uid if identity == "own" else None
+    return {"expected_uid": uid or "no-such-session"}
+
+
+async def committed(
+    store: Any, session_id: str, identity: str | None = None, **arguments: Any
+) -> str:
+    """``store.commit`` (expecting the ``identity`` :func:`_expected_uid` says), whose answer
+    must be the session's identity as a read right after gives it: ``"uid"`` stands for it
+    (each store makes its own)."""
+    arguments.update(await _expected_uid(store, session_id, identity))
+    uid = await store.commit(session_id, **arguments)
+    assert uid is not None, f"{store!r} names no identity"
+    assert uid == (await store.read(session_id)).uid, f"{store!r}: the commit named {uid!r}"
+    return "uid"
+
+
+async def committed_rebased(
+    store: Any, session_id: str, identity: str | None = None, **arguments: Any
+) -> Rebased:
+    """``store.commit_rebased`` (``identity`` as for :func:`committed`), whose answer must
+    name the session's identity as a read right after gives it (``Rebased.uid`` is not
+    compared by ``==``)."""
+    arguments.update(await _expected_uid(store, session_id, identity))
+    done: Rebased = await store.commit_rebased(session_id, **arguments)
+    assert done.uid is not None, f"{store!r} names no identity"
+    assert done.uid == (await store.read(session_id)).uid, f"{store!r}: it named {done.uid!r}"
+    return done
+
+
 async def outcome(call: Callable[[], Awaitable[Any]]) -> tuple[str, object]:
     """``("ok", value)`` or ``("raised", the exception's type name)``."""
     try:
         answer = await call()
+    except AssertionError:  # a check of the model's own (see committed), not an answer
+        raise
     except Exception as error:  # compared by type: the model says which store was wrong
         return "raised", type(error).__name__
     return "ok", value(answer)

@@ -14,7 +14,7 @@ from nous_session.codec import encode
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.listing import latest_metadata
-from nous_session.stores._common import Commit
+from nous_session.stores._common import Commit, identity_conflict
 from nous_session.stores.base import check_commit_state, check_held
 from nous_session.stores.postgres._errors import commit_errors, errors, pipelined
 from nous_session.stores.postgres._rows import release_shared, row_of
@@ -53,6 +53,7 @@ def commit_parameters(commit: Commit, channel: str) -> dict[str, Any]:
         "key_seqs": [first for _, first, _ in keys],
         "key_sizes": [size for _, _, size in keys],
         "commit_id": commit_id,
+        "expected_uid": commit.expected_uid,
         "first": rows[0].seq if rows else expected_count,
         "size": len(rows),
         "channel": channel,
@@ -80,11 +81,11 @@ def commit_alone(
     horizon: int | None,
     expected_horizon: int | None,
     sealer: Callable[[Sequence[Event]], list[bytes]] | None = None,
-) -> None:
+) -> str:
     """Run one commit's statement in a transaction of its own (in a worker thread). With
     ``locked`` (a snapshot, or a horizon to check against the stored one), under the
     session's row lock, after giving the forks sharing what it drops their copies. With a
-    ``sealer``, the records are sealed by it.
+    ``sealer``, the records are sealed by it. Returns the session's identity (uid).
 
     Raises:
         Unmatched: the statement matched no row (a conflict, or another data key).
@@ -115,14 +116,27 @@ def commit_alone(
             done = connection.execute(statement, parameters).fetchone()
     if done is None:
         raise Unmatched
+    uid: str = done[0]
+    return uid
 
 
-def conflict(session_id: str, expected_count: int, expected_horizon: int | None) -> ConflictError:
+def conflict(
+    session_id: str,
+    expected_count: int,
+    expected_horizon: int | None,
+    expected_uid: str | None = None,
+) -> ConflictError:
     """The error of a commit whose statement matched no row."""
     return ConflictError(
         f"session {session_id!r} does not have count {expected_count}"
         + ("" if expected_horizon is None else f" and horizon {expected_horizon}")
-        + ": another writer committed first"
+        + (
+            ": another writer committed first"
+            if expected_uid is None
+            else f" (or is not the one of identity {expected_uid!r}: deleted since, and made"
+            " again if it exists): another writer committed first, or deleted it;"
+            " nothing was written"
+        )
     )
 
 
@@ -141,12 +155,13 @@ def rebase(
     parameters: dict[str, Any],
     rows: Sequence[Event],
 ) -> tuple[Any, list[Any], list[Any]]:
-    """A rebasing commit, pipelined into one round trip: the moved count and horizon (None
-    when nothing moved), and what other writers stored since the caller's count."""
+    """A rebasing commit, pipelined into one round trip: the moved count, horizon and the
+    session's identity (None when nothing moved), and what other writers stored since the
+    caller's count."""
     parameters["tails"] = [tail(event) for event in rows]
     with commit_errors(parameters["name"]), pool.connection() as connection:
         with pipelined(connection, begin="BEGIN"):
-            if parameters["expected"] == 0:
+            if parameters["expected"] == 0 and parameters["expected_uid"] is None:
                 connection.execute(statements.ensure_row, parameters)
             connection.execute(statements.lock_row, parameters)
             counted = connection.execute(statements.rebased, parameters)
@@ -162,6 +177,11 @@ def refused(
     session_id, expected_count = parameters["name"], parameters["expected"]
     with errors(f"cannot read session {session_id!r}"), pool.connection() as connection:
         found = connection.execute(statements.held_seqs, parameters).fetchall()
+        expected_uid = parameters["expected_uid"]
+        if expected_uid is not None:
+            uid = connection.execute(statements.row_query, (session_id,)).fetchone()
+            if uid is None or uid[5] != expected_uid:
+                return identity_conflict(session_id, expected_uid)
     if found and found[0][0] >= expected_count:
         count, horizon, low = found[0][0], found[0][1], found[0][2]
         check_held(

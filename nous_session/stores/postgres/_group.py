@@ -18,6 +18,7 @@ from nous_session._loops import Done
 from nous_session.codec import encode
 from nous_session.errors import ConflictError, OutcomeUnknownError, StoreError
 from nous_session.event import Event
+from nous_session.stores.postgres._commit import conflict
 from nous_session.stores.postgres._errors import commit_errors, commit_failure, describe, pipelined
 from nous_session.stores.postgres._sql import Statements
 
@@ -28,10 +29,10 @@ class Grouped:
     """One commit waiting in a round of grouped commits (see :meth:`GroupCommits.commit`).
 
     The round's first caller runs the group and sets ``done``; ``error`` is what its caller
-    raises (None: the commit landed).
+    raises (None: the commit landed, into the session whose identity is ``uid``).
     """
 
-    __slots__ = ("done", "error", "parameters", "rows", "sealer", "session_id", "statement")
+    __slots__ = ("done", "error", "parameters", "rows", "sealer", "session_id", "statement", "uid")
 
     def __init__(
         self,
@@ -50,6 +51,7 @@ class Grouped:
         # builds an asyncio.Event per commit): set and awaited on the loop's thread.
         self.done = Done()
         self.error: BaseException | None = None
+        self.uid = ""
 
 
 class GroupCommits:
@@ -94,8 +96,9 @@ class GroupCommits:
         self.transactions = 0
         self.commits_sent = 0
 
-    async def commit(self, item: Grouped) -> None:
-        """Commit ``item`` in one transaction with every commit sent in the same round.
+    async def commit(self, item: Grouped) -> str:
+        """Commit ``item`` in one transaction with every commit sent in the same round; returns
+        the identity (uid) of the session it went into, which the statement reads back.
 
         Each commit is one autocommitted statement on its own connection otherwise: one
         transaction, one WAL flush and one NOTIFY each, and PostgreSQL serialises the commits
@@ -150,6 +153,7 @@ class GroupCommits:
         if item.error is not None:
             failure, item.error = item.error, None
             raise failure
+        return item.uid
 
     def _commit_group(self, group: list[Grouped]) -> None:
         """On a worker thread: commit ``group`` in one transaction (see :meth:`commit`)."""
@@ -192,7 +196,7 @@ class GroupCommits:
                         cursors = [
                             connection.execute(item.statement, item.parameters) for item in alone
                         ]
-                    moved = {row[0] for row in moving.fetchall()} if common else set()
+                    moved = {row[0]: row[1] for row in moving.fetchall()} if common else {}
                     found = [cursor.fetchone() for cursor in cursors]
                 except psycopg.Error:
                     broken = connection.broken
@@ -209,16 +213,22 @@ class GroupCommits:
                 self._commit_alone(item)
             return
         for item in common:
-            if item.session_id not in moved:
+            uid = moved.get(item.session_id)
+            if uid is None:
                 item.error = self._conflict(item)
+            else:
+                item.uid = uid
         for item, row in zip(alone, found, strict=True):
             if row is None:
                 item.error = self._conflict(item)
+            else:
+                item.uid = row[0]
 
     def _group_parameters(self, common: list[Grouped]) -> dict[str, Any]:
         """The arrays of the group commit statement for ``common``: one entry per commit,
         event, key and commit id."""
         names, expected, counts, expected_horizons, payloads, kids = [], [], [], [], [], []
+        expected_uids: list[str | None] = []
         event_sessions: list[str] = []
         seqs: list[int] = []
         records: list[bytes] = []
@@ -235,6 +245,7 @@ class GroupCommits:
             expected_horizons.append(parameters["expected_horizon"])
             payloads.append(parameters["payload"])
             kids.append(parameters["kid"])
+            expected_uids.append(parameters["expected_uid"])
             event_sessions += [name] * len(parameters["seqs"])
             seqs += parameters["seqs"]
             records += parameters["records"]
@@ -254,6 +265,7 @@ class GroupCommits:
             "expected_horizons": expected_horizons,
             "payloads": payloads,
             "kids": kids,
+            "expected_uids": expected_uids,
             "event_sessions": event_sessions,
             "seqs": seqs,
             "records": records,
@@ -278,12 +290,15 @@ class GroupCommits:
             return
         if row is None:
             item.error = self._conflict(item)
+        else:
+            item.uid = row[0]
 
     @staticmethod
     def _conflict(item: Grouped) -> ConflictError:
-        expected, horizon = item.parameters["expected"], item.parameters["expected_horizon"]
-        return ConflictError(
-            f"session {item.session_id!r} does not have count {expected}"
-            + ("" if horizon is None else f" and horizon {horizon}")
-            + ": another writer committed first"
+        parameters = item.parameters
+        return conflict(
+            item.session_id,
+            parameters["expected"],
+            parameters["expected_horizon"],
+            parameters["expected_uid"],
         )

@@ -67,28 +67,32 @@ class KeyedTables:
     _group_commits: ClassVar[bool] = True
     """Whether a commit that drops nothing joins a round's group (a switch for benchmarks)."""
 
-    async def _commit(self, commit: Commit) -> None:
+    async def _commit(self, commit: Commit) -> str:
         keyring = self._keyring
         if keyring is None:
-            await self._commit_once(commit, commit_parameters(commit, self._channel))
-            return
-        await self._commit_sealed(commit, keyring)
+            return await self._commit_once(commit, commit_parameters(commit, self._channel))
+        return await self._commit_sealed(commit, keyring)
 
     async def _commit_once(
         self,
         commit: Commit,
         parameters: dict[str, Any],
         sealer: Callable[[Sequence[Event]], list[bytes]] | None = None,
-    ) -> None:
+    ) -> str:
+        """Commit, grouped with the round's other commits when it can be; returns the
+        session's identity (uid)."""
         session_id, expected_count, rows = commit.session_id, commit.expected_count, commit.events
         dropped, expected_horizon, horizon = commit.dropped, commit.expected_horizon, commit.horizon
-        statement = self._sql.first_commit if expected_count == 0 else self._sql.commit
+        # One that expects an identity needs the row: it never makes one.
+        first = expected_count == 0 and commit.expected_uid is None
+        statement = self._sql.first_commit if first else self._sql.commit
         # A snapshot, or a horizon to check against the stored one, is committed under the
         # session's row lock (check_commit_state needs the stored horizon).
         locked = bool(dropped) or (horizon is not None and expected_horizon is None)
         if not locked and self._group_commits:
-            await self._groups.commit(Grouped(session_id, statement, parameters, rows, sealer))
-            return
+            return await self._groups.commit(
+                Grouped(session_id, statement, parameters, rows, sealer)
+            )
         alone = functools.partial(
             commit_alone,
             self._pool,
@@ -103,11 +107,13 @@ class KeyedTables:
             sealer=sealer,
         )
         try:
-            await self._run(alone)
+            return await self._run(alone)
         except Unmatched:
-            raise conflict(session_id, expected_count, expected_horizon) from None
+            raise conflict(
+                session_id, expected_count, expected_horizon, commit.expected_uid
+            ) from None
 
-    async def _commit_sealed(self, commit: Commit, keyring: Keyring) -> None:
+    async def _commit_sealed(self, commit: Commit, keyring: Keyring) -> str:
         """Commit sealed under the session's current key (made, and stored with the first
         commit, when it has none); an erasure that replaced the key meanwhile makes the
         commit move nothing, and it is sent again under the new one."""
@@ -125,12 +131,17 @@ class KeyedTables:
             parameters = commit_parameters(commit, self._channel)
             parameters["kid"] = kid
             if new is not None:  # the session has no row: its first commit stores the key
-                if commit.expected_count != 0:
-                    raise conflict(session_id, commit.expected_count, commit.expected_horizon)
+                if commit.expected_count != 0 or commit.expected_uid is not None:
+                    raise conflict(
+                        session_id,
+                        commit.expected_count,
+                        commit.expected_horizon,
+                        commit.expected_uid,
+                    )
                 parameters["new_kid"], parameters["new_provider"], parameters["new_wrapped"] = new
             sealer = functools.partial(seal_events, keyring, kid, cipher)
             try:
-                await self._commit_once(commit, parameters, sealer)
+                uid = await self._commit_once(commit, parameters, sealer)
                 if new is not None:
                     keyring.current[session_id] = kid
             except ConflictError:
@@ -140,7 +151,7 @@ class KeyedTables:
                 if not await self._run(functools.partial(moved, session_id, kid)):
                     raise
             else:
-                return
+                return uid
         raise ConflictError(
             f"session {session_id!r}: its data key kept changing while committing (erasures"
             " in progress); nothing was written"

@@ -123,7 +123,7 @@ def rebase_sealed(
     opened."""
     name, expected = parameters["name"], parameters["expected"]
     with commit_errors(name), pool.connection() as connection, connection.transaction():
-        if expected == 0:
+        if expected == 0 and parameters["expected_uid"] is None:
             connection.execute(statements.ensure_row, parameters)
         locked = connection.execute(statements.lock_row, parameters).fetchone()
         if locked is None:  # no such session (deleted?): refused, as the count says

@@ -170,7 +170,9 @@ class Statements(_ErasureStatements, _KeyStatements):
         # alone is a contradiction, which "implies" the predicate of any partial index, and
         # on stale statistics the planner could read all of one for nothing. The session's
         # data key must be the one the records were sealed under (``kid``; NULL for a store
-        # without encryption): an erasure replaces it, and then the commit moves nothing.
+        # without encryption): an erasure replaces it, and then the commit moves nothing. So
+        # must the session's identity be ``expected_uid``, when given. The session's identity
+        # (uid) comes back in the statement's one row (none: a conflict).
         writes = """
             , kept AS (
                 INSERT INTO {kept} (session, seq, record, kid)
@@ -199,7 +201,7 @@ class Statements(_ErasureStatements, _KeyStatements):
                 WHERE %(commit_id)s::text IS NOT NULL AND EXISTS (SELECT 1 FROM moved)
                 RETURNING 1
             )
-            SELECT pg_notify(%(channel)s, %(payload)s) FROM moved
+            SELECT uid, pg_notify(%(channel)s, %(payload)s) FROM moved
         """
         self.commit = self._statement(
             """WITH moved AS (
@@ -210,13 +212,15 @@ class Statements(_ErasureStatements, _KeyStatements):
                     meta_seq = coalesce(%(meta_seq)s::bigint, meta_seq)
                 WHERE name = %(name)s AND count = %(expected)s
                 AND (%(expected_horizon)s::bigint IS NULL OR horizon = %(expected_horizon)s)
+                AND (%(expected_uid)s::text IS NULL OR uid = %(expected_uid)s::text)
                 AND kid IS NOT DISTINCT FROM %(kid)s::bytea
-                RETURNING name
+                RETURNING name, uid
             )"""
             + writes
         )
         # The first commit of a session creates its row, unless another writer just did (or
-        # an empty commit made it: then it moves that row's count, and horizon, alike). A
+        # an empty commit made it: then it moves that row's count, and horizon, alike; one
+        # that expects an identity is sent as ``commit``, as the row must exist). A
         # store that encrypts stores the session's new data key with it (``new_kid``, ...),
         # and records the session as holding rows under it.
         self.first_commit = self._statement(
@@ -231,7 +235,7 @@ class Statements(_ErasureStatements, _KeyStatements):
                 WHERE s.count = 0
                 AND (%(expected_horizon)s::bigint IS NULL OR s.horizon = %(expected_horizon)s)
                 AND s.kid IS NOT DISTINCT FROM %(kid)s::bytea
-                RETURNING name
+                RETURNING name, s.uid
             ), data_key AS (
                 INSERT INTO {data_keys} (kid, provider, wrapped)
                 SELECT %(new_kid)s::bytea, %(new_provider)s::text, %(new_wrapped)s::bytea
@@ -250,13 +254,14 @@ class Statements(_ErasureStatements, _KeyStatements):
         # statement: the sessions' rows locked in name order (two groups cannot deadlock), each
         # count moved from its expected value, and only for the sessions that matched, their
         # rows, keys and commit ids inserted and a NOTIFY sent. The names of the sessions that
-        # moved come back; a session missing from them had a count or horizon conflict.
+        # moved come back, with their identities (uid); a session missing from them had a
+        # count or horizon conflict.
         self.group_commit = self._statement(
             """WITH v AS (
                 SELECT * FROM unnest(%(names)s::text[], %(expected)s::bigint[],
                     %(counts)s::bigint[], %(expected_horizons)s::bigint[], %(payloads)s::text[],
-                    %(kids)s::bytea[])
-                    AS v (name, expected, count, expected_horizon, payload, kid)
+                    %(kids)s::bytea[], %(expected_uids)s::text[])
+                    AS v (name, expected, count, expected_horizon, payload, kid, expected_uid)
             ), locked AS (
                 SELECT name FROM {sessions} WHERE name = ANY(%(names)s::text[])
                 ORDER BY name FOR UPDATE
@@ -267,8 +272,9 @@ class Statements(_ErasureStatements, _KeyStatements):
                 FROM v JOIN locked USING (name)
                 WHERE s.name = v.name AND s.count = v.expected
                 AND (v.expected_horizon IS NULL OR s.horizon = v.expected_horizon)
+                AND (v.expected_uid IS NULL OR s.uid = v.expected_uid)
                 AND s.kid IS NOT DISTINCT FROM v.kid
-                RETURNING s.name, v.payload, v.kid
+                RETURNING s.name, s.uid, v.payload, v.kid
             ), inserted AS (
                 INSERT INTO {events} (session, seq, record, kid)
                 SELECT e.session, e.seq, e.record, moved.kid
@@ -288,7 +294,7 @@ class Statements(_ErasureStatements, _KeyStatements):
                     %(firsts)s::bigint[], %(sizes)s::int[]) AS c (session, commit_id, seq, n)
                 WHERE c.session IN (SELECT name FROM moved) RETURNING 1
             )
-            SELECT name, pg_notify(%(channel)s, payload) FROM moved"""
+            SELECT name, uid, pg_notify(%(channel)s, payload) FROM moved"""
         )
 
         # A rebasing commit moves the count by the batch's length from wherever it is (taking
@@ -322,7 +328,7 @@ class Statements(_ErasureStatements, _KeyStatements):
                 WHERE %(commit_id)s::text IS NOT NULL
                 RETURNING 1
             )
-            SELECT base, horizon, pg_notify(%(channel)s, json_build_object(
+            SELECT base, horizon, uid, pg_notify(%(channel)s, json_build_object(
                 'session', %(name)s::text, 'head', base + %(n)s)::text) FROM moved
         """
         # It moves nothing when the session is missing a row between its horizon (or the
@@ -339,6 +345,7 @@ class Statements(_ErasureStatements, _KeyStatements):
                     meta_seq = CASE WHEN %(meta)s::jsonb IS NULL THEN s.meta_seq
                                     ELSE s.count + %(meta_offset)s::bigint END
                 WHERE s.name = %(name)s AND s.count >= %(expected)s
+                AND (%(expected_uid)s::text IS NULL OR s.uid = %(expected_uid)s::text)
                 AND s.kid IS NOT DISTINCT FROM %(kid)s::bytea
                 AND (SELECT count(*) FROM {events} e WHERE e.session = s.name
                      AND e.seq >= greatest(%(expected)s, s.horizon,
@@ -346,11 +353,12 @@ class Statements(_ErasureStatements, _KeyStatements):
                      AND e.seq < s.count)
                     = greatest(0, s.count - greatest(%(expected)s, s.horizon,
                                            CASE WHEN s.shares THEN s.fork_point + 1 ELSE 0 END))
-                RETURNING s.count - %(n)s AS base, s.horizon"""
+                RETURNING s.count - %(n)s AS base, s.horizon, s.uid"""
         self.rebased = self._statement(moving + inserted_plain + rebased)
         self.rebased_sealed = self._statement(moving + inserted_sealed + rebased)
         # A rebase's first commit of a session makes its row (count 0) if missing, so that
-        # _lock_row always has a row to lock: another writer's first commit is waited for.
+        # _lock_row always has a row to lock: another writer's first commit is waited for
+        # (not one that expects an identity: the row must exist).
         self.ensure_row = self._statement(
             "INSERT INTO {sessions} (name, count) VALUES (%(name)s, 0)"
             " ON CONFLICT (name) DO NOTHING"

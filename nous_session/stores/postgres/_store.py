@@ -319,6 +319,7 @@ class PostgresStore(KeyedTables, ErasingTables, TableLeases, ListenerFeed, FeedS
             "key_seqs": [first for _, first, _ in keys],
             "key_sizes": [size for _, _, size in keys],
             "commit_id": commit_id,
+            "expected_uid": commit.expected_uid,
             "channel": self._channel,
             "meta": None if metadata is None else metadata[1].decode(),
             "meta_offset": None if metadata is None else metadata[0] - expected_count,
@@ -337,7 +338,7 @@ class PostgresStore(KeyedTables, ErasingTables, TableLeases, ListenerFeed, FeedS
             raise await self._run(
                 functools.partial(refused, self._pool, self._sql, parameters, self._where)
             )
-        base, horizon = done[0], done[1]
+        base, horizon, uid = done[0], done[1], done[2]
         shift = base - expected_count
         try:
             between = decode_rows(others, place(session_id, self._where))
@@ -358,6 +359,7 @@ class PostgresStore(KeyedTables, ErasingTables, TableLeases, ListenerFeed, FeedS
             moved(rows, shift) if shift else rows,
             MappingProxyType({key: (seq, n) for key, seq, n in keyed}),
             horizon,
+            uid,
         )
 
     async def committed(self, session_id: str, commit_id: str) -> tuple[int, int] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from collections.abc import Callable
 from types import MappingProxyType
@@ -11,7 +12,7 @@ from nous_session.codec import decode_rows, encode
 from nous_session.errors import ConflictError
 from nous_session.event import Event
 from nous_session.listing import latest_metadata
-from nous_session.stores._common import Commit
+from nous_session.stores._common import Commit, identity_conflict
 from nous_session.stores._sealed import Keyring
 from nous_session.stores.base import (
     Rebased,
@@ -49,7 +50,7 @@ class _CommitJob:
         commit: Commit,
         records: list[tuple[int, bytes]],
         metadata: tuple[int, bytes] | None,
-        ids: dict[str, int] | None,
+        ids: dict[str, tuple[int, str]] | None,
         keyring: Keyring | None = None,
     ) -> None:
         self.path = path
@@ -59,10 +60,12 @@ class _CommitJob:
         self.ids = ids
         self.keyring = keyring
 
-    def __call__(self, connection: sqlite3.Connection) -> None:
+    def __call__(self, connection: sqlite3.Connection) -> str:
         commit = self.commit
         try:
-            write_commit(connection, commit, self.records, self.metadata, self.ids, self.keyring)
+            return write_commit(
+                connection, commit, self.records, self.metadata, self.ids, self.keyring
+            )
         except sqlite3.Error as error:
             what = f"commit to session {commit.session_id!r} in {self.path}"
             raise _translated(error, what) from error
@@ -74,13 +77,14 @@ _ACTIVE_STEP: Final = 1_000_000  # microseconds: how far behind the last-active 
 _IDS_AT_MOST: Final = 65_536  # session ids a store keeps for its commits (then it starts over)
 
 
-def _keep_id(ids: dict[str, int] | None, session_id: str, sid: int) -> None:
-    """Remember ``sid`` as the id of ``session_id`` (a bounded memory: full, it starts over)."""
+def _keep_id(ids: dict[str, tuple[int, str]] | None, session_id: str, sid: int, uid: str) -> None:
+    """Remember ``sid`` and ``uid`` as the id and identity of ``session_id`` (a bounded memory:
+    full, it starts over)."""
     if ids is None:
         return
     if len(ids) >= _IDS_AT_MOST and session_id not in ids:
         ids.clear()
-    ids[session_id] = sid
+    ids[session_id] = (sid, uid)
 
 
 def write_commit(
@@ -88,15 +92,15 @@ def write_commit(
     commit: Commit,
     records: list[tuple[int, bytes]],
     metadata: tuple[int, bytes] | None = None,
-    ids: dict[str, int] | None = None,
+    ids: dict[str, tuple[int, str]] | None = None,
     keyring: Keyring | None = None,
-) -> None:
-    """Write one commit in the caller's transaction.
+) -> str:
+    """Write one commit in the caller's transaction; returns the session's identity (uid).
 
     Args:
-        ids: the ids of sessions this store has written, by name (read and filled here, on
-            the writer's thread only); a stale one is harmless, as the row it names must
-            still have the session's name.
+        ids: the ids and identities of sessions this store has written, by name (read and
+            filled here, on the writer's thread only); a stale one is harmless, as the row it
+            names must still have the session's name and identity.
         keyring: the store's data keys when it encrypts: the plain ``records`` are sealed
             under the session's current key (made at its first encrypted commit).
 
@@ -120,23 +124,28 @@ def write_commit(
         # The common commit (new events to an existing session): the conditional UPDATE is
         # the conflict check.
         count = records[-1][0] + 1
-        sid = None if ids is None else ids.get(session_id)
+        known = None if ids is None else ids.get(session_id)
         # The key the session seals with, as this store last saw it (checked by the UPDATE).
         kid = None if keyring is None else keyring.current.get(session_id)
         moved = False
+        sid, uid = 0, ""  # set when a row moved
         if keyring is not None and kid is None:
             pass  # the session's key is not known here yet: the full path reads it
-        elif sid is not None:
+        elif known is not None:
+            sid, uid = known
+            if commit.expected_uid is not None:
+                uid = commit.expected_uid  # the row must have it (else: the full path says)
             moved = (
                 connection.execute(
                     _ADVANCE_KNOWN if expected_horizon is None else _ADVANCE_KNOWN_AT_HORIZON,
-                    (count, len(records), sid, session_id, expected_count, kid)
+                    (count, len(records), sid, session_id, uid, expected_count, kid)
                     if expected_horizon is None
                     else (
                         count,
                         len(records),
                         sid,
                         session_id,
+                        uid,
                         expected_count,
                         expected_horizon,
                         kid,
@@ -145,21 +154,29 @@ def write_commit(
                 == 1
             )
         else:
+            expected_uid = commit.expected_uid
             found = connection.execute(
                 _ADVANCE if expected_horizon is None else _ADVANCE_AT_HORIZON,
-                (count, len(records), session_id, expected_count, kid)
+                (count, len(records), session_id, expected_count, kid, expected_uid)
                 if expected_horizon is None
-                else (count, len(records), session_id, expected_count, expected_horizon, kid),
+                else (
+                    count,
+                    len(records),
+                    session_id,
+                    expected_count,
+                    expected_horizon,
+                    kid,
+                    expected_uid,
+                ),
             ).fetchone()
             if found is not None:
                 moved = True
-                (sid,) = found
-                _keep_id(ids, session_id, sid)
+                sid, uid = found
+                _keep_id(ids, session_id, sid, uid)
         if moved:
             now = _now()
             connection.execute(_TOUCH, (now, sid, now - _ACTIVE_STEP))
             if keyring is not None and kid is not None:
-                assert sid is not None
                 _insert_sealed(connection, keyring, sid, kid, records)
             elif len(records) == 1:
                 connection.execute(
@@ -171,7 +188,7 @@ def write_commit(
                     "INSERT INTO nous_events (sid, seq, record) VALUES (?, ?, ?)",
                     [(sid, seq, record) for seq, record in records],
                 )
-            return
+            return uid
         # No row moved: the full path below says what the conflict is (or reads the key).
     row = _row(connection, session_id)
     stored = 0 if row is None else row.count
@@ -180,6 +197,8 @@ def write_commit(
             f"session {session_id!r} has count {stored}, expected {expected_count}:"
             " another writer committed first"
         )
+    if commit.expected_uid is not None and (row is None or row.uid != commit.expected_uid):
+        raise identity_conflict(session_id, commit.expected_uid)
     stored_horizon = 0 if row is None else row.horizon
     if expected_horizon is not None and stored_horizon != expected_horizon:
         raise ConflictError(
@@ -195,15 +214,17 @@ def write_commit(
     )
     now = _now()
     if row is None:
-        sid = connection.execute(
+        uid = secrets.token_hex(8)  # as a fork's, lower(hex(randomblob(8))): 16 hex digits
+        made = connection.execute(
             "INSERT INTO nous_sessions (name, count, held, created, active, uid)"
-            " VALUES (?, 0, 0, ?, ?, lower(hex(randomblob(8))))",
-            (session_id, now, now),
+            " VALUES (?, 0, 0, ?, ?, ?)",
+            (session_id, now, now, uid),
         ).lastrowid
-        assert sid is not None
+        assert made is not None
+        sid = made
     else:
-        sid = row.key
-    _keep_id(ids, session_id, sid)
+        sid, uid = row.key, row.uid
+    _keep_id(ids, session_id, sid, uid)
     kid = None
     if records and keyring is not None:
         kid = session_key(connection, keyring, sid, session_id)
@@ -256,6 +277,7 @@ def write_commit(
             sid,
         ),
     )
+    return uid
 
 
 def _insert_sealed(
@@ -274,7 +296,7 @@ def _insert_sealed(
     )
 
 
-def instrument(wrap: Callable[[str, Callable[..., None]], Callable[..., None]]) -> None:
+def instrument(wrap: Callable[[str, Callable[..., str]], Callable[..., str]]) -> None:
     """A hook for benchmarks only (benchmarks/one_session_chain.py): replace the statements of
     every commit job (``"statements"``) by ``wrap("statements", function)``, to time them."""
     global write_commit
@@ -284,7 +306,7 @@ def instrument(wrap: Callable[[str, Callable[..., None]], Callable[..., None]]) 
 def rebase_in(
     connection: sqlite3.Connection,
     commit: Commit,
-    ids: dict[str, int],
+    ids: dict[str, tuple[int, str]],
     path: str,
     keyring: Keyring | None = None,
 ) -> Rebased:
@@ -298,6 +320,8 @@ def rebase_in(
         raise ConflictError(
             f"session {session_id!r} has count {stored}, below the expected {expected_count}"
         )
+    if commit.expected_uid is not None and (row is None or row.uid != commit.expected_uid):
+        raise identity_conflict(session_id, commit.expected_uid)
     shift = stored - expected_count
     others: list[Event] = []
     between: dict[str, tuple[int, int]] = {}
@@ -328,7 +352,7 @@ def rebase_in(
     placed = moved(listed, shift) if shift else listed
     records = [(event.seq, encode(event)) for event in placed]
     rebased = Commit(session_id, stored, placed, keys=moved_keys(keys, shift), commit_id=commit_id)
-    write_commit(connection, rebased, records, latest_metadata(placed), ids, keyring)
+    uid = write_commit(connection, rebased, records, latest_metadata(placed), ids, keyring)
     return Rebased(
-        shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon
+        shift, others, placed, MappingProxyType(between), 0 if row is None else row.horizon, uid
     )

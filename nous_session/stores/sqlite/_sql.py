@@ -78,8 +78,12 @@ def _json_match(wanted: object) -> str:
 # commit would update two indexes per commit (SQLite maintains an index whenever the UPDATE
 # names one of its columns, whether the value changes or not), and the time is kept to the
 # second, by a conditional UPDATE. The first commit of a session through a store reads its id
-# back (RETURNING); later ones name the row by the id the store keeps (and its name, so that a
-# row deleted meanwhile, its id taken by another session, is never the one moved). RETURNING
+# and identity (uid) back (RETURNING); later ones name the row by the id the store keeps, its
+# name and its uid, so that a row deleted meanwhile is never the one moved: not when its id is
+# taken by another session, nor when the session is made again under its name and SQLite gives
+# the new row the same id (the highest id + 1, as the deleted row's was). So the uid a commit
+# returns is the one the store keeps, with no reading back. A commit that expects an identity
+# (``expected_uid``) names it instead (the row must have it, or nothing moves). RETURNING
 # costs more than the second UPDATE: one commit's statements alone in their transaction took
 # 26-51 µs reading the id and the last-active time back at every commit, against 16-32 by the
 # kept id, and 28-32 against 24-29 per commit in a transaction of 200 (medians of rounds in
@@ -90,25 +94,26 @@ def _json_match(wanted: object) -> str:
 # and takes the full path, which reads the stored key.
 _ADVANCE: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
-    " WHERE name = ? AND count = ? AND kid IS ? RETURNING id"
+    " WHERE name = ? AND count = ? AND kid IS ? AND uid = coalesce(?, uid) RETURNING id, uid"
 )
 
 
 _ADVANCE_AT_HORIZON: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
-    " WHERE name = ? AND count = ? AND horizon = ? AND kid IS ? RETURNING id"
+    " WHERE name = ? AND count = ? AND horizon = ? AND kid IS ? AND uid = coalesce(?, uid)"
+    " RETURNING id, uid"
 )
 
 
 _ADVANCE_KNOWN: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
-    " WHERE id = ? AND name = ? AND count = ? AND kid IS ?"
+    " WHERE id = ? AND name = ? AND uid = ? AND count = ? AND kid IS ?"
 )
 
 
 _ADVANCE_KNOWN_AT_HORIZON: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
-    " WHERE id = ? AND name = ? AND count = ? AND horizon = ? AND kid IS ?"
+    " WHERE id = ? AND name = ? AND uid = ? AND count = ? AND horizon = ? AND kid IS ?"
 )
 
 

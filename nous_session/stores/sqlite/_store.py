@@ -95,8 +95,9 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
     _limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
     _writer: SQLiteWriter | None = attrs.field(default=None, init=False)
     _closed: bool = attrs.field(default=False, init=False)
-    # Session ids by name, for the common commit (see _ADVANCE_KNOWN): the writer's thread's.
-    _ids: dict[str, int] = attrs.field(factory=dict, init=False)
+    # Session ids and identities (uid) by name, for the common commit (see _ADVANCE_KNOWN):
+    # the writer's thread's.
+    _ids: dict[str, tuple[int, str]] = attrs.field(factory=dict, init=False)
     # The change feed's thread and its watches (see :meth:`watch`), made by the first watch.
     _monitor: ChangeMonitor | None = attrs.field(default=None, init=False)
     _monitor_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
@@ -236,7 +237,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
 
         return await self._run(read)
 
-    async def _commit(self, commit: Commit) -> None:
+    async def _commit(self, commit: Commit) -> str:
         rows = commit.events
         records = [(event.seq, encode(event)) for event in rows]  # encoded before joining a group
         metadata = latest_metadata(rows)
@@ -244,7 +245,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
             raise StoreError(f"the store {self.url} is closed")
         if self.read_only:
             raise StoreError(f"the store {self.url} is open read-only")
-        await self._writer_thread().write(
+        return await self._writer_thread().write(
             _CommitJob(self.path, commit, records, metadata, self._ids, self._keyring)
         )
 
