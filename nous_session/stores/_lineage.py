@@ -25,6 +25,7 @@ __all__ = [
     "fork_parent",
     "lineage",
     "metadata_at",
+    "nearest_keys",
     "stored",
 ]
 
@@ -92,6 +93,13 @@ def metadata_at(
         if event.type is EventType.METADATA:
             return dumps(event.data.get("metadata", {})).decode(), seq
     return None, None
+
+
+def nearest_keys(keys: Iterable[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """The idempotency keys a sharing fork answers, given its lineage's from the root down:
+    of two of one name (a fork's own key over one its parent holds too), the nearer holder's,
+    as a read gives them."""
+    return list({key: (key, seq, n) for key, seq, n in keys}.values())
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ from nous_session.stores._lineage import (
     fork_parent,
     lineage,
     metadata_at,
+    nearest_keys,
     stored,
 )
 from nous_session.stores._sealed import KeyGone, Keyring, kid_of
@@ -96,7 +97,7 @@ def inherited(
     for name, low, high in ranges(connection, statements, row)[:-1]:
         keys += connection.execute(statements.inherited_keys, (name, max(low, since), high))
         kept += connection.execute(statements.inherited_kept, (name, low, high))
-    return keys, kept
+    return nearest_keys(keys), kept
 
 
 def _own_copy(connection: Connection, statements: Statements, name: str) -> None:

@@ -15,6 +15,7 @@ from nous_session.stores._lineage import (
     fork_parent,
     lineage,
     metadata_at,
+    nearest_keys,
     stored,
 )
 from nous_session.stores._sealed import Keyring, kid_of
@@ -105,7 +106,7 @@ def _inherited(
             " ORDER BY seq",
             (sid, low, high),
         ).fetchall()
-    return keys, kept
+    return nearest_keys(keys), kept
 
 
 def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
