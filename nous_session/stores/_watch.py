@@ -18,6 +18,7 @@ from nous_session._loops import current_library, scheduler
 
 __all__ = [
     "ASK_AGAIN",
+    "GONE",
     "HELD",
     "HOLD_AT_MOST",
     "UNSURE",
@@ -42,8 +43,10 @@ Known = Callable[[], tuple[int, int, bool]]
 """What a watcher holds already, read from the feed's thread: its (count, horizon), and whether
 a commit of its own is in flight (then a head it does not hold yet may be that commit's)."""
 
-HELD, UNSURE, WAKE = 0, 1, 2
-"""A :meth:`Watch.verdict`: the owner holds the head, cannot say yet, or must be woken."""
+HELD, UNSURE, WAKE, GONE = 0, 1, 2, 3
+"""A :meth:`Watch.verdict`: the owner holds the head, cannot say yet, must be woken, or must
+read the session again whatever it holds (the feed then pushes ``-1``): the store holds no
+event of a session the owner holds events of, so it was deleted."""
 
 
 class Watch:
@@ -71,8 +74,10 @@ class Watch:
         """Whether the owner holds the head ``count`` (with ``horizon``, when the feed knows
         it) already (:data:`HELD`: waking it would only make it compare and sleep again; an
         actor's own commit is the common case), cannot say yet (:data:`UNSURE`: its own
-        commit is in flight, and may be this head), or must be woken (:data:`WAKE`). A
-        ``known`` that raises counts as none."""
+        commit is in flight, and may be this head), must be woken (:data:`WAKE`), or must
+        read whatever there is (:data:`GONE`: the head is 0 and the owner holds events, so
+        the session was deleted; or the feed read it before its first commit landed, which
+        costs one short read). A ``known`` that raises counts as none."""
         known = self.known
         if known is None:
             return WAKE
@@ -81,6 +86,8 @@ class Watch:
         except Exception as error:  # the owner's bug: it is woken, as with no known
             _logger.debug("nous_session.watch_known_failed", error=repr(error))
             return WAKE
+        if count == 0 and held > 0:
+            return GONE  # a count goes down only when its session is deleted
         if held >= count and (horizon is None or held_horizon == horizon):
             return HELD
         return UNSURE if committing else WAKE

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from nous_session import ConflictError, Message, SessionActor
+from nous_session import ConflictError, Event, Message, SessionActor
 from nous_session.event import make_event
 from nous_session.stores import follow
 from nous_session.stores.sqlite import SQLiteStore
@@ -483,3 +483,64 @@ def test_a_follower_on_a_plain_event_loop_starts_its_task_when_a_head_comes(
         import asyncio
 
         assert asyncio.run(scenario()) == ["from the other store"]
+
+
+def _events(start: int, stop: int) -> tuple[Event, ...]:
+    return tuple(make_event(seq, USER, {"content": str(seq)}) for seq in range(start, stop))
+
+
+@pytest.mark.parametrize("deleter", ["the same store", "another store"])
+async def test_a_delete_tells_the_sessions_watches_to_read(tmp_path: Path, deleter: str) -> None:
+    # A delete moves the session's count down (its row is gone: it reads as 0): its watches
+    # get -1 (read whatever there is), not the head 0 a watcher holding events would take for
+    # one it holds. Through the store the watch is on (solo mode: the feed reads only its
+    # writer's notes), and through another (the feed reads the file: data_version).
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        await store.commit("s", expected_count=0, events=_events(0, 2))
+        await store.commit("x", expected_count=0, events=_events(0, 1))
+        deleting = store if deleter == "the same store" else other
+        async with aclosing(store.watch("s")) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 2
+                assert await deleting.delete("x")
+                await store.commit("s", expected_count=2, events=_events(2, 3))
+                assert await anext(heads) == 3  # x's delete reached nobody here
+                assert await deleting.delete("s")
+                assert await anext(heads) == -1
+                await deleting.commit("s", expected_count=0, events=_events(0, 1))
+                assert await anext(heads) == 1
+
+
+async def test_a_delete_and_a_remake_as_long_between_two_polls_still_tell_the_watches(
+    tmp_path: Path,
+) -> None:
+    # Solo mode keeps the last head its writer's notes give each session: deleted and made
+    # again as long before the feed took them, the session reads as the feed last saw it.
+    # The delete is noted apart, and its watches still get -1.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        await store.commit("s", expected_count=0, events=_events(0, 2))
+        async with aclosing(store.watch("s", poll=60)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 2  # the thread's first poll, then it sleeps
+                monitor = store._monitor
+                assert monitor is not None
+                assert await store.delete("s")
+                await store.commit("s", expected_count=0, events=_events(0, 2))
+                await store.sessions()  # a job after it: the writer has noted that commit
+                monitor._wake.set()  # the next poll, now: it takes both notes at once
+                assert await anext(heads) == -1
+                assert monitor._heads["s"] == (2, 0)
+
+
+async def test_a_new_watch_of_a_session_gone_under_its_watcher_gets_minus_one(
+    tmp_path: Path,
+) -> None:
+    # A watcher that holds events (an actor that read the session) of a session deleted
+    # before the feed first read it: the feed has no head of its own to compare with, and
+    # the head 0 it reads is one the watcher does not hold but would take for one it holds.
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        async with aclosing(store.watch("s", known=lambda: (3, 0, False))) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == -1

@@ -46,12 +46,13 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Set
 from contextlib import suppress
 from typing import Final, TypeAlias
 from urllib.parse import quote
 
 from nous_session._logging import get_logger
-from nous_session.stores._watch import HELD, HOLD_AT_MOST, UNSURE, WAKE, Watch, Watches
+from nous_session.stores._watch import GONE, HELD, HOLD_AT_MOST, UNSURE, WAKE, Watch, Watches
 
 __all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor", "OwnCommits", "beside"]
 
@@ -100,8 +101,9 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
 
     def _joined(self, watch: Watch) -> None:
         """The watch gets the session's head as the thread first sees it, then each new head
-        (and ``-1`` after the thread had to reopen its connection); ``known`` says what the
-        watcher holds as (count, horizon)."""
+        (and ``-1`` after the thread had to reopen its connection, or when the session's
+        count went down: it was deleted); ``known`` says what the watcher holds as (count,
+        horizon)."""
         self._fresh.add(watch.session_id)
         self._membership = True
         if self._thread is None and not self._stopped:
@@ -303,7 +305,7 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         if shared or (not epoch & 1 and own.epoch == epoch and peeked != mine):
             self._leave_solo()
             return None
-        changed = own.take()
+        changed, gone = own.take()
         if not changed and not fresh:
             return self._poll  # a quiet file: a commit now is seen within a poll
         pushed_before = self.pushes
@@ -315,7 +317,9 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                     continue
                 if head is None:
                     unknown.add(name)
-                elif head != self._heads.get(name):
+                elif head != self._heads.get(name) or name in gone:
+                    # A session deleted is offered even when its head reads as the feed
+                    # last saw it (made again as long, or never seen between the two).
                     heads[name] = head
         if unknown:
             read = _heads_of(connection, unknown)
@@ -324,9 +328,9 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                 heads.update(
                     (name, head)
                     for name, head in read.items()
-                    if name in fresh or head != self._heads.get(name)
+                    if name in fresh or name in gone or head != self._heads.get(name)
                 )
-        self._dispatch([(name, *head) for name, head in heads.items()], fresh, False)
+        self._dispatch([(name, *head) for name, head in heads.items()], fresh, False, gone)
         if self.pushes != pushed_before:
             return self._poll
         return min(wait * 2, self._poll * BACK_OFF_AT_MOST)  # only our watchers' own commits
@@ -363,9 +367,17 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         self._dispatch(moved, fresh, reopened)
         return self.pushes != pushed_before
 
-    def _dispatch(self, moved: list[tuple[str, int, int]], fresh: set[str], reopened: bool) -> None:
+    def _dispatch(
+        self,
+        moved: list[tuple[str, int, int]],
+        fresh: set[str],
+        reopened: bool,
+        gone: Set[str] = frozenset(),
+    ) -> None:
         """Offer the heads ``moved`` (name, count, horizon) to their sessions' watches, and
-        to ``fresh`` watches of a session that did not move their head as last seen."""
+        to ``fresh`` watches of a session that did not move their head as last seen; the
+        watches of a session in ``gone`` (deleted since: our writer's notes say so) get
+        ``-1``."""
         with self._lock:
             for name, count, horizon in moved:
                 watches = self._watches.get(name)
@@ -374,11 +386,15 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                 head = (count, horizon)
                 before = self._heads.get(name)
                 self._heads[name] = head
-                # -1 (read everything): a reopened connection, or another writer's snapshot.
+                # -1 (read everything): a reopened connection, another writer's snapshot, or
+                # a count that went down: the session was deleted (its row is gone, and
+                # reads as count 0), maybe made again since; every watcher reads, whatever
+                # it holds, and an actor finds it deleted.
+                deleted = name in gone or (before is not None and count < before[0])
                 moved_on = before is None or horizon == before[1]
-                pushed = count if moved_on and not reopened else -1
+                pushed = count if moved_on and not reopened and not deleted else -1
                 for watch in watches:
-                    self._offer(watch, pushed, head, reopened)
+                    self._offer(watch, pushed, head, reopened or deleted)
                 fresh.discard(name)
             # A new watch of a session whose head did not move: it still gets that head.
             for name in fresh:
@@ -402,7 +418,9 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                 self._unsure[watch] = (pushed, head, since)
                 return
         if verdict != HELD:
-            watch.push(pushed)
+            # GONE: no event stored where the owner holds some (deleted, as the first read
+            # of a watch may find): it reads whatever there is.
+            watch.push(-1 if verdict == GONE else pushed)
             self.pushes += 1
 
     def _ask_again(self) -> None:
@@ -434,7 +452,11 @@ class OwnCommits:
         self._version = 0  # its data_version after its last write group
         self._header = b""  # the WAL-index header after its last write group
         self._group: dict[str, tuple[int, int]] = {}  # the triggers' notes, this group
+        self._group_gone: set[str] = set()  # the sessions this group deleted (or renamed)
         self._changed: dict[str, tuple[int, int] | None] = {}  # for the feed; None: unknown
+        # For the feed: the sessions deleted since it last took the notes. Apart from their
+        # heads, which a later commit (the session made again) overwrites.
+        self._gone: set[str] = set()
 
     @property
     def armed(self) -> bool:
@@ -469,8 +491,12 @@ class OwnCommits:
             self._connection = connection
 
     def _note(self, name: str, count: int, horizon: int) -> None:
-        """The triggers' function (a row of nous_sessions was written): on the writer's
-        thread, inside the job's statement; it must not raise."""
+        """The triggers' function (a row of nous_sessions was written; a count of -1: the
+        row was deleted, or renamed away): on the writer's thread, inside the job's
+        statement; it must not raise."""
+        if count < 0:
+            self._group_gone.add(name)
+            count = horizon = 0
         self._group[name] = (count, horizon)
 
     def begin(self) -> None:
@@ -482,9 +508,11 @@ class OwnCommits:
         rolled back what was noted, so the feed reads those heads (names only)."""
         if self._group:
             group, self._group = self._group, {}
+            gone, self._group_gone = self._group_gone, set()
             with self._lock:
                 if self.listening and not self.shared:
                     self._changed.update(dict.fromkeys(group))
+                    self._gone |= gone
         self.epoch += 1
 
     def opened(self, connection: sqlite3.Connection) -> None:
@@ -498,6 +526,7 @@ class OwnCommits:
         header, then read data_version (in this order: a commit of another connection in
         between moves the version), and hand what the group changed to the feed."""
         group, self._group = self._group, {}
+        gone, self._group_gone = self._group_gone, set()
         if self._connection is None or self.shared:
             return
         if connection is not self._connection:
@@ -520,11 +549,13 @@ class OwnCommits:
                 # A failed job's notes may be of changes rolled back: the feed reads those.
                 for name, head in group.items():
                     self._changed[name] = None if failed else head
+                self._gone |= gone  # rolled back, maybe: then it costs a read
 
     def _give_up(self) -> None:
         with self._lock:
             self.shared = True
             self._changed.clear()
+            self._gone.clear()
 
     def close(self) -> None:
         """Close the -shm descriptor (the store is closed, its writer first)."""
@@ -540,12 +571,14 @@ class OwnCommits:
         with self._lock:
             return self.epoch, self._header, self.shared
 
-    def take(self) -> dict[str, tuple[int, int] | None]:
+    def take(self) -> tuple[dict[str, tuple[int, int] | None], set[str]]:
         """What our writer's commits changed since the last take: (count, horizon) by
-        session, or None where it is not known."""
+        session, or None where it is not known; and the sessions they deleted (each among
+        the former)."""
         with self._lock:
             changed, self._changed = self._changed, {}
-            return changed
+            gone, self._gone = self._gone, set()
+            return changed, gone
 
 
 # The first copy of the WAL index header at the start of the -shm file (SQLite's WAL format,
@@ -659,7 +692,7 @@ _WATCHED: Final = (
 # The writer connection's temporary triggers: every change of a session's count or horizon
 # (a commit, a snapshot, an erasure, a fork, a deletion) is noted by OwnCommits._note.
 _NEW: Final = "SELECT nous_session_changed(NEW.name, NEW.count, coalesce(NEW.horizon, 0));"
-_OLD: Final = "SELECT nous_session_changed(OLD.name, 0, 0);"
+_OLD: Final = "SELECT nous_session_changed(OLD.name, -1, 0);"  # -1: the row is gone
 _TRIGGERS: Final = tuple(
     f"CREATE TEMP TRIGGER IF NOT EXISTS nous_session_{name} AFTER {event}"
     f" ON main.nous_sessions BEGIN {body} END"
