@@ -52,7 +52,7 @@ event of a session the owner holds events of, so it was deleted."""
 class Watch:
     """One session's watch: the heads the thread has for it, and how to wake its task."""
 
-    __slots__ = ("event", "heads", "known", "schedule", "session_id", "wake")
+    __slots__ = ("event", "first", "heads", "known", "schedule", "session_id", "wake")
 
     def __init__(
         self,
@@ -66,18 +66,23 @@ class Watch:
         self.event: anyio.Event | None = None  # set by the thread when it adds heads
         # What the watcher holds: a head at or below its count is not pushed.
         self.known = known
+        # No head offered yet (a feed that reads its first head itself, as SQLite's does,
+        # notes it): see verdict.
+        self.first = True
         # An attached watch's (see Watches.attach): called on the watcher's event loop when
         # the first head comes, to start the task that takes them.
         self.wake = wake
 
-    def verdict(self, count: int, horizon: int | None = None) -> int:
+    def verdict(self, count: int, horizon: int | None = None, *, first: bool = False) -> int:
         """Whether the owner holds the head ``count`` (with ``horizon``, when the feed knows
         it) already (:data:`HELD`: waking it would only make it compare and sleep again; an
         actor's own commit is the common case), cannot say yet (:data:`UNSURE`: its own
         commit is in flight, and may be this head), must be woken (:data:`WAKE`), or must
-        read whatever there is (:data:`GONE`: the head is 0 and the owner holds events, so
-        the session was deleted; or the feed read it before its first commit landed, which
-        costs one short read). A ``known`` that raises counts as none."""
+        read whatever there is (:data:`GONE`): the head is 0 and the owner holds events, or,
+        ``first`` (the first head a feed read for this watch: after the owner read the
+        session), it is below what the owner holds; either way the session was deleted, or
+        the feed read it before a commit of the owner's landed, which costs one short read.
+        A ``known`` that raises counts as none."""
         known = self.known
         if known is None:
             return WAKE
@@ -86,7 +91,7 @@ class Watch:
         except Exception as error:  # the owner's bug: it is woken, as with no known
             _logger.debug("nous_session.watch_known_failed", error=repr(error))
             return WAKE
-        if count == 0 and held > 0:
+        if held > count and (count == 0 or first):
             return GONE  # a count goes down only when its session is deleted
         if held >= count and (horizon is None or held_horizon == horizon):
             return HELD

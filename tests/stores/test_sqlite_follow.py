@@ -54,7 +54,7 @@ async def test_an_actors_own_commits_do_not_wake_it(tmp_path: Path) -> None:
             monitor = store._monitor
             assert monitor is not None
             with anyio.fail_after(10):  # until the feed has seen the last commit
-                while monitor._heads.get("s") != (20, 0):  # noqa: ASYNC110
+                while monitor._heads.get("s", ())[:2] != (20, 0):  # noqa: ASYNC110
                     await anyio.sleep(0.005)
             assert monitor.pushes == 0
             async with (
@@ -317,7 +317,7 @@ async def _until_seen(store: SQLiteStore, heads: dict[str, tuple[int, int]]) -> 
     monitor = store._monitor
     assert monitor is not None
     with anyio.fail_after(10):
-        while any(monitor._heads.get(name) != head for name, head in heads.items()):  # noqa: ASYNC110
+        while any(monitor._heads.get(name, ())[:2] != head for name, head in heads.items()):  # noqa: ASYNC110
             await anyio.sleep(0.005)
 
 
@@ -531,16 +531,79 @@ async def test_a_delete_and_a_remake_as_long_between_two_polls_still_tell_the_wa
                 await store.sessions()  # a job after it: the writer has noted that commit
                 monitor._wake.set()  # the next poll, now: it takes both notes at once
                 assert await anext(heads) == -1
-                assert monitor._heads["s"] == (2, 0)
+                assert monitor._heads["s"][:2] == (2, 0)
 
 
+@pytest.mark.parametrize("stored", [0, 1])
 async def test_a_new_watch_of_a_session_gone_under_its_watcher_gets_minus_one(
-    tmp_path: Path,
+    tmp_path: Path, stored: int
 ) -> None:
     # A watcher that holds events (an actor that read the session) of a session deleted
-    # before the feed first read it: the feed has no head of its own to compare with, and
-    # the head 0 it reads is one the watcher does not hold but would take for one it holds.
+    # (maybe made again, shorter) before the feed first read it: the feed has no head of its
+    # own to compare with, and the head it reads is one the watcher would take for one it
+    # holds. Below what the watcher holds, a first head tells it to read.
     async with SQLiteStore(tmp_path / "s.db") as store:
+        if stored:
+            await store.commit("s", expected_count=0, events=_events(0, stored))
         async with aclosing(store.watch("s", known=lambda: (3, 0, False))) as heads:
             with anyio.fail_after(10):
                 assert await anext(heads) == -1
+
+
+@pytest.mark.parametrize("solo", [True, False])
+async def test_a_session_our_writer_made_and_another_deleted_before_a_poll_is_told(
+    tmp_path: Path, solo: bool
+) -> None:
+    # The feed last read the session as not stored; our writer makes it, and another writer
+    # deletes it, both before the feed's next read: the file reads as the feed last saw it.
+    # Our writer's note of its commit, offered before the read, is what tells the feed the
+    # session was there: its watches get that head, then -1. Whether the feed was solo until
+    # the other writer's delete, or had left solo mode before.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        async with aclosing(store.watch("s", poll=60)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 0  # the first poll, then the thread sleeps
+                monitor = store._monitor
+                assert monitor is not None
+                if not solo:
+                    reads = monitor.reads
+                    await other.commit("x", expected_count=0, events=_events(0, 1))
+                    monitor._wake.set()
+                    while monitor._solo or monitor.reads == reads:  # noqa: ASYNC110
+                        await anyio.sleep(0.005)
+                await store.commit("s", expected_count=0, events=_events(0, 2))
+                assert await other.delete("s")
+                await store.sessions()  # a job after it: the writer has noted its commit
+                await _poll_now(store)
+                assert [await anext(heads), await anext(heads)] == [2, -1]
+                assert not monitor._solo
+
+
+async def test_a_session_another_writer_deleted_and_made_again_as_long_is_told(
+    tmp_path: Path,
+) -> None:
+    # Made again with as many events (and the same horizon) between two of the feed's reads:
+    # only its identity tells the new session from the one watched.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        await store.commit("s", expected_count=0, events=_events(0, 2))
+        async with aclosing(store.watch("s", poll=60)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 2  # the first poll, then the thread sleeps
+                assert await other.delete("s")
+                await other.commit("s", expected_count=0, events=_events(0, 2))
+                await _poll_now(store)
+                assert await anext(heads) == -1
+
+
+async def _poll_now(store: SQLiteStore) -> None:
+    """Have the feed's thread poll now (it sleeps for its long ``poll`` otherwise), once our
+    writer is between batches: in solo mode, a poll that finds a batch of ours running
+    cannot tell another writer's commit from ours, and leaves that to the next."""
+    own, monitor = store._own, store._monitor
+    assert own is not None
+    assert monitor is not None
+    while own.epoch & 1:  # noqa: ASYNC110 - the writer's thread ends its batch
+        await anyio.sleep(0.001)
+    monitor._wake.set()
