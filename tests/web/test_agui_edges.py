@@ -382,19 +382,23 @@ async def test_a_thread_deleted_under_its_streams_ends_them_saying_so_and_the_ap
     # saying the thread was deleted, instead of waiting for a run that can no longer end. The
     # run's end cannot be recorded (a warning says so); the app goes on serving.
     url = f"sqlite:///{tmp_path / 'agui.sqlite3'}"
-    waiting, go_on = anyio.Event(), anyio.Event()
+    waiting, go_on, done = anyio.Event(), anyio.Event(), anyio.Event()
     refused: list[BaseException] = []
 
     async def agent(session: SessionActor, run: RunAgentInput) -> None:
         await session.add_message(Message.assistant("Starting."))
-        if run.run_id == "r1":
-            waiting.set()
-            await go_on.wait()
+        if run.run_id != "r1":
+            await session.add_message(Message.assistant("too late"))
+            return
+        waiting.set()
+        await go_on.wait()
         try:
             await session.add_message(Message.assistant("too late"))
         except SessionClosedError as error:
             refused.append(error)
             raise
+        finally:
+            done.set()
 
     app = create_app(url, agent)
     bodies: dict[str, bytes] = {}
@@ -425,6 +429,7 @@ async def test_a_thread_deleted_under_its_streams_ends_them_saying_so_and_the_ap
                         async for _ in events:
                             pytest.fail("the thread's actor streamed after the delete")
                     go_on.set()
+                    await done.wait()  # the agent (in the app's task group) went on
             assert session.closed
         assert len(refused) == 1  # the agent's write after the delete, refused saying why
         assert "'t1' was deleted" in str(refused[0])
@@ -436,13 +441,13 @@ async def test_a_thread_deleted_under_its_streams_ends_them_saying_so_and_the_ap
             assert events[-1][1]["message"].startswith(gone)
         assert "event: deleted" in bodies["native"].decode()
         assert gone in bodies["native"].decode()
-        assert "the end of run 'r1' of thread 't1' was not recorded" in caplog.text
-        # The app serves on: the thread starts anew.
+        # The app serves on: the thread starts anew (once r1's worker has given it up).
         async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
             async with app.state.streams.sessions.use("t1") as fresh:
                 assert fresh.log.count == 0
             response = await client.post("/run", json=run_input("t1", "r2", hello))
             assert types(parse(response.content))[-1] == "RUN_FINISHED"
+        assert "the end of run 'r1' of thread 't1' was not recorded" in caplog.text
     async with open_store(url) as store:
         stored = [event.data.get("content") for event in await store.load("t1")]
     assert stored == ["hi", None, "Starting.", "too late", None]  # r2's alone
