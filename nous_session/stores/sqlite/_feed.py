@@ -115,8 +115,8 @@ class ChangeMonitor(Watches[tuple[int, Head, float]]):
 
     def _joined(self, watch: Watch) -> None:
         """The watch gets the session's head as the thread first sees it, then each new head
-        (and ``-1`` after the thread had to reopen its connection, or when the session's
-        count went down: it was deleted); ``known`` says what the watcher holds as (count,
+        (and ``-1`` after the thread had to reopen its connection, or when the session was
+        deleted: see the module doc); ``known`` says what the watcher holds as (count,
         horizon)."""
         self._fresh.add(watch.session_id)
         self._membership = True

@@ -326,7 +326,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         """Yield the session's head as the feed first sees it, then its new head whenever a
         commit lands, whichever process or connection made it (and ``-1`` when the feed had to
         reopen its connection, another writer took a snapshot, or the session was deleted:
-        its count went down; read everything then).
+        its count went down, or it was made again; read everything then).
 
         Every watch of one store shares one thread and one read-only connection, which asks
         SQLite for ``PRAGMA data_version`` every ``poll`` seconds (the first watch's) and reads
