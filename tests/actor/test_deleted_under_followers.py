@@ -132,24 +132,29 @@ async def test_a_registry_session_closes_when_another_process_deletes_it(url: st
         assert _contents(await store.load("gone")) == ["anew"]
 
 
-async def test_a_following_actor_closes_when_its_session_is_deleted_and_made_longer(
-    url: str,
+@pytest.mark.parametrize("made_by", ["another actor", "the follower"])
+@pytest.mark.parametrize("remade", [1, 3])
+async def test_a_following_actor_closes_when_its_session_is_deleted_and_made_again(
+    url: str, made_by: str, remade: int
 ) -> None:
-    """Another process deletes the session and makes it again with more events than the
-    actor has seen: the actor closes (the feed brings the delete, or the new session's head,
-    whose read has another identity) and streams none of the new session's events."""
-    async with SessionActor.open(session_id="gone", store=url) as first:
-        await first.add_message(Message.user("old 0"))
-    async with (
-        SessionActor.open(session_id="gone", store=url, follow=True) as session,
-        session.subscribe(since=1) as events,
-    ):
-        await _in_another_process(WORKER, "remake", url, "gone", "3")
-        await _ends_empty(events)
+    """Another process deletes the session and makes it again with as many events as the
+    actor has seen, or more: the actor closes (the feed brings the delete, or the new
+    session's head or identity, and its read finds another session) and streams none of the
+    new session's events. Whether it opened a session that existed or made it itself (its
+    first commit told it the session's identity)."""
+    if made_by == "another actor":
+        async with SessionActor.open(session_id="gone", store=url) as first:
+            await first.add_message(Message.user("old 0"))
+    async with SessionActor.open(session_id="gone", store=url, follow=True) as session:
+        if made_by == "the follower":
+            await session.add_message(Message.user("old 0"))
+        async with session.subscribe(since=1) as events:
+            await _in_another_process(WORKER, "remake", url, "gone", str(remade))
+            await _ends_empty(events)
         assert [m.text for m in session.messages()] == ["old 0"]
         await _closed_as_deleted(session)
     async with open_store(url) as store:
-        assert _contents(await store.load("gone")) == ["new 0", "new 1", "new 2"]
+        assert _contents(await store.load("gone")) == [f"new {n}" for n in range(remade)]
 
 
 async def test_a_delete_of_another_session_closes_nothing(url: str) -> None:

@@ -198,10 +198,8 @@ class FeedModel(RuleBasedStateMachine):
     )
     def delete(self, name: str, ours: bool, remake: int) -> None:
         # Through our store or another writer, the session made again at once through the
-        # same one: its follower, which held events, must close. Made again shorter: a
-        # follower that made the session itself (through our actor) does not know its
-        # identity yet, so a read of one as long would not tell it apart (the feed tells it
-        # to read, which is what this model can check: it finds a count gone down).
+        # same one (shorter, as long, or longer): its follower, which held events, must
+        # close, having published none of the new session's.
         store = self.ours if ours else self.others[0] or self.others[1]
         if store is None:
             store = self.others[0] = SQLiteStore(self.path)
@@ -210,7 +208,6 @@ class FeedModel(RuleBasedStateMachine):
             return  # never made: nothing to follow
         if self.counts[name]:
             self.deleted.add(name)
-        remake = min(remake, self.counts[name] - 1)
         self.counts[name] = 0
         self.erased[name].clear()
         if remake > 0:

@@ -534,18 +534,20 @@ async def test_a_delete_and_a_remake_as_long_between_two_polls_still_tell_the_wa
                 assert monitor._heads["s"][:2] == (2, 0)
 
 
-@pytest.mark.parametrize("stored", [0, 1])
+@pytest.mark.parametrize("stored", [0, 1, 3])
 async def test_a_new_watch_of_a_session_gone_under_its_watcher_gets_minus_one(
     tmp_path: Path, stored: int
 ) -> None:
-    # A watcher that holds events (an actor that read the session) of a session deleted
-    # (maybe made again, shorter) before the feed first read it: the feed has no head of its
-    # own to compare with, and the head it reads is one the watcher would take for one it
-    # holds. Below what the watcher holds, a first head tells it to read.
+    # A watcher that holds 3 events (an actor that read the session) of a session deleted
+    # (maybe made again, shorter or as long) before the feed first read it: the feed has no
+    # head of its own to compare with, and the head it reads is one the watcher would take
+    # for one it holds. Below what the watcher holds, or of another identity than the one it
+    # holds, a first head tells it to read.
     async with SQLiteStore(tmp_path / "s.db") as store:
         if stored:
             await store.commit("s", expected_count=0, events=_events(0, stored))
-        async with aclosing(store.watch("s", known=lambda: (3, 0, False))) as heads:
+        known = lambda: (3, 0, False, "the deleted session's uid")  # noqa: E731
+        async with aclosing(store.watch("s", known=known)) as heads:
             with anyio.fail_after(10):
                 assert await anext(heads) == -1
 

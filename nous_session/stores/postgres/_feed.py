@@ -28,6 +28,7 @@ from nous_session.stores._watch import (
     HELD,
     HOLD_AT_MOST,
     UNSURE,
+    Known,
     Watch,
     Watches,
     closing,
@@ -298,7 +299,7 @@ class ListenerFeed:
         session_id: str,
         *,
         poll: float = 0.25,
-        known: Callable[[], tuple[int, int, bool]] | None = None,
+        known: Known | None = None,
     ) -> AsyncGenerator[int, None]:
         """Yield the session's new head whenever a commit (from any process) lands.
 
@@ -310,7 +311,8 @@ class ListenerFeed:
         whether a commit of its own is in flight, a head at or below that count is not
         yielded, and one that comes while that commit is in flight is asked about again
         every few milliseconds until it has answered: the watcher's own commits do not wake
-        it. ``known`` is called from the listener's thread, so it must only read.
+        it (an identity it returns too is not compared: a delete notifies ``-1`` itself).
+        ``known`` is called from the listener's thread, so it must only read.
 
         Every watch of one store shares one LISTEN connection and one thread (``poll``, the
         seconds that thread waits for notifications before it checks whether any watch is

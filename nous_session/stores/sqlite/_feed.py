@@ -450,7 +450,7 @@ class ChangeMonitor(Watches[tuple[int, Head, float]]):
         ``HOLD_AT_MOST`` seconds at most."""
         held = self._unsure.pop(watch, None)
         first, watch.first = watch.first, False  # its first head: the feed's first read of it
-        verdict = WAKE if always else watch.verdict(head[0], head[1], first=first)
+        verdict = WAKE if always else watch.verdict(*head, first=first)
         if verdict == UNSURE:
             now = time.monotonic()
             since = now if held is None else held[2]
