@@ -98,11 +98,13 @@ class Watch:
         if known is None:
             return WAKE
         try:
-            held, held_horizon, committing, *identity = known()
+            holds = known()
+            held, held_horizon, committing = holds[0], holds[1], holds[2]
+            held_uid = holds[3] if uid is not None and len(holds) > 3 else None
         except Exception as error:  # the owner's bug: it is woken, as with no known
             _logger.debug("nous_session.watch_known_failed", error=repr(error))
             return WAKE
-        if held > 0 and uid is not None and identity and identity[0] not in (None, uid):
+        if held_uid is not None and held_uid != uid and held > 0:
             return GONE  # another session under the name: the owner's was deleted
         if held > count and (count == 0 or first):
             return GONE  # a count goes down only when its session is deleted

@@ -46,7 +46,9 @@ went down (a row that is gone reads as count 0), whose identity changed (deleted
 again, as long as it was), or that our writer's notes say it deleted (its trigger notes the
 delete apart from the head a remake overwrites) gets ``-1``, whatever its watchers hold: they
 read, and an actor finds its session deleted. So does a watcher that holds events of a session
-read as count 0 (:data:`~nous_session.stores._watch.GONE`), as a new watch's first read may.
+with another identity than the one it names, or read as count 0, or, in a watch's first head,
+below what it holds (:data:`~nous_session.stores._watch.GONE`): a new watch has no head of the
+feed's to compare with.
 """
 
 from __future__ import annotations
@@ -426,10 +428,14 @@ class ChangeMonitor(Watches[tuple[int, Head, float]]):
                 before = self._heads.get(name)
                 self._heads[name] = head
                 # -1 (read everything): a reopened connection, another writer's snapshot, or
-                # a session deleted (maybe made again since): its count went down (a row
-                # gone reads as count 0), or its identity changed, or our writer deleted it;
-                # every watcher reads, whatever it holds, and an actor finds it deleted.
-                deleted = name in gone or (before is not None and _replaced(head, before))
+                # a session deleted (maybe made again since): our writer deleted it, or its
+                # count went down (by nothing but a delete, after which a row that is gone
+                # reads as count 0), or its identity changed; every watcher reads, whatever
+                # it holds, and an actor finds it deleted.
+                deleted = name in gone or (
+                    before is not None
+                    and (count < before[0] or (before[2] is not None and uid != before[2]))
+                )
                 moved_on = before is None or horizon == before[1]
                 pushed = count if moved_on and not reopened and not deleted else -1
                 for watch in watches:
@@ -449,8 +455,10 @@ class ChangeMonitor(Watches[tuple[int, Head, float]]):
         keep it to ask again while the owner's own commit is in flight (lock held), for
         ``HOLD_AT_MOST`` seconds at most."""
         held = self._unsure.pop(watch, None)
-        first, watch.first = watch.first, False  # its first head: the feed's first read of it
-        verdict = WAKE if always else watch.verdict(*head, first=first)
+        first = watch.first  # its first head: the feed's first read of it
+        if first:
+            watch.first = False
+        verdict = WAKE if always else watch.verdict(head[0], head[1], head[2], first=first)
         if verdict == UNSURE:
             now = time.monotonic()
             since = now if held is None else held[2]
@@ -782,13 +790,6 @@ def _news(head: Head, before: Head | None) -> bool:
     if head[2] == before[2] and head[2] is not None:
         return head[0] > before[0] or (head[0] == before[0] and head[1] != before[1])
     return head != before
-
-
-def _replaced(head: Head, before: Head) -> bool:
-    """Whether the session is not the one whose head the feed saw ``before``: its count went
-    down (a count goes down by nothing but a delete, after which a row that is gone reads as
-    count 0), or it has another identity (it was made again)."""
-    return head[0] < before[0] or (before[2] is not None and head[2] != before[2])
 
 
 def _list(
