@@ -305,14 +305,15 @@ class Follower:
                 await self._catch_up(-1)
 
 
-def _holds(state: SessionState) -> tuple[int, int, bool]:
+def _holds(state: SessionState) -> tuple[int, int, bool, str | None]:
     """What the session's log holds, as a feed's ``known`` asks (from the feed's thread): the
     published log is replaced whole on each commit, so its count and horizon are read as
     one; ``committing`` first: a commit that ends meanwhile is published by now, or the head
-    is pushed."""
+    is pushed; and the session's identity, once the actor knows it (it changes only from
+    None to the session's: another would be a delete, and the actor closes)."""
     committing = state.committing
     log = state.published.log
-    return log.count, log.horizon, committing
+    return log.count, log.horizon, committing, state.uid
 
 
 def erases(events: Sequence[Event]) -> bool:

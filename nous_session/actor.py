@@ -35,7 +35,7 @@ from nous_session._load_only import LoadOnlyStore, with_read
 from nous_session._requests import Append, Reload
 from nous_session._state import SessionState, restored
 from nous_session.compaction import CompactionPolicy
-from nous_session.errors import InvalidEventError
+from nous_session.errors import InvalidEventError, SessionDeletedError
 from nous_session.event import (
     MAX_EVENT_SIZE,
     Event,
@@ -586,6 +586,13 @@ def closing(actor: SessionActor) -> bool:
     """Whether ``actor`` takes no new requests: it is closed, or closing (told to, or by itself,
     when its session was deleted). For the registry, which opens a new actor instead."""
     return actor._state.closing or actor.closed
+
+
+def deleted(actor: SessionActor) -> SessionDeletedError | None:
+    """Why ``actor`` closed (or is closing) by itself, when it was because its session was
+    deleted from the store; else None. For the web streams, which end saying so."""
+    gone = actor._state.unfollowable
+    return gone if isinstance(gone, SessionDeletedError) else None
 
 
 def close(actor: SessionActor) -> None:

@@ -18,6 +18,7 @@ from nous_session._loops import current_library, scheduler
 
 __all__ = [
     "ASK_AGAIN",
+    "GONE",
     "HELD",
     "HOLD_AT_MOST",
     "UNSURE",
@@ -38,18 +39,22 @@ ASK_AGAIN: Final = 0.005
 # another writer's commit made for as long as it keeps trying.
 HOLD_AT_MOST: Final = 0.25
 
-Known = Callable[[], tuple[int, int, bool]]
-"""What a watcher holds already, read from the feed's thread: its (count, horizon), and whether
-a commit of its own is in flight (then a head it does not hold yet may be that commit's)."""
+Known = Callable[[], tuple[int, int, bool] | tuple[int, int, bool, str | None]]
+"""What a watcher holds already, read from the feed's thread: its (count, horizon), whether a
+commit of its own is in flight (then a head it does not hold yet may be that commit's), and,
+optionally, the identity (``uid``) of the session it holds, which a feed that reads identities
+(SQLite's) compares with the one it reads."""
 
-HELD, UNSURE, WAKE = 0, 1, 2
-"""A :meth:`Watch.verdict`: the owner holds the head, cannot say yet, or must be woken."""
+HELD, UNSURE, WAKE, GONE = 0, 1, 2, 3
+"""A :meth:`Watch.verdict`: the owner holds the head, cannot say yet, must be woken, or must
+read the session again whatever it holds (the feed then pushes ``-1``): the store holds no
+event of a session the owner holds events of, so it was deleted."""
 
 
 class Watch:
     """One session's watch: the heads the thread has for it, and how to wake its task."""
 
-    __slots__ = ("event", "heads", "known", "schedule", "session_id", "wake")
+    __slots__ = ("event", "first", "heads", "known", "schedule", "session_id", "wake")
 
     def __init__(
         self,
@@ -63,24 +68,46 @@ class Watch:
         self.event: anyio.Event | None = None  # set by the thread when it adds heads
         # What the watcher holds: a head at or below its count is not pushed.
         self.known = known
+        # No head offered yet (a feed that reads its first head itself, as SQLite's does,
+        # notes it): see verdict.
+        self.first = True
         # An attached watch's (see Watches.attach): called on the watcher's event loop when
         # the first head comes, to start the task that takes them.
         self.wake = wake
 
-    def verdict(self, count: int, horizon: int | None = None) -> int:
-        """Whether the owner holds the head ``count`` (with ``horizon``, when the feed knows
-        it) already (:data:`HELD`: waking it would only make it compare and sleep again; an
-        actor's own commit is the common case), cannot say yet (:data:`UNSURE`: its own
-        commit is in flight, and may be this head), or must be woken (:data:`WAKE`). A
-        ``known`` that raises counts as none."""
+    def verdict(
+        self,
+        count: int,
+        horizon: int | None = None,
+        uid: str | None = None,
+        *,
+        first: bool = False,
+    ) -> int:
+        """Whether the owner holds the head ``count`` (with ``horizon`` and the session's
+        identity ``uid``, when the feed knows them) already (:data:`HELD`: waking it would
+        only make it compare and sleep again; an actor's own commit is the common case),
+        cannot say yet (:data:`UNSURE`: its own commit is in flight, and may be this head),
+        must be woken (:data:`WAKE`), or must read whatever there is (:data:`GONE`): the
+        owner holds events of a session with another identity than ``uid``, or the head is
+        0 and the owner holds events, or, ``first`` (the first head a feed read for this
+        watch: after the owner read the session), it is below what the owner holds. Either
+        way the session was deleted (maybe made again), or the feed read it before a commit
+        of the owner's landed, which costs one short read. A ``known`` that raises counts as
+        none."""
         known = self.known
         if known is None:
             return WAKE
         try:
-            held, held_horizon, committing = known()
+            holds = known()
+            held, held_horizon, committing = holds[0], holds[1], holds[2]
+            held_uid = holds[3] if uid is not None and len(holds) > 3 else None
         except Exception as error:  # the owner's bug: it is woken, as with no known
             _logger.debug("nous_session.watch_known_failed", error=repr(error))
             return WAKE
+        if held_uid is not None and held_uid != uid and held > 0:
+            return GONE  # another session under the name: the owner's was deleted
+        if held > count and (count == 0 or first):
+            return GONE  # a count goes down only when its session is deleted
         if held >= count and (horizon is None or held_horizon == horizon):
             return HELD
         return UNSURE if committing else WAKE

@@ -397,7 +397,10 @@ class ChangeFeedStore(Store, Protocol):
 
     def watch(self, session_id: str) -> AsyncGenerator[int, None]:
         """Yield the session's new head whenever a commit lands, and ``-1`` when the feed
-        (re)connects (whatever happened meanwhile must be read then). Runs until closed.
+        (re)connects or the session is deleted (whatever happened meanwhile must be read
+        then: a reader finds the session's count went down, or its identity changed). A
+        delete of the session by any process is yielded as promptly as a commit. Runs until
+        closed.
 
         Raises:
             StoreError: the feed cannot be set up at all.

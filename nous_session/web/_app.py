@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from nous_session import CompactionPolicy, LeasingStore, Message, SessionActor, Sessions, Store
-from nous_session.errors import StoreError
+from nous_session.errors import SessionClosedError, StoreError
 from nous_session.event import check_size, message_event
 from nous_session.stores.base import supports
 from nous_session.web._agui import (
@@ -495,7 +495,18 @@ class SessionStreams:
                             why = None if lease is None else await lease.settle(still_running)
                             if why is not None:
                                 outcome = (RUN_ERROR, {"run_id": run.run_id, "message": why})
-                            await session.append(*outcome, key=f"ag-ui-run-end:{run.run_id}")
+                            try:
+                                await session.append(*outcome, key=f"ag-ui-run-end:{run.run_id}")
+                            except (SessionClosedError, StoreError) as error:
+                                # The thread was deleted under the run (its actor has closed:
+                                # the run's streams end saying so), or the store failed: no
+                                # end to record, and no reason to stop serving.
+                                logger.warning(
+                                    "the end of run %r of thread %r was not recorded: %s",
+                                    run.run_id,
+                                    run.thread_id,
+                                    error,
+                                )
                 finally:
                     # The renewal ends by itself, not by a cancellation.
                     finished.set()

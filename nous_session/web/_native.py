@@ -15,7 +15,8 @@ import orjson
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from nous_session import Event, Replace, SessionActor
-from nous_session.web._sse import SLOW_CLIENT_SECONDS, Outbox, stream_response
+from nous_session.actor import deleted
+from nous_session.web._sse import SLOW_CLIENT_SECONDS, Outbox, deleted_notice, stream_response
 
 __all__ = ["compaction_source", "event_json", "event_stream", "resume_notice"]
 
@@ -75,8 +76,10 @@ def event_stream(
 
     ``hold`` gives the session for as long as the stream runs (``sessions.use(id)``, so that
     the registry does not close it as idle under a client that is watching it). The stream
-    ends when the session closes, after everything it committed, or, when the client is too
-    slow (see ``slow_client_timeout``), with a ``resume`` event naming its cursor.
+    ends when the session closes, after everything it committed (with a ``deleted`` event
+    saying so when it closed because another holder of the store deleted it), or, when the
+    client is too slow (see ``slow_client_timeout``), with a ``resume`` event naming its
+    cursor.
     """
 
     async def produce(outbox: Outbox) -> None:
@@ -84,6 +87,9 @@ def event_stream(
             async for event in subscription:
                 data = orjson.dumps(event_json(event)).decode()
                 await outbox.send(ServerSentEvent(data, id=str(event.seq)))
+            if deleted(session) is not None:
+                data = orjson.dumps({"error": deleted_notice(session.session_id)}).decode()
+                await outbox.send(ServerSentEvent(data, event="deleted"))
 
     # Lines end with "\r\n", sse-starlette's default, as this stream's readers have known it.
     return stream_response(

@@ -32,6 +32,7 @@ __all__ = [
     "STUCK_FACTOR",
     "Chunk",
     "Outbox",
+    "deleted_notice",
     "resume_point",
     "stream_response",
 ]
@@ -51,6 +52,16 @@ SLOW_CLIENT_SECONDS: Final = 10.0
 STUCK_FACTOR: Final = 6
 # The most digits a seq is written with (a 64-bit integer's).
 _SEQ_DIGITS: Final = 19
+
+
+def deleted_notice(thread_id: str) -> str:
+    """What a stream's last message says when its thread was deleted under it (by another
+    holder of the store): the session its stream followed has closed."""
+    return (
+        f"thread {thread_id!r} was deleted (by another holder of its store): nothing more"
+        " comes of it; open it again to start anew"
+    )
+
 
 Chunk: TypeAlias = ServerSentEvent | bytes
 """What a producer sends: an SSE message, or bytes already encoded as SSE."""

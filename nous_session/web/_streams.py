@@ -42,6 +42,7 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 
 from nous_session import Event, SessionActor, Subscription
+from nous_session.actor import deleted
 from nous_session.web._agui import (
     RUN_ERROR,
     RUN_FINISHED,
@@ -55,6 +56,7 @@ from nous_session.web._agui import (
     translate,
 )
 from nous_session.web._live import ChannelDraft, LiveChannel
+from nous_session.web._sse import deleted_notice
 
 __all__ = [
     "RESUME_EVENT",
@@ -280,7 +282,9 @@ _Step: TypeAlias = Callable[[Event], tuple[list[BaseEvent], bool]]
 
 async def _follow(subscription: Subscription, relay: _Relay, step: _Step, send: Send) -> None:
     """Send the committed events (through ``step``) and the live drafts, merged in one order,
-    until ``step`` ends the stream or the session closes."""
+    until ``step`` ends the stream or the session closes; one that closed because its thread
+    was deleted (by another holder of the store) ends the stream with a ``RUN_ERROR`` saying
+    so: the run it carried can neither finish nor be followed any more."""
     channel = relay.channel
     items_sender, items = anyio.create_memory_object_stream[Event | bool](_ITEMS)
 
@@ -307,6 +311,9 @@ async def _follow(subscription: Subscription, relay: _Relay, step: _Step, send: 
                     await send(encode(chunk, None), None)
                 continue
             if item is False:
+                if deleted(relay.session) is not None:
+                    gone = RunErrorEvent(message=deleted_notice(relay.thread_id))
+                    await send(encode([gone], None), None)
                 break
             chunk, finished = step(item)
             if chunk:

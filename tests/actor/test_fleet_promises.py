@@ -38,6 +38,7 @@ from nous_session import (
     open_store,
 )
 from nous_session.event import Event
+from nous_session.stores.base import ChangeFeedStore, supports
 from nous_session.stores.memory import MemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -55,6 +56,11 @@ async def _two(stores: Callable[[], Store]) -> AsyncIterator[tuple[Store, Store]
         await first.aclose()
         if second is not first:
             await second.aclose()
+
+
+# What a write after another holder's delete raises: SessionDeletedError when it is how the
+# actor hears of it, SessionClosedError (saying why) when the change feed closed it first.
+_DELETED = (SessionDeletedError, SessionClosedError)
 
 
 def contents(events: object) -> list[str]:
@@ -498,7 +504,9 @@ async def test_a_session_deleted_by_another_holder_closes_its_actor(
 ) -> None:
     """Another holder deletes the session: the actor's next append is refused with
     SessionDeletedError (not a corrupt store), stores nothing, and the actor closes; opening
-    the session again starts it anew."""
+    the session again starts it anew. (An actor that follows a change feed may hear of it
+    before that append, and has closed already: the append says so. See
+    test_deleted_under_followers.py.)"""
     async with _two(stores) as (holder, deleter):
         async with SessionActor.open(
             session_id="gone", store=holder, on_conflict=on_conflict, follow=follow
@@ -506,7 +514,8 @@ async def test_a_session_deleted_by_another_holder_closes_its_actor(
             await session.add_message(Message.user("one"))
             await session.add_message(Message.user("two"))
             assert await deleter.delete("gone")
-            with pytest.raises(SessionDeletedError, match="'gone' was deleted"):
+            refused: Any = SessionDeletedError if follow is False else _DELETED
+            with pytest.raises(refused, match="'gone' was deleted"):
                 await session.add_message(Message.user("three"))
             # Closing from then on (its loop ends once the call is answered): later calls are
             # refused, saying why.
@@ -666,9 +675,17 @@ async def test_a_registry_opens_a_new_actor_after_its_session_was_deleted(
             async with sessions.use("gone") as session:
                 await session.add_message(Message.user("one"))
             assert await deleter.delete("gone")
-            async with sessions.use("gone") as session:
-                with pytest.raises(SessionDeletedError):
-                    await session.add_message(Message.user("two"))
+            if supports(holder, ChangeFeedStore):
+                # It follows: the change feed brings the delete, and the actor closes.
+                async with session.subscribe(session.log.count) as events:
+                    with anyio.fail_after(10):
+                        async for event in events:
+                            pytest.fail(f"streamed {event.seq} after the delete")
+            else:  # it hears of it at its next write, which stores nothing
+                async with sessions.use("gone") as same:
+                    assert same is session
+                    with pytest.raises(SessionDeletedError):
+                        await same.add_message(Message.user("two"))
             async with sessions.use("gone") as session:
                 event = await session.add_message(Message.user("anew"))
             assert event.seq == 0
@@ -688,7 +705,7 @@ async def test_a_session_deleted_by_another_process_closes_its_actor(tmp_path: P
             command = ["--store", url, "delete", "--yes", session_id]
             deleted = await anyio.run_process([sys.executable, "-m", "nous_session", *command])
             assert deleted.returncode == 0
-            with pytest.raises(SessionDeletedError):
+            with pytest.raises(_DELETED, match="was deleted"):  # or the feed closed it first
                 await session.add_message(Message.user("two"))
             with pytest.raises(SessionClosedError, match="was deleted"):
                 await session.add_message(Message.user("three"))

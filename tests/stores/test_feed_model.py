@@ -39,7 +39,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from nous_session import Event, EventType, Message, SessionActor
+from nous_session import Event, EventType, Message, SessionActor, SessionClosedError
 from nous_session.event import make_event
 from nous_session.stores.sqlite import SQLiteStore
 from tests.support.tallies import Tallies
@@ -48,9 +48,10 @@ PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 EXAMPLES, STEPS = {"ci": (25, 40), "quick": (5, 10)}.get(PROFILE, (10, 20))
 LINE = (
     f"feed model ({PROFILE} profile): {{steps}} steps, {{foreign}} commits of other writers,"
-    " {checkpoints} checkpoints, {erasures} erasures; {left} of {runs} runs left solo mode"
+    " {checkpoints} checkpoints, {erasures} erasures, {deletes} deletes; {left} of {runs} runs"
+    " left solo mode"
 )
-COUNTED = ("steps", "foreign", "checkpoints", "erasures", "left", "runs")
+COUNTED = ("steps", "foreign", "checkpoints", "erasures", "deletes", "left", "runs")
 HANG = 10  # seconds: a follower that misses a commit fails the step, never hangs it
 SESSIONS = ("a", "b", "c")
 
@@ -74,6 +75,7 @@ class FeedModel(RuleBasedStateMachine):
         self.counts = dict.fromkeys(SESSIONS, 0)
         # Per session: the seqs erased and those of erasure events.
         self.erased: dict[str, set[int]] = {name: set() for name in SESSIONS}
+        self.deleted: set[str] = set()  # sessions deleted whose followers held events
         self.followers: dict[str, SessionActor] = {}
         self.closers: dict[str, ExitStack] = {}
         self.others: list[SQLiteStore | None] = [None, None]
@@ -189,6 +191,28 @@ class FeedModel(RuleBasedStateMachine):
         self.erased[name].update((seq, self.counts[name]))
         self.counts[name] += 1
 
+    @rule(
+        name=st.sampled_from(SESSIONS[1:]),  # store.follow's subscriber follows the first
+        ours=st.booleans(),
+        remake=st.integers(0, 3),
+    )
+    def delete(self, name: str, ours: bool, remake: int) -> None:
+        # Through our store or another writer, the session made again at once through the
+        # same one (shorter, as long, or longer): its follower, which held events, must
+        # close, having published none of the new session's.
+        store = self.ours if ours else self.others[0] or self.others[1]
+        if store is None:
+            store = self.others[0] = SQLiteStore(self.path)
+        self.tally.update(deletes=1)
+        if not self.portal.call(store.delete, name):
+            return  # never made: nothing to follow
+        if self.counts[name]:
+            self.deleted.add(name)
+        self.counts[name] = 0
+        self.erased[name].clear()
+        if remake > 0:
+            self._commit(store, name, remake)
+
     @rule(name=st.sampled_from(SESSIONS))
     def reopen_a_follower(self, name: str) -> None:
         self.closers.pop(name).close()
@@ -199,6 +223,14 @@ class FeedModel(RuleBasedStateMachine):
     @invariant()
     def every_follower_holds_what_the_store_holds(self) -> None:
         self.tally.update(steps=1)
+        for name in sorted(self.deleted):  # each closes, with no write of its own
+            actor = self.followers[name]
+            held = [_seen(event) for event in actor.log.events()]
+            self.portal.call(self._closes, actor)
+            assert [_seen(event) for event in actor.log.events()] == held, name
+            self.closers.pop(name).close()
+            self._open_follower(name)
+        self.deleted.clear()
         for name, actor in self.followers.items():
             self.portal.call(self._caught_up, actor, self.counts[name])
             stored = self.portal.call(self.ours.read, name)
@@ -208,6 +240,16 @@ class FeedModel(RuleBasedStateMachine):
             ], name
         self.portal.call(self._received, self.counts[SESSIONS[0]])
         assert self.received == list(range(self.counts[SESSIONS[0]])), "each seq once, in order"
+
+    async def _closes(self, actor: SessionActor) -> None:
+        """Wait until ``actor`` closes, having published nothing more (its subscription from
+        its count ends empty), then check it says why."""
+        with anyio.fail_after(HANG):
+            async with actor.subscribe(actor.log.count) as events:
+                async for event in events:
+                    pytest.fail(f"{actor.session_id}: published {event.seq} after its delete")
+        with pytest.raises(SessionClosedError, match="was deleted"):
+            await actor.add_message(Message.user("after the delete"))
 
     async def _caught_up(self, actor: SessionActor, count: int) -> None:
         with anyio.fail_after(HANG):

@@ -512,6 +512,57 @@ async def test_a_head_is_held_back_for_a_quarter_second_at_most_and_a_failing_kn
         await failing.aclose()
 
 
+@pytest.mark.anyio
+async def test_a_delete_tells_the_sessions_watches_alone_to_read(
+    store: PostgresStore, schema: str
+) -> None:
+    # A delete sends no commit's head: it notifies -1 (read whatever there is) for its session,
+    # in its own transaction, whichever store object (process) makes it; a watcher then finds
+    # the session deleted. Another session's delete reaches nobody watching this one.
+    async with PostgresStore(URL, schema=schema) as other:
+        for name in ("w", "x"):
+            await store.commit(name, expected_count=0, events=(make_event(0, "user_message", {}),))
+        heads = store.watch("w")
+        try:
+            with anyio.fail_after(10):
+                assert await anext(heads) == -1  # listening
+                assert await other.delete("x")
+                await store.commit(
+                    "w", expected_count=1, events=(make_event(1, "user_message", {}),)
+                )
+                assert await anext(heads) == 2  # x's delete came first, and reached nobody here
+                assert await other.delete("w")
+                assert await anext(heads) == -1
+                assert not await store.delete("w")  # nothing to delete: nothing notified
+                await store.commit(
+                    "w", expected_count=0, events=(make_event(0, "user_message", {}),)
+                )
+                assert await anext(heads) == 1
+        finally:
+            await heads.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_head_of_nothing_tells_a_watcher_that_holds_events_to_read(
+    store: PostgresStore, schema: str
+) -> None:
+    # Head 0 (a session made again by an empty commit) while the watcher holds events: the
+    # session it holds is gone, so the watcher reads (-1), whatever it holds.
+    channel = f"nous_session.{schema}"
+    heads = store.watch("w", known=lambda: (3, 0, False))
+    try:
+        with anyio.fail_after(10):
+            assert await anext(heads) == -1  # listening
+            sql(
+                "SELECT pg_notify(%s, %s), pg_notify(%s, %s)",
+                *(channel, '{"session": "w", "head": 0}'),
+                *(channel, '{"session": "w", "head": 4}'),
+            )
+            assert [await anext(heads), await anext(heads)] == [-1, 4]
+    finally:
+        await heads.aclose()
+
+
 def test_the_listener_waits_on_a_descriptor_numbered_past_1024(schema: str) -> None:
     # select(2) refuses descriptors from 1024 on; a busy process's LISTEN connection may get
     # one. The listener then reconnected in a loop and delivered nothing.

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from nous_session import ConflictError, Message, SessionActor
+from nous_session import ConflictError, Event, Message, SessionActor
 from nous_session.event import make_event
 from nous_session.stores import follow
 from nous_session.stores.sqlite import SQLiteStore
@@ -54,7 +54,7 @@ async def test_an_actors_own_commits_do_not_wake_it(tmp_path: Path) -> None:
             monitor = store._monitor
             assert monitor is not None
             with anyio.fail_after(10):  # until the feed has seen the last commit
-                while monitor._heads.get("s") != (20, 0):  # noqa: ASYNC110
+                while monitor._heads.get("s", ())[:2] != (20, 0):  # noqa: ASYNC110
                     await anyio.sleep(0.005)
             assert monitor.pushes == 0
             async with (
@@ -317,7 +317,7 @@ async def _until_seen(store: SQLiteStore, heads: dict[str, tuple[int, int]]) -> 
     monitor = store._monitor
     assert monitor is not None
     with anyio.fail_after(10):
-        while any(monitor._heads.get(name) != head for name, head in heads.items()):  # noqa: ASYNC110
+        while any(monitor._heads.get(name, ())[:2] != head for name, head in heads.items()):  # noqa: ASYNC110
             await anyio.sleep(0.005)
 
 
@@ -483,3 +483,129 @@ def test_a_follower_on_a_plain_event_loop_starts_its_task_when_a_head_comes(
         import asyncio
 
         assert asyncio.run(scenario()) == ["from the other store"]
+
+
+def _events(start: int, stop: int) -> tuple[Event, ...]:
+    return tuple(make_event(seq, USER, {"content": str(seq)}) for seq in range(start, stop))
+
+
+@pytest.mark.parametrize("deleter", ["the same store", "another store"])
+async def test_a_delete_tells_the_sessions_watches_to_read(tmp_path: Path, deleter: str) -> None:
+    # A delete moves the session's count down (its row is gone: it reads as 0): its watches
+    # get -1 (read whatever there is), not the head 0 a watcher holding events would take for
+    # one it holds. Through the store the watch is on (solo mode: the feed reads only its
+    # writer's notes), and through another (the feed reads the file: data_version).
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        await store.commit("s", expected_count=0, events=_events(0, 2))
+        await store.commit("x", expected_count=0, events=_events(0, 1))
+        deleting = store if deleter == "the same store" else other
+        async with aclosing(store.watch("s")) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 2
+                assert await deleting.delete("x")
+                await store.commit("s", expected_count=2, events=_events(2, 3))
+                assert await anext(heads) == 3  # x's delete reached nobody here
+                assert await deleting.delete("s")
+                assert await anext(heads) == -1
+                await deleting.commit("s", expected_count=0, events=_events(0, 1))
+                assert await anext(heads) == 1
+
+
+async def test_a_delete_and_a_remake_as_long_between_two_polls_still_tell_the_watches(
+    tmp_path: Path,
+) -> None:
+    # Solo mode keeps the last head its writer's notes give each session: deleted and made
+    # again as long before the feed took them, the session reads as the feed last saw it.
+    # The delete is noted apart, and its watches still get -1.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        await store.commit("s", expected_count=0, events=_events(0, 2))
+        async with aclosing(store.watch("s", poll=60)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 2  # the thread's first poll, then it sleeps
+                monitor = store._monitor
+                assert monitor is not None
+                assert await store.delete("s")
+                await store.commit("s", expected_count=0, events=_events(0, 2))
+                await store.sessions()  # a job after it: the writer has noted that commit
+                monitor._wake.set()  # the next poll, now: it takes both notes at once
+                assert await anext(heads) == -1
+                assert monitor._heads["s"][:2] == (2, 0)
+
+
+@pytest.mark.parametrize("stored", [0, 1, 3])
+async def test_a_new_watch_of_a_session_gone_under_its_watcher_gets_minus_one(
+    tmp_path: Path, stored: int
+) -> None:
+    # A watcher that holds 3 events (an actor that read the session) of a session deleted
+    # (maybe made again, shorter or as long) before the feed first read it: the feed has no
+    # head of its own to compare with, and the head it reads is one the watcher would take
+    # for one it holds. Below what the watcher holds, or of another identity than the one it
+    # holds, a first head tells it to read.
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        if stored:
+            await store.commit("s", expected_count=0, events=_events(0, stored))
+        known = lambda: (3, 0, False, "the deleted session's uid")  # noqa: E731
+        async with aclosing(store.watch("s", known=known)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == -1
+
+
+@pytest.mark.parametrize("solo", [True, False])
+async def test_a_session_our_writer_made_and_another_deleted_before_a_poll_is_told(
+    tmp_path: Path, solo: bool
+) -> None:
+    # The feed last read the session as not stored; our writer makes it, and another writer
+    # deletes it, both before the feed's next read: the file reads as the feed last saw it.
+    # Our writer's note of its commit, offered before the read, is what tells the feed the
+    # session was there: its watches get that head, then -1. Whether the feed was solo until
+    # the other writer's delete, or had left solo mode before.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        async with aclosing(store.watch("s", poll=60)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 0  # the first poll, then the thread sleeps
+                monitor = store._monitor
+                assert monitor is not None
+                if not solo:
+                    reads = monitor.reads
+                    await other.commit("x", expected_count=0, events=_events(0, 1))
+                    monitor._wake.set()
+                    while monitor._solo or monitor.reads == reads:  # noqa: ASYNC110
+                        await anyio.sleep(0.005)
+                await store.commit("s", expected_count=0, events=_events(0, 2))
+                assert await other.delete("s")
+                await store.sessions()  # a job after it: the writer has noted its commit
+                await _poll_now(store)
+                assert [await anext(heads), await anext(heads)] == [2, -1]
+                assert not monitor._solo
+
+
+async def test_a_session_another_writer_deleted_and_made_again_as_long_is_told(
+    tmp_path: Path,
+) -> None:
+    # Made again with as many events (and the same horizon) between two of the feed's reads:
+    # only its identity tells the new session from the one watched.
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store, SQLiteStore(path) as other:
+        await store.commit("s", expected_count=0, events=_events(0, 2))
+        async with aclosing(store.watch("s", poll=60)) as heads:
+            with anyio.fail_after(10):
+                assert await anext(heads) == 2  # the first poll, then the thread sleeps
+                assert await other.delete("s")
+                await other.commit("s", expected_count=0, events=_events(0, 2))
+                await _poll_now(store)
+                assert await anext(heads) == -1
+
+
+async def _poll_now(store: SQLiteStore) -> None:
+    """Have the feed's thread poll now (it sleeps for its long ``poll`` otherwise), once our
+    writer is between batches: in solo mode, a poll that finds a batch of ours running
+    cannot tell another writer's commit from ours, and leaves that to the next."""
+    own, monitor = store._own, store._monitor
+    assert own is not None
+    assert monitor is not None
+    while own.epoch & 1:  # noqa: ASYNC110 - the writer's thread ends its batch
+        await anyio.sleep(0.001)
+    monitor._wake.set()

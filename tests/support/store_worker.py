@@ -7,6 +7,9 @@
     python store_worker.py subscribe URL SESSION EXPECTED
         follow the session from seq 0 through an actor; print "event SEQ CONTENT" for each
         event, then "done" after EXPECTED events.
+    python store_worker.py remake URL SESSION COUNT
+        delete the session, then make it again with COUNT messages ("new 0" ...) through an
+        actor; print "done".
 
 URL is any store URL (``sqlite:///path``, ``postgresql://...?schema=name``).
 """
@@ -17,7 +20,7 @@ import sys
 
 import anyio
 
-from nous_session import ConflictError, SessionActor
+from nous_session import ConflictError, Message, SessionActor, open_store
 
 
 async def write(
@@ -58,11 +61,23 @@ async def subscribe(url: str, session_id: str, expected: int) -> None:
     print("done", flush=True)
 
 
+async def remake(url: str, session_id: str, count: int) -> None:
+    async with open_store(url) as store:
+        assert await store.delete(session_id), f"no session {session_id!r} to delete"
+        async with SessionActor.open(session_id=session_id, store=store) as session:
+            for n in range(count):
+                await session.add_message(Message.user(f"new {n}"))
+    print("done", flush=True)
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "write":
         url, sid, name, producers, each, *mode = args
         anyio.run(write, url, sid, name, int(producers), int(each), *mode)
+    elif command == "remake":
+        url, sid, count = args
+        anyio.run(remake, url, sid, int(count))
     else:
         url, sid, expected = args
         anyio.run(subscribe, url, sid, int(expected))

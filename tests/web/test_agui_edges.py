@@ -5,16 +5,19 @@ messages too large to append, bodies too large to read."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 from ag_ui.core import RunAgentInput
 
-from nous_session import Message, SessionActor, Sessions
+from nous_session import Message, SessionActor, SessionClosedError, Sessions, open_store
 from nous_session.web import SessionStreams, create_app
 from nous_session.web._agui import RUN_ERROR, RUN_FINISHED, RUN_STARTED
 from nous_session.web._app import ORPHANED
@@ -369,3 +372,82 @@ async def test_a_run_left_unended_by_a_dead_worker_is_ended_by_the_next_run(
                 with anyio.fail_after(10):
                     response = await client.get("/connect", params={"thread_id": "t1"})
                 assert types(parse(response.content))[-1] == "RUN_FINISHED"
+
+
+async def test_a_thread_deleted_under_its_streams_ends_them_saying_so_and_the_app_serves_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another process deletes a thread while its run waits and clients follow it: the
+    # thread's actor closes (the change feed brings the delete), and every stream ends, each
+    # saying the thread was deleted, instead of waiting for a run that can no longer end. The
+    # run's end cannot be recorded (a warning says so); the app goes on serving.
+    url = f"sqlite:///{tmp_path / 'agui.sqlite3'}"
+    waiting, go_on, done = anyio.Event(), anyio.Event(), anyio.Event()
+    refused: list[BaseException] = []
+
+    async def agent(session: SessionActor, run: RunAgentInput) -> None:
+        await session.add_message(Message.assistant("Starting."))
+        if run.run_id != "r1":
+            await session.add_message(Message.assistant("too late"))
+            return
+        waiting.set()
+        await go_on.wait()
+        try:
+            await session.add_message(Message.assistant("too late"))
+        except SessionClosedError as error:
+            refused.append(error)
+            raise
+        finally:
+            done.set()
+
+    app = create_app(url, agent)
+    bodies: dict[str, bytes] = {}
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            httpx.AsyncClient(transport=transport, base_url=BASE) as client,
+            app.state.streams.sessions.use("t1") as session,
+        ):
+
+            async def fetch(name: str, method: str, target: str, **options: Any) -> None:
+                bodies[name] = (await client.request(method, target, **options)).content
+
+            hello = [{"id": "u1", "role": "user", "content": "hi"}]
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as task_group:
+                    task_group.start_soon(
+                        partial(fetch, json=run_input("t1", "r1", hello)), "run", "POST", "/run"
+                    )
+                    await waiting.wait()
+                    task_group.start_soon(fetch, "connect", "GET", "/connect?thread_id=t1")
+                    task_group.start_soon(fetch, "native", "GET", "/threads/t1/events")
+                    while session.statistics().subscribers < 3:  # every stream follows it
+                        await anyio.lowlevel.checkpoint()
+                    command = ["-m", "nous_session", "--store", url, "delete", "--yes", "t1"]
+                    await anyio.run_process([sys.executable, *command])
+                    async with session.subscribe(session.log.count) as events:
+                        async for _ in events:
+                            pytest.fail("the thread's actor streamed after the delete")
+                    go_on.set()
+                    await done.wait()  # the agent (in the app's task group) went on
+            assert session.closed
+        assert len(refused) == 1  # the agent's write after the delete, refused saying why
+        assert "'t1' was deleted" in str(refused[0])
+        gone = "thread 't1' was deleted (by another holder of its store)"
+        for name in ("run", "connect"):
+            events = parse(bodies[name])
+            assert types(events)[0] == "RUN_STARTED"
+            assert types(events)[-1] == "RUN_ERROR"
+            assert events[-1][1]["message"].startswith(gone)
+        assert "event: deleted" in bodies["native"].decode()
+        assert gone in bodies["native"].decode()
+        # The app serves on: the thread starts anew (once r1's worker has given it up).
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            async with app.state.streams.sessions.use("t1") as fresh:
+                assert fresh.log.count == 0
+            response = await client.post("/run", json=run_input("t1", "r2", hello))
+            assert types(parse(response.content))[-1] == "RUN_FINISHED"
+        assert "the end of run 'r1' of thread 't1' was not recorded" in caplog.text
+    async with open_store(url) as store:
+        stored = [event.data.get("content") for event in await store.load("t1")]
+    assert stored == ["hi", None, "Starting.", "too late", None]  # r2's alone

@@ -24,9 +24,11 @@ from psycopg import sql
 from nous_session._logging import get_logger
 from nous_session.stores._watch import (
     ASK_AGAIN,
+    GONE,
     HELD,
     HOLD_AT_MOST,
     UNSURE,
+    Known,
     Watch,
     Watches,
     closing,
@@ -214,7 +216,8 @@ class Listener(Watches[tuple[int, float]]):
         answered it, so a head it does not hold yet while it commits is asked about again
         (:meth:`_ask_again`) rather than pushed, for ``HOLD_AT_MOST`` seconds at most (an
         owner whose commits keep failing without reading the store would hold it for as
-        long as it tries). A ``known`` that raises counts as none.
+        long as it tries). A ``known`` that raises counts as none. A session's delete
+        notifies ``-1`` (see ``Statements.delete_session``): pushed as it is.
         """
         held_back = self._unsure.pop(watch, None)
         if watch.known is not None and head >= 0:
@@ -229,6 +232,8 @@ class Listener(Watches[tuple[int, float]]):
                 if now - since < HOLD_AT_MOST:
                     self._unsure[watch] = (head, since)
                     return
+            if verdict == GONE:  # deleted and made again empty: read whatever there is
+                head = -1
         watch.push(head)  # -1 (read everything) covers a head held back
         self.pushes += 1
 
@@ -262,8 +267,8 @@ class Listener(Watches[tuple[int, float]]):
 
 
 def _head(payload: str | bytes) -> tuple[str, int] | None:
-    """The (session, head) a commit's notification carries; None for anything else (another
-    application's NOTIFY on the channel, say)."""
+    """The (session, head) a commit's notification carries (a delete's: head ``-1``); None
+    for anything else (another application's NOTIFY on the channel, say)."""
     try:
         value = orjson.loads(payload)
         return str(value["session"]), int(value["head"])
@@ -294,19 +299,20 @@ class ListenerFeed:
         session_id: str,
         *,
         poll: float = 0.25,
-        known: Callable[[], tuple[int, int, bool]] | None = None,
+        known: Known | None = None,
     ) -> AsyncGenerator[int, None]:
         """Yield the session's new head whenever a commit (from any process) lands.
 
         The first value, ``-1``, is yielded as soon as the store is listening, and again
-        after every reconnection: the caller should read what it has missed then
-        (``load(since=...)``). Each notification's head follows; a lost listener reconnects
-        with a backoff. With ``known``, a callable that returns what the watcher holds as
-        (count, horizon) and whether a commit of its own is in flight, a head at or below
-        that count is not yielded, and one that comes while that commit is in flight is
-        asked about again every few milliseconds until it has answered: the watcher's own
-        commits do not wake it. ``known`` is called from the listener's thread, so it must
-        only read.
+        after every reconnection and when the session is deleted (by any process): the
+        caller should read what it has missed then (``load(since=...)``). Each
+        notification's head follows; a lost listener reconnects with a backoff. With
+        ``known``, a callable that returns what the watcher holds as (count, horizon) and
+        whether a commit of its own is in flight, a head at or below that count is not
+        yielded, and one that comes while that commit is in flight is asked about again
+        every few milliseconds until it has answered: the watcher's own commits do not wake
+        it (an identity it returns too is not compared: a delete notifies ``-1`` itself).
+        ``known`` is called from the listener's thread, so it must only read.
 
         Every watch of one store shares one LISTEN connection and one thread (``poll``, the
         seconds that thread waits for notifications before it checks whether any watch is

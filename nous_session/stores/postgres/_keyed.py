@@ -195,7 +195,10 @@ class KeyedTables:
                 row = row_of(connection, self._sql, session_id, lock="FOR UPDATE")
                 if row is None:
                     return None
-                return delete_row(connection, self._sql, row, self._keyring), xid(connection)
+                return (
+                    delete_row(connection, self._sql, self._channel, row, self._keyring),
+                    xid(connection),
+                )
 
         done = await self._run(delete)
         if done is not None and done[0]:

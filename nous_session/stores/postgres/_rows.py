@@ -265,16 +265,19 @@ def sessions_info(connection: Connection, statements: Statements) -> list[Sessio
 def delete_row(
     connection: Connection,
     statements: Statements,
+    channel: str,
     row: SessionRow[str],
     keyring: Keyring | None = None,
 ) -> int:
     """Delete a session and its rows (its forks get their own copy first), in the caller's
-    transaction, and destroy the data keys no other session holds rows under (see
+    transaction, notify its followers on ``channel`` (they read it, and find it deleted),
+    and destroy the data keys no other session holds rows under (see
     :func:`~nous_session.stores.postgres._keys.release_keys`). Returns how many keys were
     destroyed."""
     release_shared(connection, statements, row, 0)
-    for statement in statements.deletes:
+    for statement in statements.delete_rows:
         connection.execute(statement, (row.key,))
+    connection.execute(statements.delete_session, {"name": row.key, "channel": channel})
     # Its forks are linked to the session it was forked from (still that one), at the lower
     # fork point: what they hold up to it is that session's history, and erasing there must
     # reach them.

@@ -474,14 +474,18 @@ class Statements(_ErasureStatements, _KeyStatements):
         self.idle = self._statement(
             "SELECT count, active FROM {sessions} WHERE name = %s FOR UPDATE"
         )
-        # A session's rows in every table but the sessions table, then its row there.
+        # A session's rows in every table but the sessions table, then its row there, which
+        # tells its followers (in the deleting transaction, as a commit does): the head -1,
+        # "read whatever there is", which finds it deleted (a listener of any version pushes
+        # -1 as it is).
         self.delete_rows = tuple(
             sql.SQL("DELETE FROM {} WHERE session = %s").format(table)
             for table in (self.events, self.keys, self.commits, self.kept)
         )
-        self.deletes = (
-            *self.delete_rows,
-            self._statement("DELETE FROM {sessions} WHERE name = %s"),
+        self.delete_session = self._statement(
+            """WITH gone AS (DELETE FROM {sessions} WHERE name = %(name)s RETURNING name)
+            SELECT pg_notify(%(channel)s, json_build_object('session', name, 'head', -1)::text)
+            FROM gone"""
         )
         _ErasureStatements.__init__(self)
         _KeyStatements.__init__(self)

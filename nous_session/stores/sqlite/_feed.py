@@ -37,7 +37,18 @@ thread, while solo, peeks at the header each poll and reads the epoch before and
 
 Leaving solo mode is for good (for this store object): the thread lists every watched session
 with the head it last saw, and from then on checks ``data_version`` and reads what moved, as
-before; only the heads that moved meanwhile are pushed.
+before; only the heads that moved meanwhile are pushed. The writer's notes go on: each read
+first offers the heads our commits made (and lists them as last seen), so a session one of
+them moved and another connection deleted before the read does not read as unmoved.
+
+Deletes. A head is (count, horizon, identity: the row's ``uid``). A watched session whose count
+went down (a row that is gone reads as count 0), whose identity changed (deleted and made
+again, as long as it was), or that our writer's notes say it deleted (its trigger notes the
+delete apart from the head a remake overwrites) gets ``-1``, whatever its watchers hold: they
+read, and an actor finds its session deleted. So does a watcher that holds events of a session
+with another identity than the one it names, or read as count 0, or, in a watch's first head,
+below what it holds (:data:`~nous_session.stores._watch.GONE`): a new watch has no head of the
+feed's to compare with.
 """
 
 from __future__ import annotations
@@ -46,12 +57,13 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Set
 from contextlib import suppress
 from typing import Final, TypeAlias
 from urllib.parse import quote
 
 from nous_session._logging import get_logger
-from nous_session.stores._watch import HELD, HOLD_AT_MOST, UNSURE, WAKE, Watch, Watches
+from nous_session.stores._watch import GONE, HELD, HOLD_AT_MOST, UNSURE, WAKE, Watch, Watches
 
 __all__ = ["BACK_OFF_AT_MOST", "DEFAULT_POLL", "ChangeMonitor", "OwnCommits", "beside"]
 
@@ -64,8 +76,13 @@ watchers hold already: another writer's commit is then seen within this many pol
 
 _logger = get_logger("nous_session.sqlite")
 
+Head: TypeAlias = tuple[int, int, str | None]
+"""A session's head as the feed reads it: its count, its horizon, and its identity (its row's
+``uid``; None while it has no row). Another identity is another session: the one watched was
+deleted, even if the new one has as many events."""
 
-class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
+
+class ChangeMonitor(Watches[tuple[int, Head, float]]):
     """The change-check thread of one SQLite file, and the watches it serves.
 
     Args:
@@ -84,7 +101,7 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         # armed, so only the changes its commits made are looked at (see the module doc).
         self._solo = own is not None and own.armed and not own.shared
         self._fresh: set[str] = set()  # sessions with a watch that has not had its head yet
-        self._heads: dict[str, tuple[int, int]] = {}  # (count, horizon) the thread last saw
+        self._heads: dict[str, Head] = {}  # the heads the thread last saw
         # Watches whose owner was committing when a head it did not hold came: what to push
         # (and the head it stands for), asked again every poll until the commit has answered.
         # With when it was first held back: it is pushed after HOLD_AT_MOST in any case (an
@@ -100,15 +117,15 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
 
     def _joined(self, watch: Watch) -> None:
         """The watch gets the session's head as the thread first sees it, then each new head
-        (and ``-1`` after the thread had to reopen its connection); ``known`` says what the
-        watcher holds as (count, horizon)."""
+        (and ``-1`` after the thread had to reopen its connection, or when the session was
+        deleted: see the module doc); ``known`` says what the watcher holds as (count,
+        horizon)."""
         self._fresh.add(watch.session_id)
         self._membership = True
         if self._thread is None and not self._stopped:
-            if self._solo:
+            if self._own is not None:
                 # Our writer's changes are kept for the thread from now on (it reads the
                 # new watch's head itself, so a commit made before is not missed either).
-                assert self._own is not None
                 self._own.listening = True
             self._thread = threading.Thread(
                 target=self._serve, name="nous_session-sqlite-feed", daemon=True
@@ -149,7 +166,7 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         wait = self._poll  # until the next check: longer while the reads wake nobody
         unwritten = _Unwritten()  # the file as last read while it had no writer
         lost = False  # the connection failed: the next one's first read wakes every watch
-        last: dict[str, tuple[int, int]] = {}  # heads solo mode saw, for the first listing
+        last: dict[str, Head] = {}  # heads solo mode saw, for the first listing
         try:
             while True:
                 with self._lock:
@@ -276,11 +293,11 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         connection = _connect(self._path, "mode=ro&immutable=1")
         try:
             # Listed with the heads last read: only what moved since is pushed (a name never
-            # read has (-1, -1), so it is read in any case).
+            # read has _UNREAD, so it is read in any case).
             with self._lock:
-                last = [(name, *self._heads.get(name, (-1, -1))) for name in names]
+                last = [(name, *self._heads.get(name, _UNREAD)) for name in names]
             connection.execute(_WATCHED)
-            connection.executemany("INSERT INTO temp.nous_watched VALUES (?, ?, ?)", last)
+            connection.executemany(_LISTED, last)
             self._read_heads(connection, fresh, False)
         finally:
             connection.close()
@@ -303,19 +320,21 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         if shared or (not epoch & 1 and own.epoch == epoch and peeked != mine):
             self._leave_solo()
             return None
-        changed = own.take()
+        changed, gone = own.take()
         if not changed and not fresh:
             return self._poll  # a quiet file: a commit now is seen within a poll
         pushed_before = self.pushes
         with self._lock:
-            heads: dict[str, tuple[int, int]] = {}
+            heads: dict[str, Head] = {}
             unknown = set(fresh)
             for name, head in changed.items():
                 if name not in self._watches:
                     continue
                 if head is None:
                     unknown.add(name)
-                elif head != self._heads.get(name):
+                elif name in gone or _news(head, self._heads.get(name)):
+                    # A session deleted is offered even when its head reads as the feed
+                    # last saw it (never seen between the two).
                     heads[name] = head
         if unknown:
             read = _heads_of(connection, unknown)
@@ -324,9 +343,9 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                 heads.update(
                     (name, head)
                     for name, head in read.items()
-                    if name in fresh or head != self._heads.get(name)
+                    if name in fresh or name in gone or _news(head, self._heads.get(name))
                 )
-        self._dispatch([(name, *head) for name, head in heads.items()], fresh, False)
+        self._dispatch([(name, *head) for name, head in heads.items()], fresh, False, gone)
         if self.pushes != pushed_before:
             return self._poll
         return min(wait * 2, self._poll * BACK_OFF_AT_MOST)  # only our watchers' own commits
@@ -339,8 +358,6 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
             if not self._solo:
                 return
             self._solo = False
-            if self._own is not None:
-                self._own.listening = False
         _logger.debug("nous_session.sqlite_feed_shared", path=self._path)
 
     def _read_heads(self, connection: sqlite3.Connection, fresh: set[str], reopened: bool) -> bool:
@@ -355,30 +372,74 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
         Python took 0.75 ms, every poll of a busy file.
         """
         pushed_before = self.pushes
+        gone = self._take_own(connection)
         moved = connection.execute(_MOVED).fetchall()
         if moved:
-            noted = [(count, horizon, name) for name, count, horizon in moved]
+            noted = [(count, horizon, uid, name) for name, count, horizon, uid in moved]
             connection.executemany(_NOTED, noted)
         self.reads += 1
-        self._dispatch(moved, fresh, reopened)
+        self._dispatch(moved, fresh, reopened, gone)
         return self.pushes != pushed_before
 
-    def _dispatch(self, moved: list[tuple[str, int, int]], fresh: set[str], reopened: bool) -> None:
-        """Offer the heads ``moved`` (name, count, horizon) to their sessions' watches, and
-        to ``fresh`` watches of a session that did not move their head as last seen."""
+    def _take_own(self, connection: sqlite3.Connection) -> set[str]:
+        """Out of solo mode, our writer's notes (when it keeps them) are offered before the
+        file is read, and listed as the heads last seen: a session one of its commits moved
+        and that another connection deleted (maybe made it again) before this read would
+        otherwise read as the feed last saw it, the deleted session's head never read at
+        all. Returns the sessions our writer deleted whose heads are not known (a failed
+        job's): the read that follows finds them, and pushes them ``-1``."""
+        if self._own is None:
+            return set()
+        changed, gone = self._own.take()
+        if not changed:
+            return gone
         with self._lock:
-            for name, count, horizon in moved:
+            noted = [
+                (name, *head)
+                for name, head in changed.items()
+                if head is not None
+                and name in self._watches
+                and (name in gone or _news(head, self._heads.get(name)))
+            ]
+        if noted:
+            connection.executemany(
+                _NOTED, [(count, horizon, uid, name) for name, count, horizon, uid in noted]
+            )
+            self._dispatch(noted, set(), False, gone)
+        return gone - {name for name, *_ in noted}
+
+    def _dispatch(
+        self,
+        moved: list[tuple[str, int, int, str | None]],
+        fresh: set[str],
+        reopened: bool,
+        gone: Set[str] = frozenset(),
+    ) -> None:
+        """Offer the heads ``moved`` (name, count, horizon, uid) to their sessions' watches, and
+        to ``fresh`` watches of a session that did not move their head as last seen; the
+        watches of a session in ``gone`` (deleted since: our writer's notes say so) get
+        ``-1``."""
+        with self._lock:
+            for name, count, horizon, uid in moved:
                 watches = self._watches.get(name)
                 if watches is None:
                     continue  # left meanwhile
-                head = (count, horizon)
+                head = (count, horizon, uid)
                 before = self._heads.get(name)
                 self._heads[name] = head
-                # -1 (read everything): a reopened connection, or another writer's snapshot.
+                # -1 (read everything): a reopened connection, another writer's snapshot, or
+                # a session deleted (maybe made again since): our writer deleted it, or its
+                # count went down (by nothing but a delete, after which a row that is gone
+                # reads as count 0), or its identity changed; every watcher reads, whatever
+                # it holds, and an actor finds it deleted.
+                deleted = name in gone or (
+                    before is not None
+                    and (count < before[0] or (before[2] is not None and uid != before[2]))
+                )
                 moved_on = before is None or horizon == before[1]
-                pushed = count if moved_on and not reopened else -1
+                pushed = count if moved_on and not reopened and not deleted else -1
                 for watch in watches:
-                    self._offer(watch, pushed, head, reopened)
+                    self._offer(watch, pushed, head, reopened or deleted)
                 fresh.discard(name)
             # A new watch of a session whose head did not move: it still gets that head.
             for name in fresh:
@@ -389,12 +450,15 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                 for watch in watches:
                     self._offer(watch, current[0], current, False)
 
-    def _offer(self, watch: Watch, pushed: int, head: tuple[int, int], always: bool) -> None:
+    def _offer(self, watch: Watch, pushed: int, head: Head, always: bool) -> None:
         """Push ``pushed`` (standing for ``head``) to ``watch`` unless its owner holds it, or
         keep it to ask again while the owner's own commit is in flight (lock held), for
         ``HOLD_AT_MOST`` seconds at most."""
         held = self._unsure.pop(watch, None)
-        verdict = WAKE if always else watch.verdict(*head)
+        first = watch.first  # its first head: the feed's first read of it
+        if first:
+            watch.first = False
+        verdict = WAKE if always else watch.verdict(head[0], head[1], head[2], first=first)
         if verdict == UNSURE:
             now = time.monotonic()
             since = now if held is None else held[2]
@@ -402,7 +466,9 @@ class ChangeMonitor(Watches[tuple[int, tuple[int, int], float]]):
                 self._unsure[watch] = (pushed, head, since)
                 return
         if verdict != HELD:
-            watch.push(pushed)
+            # GONE: no event stored where the owner holds some (deleted, as the first read
+            # of a watch may find): it reads whatever there is.
+            watch.push(-1 if verdict == GONE else pushed)
             self.pushes += 1
 
     def _ask_again(self) -> None:
@@ -428,13 +494,17 @@ class OwnCommits:
         self._lock = threading.Lock()
         self.epoch = 0  # odd while the writer runs a batch of jobs
         self.shared = False  # another connection committed (or may have): no solo mode
-        self.listening = False  # a feed thread in solo mode takes the changes (the feed's)
+        self.listening = False  # a feed thread takes the changes (the feed's)
         self._connection: sqlite3.Connection | None = None  # the connection armed
         self._shm: int | None = None
         self._version = 0  # its data_version after its last write group
         self._header = b""  # the WAL-index header after its last write group
-        self._group: dict[str, tuple[int, int]] = {}  # the triggers' notes, this group
-        self._changed: dict[str, tuple[int, int] | None] = {}  # for the feed; None: unknown
+        self._group: dict[str, Head] = {}  # the triggers' notes, this group
+        self._group_gone: set[str] = set()  # the sessions this group deleted (or renamed)
+        self._changed: dict[str, Head | None] = {}  # for the feed; None: unknown
+        # For the feed: the sessions deleted since it last took the notes. Apart from their
+        # heads, which a later commit (the session made again) overwrites.
+        self._gone: set[str] = set()
 
     @property
     def armed(self) -> bool:
@@ -454,7 +524,7 @@ class OwnCommits:
             self.shared = True  # nothing to peek at: the feed reads every change
             return
         try:
-            connection.create_function("nous_session_changed", 3, self._note)
+            connection.create_function("nous_session_changed", 4, self._note)
             for statement in _TRIGGERS:
                 connection.execute(statement)
             header = os.pread(shm, _HEADER, 0)
@@ -468,10 +538,14 @@ class OwnCommits:
             self._shm, self._header, self._version = shm, header, version
             self._connection = connection
 
-    def _note(self, name: str, count: int, horizon: int) -> None:
-        """The triggers' function (a row of nous_sessions was written): on the writer's
-        thread, inside the job's statement; it must not raise."""
-        self._group[name] = (count, horizon)
+    def _note(self, name: str, count: int, horizon: int, uid: str | None) -> None:
+        """The triggers' function (a row of nous_sessions was written; a count of -1: the
+        row was deleted, or renamed away): on the writer's thread, inside the job's
+        statement; it must not raise."""
+        if count < 0:
+            self._group_gone.add(name)
+            count = horizon = 0
+        self._group[name] = (count, horizon, uid)
 
     def begin(self) -> None:
         self.epoch += 1
@@ -482,49 +556,58 @@ class OwnCommits:
         rolled back what was noted, so the feed reads those heads (names only)."""
         if self._group:
             group, self._group = self._group, {}
+            gone, self._group_gone = self._group_gone, set()
             with self._lock:
-                if self.listening and not self.shared:
+                if self.listening:
                     self._changed.update(dict.fromkeys(group))
+                    self._gone |= gone
         self.epoch += 1
 
     def opened(self, connection: sqlite3.Connection) -> None:
         """The writer opened a connection: one that replaces the armed one cannot vouch for
         what was committed between the two."""
         if self._connection is not None and connection is not self._connection:
-            self._give_up()
+            self._share()
 
     def committed(self, connection: sqlite3.Connection | None, failed: bool) -> None:
-        """A write group ended (committed, or ``failed`` in part or as a whole): peek at the
-        header, then read data_version (in this order: a commit of another connection in
-        between moves the version), and hand what the group changed to the feed."""
+        """A write group ended (committed, or ``failed`` in part or as a whole): while solo,
+        peek at the header, then read data_version (in this order: a commit of another
+        connection in between moves the version); and hand what the group changed to the
+        feed (solo or not: out of solo mode, the feed offers our commits' heads before it
+        reads the file, so that a delete made right after one of them is not missed)."""
         group, self._group = self._group, {}
-        if self._connection is None or self.shared:
+        gone, self._group_gone = self._group_gone, set()
+        if self._connection is None:
             return
         if connection is not self._connection:
-            self._give_up()
+            self._share()  # its triggers are not on that connection: it noted nothing
             return
-        assert self._shm is not None
-        try:
-            header = os.pread(self._shm, _HEADER, 0)
-            version = connection.execute("PRAGMA data_version").fetchone()[0]
-        except (OSError, sqlite3.Error) as error:
-            _logger.debug("nous_session.sqlite_solo_failed", error=repr(error))
-            self._give_up()
-            return
-        if version != self._version:
-            self._give_up()
-            return
+        header = None
+        if not self.shared:
+            assert self._shm is not None
+            try:
+                header = os.pread(self._shm, _HEADER, 0)
+                version = connection.execute("PRAGMA data_version").fetchone()[0]
+            except (OSError, sqlite3.Error) as error:
+                _logger.debug("nous_session.sqlite_solo_failed", error=repr(error))
+                self._share()
+            else:
+                if version != self._version:
+                    self._share()
         with self._lock:
-            self._header = header
+            if header is not None and not self.shared:
+                self._header = header
             if self.listening:
                 # A failed job's notes may be of changes rolled back: the feed reads those.
                 for name, head in group.items():
                     self._changed[name] = None if failed else head
+                self._gone |= gone  # rolled back, maybe: then it costs a read
 
-    def _give_up(self) -> None:
+    def _share(self) -> None:
+        """Another connection has committed, or may have: no solo mode from now on. The
+        notes go on (they are our commits' heads, which a feed out of solo mode offers)."""
         with self._lock:
             self.shared = True
-            self._changed.clear()
 
     def close(self) -> None:
         """Close the -shm descriptor (the store is closed, its writer first)."""
@@ -540,12 +623,14 @@ class OwnCommits:
         with self._lock:
             return self.epoch, self._header, self.shared
 
-    def take(self) -> dict[str, tuple[int, int] | None]:
-        """What our writer's commits changed since the last take: (count, horizon) by
-        session, or None where it is not known."""
+    def take(self) -> tuple[dict[str, Head | None], set[str]]:
+        """What our writer's commits changed since the last take: the head by session, or
+        None where it is not known; and the sessions they deleted (each among the
+        former)."""
         with self._lock:
             changed, self._changed = self._changed, {}
-            return changed
+            gone, self._gone = self._gone, set()
+            return changed, gone
 
 
 # The first copy of the WAL index header at the start of the -shm file (SQLite's WAL format,
@@ -643,23 +728,27 @@ def _close_shm(shm: int | None) -> None:
 
 
 # The watched sessions whose head differs from the one last read (a session not stored reads
-# as (0, 0); a name just listed has (-1, -1), so it is read once in any case).
+# as (0, 0, NULL); a name just listed has (-1, -1), so it is read once in any case): its
+# count, its horizon, or its identity (a session deleted and made again, as long as it was).
 _MOVED: Final = (
-    "SELECT w.name, coalesce(s.count, 0), coalesce(s.horizon, 0)"
+    "SELECT w.name, coalesce(s.count, 0), coalesce(s.horizon, 0), s.uid"
     " FROM temp.nous_watched AS w LEFT JOIN main.nous_sessions AS s ON s.name = w.name"
     " WHERE coalesce(s.count, 0) != w.count OR coalesce(s.horizon, 0) != w.horizon"
+    " OR s.uid IS NOT w.uid"
 )
-_NOTED: Final = "UPDATE temp.nous_watched SET count = ?, horizon = ? WHERE name = ?"
+_NOTED: Final = "UPDATE temp.nous_watched SET count = ?, horizon = ?, uid = ? WHERE name = ?"
 _WATCHED: Final = (
     "CREATE TEMP TABLE IF NOT EXISTS nous_watched"
-    " (name TEXT PRIMARY KEY, count INTEGER, horizon INTEGER) WITHOUT ROWID"
+    " (name TEXT PRIMARY KEY, count INTEGER, horizon INTEGER, uid TEXT) WITHOUT ROWID"
 )
+_LISTED: Final = "INSERT INTO temp.nous_watched (name, count, horizon, uid) VALUES (?, ?, ?, ?)"
+_UNREAD: Final = (-1, -1, None)  # the head of a name never read: read it in any case
 
 
 # The writer connection's temporary triggers: every change of a session's count or horizon
 # (a commit, a snapshot, an erasure, a fork, a deletion) is noted by OwnCommits._note.
-_NEW: Final = "SELECT nous_session_changed(NEW.name, NEW.count, coalesce(NEW.horizon, 0));"
-_OLD: Final = "SELECT nous_session_changed(OLD.name, 0, 0);"
+_NEW: Final = "SELECT nous_session_changed(NEW.name, NEW.count, coalesce(NEW.horizon, 0), NEW.uid);"
+_OLD: Final = "SELECT nous_session_changed(OLD.name, -1, 0, NULL);"  # -1: the row is gone
 _TRIGGERS: Final = tuple(
     f"CREATE TEMP TRIGGER IF NOT EXISTS nous_session_{name} AFTER {event}"
     f" ON main.nous_sessions BEGIN {body} END"
@@ -675,32 +764,43 @@ _TRIGGERS: Final = tuple(
 _LOOKUP_AT_MOST: Final = 500
 
 
-def _heads_of(connection: sqlite3.Connection, names: set[str]) -> dict[str, tuple[int, int]]:
-    """The (count, horizon) of each of ``names``; (0, 0) for a session not stored."""
-    heads = dict.fromkeys(names, (0, 0))
+def _heads_of(connection: sqlite3.Connection, names: set[str]) -> dict[str, Head]:
+    """The head of each of ``names``; (0, 0, None) for a session not stored."""
+    heads: dict[str, Head] = dict.fromkeys(names, (0, 0, None))
     ordered = sorted(names)
     for start in range(0, len(ordered), _LOOKUP_AT_MOST):
         chunk = ordered[start : start + _LOOKUP_AT_MOST]
         marks = ", ".join("?" * len(chunk))
         rows = connection.execute(
-            "SELECT name, coalesce(count, 0), coalesce(horizon, 0) FROM main.nous_sessions"
-            f" WHERE name IN ({marks})",
+            "SELECT name, coalesce(count, 0), coalesce(horizon, 0), uid"
+            f" FROM main.nous_sessions WHERE name IN ({marks})",
             chunk,
         ).fetchall()
-        for name, count, horizon in rows:
-            heads[name] = (count, horizon)
+        for name, count, horizon, uid in rows:
+            heads[name] = (count, horizon, uid)
     return heads
+
+
+def _news(head: Head, before: Head | None) -> bool:
+    """Whether ``head`` (a note of our writer's) tells the feed something it has not seen
+    (``before``: the head it last saw): not that head, nor an older one of the same session
+    (a note taken after the feed read past it)."""
+    if before is None:
+        return True
+    if head[2] == before[2] and head[2] is not None:
+        return head[0] > before[0] or (head[0] == before[0] and head[1] != before[1])
+    return head != before
 
 
 def _list(
     connection: sqlite3.Connection,
     listed: set[str],
     names: set[str],
-    last: dict[str, tuple[int, int]],
+    last: dict[str, Head],
 ) -> None:
     """Make the connection's table of watched sessions list exactly ``names`` (``listed``:
     what it lists now, updated), a new name with its head as ``last`` read (solo mode's),
-    else (-1, -1): read once in any case."""
+    else :data:`_UNREAD`: read once in any case."""
     if not listed:
         connection.execute(_WATCHED)
     gone = listed - names
@@ -708,9 +808,6 @@ def _list(
     if gone:
         connection.executemany("DELETE FROM temp.nous_watched WHERE name = ?", [(n,) for n in gone])
     if new:
-        connection.executemany(
-            "INSERT INTO temp.nous_watched VALUES (?, ?, ?)",
-            [(n, *last.get(n, (-1, -1))) for n in new],
-        )
+        connection.executemany(_LISTED, [(n, *last.get(n, _UNREAD)) for n in new])
     listed -= gone
     listed |= new

@@ -28,7 +28,7 @@ from nous_session.listing import (
 from nous_session.metadata import SessionMetadata
 from nous_session.stores._common import Commit, FeedStore
 from nous_session.stores._sealed import Keyring
-from nous_session.stores._watch import Watch, Watches, closing
+from nous_session.stores._watch import Known, Watch, Watches, closing
 from nous_session.stores.base import (
     Rebased,
     SessionInfo,
@@ -321,11 +321,12 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         session_id: str,
         *,
         poll: float = DEFAULT_POLL,
-        known: Callable[[], tuple[int, int, bool]] | None = None,
+        known: Known | None = None,
     ) -> AsyncGenerator[int, None]:
         """Yield the session's head as the feed first sees it, then its new head whenever a
         commit lands, whichever process or connection made it (and ``-1`` when the feed had to
-        reopen its connection, or another writer took a snapshot: read everything then).
+        reopen its connection, another writer took a snapshot, or the session was deleted:
+        its count went down, or it was made again; read everything then).
 
         Every watch of one store shares one thread and one read-only connection, which asks
         SQLite for ``PRAGMA data_version`` every ``poll`` seconds (the first watch's) and reads
@@ -334,9 +335,11 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         (this process's own commits), it backs off, up to ``BACK_OFF_AT_MOST`` (8) polls
         between two checks, and the first change that wakes a watcher brings it back to one
         poll. With ``known``, a callable that returns what the watcher already holds
-        as (count, horizon) and whether a commit of its own is in flight, a head it holds is
-        not yielded: the watcher's own commits do not wake it (a head that comes while its
-        commit is in flight is asked about again each poll until that commit has answered).
+        as (count, horizon), whether a commit of its own is in flight, and optionally the
+        identity (``uid``) of the session it holds, a head it holds is not yielded: the
+        watcher's own commits do not wake it (a head that comes while its commit is in
+        flight is asked about again each poll until that commit has answered), and a
+        session with another identity than the watcher's yields ``-1``.
         ``known`` is called from the feed's thread, so it must only read. Close the
         generator (``aclosing``) to leave; the thread ends with the last watch. A
         ``":memory:"`` database is private to this store's connection: nothing else can write
@@ -356,7 +359,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
                 yield head
 
     async def _attach_watch(
-        self, session_id: str, known: Callable[[], tuple[int, int, bool]], wake: Callable[[], None]
+        self, session_id: str, known: Known, wake: Callable[[], None]
     ) -> tuple[Watches[Any], Watch] | None:
         """For an actor's follower: a watch of ``session_id`` served as
         :meth:`watch` serves one, with no task of its own until ``wake`` starts one (on this
