@@ -209,19 +209,11 @@ class MemoryStore(Erasing, StoreBase):
         )
 
     async def _commit(self, commit: Commit) -> str:
-        # One unpacking, not ten attribute reads: every commit's path.
-        (
-            session_id,
-            expected_count,
-            events,
-            dropped,
-            expected_horizon,
-            horizon,
-            keys,
-            kept,
-            commit_id,
-            expected_uid,
-        ) = commit
+        # By name, not by position: a field added to Commit cannot shift what these read.
+        session_id, expected_count, events = commit.session_id, commit.expected_count, commit.events
+        dropped, kept, keys, commit_id = commit.dropped, commit.kept, commit.keys, commit.commit_id
+        horizon, expected_horizon = commit.horizon, commit.expected_horizon
+        expected_uid = commit.expected_uid
         session = self._sessions.get(session_id)
         if session is None:
             if expected_count != 0:
