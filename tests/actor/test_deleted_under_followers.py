@@ -8,12 +8,9 @@ A delete of another session closes nothing.
 
 from __future__ import annotations
 
-import os
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import anyio
 import pytest
@@ -27,10 +24,9 @@ from nous_session import (
     Subscription,
     open_store,
 )
+from tests.support.processes import shared_store_url
 
 pytestmark = pytest.mark.anyio
-POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
-PGBOUNCER_URL = os.environ.get("NOUS_SESSION_TEST_PGBOUNCER")
 WORKER = str(Path(__file__).parents[1] / "support" / "store_worker.py")
 PROMPTLY = 10  # seconds: a follower that misses the delete fails the test, never hangs it
 
@@ -40,25 +36,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store URL every process reaches: a SQLite file, a PostgreSQL schema of the test's
     own (dropped after it), and the same through PgBouncer in transaction pooling mode (the
     delete's transaction goes through it; the listener connects directly)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'deleted.sqlite3'}"
-        return
-    if not POSTGRES_URL:
-        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
-    if request.param == "pgbouncer" and not PGBOUNCER_URL:
-        pytest.skip("no PgBouncer: set NOUS_SESSION_TEST_PGBOUNCER")
-    psycopg = pytest.importorskip("psycopg")
-    schema = f"d_{uuid.uuid4().hex[:12]}"
-    if request.param == "postgres":
-        separator = "&" if "?" in POSTGRES_URL else "?"
-        yield f"{POSTGRES_URL}{separator}schema={schema}"
-    else:
-        assert PGBOUNCER_URL is not None
-        separator = "&" if "?" in PGBOUNCER_URL else "?"
-        direct = quote(POSTGRES_URL, safe="")
-        yield f"{PGBOUNCER_URL}{separator}schema={schema}&pooled=true&direct_url={direct}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    yield from shared_store_url(request.param, tmp_path, "deleted")
 
 
 async def _in_another_process(*arguments: str) -> None:

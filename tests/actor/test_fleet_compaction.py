@@ -12,10 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
@@ -23,11 +21,9 @@ import pytest
 
 from nous_session import CompactionPolicy, Message, SessionActor, open_store
 from nous_session.event import EventType
-from tests.support.processes import Lines
+from tests.support.processes import Lines, shared_store_url
 
 pytestmark = pytest.mark.anyio
-POSTGRES_URL = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
-PGBOUNCER_URL = os.environ.get("NOUS_SESSION_TEST_PGBOUNCER")
 WORKER = Path(__file__).parents[1] / "support" / "compacting_worker.py"
 TTL = 1.0  # the worker's and this test's turn_ttl: a stopped holder's turn lapses in a second
 TURNS = 6  # the worker appends "w 0" .. "w 5"; its first summary covers "w 0" .. "w 3"
@@ -38,25 +34,7 @@ SESSION = "fleet"
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store URL every process reaches: a SQLite file, a PostgreSQL schema of the test's
     own (dropped after it), and the same through PgBouncer in transaction pooling mode."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fleet.sqlite3'}"
-        return
-    if not POSTGRES_URL:
-        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
-    if request.param == "pgbouncer" and not PGBOUNCER_URL:
-        pytest.skip("no PgBouncer: set NOUS_SESSION_TEST_PGBOUNCER")
-    psycopg = pytest.importorskip("psycopg")
-    schema = f"f_{uuid.uuid4().hex[:12]}"
-    if request.param == "postgres":
-        separator = "&" if "?" in POSTGRES_URL else "?"
-        yield f"{POSTGRES_URL}{separator}schema={schema}"
-    else:
-        assert PGBOUNCER_URL is not None
-        separator = "&" if "?" in PGBOUNCER_URL else "?"
-        direct = quote(POSTGRES_URL, safe="")
-        yield f"{PGBOUNCER_URL}{separator}schema={schema}&pooled=true&direct_url={direct}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    yield from shared_store_url(request.param, tmp_path, "fleet")
 
 
 class Worker:

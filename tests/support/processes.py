@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import sys
 import threading
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
+
+import pytest
 
 WORKER = Path(__file__).parent / "store_worker.py"
 
@@ -92,3 +97,31 @@ def check_shared_session(
         order[f"{writer} {producer}"].append(int(n))
     assert all(ns == list(range(each)) for ns in order.values()), "each producer's order is kept"
     assert len(order) * each == len(stored)
+
+
+def shared_store_url(kind: str, tmp_path: Path, name: str) -> Iterator[str]:
+    """A store URL every process of a test reaches, for a fixture to yield from: a SQLite
+    file, a PostgreSQL schema of the test's own (dropped after it), or the same through
+    PgBouncer in transaction pooling mode (its change feed connects directly). Skips when the
+    server is not given (``NOUS_SESSION_TEST_POSTGRES``, ``NOUS_SESSION_TEST_PGBOUNCER``)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / f'{name}.sqlite3'}"
+        return
+    postgres = os.environ.get("NOUS_SESSION_TEST_POSTGRES")
+    pgbouncer = os.environ.get("NOUS_SESSION_TEST_PGBOUNCER")
+    if not postgres:
+        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES")
+    if kind == "pgbouncer" and not pgbouncer:
+        pytest.skip("no PgBouncer: set NOUS_SESSION_TEST_PGBOUNCER")
+    psycopg = pytest.importorskip("psycopg")
+    schema = f"{name[0]}_{uuid.uuid4().hex[:12]}"
+    if kind == "postgres":
+        separator = "&" if "?" in postgres else "?"
+        yield f"{postgres}{separator}schema={schema}"
+    else:
+        assert pgbouncer is not None
+        separator = "&" if "?" in pgbouncer else "?"
+        direct = quote(postgres, safe="")
+        yield f"{pgbouncer}{separator}schema={schema}&pooled=true&direct_url={direct}"
+    with psycopg.connect(postgres, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

@@ -11,9 +11,7 @@ run ``b`` goes on and finishes; nothing of ``a``'s agent comes after its end."""
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,11 +30,11 @@ from nous_session.web import SessionStreams
 from nous_session.web._agui import RUN_ERROR, RUN_FINISHED, RUN_STARTED
 from nous_session.web._app import ORPHANED
 from nous_session.web._runs import CLAIM_TAKEN, CLAIM_UNCONFIRMED, LEASE_NAME
+from tests.support.processes import shared_store_url
 from tests.web.test_agui_streams import BASE, parse, run_input, types
 
 pytestmark = pytest.mark.anyio
 
-POSTGRES = os.environ.get("NOUS_SESSION_TEST_POSTGRES", "")
 # Every wait is bounded by this (a loaded 2-core host is slow, never this slow).
 WAIT = 30.0
 # Short, so that a claim lapses soon: renewed every third of a second.
@@ -113,17 +111,7 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "memory":
         yield "memory"
         return
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'shared.sqlite3'}"
-        return
-    if not POSTGRES:
-        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://...")
-    psycopg = pytest.importorskip("psycopg")
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    separator = "&" if "?" in POSTGRES else "?"
-    yield f"{POSTGRES}{separator}schema={schema}"
-    with psycopg.connect(POSTGRES, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    yield from shared_store_url(request.param, tmp_path, "shared")
 
 
 def store_at(place: str, gate: Gate | None = None) -> Store:

@@ -5,8 +5,6 @@ the store's change feed, so the resumed stream carries the rest of the run, and 
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -20,27 +18,17 @@ from ag_ui.core import RunAgentInput
 
 from nous_session import Message, SessionActor, ToolCall
 from nous_session.web import SessionStreams, create_app
+from tests.support.processes import shared_store_url
 
 pytestmark = pytest.mark.anyio
 
-POSTGRES = os.environ.get("NOUS_SESSION_TEST_POSTGRES", "")
 BASE = "http://127.0.0.1:8000"
 WAIT = 20.0
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'shared.sqlite3'}"
-        return
-    if not POSTGRES:
-        pytest.skip("no PostgreSQL server: set NOUS_SESSION_TEST_POSTGRES=postgresql://...")
-    psycopg = pytest.importorskip("psycopg")
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    separator = "&" if "?" in POSTGRES else "?"
-    yield f"{POSTGRES}{separator}schema={schema}"
-    with psycopg.connect(POSTGRES, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    yield from shared_store_url(request.param, tmp_path, "shared")
 
 
 def events_of(response: httpx.Response) -> list[dict[str, Any]]:
