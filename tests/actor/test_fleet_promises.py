@@ -540,21 +540,24 @@ async def test_a_session_deleted_and_made_again_is_not_taken_for_the_one_held(
             await first.add_message(Message.user("old one"))
         async with SessionActor.open(session_id="gone", store=holder, follow=follow) as session:
             await session.add_message(Message.user("old two"))
-            assert await other.delete("gone")
-            async with SessionActor.open(session_id="gone", store=other) as again:
-                for n in range(3):
-                    await again.add_message(Message.user(f"new {n}"))
-            # The actor hears of it at this write, or before it from the change feed, when
-            # it follows one (which may bring it the delete alone): then it has closed
-            # already, and says why.
-            with pytest.raises(
-                (SessionDeletedError, SessionClosedError), match="'gone' was deleted"
-            ):
-                await session.add_message(Message.user("old three"))
-            with pytest.raises(SessionClosedError, match="'gone' was deleted"):
-                await session.add_message(Message.user("old four"))
+            await _remade_under(session, other, 3)
             assert [m.text for m in session.messages()] == ["old one", "old two"]
         assert contents(await other.load("gone")) == ["new 0", "new 1", "new 2"]
+
+
+async def _remade_under(session: SessionActor, other: Store, made_again: int) -> None:
+    """Delete ``session``'s session "gone" through ``other`` and make it again with
+    ``made_again`` events there; then the actor's appends are refused, saying why. It hears
+    of it at its next write, or before it from the change feed when it follows one (which may
+    bring it the delete alone): then it has closed already."""
+    assert await other.delete("gone")
+    async with SessionActor.open(session_id="gone", store=other) as again:
+        for n in range(made_again):
+            await again.add_message(Message.user(f"new {n}"))
+    with pytest.raises((SessionDeletedError, SessionClosedError), match="'gone' was deleted"):
+        await session.add_message(Message.user("refused"))
+    with pytest.raises(SessionClosedError, match="'gone' was deleted"):
+        await session.add_message(Message.user("refused again"))
 
 
 @pytest.mark.parametrize("made_again", [1, 3], ids=["as-long", "longer"])
@@ -575,17 +578,7 @@ async def test_a_session_its_actor_created_then_deleted_and_made_again_is_not_wr
             session_id="gone", store=holder, on_conflict=on_conflict, follow=follow
         ) as session:
             await session.add_message(Message.user("old one"))  # creates the session
-            assert await other.delete("gone")
-            async with SessionActor.open(session_id="gone", store=other) as again:
-                for n in range(made_again):
-                    await again.add_message(Message.user(f"new {n}"))
-            # At this write, or before it when the change feed brought the news.
-            with pytest.raises(
-                (SessionDeletedError, SessionClosedError), match="'gone' was deleted"
-            ):
-                await session.add_message(Message.user("old two"))
-            with pytest.raises(SessionClosedError, match="'gone' was deleted"):
-                await session.add_message(Message.user("old three"))
+            await _remade_under(session, other, made_again)
             assert [m.text for m in session.messages()] == ["old one"]
         assert contents(await other.load("gone")) == [f"new {n}" for n in range(made_again)]
 

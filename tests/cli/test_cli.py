@@ -1395,6 +1395,19 @@ def _reads(path: Path, session: str) -> tuple[object, ...]:
     )
 
 
+def _exported_and_imported(path: Path) -> tuple[object, ...]:
+    """Export session "s" of the SQLite file ``path`` and import it as "copy": what "s"
+    reads as, checked to be what "copy" reads as and exports as, byte for byte."""
+    url = f"sqlite:///{path}"
+    exported = path.parent / "s.jsonl"
+    cli("export", "s", "--output", str(exported), store=url)
+    cli("import", "copy", str(exported), store=url)
+    original = _reads(path, "s")
+    assert _reads(path, "copy") == original
+    assert cli("export", "copy", store=url).stdout.encode() == exported.read_bytes()
+    return original
+
+
 def test_export_and_import_keep_what_a_snapshot_left(tmp_path: Path) -> None:
     """A snapshot that dropped the newest events (a message and the remove that took it off),
     and events it kept aside for an idempotency key: the import has the same count, horizon,
@@ -1412,14 +1425,9 @@ def test_export_and_import_keep_what_a_snapshot_left(tmp_path: Path) -> None:
             await session.snapshot()
 
     anyio.run(fill)
-    exported = tmp_path / "s.jsonl"
-    cli("export", "s", "--output", str(exported), store=url)
-    cli("import", "copy", str(exported), store=url)
-    original = _reads(path, "s")
+    original = _exported_and_imported(path)
     assert original[1:3] == (10, 10)
     assert original[3] == {"k": (0, 5)}
-    assert _reads(path, "copy") == original
-    assert cli("export", "copy", store=url).stdout.encode() == exported.read_bytes()
 
     async def retry() -> int:
         async with SessionActor.open(session_id="copy", store=url) as session:
@@ -1443,13 +1451,8 @@ def test_export_and_import_keep_a_session_a_snapshot_emptied(tmp_path: Path) -> 
             await session.snapshot()
 
     anyio.run(fill)
-    exported = tmp_path / "s.jsonl"
-    cli("export", "s", "--output", str(exported), store=url)
-    cli("import", "copy", str(exported), store=url)
-    original = _reads(path, "s")
+    original = _exported_and_imported(path)
     assert (original[0], original[1:3]) == ([], (3, 3))
-    assert _reads(path, "copy") == original
-    assert cli("export", "copy", store=url).stdout.encode() == exported.read_bytes()
     for name, text in (
         ("nothing", b""),
         ("zero", _record({"session": {"count": 0, "horizon": 0, "keys": []}})),
