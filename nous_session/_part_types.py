@@ -14,7 +14,7 @@ from nous_session._json import JSON, NotJSONError, copy_json_object
 ProviderData: TypeAlias = Mapping[str, Mapping[str, JSON]]
 """Per provider name, that provider's fields with no neutral equivalent (read-only)."""
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
+EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def read_only_json_object(value: object, what: str) -> Mapping[str, JSON]:
@@ -44,12 +44,12 @@ def provider_data(value: object, what: str = "provider_data") -> ProviderData:
     Raises:
         ValueError: ``value`` is not such a mapping, or holds non-JSON values.
     """
-    if value is None or value is _EMPTY:
-        return _EMPTY
+    if value is None or value is EMPTY:
+        return EMPTY
     if not isinstance(value, Mapping):
         raise ValueError(f"{what} must be a mapping, not {type(value).__name__}")
     if not value:
-        return _EMPTY
+        return EMPTY
     out: dict[str, Mapping[str, JSON]] = {}
     for key, entry in value.items():
         if not isinstance(key, str):
@@ -70,7 +70,7 @@ def provider_data_json(value: ProviderData) -> dict[str, JSON]:
     return {key: copy_json_object(entry) for key, entry in value.items()}
 
 
-def _stored_provider_data(value: object) -> ProviderData | None:
+def stored_provider_data(value: object) -> ProviderData | None:
     """The read-only form of stored (JSON) provider data, or None when it is not one."""
     if type(value) is not dict or not value:
         return None
@@ -98,7 +98,7 @@ def _str(what: str) -> Any:
     return check
 
 
-class _PartBase(Mapping[str, JSON]):
+class PartBase(Mapping[str, JSON]):
     """What every part shares: it is a read-only mapping of its JSON form."""
 
     __slots__ = ()
@@ -143,7 +143,7 @@ def _with_fields(
 
 
 @attrs.frozen(eq=False)  # equality is the mapping's: two parts are equal when their JSON is
-class TextPart(_PartBase):
+class TextPart(PartBase):
     """Text. Stored as ``{"type": "text", "text": ...}``.
 
     Raises:
@@ -153,7 +153,7 @@ class TextPart(_PartBase):
 
     TYPE: ClassVar[str] = "text"
     text: str = attrs.field(validator=_str("TextPart.text"))
-    provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
+    provider_data: ProviderData = attrs.field(default=EMPTY, converter=provider_data, kw_only=True)
 
     def _view(self) -> dict[str, Any]:
         return _with_provider_data({"type": "text", "text": self.text}, self.provider_data)
@@ -171,7 +171,7 @@ def _image_check(instance: ImagePart, _attribute: object, _value: object) -> Non
 
 
 @attrs.frozen(eq=False)
-class ImagePart(_PartBase):
+class ImagePart(PartBase):
     """An image: by ``url``, by base64 ``data`` (with ``media_type``), or by a ``file_id``.
 
     ``media_type`` (``"image/png"``...) is required with ``data`` and optional otherwise;
@@ -197,7 +197,7 @@ class ImagePart(_PartBase):
     detail: str | None = attrs.field(
         default=None, validator=[optional_str("ImagePart.detail"), _image_check], kw_only=True
     )
-    provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
+    provider_data: ProviderData = attrs.field(default=EMPTY, converter=provider_data, kw_only=True)
 
     def _view(self) -> dict[str, Any]:
         return _with_fields(
@@ -218,7 +218,7 @@ def _summary(value: object) -> tuple[str, ...] | None:
 
 
 @attrs.frozen(eq=False)
-class ThinkingPart(_PartBase):
+class ThinkingPart(PartBase):
     """The model's reasoning.
 
     Attributes:
@@ -250,7 +250,7 @@ class ThinkingPart(_PartBase):
     provider: str | None = attrs.field(
         default=None, validator=optional_str("ThinkingPart.provider"), kw_only=True
     )
-    provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
+    provider_data: ProviderData = attrs.field(default=EMPTY, converter=provider_data, kw_only=True)
 
     def _view(self) -> dict[str, Any]:
         view = {"type": "thinking", "text": self.text}
@@ -258,7 +258,7 @@ class ThinkingPart(_PartBase):
 
 
 @attrs.frozen(eq=False)
-class RedactedThinkingPart(_PartBase):
+class RedactedThinkingPart(PartBase):
     """Reasoning the provider returned only as opaque ``data`` (Anthropic ``redacted_thinking``).
 
     Stored as ``{"type": "redacted_thinking", "data": ...}`` (plus ``provider`` when set).
@@ -272,7 +272,7 @@ class RedactedThinkingPart(_PartBase):
     provider: str | None = attrs.field(
         default=None, validator=optional_str("RedactedThinkingPart.provider"), kw_only=True
     )
-    provider_data: ProviderData = attrs.field(default=_EMPTY, converter=provider_data, kw_only=True)
+    provider_data: ProviderData = attrs.field(default=EMPTY, converter=provider_data, kw_only=True)
 
     def _view(self) -> dict[str, Any]:
         return _with_fields(self, {"type": "redacted_thinking", "data": self.data}, ("provider",))
@@ -284,7 +284,7 @@ def _index(_instance: object, _attribute: object, value: int) -> None:
 
 
 @attrs.frozen(eq=False)
-class ToolCallPart(_PartBase):
+class ToolCallPart(PartBase):
     """Places the message's ``tool_calls[index]`` at this point among its other parts.
 
     The tool calls themselves stay in ``Message.tool_calls``; a message needs these references
@@ -307,7 +307,7 @@ def _data_object(value: object) -> Mapping[str, JSON]:
 
 
 @attrs.frozen(eq=False)
-class ProviderPart(_PartBase):
+class ProviderPart(PartBase):
     """A block (or, for OpenAI Responses, a whole input item) of one provider's own format.
 
     Kept verbatim and sent only to ``provider``; converting to another provider drops it and
@@ -349,7 +349,7 @@ def _other_data(value: object) -> Mapping[str, JSON]:
 
 
 @attrs.frozen(eq=False)
-class OtherPart(_PartBase):
+class OtherPart(PartBase):
     """Any other JSON object with a string ``type``, kept exactly as given.
 
     Plain mappings given as content become this when they are not the exact JSON form of one of

@@ -7,7 +7,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from nous_session import _part_types
-from nous_session._part_types import _EMPTY, Part, _PartBase, _stored_provider_data
+from nous_session._part_types import EMPTY, Part, PartBase, stored_provider_data
 
 # Reading the stored (JSON) form -----------------------------------------------------------
 #
@@ -16,7 +16,7 @@ from nous_session._part_types import _EMPTY, Part, _PartBase, _stored_provider_d
 # ``part.to_json() == data`` always holds; anything else is an OtherPart.
 
 
-_P = TypeVar("_P", bound=_PartBase)
+_P = TypeVar("_P", bound=PartBase)
 
 
 def _new(cls: type[_P], **fields: Any) -> _P:
@@ -48,8 +48,8 @@ def _new_with_provider_data(cls: type[_P], stored: dict[str, Any], /, **fields: 
     """:func:`_new` with the provider_data of the stored form (absent: empty) besides fields,
     or None when that provider_data is malformed."""
     if "provider_data" not in stored:
-        return _new(cls, **fields, provider_data=_EMPTY)
-    provider_data = _stored_provider_data(stored["provider_data"])
+        return _new(cls, **fields, provider_data=EMPTY)
+    provider_data = stored_provider_data(stored["provider_data"])
     return None if provider_data is None else _new(cls, **fields, provider_data=provider_data)
 
 
@@ -58,10 +58,10 @@ def _read_text(data: dict[str, Any]) -> Part | None:
     if type(text) is not str:
         return None
     if len(data) == 2:
-        return _new(_part_types.TextPart, text=text, provider_data=_EMPTY)
+        return _new(_part_types.TextPart, text=text, provider_data=EMPTY)
     if len(data) != 3:
         return None
-    pd = _stored_provider_data(data.get("provider_data"))
+    pd = stored_provider_data(data.get("provider_data"))
     if pd is None:
         return None
     return _new(_part_types.TextPart, text=text, provider_data=pd)

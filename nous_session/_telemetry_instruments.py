@@ -58,7 +58,7 @@ _DURATION_BUCKETS: Final = (
 _SIZE_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 # The store calls that get a span; every other public attribute passes through untouched.
-_TRACED: Final = frozenset(
+TRACED: Final = frozenset(
     {
         "load",
         "read",
@@ -71,10 +71,10 @@ _TRACED: Final = frozenset(
         "vacuum",
     }
 )
-_COMMITS: Final = frozenset({"commit", "commit_rebased"})
+COMMITS: Final = frozenset({"commit", "commit_rebased"})
 
 
-class _Api:
+class Api:
     """The parts of opentelemetry-api this module uses, imported once."""
 
     __slots__ = ("context", "metrics", "no_op_meters", "no_op_tracers", "trace")
@@ -144,7 +144,7 @@ class Instruments:
 
     def __init__(
         self,
-        api: _Api,
+        api: Api,
         tracer_provider: TracerProvider,
         meter_provider: MeterProvider,
     ) -> None:

@@ -20,10 +20,9 @@ if TYPE_CHECKING:
     from nous_session._state import SessionState
     from nous_session.subscription import Published
 from nous_session._telemetry_instruments import (
-    _COMMITS,
-    _TRACED,
     ATTEMPTS,
     BATCH_SIZE,
+    COMMITS,
     COMPACTION_OUTCOME,
     ERROR_TYPE,
     EVENTS,
@@ -31,6 +30,7 @@ from nous_session._telemetry_instruments import (
     OUTCOME,
     SESSION_ID,
     STORE_KIND,
+    TRACED,
     Instruments,
     Outcome,
     store_kind,
@@ -241,7 +241,7 @@ class SessionTelemetry:
         api = instruments.api
         attributes = dict(self.span_attributes)
         attributes[OPERATION] = operation
-        commit = operation in _COMMITS
+        commit = operation in COMMITS
         if commit:
             self.store_commits += 1
             events = kwargs.get("events")
@@ -319,6 +319,11 @@ class _TracedStore:
         return f"<traced {self._inner!r}>"
 
 
+def unwrap_store(store: Any) -> Any:
+    """The store a traced store proxy stands for (any other store as it is)."""
+    return store._inner if isinstance(store, _TracedStore) else store
+
+
 _proxies: dict[type, type[_TracedStore]] = {}
 
 
@@ -348,7 +353,7 @@ def _proxy_class(cls: type) -> type[_TracedStore]:
         if isinstance(static, property):
             namespace[name] = _passthrough_property(name)
         elif callable(getattr(cls, name, None)):
-            namespace[name] = _traced_method(name) if name in _TRACED else _passthrough(name)
+            namespace[name] = _traced_method(name) if name in TRACED else _passthrough(name)
         else:
             namespace[name] = static  # class constants (outcome_may_be_unknown, say)
     return type(f"Traced{cls.__name__}", (_TracedStore,), namespace)

@@ -19,8 +19,9 @@ from typing import Any, Final
 import attrs
 
 from nous_session._json import JSON, NotJSONError, check_text, copy_json, dumps
+from nous_session._trusted import trusted_builder
 from nous_session.errors import InvalidEventError
-from nous_session.message import Message, Role, ToolCall, _trusted_message, utc_datetime
+from nous_session.message import Message, Role, ToolCall, utc_datetime
 from nous_session.metadata import SessionMetadata
 from nous_session.ops import (
     OP_KEY,
@@ -677,6 +678,8 @@ def to_message(event: Event) -> Message:
 
 
 _NO_METADATA: Final[Mapping[str, Any]] = MappingProxyType({})
+_trusted_message: Final = trusted_builder(Message)
+"""Build a Message without checks or copies: the projection's (see :func:`to_message`)."""
 
 
 def _read_only_provider_data(value: dict[str, dict[str, JSON]]) -> Mapping[str, Any]:

@@ -17,7 +17,7 @@ such mappings are still accepted wherever parts are.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias, TypeGuard
@@ -25,6 +25,7 @@ from typing import Any, Final, TypeAlias, TypeGuard
 import attrs
 
 from nous_session._json import JSON, copy_json_object, dumps
+from nous_session._trusted import trusted_builder
 from nous_session.parts import (
     OtherPart,
     Part,
@@ -526,68 +527,6 @@ class Message:
         return data
 
 
-_MESSAGE_SLOTS: Final = (
-    "role",
-    "content",
-    "reasoning_content",
-    "tool_calls",
-    "tool_call_id",
-    "name",
-    "metadata",
-    "created_at",
-    "is_error",
-    "provider_data",
-)
-
-
-def _make_trusted_message() -> Callable[..., Message]:
-    # The slots' own descriptors set a frozen value's fields faster than object.__setattr__,
-    # and closure cells are the fastest way to reach them. This is the projection's hot path.
-    new = object.__new__
-    (
-        set_role,
-        set_content,
-        set_reasoning,
-        set_calls,
-        set_call_id,
-        set_name,
-        set_metadata,
-        set_created_at,
-        set_is_error,
-        set_provider_data,
-    ) = (getattr(Message, slot).__set__ for slot in _MESSAGE_SLOTS)
-
-    def trusted(
-        role: Role,
-        content: str | tuple[Part, ...] | None,
-        reasoning_content: str | None,
-        tool_calls: tuple[ToolCall, ...],
-        tool_call_id: str | None,
-        name: str | None,
-        metadata: Mapping[str, JSON],
-        created_at: datetime,
-        is_error: bool = False,
-        provider_data: ProviderData = _EMPTY,
-    ) -> Message:
-        message: Message = new(Message)
-        set_role(message, role)
-        set_content(message, content)
-        set_reasoning(message, reasoning_content)
-        set_calls(message, tool_calls)
-        set_call_id(message, tool_call_id)
-        set_name(message, name)
-        set_metadata(message, metadata)
-        set_created_at(message, created_at)
-        set_is_error(message, is_error)
-        set_provider_data(message, provider_data)
-        return message
-
-    return trusted
-
-
-_trusted_message = _make_trusted_message()
-"""Build a Message without checks or copies, from fields already validated.
-
-For the projection of a logged event (``event.to_message``) and the constructors' common
-case: every argument must already have the type and form the constructor would give it.
-"""
+_trusted_message: Final = trusted_builder(Message)
+"""Build a Message without checks or copies, for the constructors' common case (see
+:func:`~nous_session._trusted.trusted_builder`)."""

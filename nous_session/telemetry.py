@@ -41,11 +41,11 @@ one look at OpenTelemetry's global providers (nothing when the API is not instal
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-from nous_session._telemetry_instruments import SCOPE, Instruments, _Api
+from nous_session._telemetry_instruments import SCOPE, Api, Instruments
 from nous_session._telemetry_session import SessionTelemetry as SessionTelemetry  # the actor's type
-from nous_session._telemetry_session import _TracedStore
+from nous_session._telemetry_session import unwrap_store as unwrap_store  # the actor's
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -70,7 +70,7 @@ class _Settings:
 
     def __init__(self) -> None:
         self.mode: Literal["auto", "on", "off"] = "auto"
-        self.api: _Api | _Unresolved | None = _UNRESOLVED  # None: opentelemetry-api is missing
+        self.api: Api | _Unresolved | None = _UNRESOLVED  # None: opentelemetry-api is missing
         self.explicit: tuple[Instruments, bool] | None = None  # enable()'s, and per_session
         # The instruments made for each pair of providers, with the providers (kept alive, so
         # their ids stay theirs). Made once per pair: a meter keeps the first callbacks of an
@@ -81,12 +81,12 @@ class _Settings:
 _settings = _Settings()
 
 
-def _api() -> _Api | None:
+def _api() -> Api | None:
     """opentelemetry-api, imported at the first need; None (remembered) when it is missing."""
     api = _settings.api
     if api is _UNRESOLVED:
         try:
-            api = _Api()
+            api = Api()
         except ImportError:
             api = None
         _settings.api = api
@@ -161,7 +161,7 @@ def active() -> bool:
     return _instruments() is not None
 
 
-def _made(api: _Api, tracers: TracerProvider, meters: MeterProvider) -> Instruments:
+def _made(api: Api, tracers: TracerProvider, meters: MeterProvider) -> Instruments:
     """The instruments for this pair of providers (made at the first need)."""
     key = (id(tracers), id(meters))
     made = _settings.made.get(key)
@@ -199,8 +199,3 @@ def session(session_id: str, store: object) -> SessionTelemetry | None:
         return None
     instruments, per_session = chosen
     return SessionTelemetry(instruments, session_id, store, per_session=per_session)
-
-
-def unwrap_store(store: Any) -> Any:
-    """The store a traced store proxy stands for (any other store as it is)."""
-    return store._inner if isinstance(store, _TracedStore) else store

@@ -62,28 +62,28 @@ import anyio
 import structlog
 
 from nous_session.cli._changing import (
-    _copy,
-    _delete,
-    _demo,
-    _fork,
-    _import,
-    _remove,
-    _rewind,
-    _snapshot,
+    copy_command,
+    delete_command,
+    demo_command,
+    fork_command,
+    import_command,
+    remove_command,
+    rewind_command,
+    snapshot_command,
 )
 from nous_session.cli._common import CommandError
-from nous_session.cli._erasing import _erase
-from nous_session.cli._parser import _parser
+from nous_session.cli._erasing import erase_command
+from nous_session.cli._parser import build_parser
 from nous_session.cli._reading import (
-    _events,
-    _export,
-    _history,
-    _messages,
-    _metadata,
-    _retain,
-    _sessions,
-    _stats,
-    _tail,
+    events_command,
+    export_command,
+    history_command,
+    messages_command,
+    metadata_command,
+    retain_command,
+    sessions_command,
+    stats_command,
+    tail_command,
 )
 from nous_session.errors import NousSessionError
 from nous_session.stores import STORE_ENV, Store, open_store
@@ -93,29 +93,29 @@ __all__ = ["main"]
 
 _Command = Callable[[Store, argparse.Namespace, TextIO], Awaitable[None]]
 _READING: dict[str, _Command] = {
-    "sessions": _sessions,
-    "events": _events,
-    "messages": _messages,
-    "history": _history,
-    "tail": _tail,
-    "export": _export,
-    "stats": _stats,
-    "copy": _copy,  # reads its store; writes only the one --to names
+    "sessions": sessions_command,
+    "events": events_command,
+    "messages": messages_command,
+    "history": history_command,
+    "tail": tail_command,
+    "export": export_command,
+    "stats": stats_command,
+    "copy": copy_command,  # reads its store; writes only the one --to names
 }
 # Read-only unless asked to write: a dry run and a look at metadata create nothing.
 _SOMETIMES_WRITING: dict[str, tuple[_Command, Callable[[argparse.Namespace], bool]]] = {
-    "metadata": (_metadata, lambda args: args.set is not None or args.update is not None),
-    "retain": (_retain, lambda args: bool(args.yes)),
+    "metadata": (metadata_command, lambda args: args.set is not None or args.update is not None),
+    "retain": (retain_command, lambda args: bool(args.yes)),
 }
 _WRITING: dict[str, _Command] = {
-    "fork": _fork,
-    "rewind": _rewind,
-    "remove": _remove,
-    "import": _import,
-    "snapshot": _snapshot,
-    "delete": _delete,
-    "erase": _erase,
-    "demo": _demo,
+    "fork": fork_command,
+    "rewind": rewind_command,
+    "remove": remove_command,
+    "import": import_command,
+    "snapshot": snapshot_command,
+    "delete": delete_command,
+    "erase": erase_command,
+    "demo": demo_command,
 }
 
 
@@ -225,7 +225,7 @@ class _Interrupt:
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     """Run the command line; return the exit status."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     output = out or sys.stdout
     if out is None:
         # Run as a program (not called from Python): this process's logging is ours to set.

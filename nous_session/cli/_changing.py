@@ -15,26 +15,26 @@ import attrs
 from nous_session._json import loads
 from nous_session.cli._common import (
     CommandError,
-    _Bar,
-    _emit,
-    _gap_horizon,
-    _progress,
-    _read,
-    _stored,
-    _vacuums,
-    _where,
+    ProgressBar,
+    emit,
+    gap_horizon,
+    progress_bar,
+    read_log,
+    read_stored,
+    store_name,
+    vacuums,
 )
-from nous_session.cli._reading import _set_metadata
+from nous_session.cli._reading import set_metadata
 from nous_session.codec import from_json, to_json
 from nous_session.errors import NousSessionError
 from nous_session.event import Event
 from nous_session.log import Log
 from nous_session.metadata import SessionMetadata
 from nous_session.stores import Store, Stored, copy_sessions, open_store
-from nous_session.stores._copy import _commit_whole, _undo
+from nous_session.stores._copy import commit_whole, undo
 
 
-async def _copy(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def copy_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     """Copy sessions from ``store`` (opened read-only) to the store ``--to`` names."""
     target = open_store(args.to)
     if _same_store(store, target):
@@ -45,7 +45,7 @@ async def _copy(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     finally:
         await target.aclose()
     if args.json:
-        _emit(
+        emit(
             out,
             {
                 "copied": list(report.copied),
@@ -78,33 +78,33 @@ def _same_store(one: Store, other: Store) -> bool:
     )
 
 
-async def _fork(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def fork_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     from nous_session.actor import SessionActor
 
-    await _stored(store, args.session)
+    await read_stored(store, args.session)
     async with SessionActor.open(session_id=args.session, store=store) as session:
         at = session.log.count - 1 if args.at is None else args.at
         await session.fork(args.new_session, at=at)
     out.write(f"forked {args.session!r} at seq {at} into {args.new_session!r}\n")
 
 
-async def _rewind(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def rewind_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     from nous_session.actor import SessionActor
 
-    await _stored(store, args.session)
+    await read_stored(store, args.session)
     async with SessionActor.open(session_id=args.session, store=store) as session:
         event = await session.rewind(args.to)
         size = len(session.messages())
     if args.json:
-        _emit(out, to_json(event))
+        emit(out, to_json(event))
         return
     out.write(f"rewound {args.session!r} to seq {args.to} (seq {event.seq}): {size} messages\n")
 
 
-async def _remove(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def remove_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     from nous_session.actor import SessionActor
 
-    await _stored(store, args.session)
+    await read_stored(store, args.session)
     last = args.first if args.last is None else args.last
     if last < args.first:
         raise CommandError(f"LAST ({last}) is before FIRST ({args.first})")
@@ -119,7 +119,7 @@ async def _remove(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         # Only what was on screen: if another writer changed the range, nothing is removed.
         event = await session.remove(start, stop, expect=sorted(set(expect), key=expect.index))
     if args.json:
-        _emit(out, to_json(event))
+        emit(out, to_json(event))
         return
     out.write(f"removed messages {args.first}..{last} of {args.session!r} (seq {event.seq})\n")
 
@@ -137,7 +137,7 @@ class _Export:
     events: list[Event] = attrs.Factory(list)
 
 
-async def _decode_lines(lines: Sequence[bytes], source: str, advance: _Bar) -> _Export:
+async def _decode_lines(lines: Sequence[bytes], source: str, advance: ProgressBar) -> _Export:
     """The records of an export's lines, decoded a chunk at a time: the bar advances as
     records are read, and a Ctrl-C stops the command between two chunks."""
     export = _Export()
@@ -175,7 +175,7 @@ def _session_of(export: _Export, source: str) -> Stored:
     events = export.events
     header = export.header
     seqs = [event.seq for event in events]
-    count, horizon = (seqs[-1] + 1 if seqs else 0), _gap_horizon(seqs)
+    count, horizon = (seqs[-1] + 1 if seqs else 0), gap_horizon(seqs)
     keys: dict[str, tuple[int, int]] = {}
     if header is not None:
         fields = {"count", "horizon", "keys"}
@@ -225,7 +225,7 @@ def _session_of(export: _Export, source: str) -> Stored:
     return Stored(events, log.count, log.horizon, keys, kept)
 
 
-async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def import_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     source = args.file or "standard input"
     if args.metadata is not None:
         try:  # checked before anything is written
@@ -242,16 +242,18 @@ async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     # completes in one step; a session whose snapshot kept events aside or dropped its
     # newest ones takes a second, and is deleted again if that fails), and checking what the
     # store holds (read back in one step, then compared a chunk at a time).
-    with _progress(len(lines), "import: reading") as advance:
+    with progress_bar(len(lines), "import: reading") as advance:
         session = _session_of(await _decode_lines(lines, source, advance), source)
         events = list(session.events)
         if (await store.read(args.new_session)).count:
-            raise CommandError(f"session {args.new_session!r} exists already in {_where(store)}")
+            raise CommandError(
+                f"session {args.new_session!r} exists already in {store_name(store)}"
+            )
         advance.stage("import: writing (one transaction)", total=len(events))
         try:
-            await _commit_whole(store, args.new_session, session)
+            await commit_whole(store, args.new_session, session)
         except BaseException as error:
-            await _undo(store, args.new_session, session, error)
+            await undo(store, args.new_session, session, error)
             if isinstance(error, ValueError):
                 raise CommandError(f"{source}: {error}") from None
             raise
@@ -279,43 +281,41 @@ async def _import(store: Store, args: argparse.Namespace, out: TextIO) -> None:
             )
     out.write(f"imported {len(events)} events from {source} into {args.new_session!r}\n")
     if args.metadata is not None:
-        await _set_metadata(store, args.new_session, args.metadata, out)
+        await set_metadata(store, args.new_session, args.metadata, out)
 
 
-async def _snapshot(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def snapshot_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     from nous_session.actor import SessionActor
 
-    before = await _read(store, args.session)
+    before = await read_log(store, args.session)
     dropping = len(before.shadowed())
     if not args.yes:
         raise CommandError(
             f"a snapshot of {args.session!r} would drop {dropping} of its"
             f" {len(before.events())} events for good; pass --yes to drop them"
         )
-    with _progress(3 * max(len(before.events()), 1000), "snapshot") as advance:
+    with progress_bar(3 * max(len(before.events()), 1000), "snapshot") as advance:
         advance(len(before.events()))
         async with SessionActor.open(session_id=args.session, store=store) as session:
             after = await session.snapshot()
         advance(len(before.events()))
         if args.vacuum:
-            if not _vacuums(store):
+            if not vacuums(store):
                 raise CommandError("this store has nothing to vacuum")
             await store.vacuum()
         advance(len(before.events()))
     dropped = len(before.events()) - len(after.events())
     held = len(after.events())
     if args.json:
-        _emit(
-            out, {"dropped": dropped, "held": held, "count": after.count, "vacuumed": args.vacuum}
-        )
+        emit(out, {"dropped": dropped, "held": held, "count": after.count, "vacuumed": args.vacuum})
         return
     out.write(f"dropped {dropped} shadowed events; {held} held, count {after.count}\n")
     if args.vacuum:
         out.write("vacuumed\n")
 
 
-async def _delete(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    stored = await _stored(store, args.session)
+async def delete_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    stored = await read_stored(store, args.session)
     if not args.yes:
         raise CommandError(
             f"deleting {args.session!r} drops its {len(stored.events)} events for good;"
@@ -325,7 +325,7 @@ async def _delete(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     out.write(f"deleted {args.session!r}\n")
 
 
-async def _demo(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def demo_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     from nous_session.demo import run_demo
 
     await store.aclose()  # the demo opens its own

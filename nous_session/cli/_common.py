@@ -22,26 +22,26 @@ class CommandError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
 
 
-def _emit(out: TextIO, value: Any) -> None:
+def emit(out: TextIO, value: Any) -> None:
     out.write(dumps(value).decode())
     out.write("\n")
 
 
-def _clip(text: str, width: int = _WIDTH) -> str:
+def clip(text: str, width: int = _WIDTH) -> str:
     text = text.replace("\n", "⏎")
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _stamp(event: Event) -> str:
+def stamp(event: Event) -> str:
     return event.time.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def _event_line(event: Event) -> str:
+def event_line(event: Event) -> str:
     data = dumps(event.data).decode()
-    return _clip(f"{event.seq:>6}  {_stamp(event)}  {event.type:<17}  {data}", 140)
+    return clip(f"{event.seq:>6}  {stamp(event)}  {event.type:<17}  {data}", 140)
 
 
-def _message_json(seq: int, message: Message) -> dict[str, Any]:
+def message_json(seq: int, message: Message) -> dict[str, Any]:
     """A surface message as ``messages --json`` prints it: the seq of the event it comes from
     (what ``erase`` takes; a replace event's for each of its messages), its role, its fields."""
     data: dict[str, Any] = {"seq": seq, "role": message.role.value}
@@ -50,7 +50,7 @@ def _message_json(seq: int, message: Message) -> dict[str, Any]:
     return data
 
 
-def _message_text(message: Message) -> str:
+def message_text(message: Message) -> str:
     """What a message says, in one string: its text, its tool calls, the call it answers."""
     text = message.text
     if message.tool_calls:
@@ -61,7 +61,7 @@ def _message_text(message: Message) -> str:
     return text
 
 
-def _message_lines(rows: Sequence[tuple[int, Message]]) -> Iterator[str]:
+def message_lines(rows: Sequence[tuple[int, Message]]) -> Iterator[str]:
     """The surface as ``messages`` prints it: a header, then one line per message: its
     index on the surface (what ``remove`` takes), the seq of the event it comes from (what
     ``erase`` takes), its role and what it says."""
@@ -70,10 +70,10 @@ def _message_lines(rows: Sequence[tuple[int, Message]]) -> Iterator[str]:
     yield f"{'INDEX':>{index_width}}  {'SEQ':>{seq_width}}  {'ROLE':<9}  TEXT"
     for index, (seq, message) in enumerate(rows):
         line = f"{index:>{index_width}}  {seq:>{seq_width}}  {message.role.value:<9}  "
-        yield _clip(line + _message_text(message), max(_WIDTH, len(line) + 40))
+        yield clip(line + message_text(message), max(_WIDTH, len(line) + 40))
 
 
-def _snippet(text: str, width: int = 40) -> str:
+def snippet(text: str, width: int = 40) -> str:
     """The start of ``text`` on one line: every whitespace character (a newline, a tab)
     shown as a space and any other unprintable one as U+FFFD, cut to ``width`` characters
     with an ellipsis."""
@@ -84,7 +84,7 @@ def _snippet(text: str, width: int = 40) -> str:
     return shown if len(text) <= width else shown[: width - 1] + "…"
 
 
-def _seq_ranges(seqs: Iterable[int]) -> str:
+def seq_ranges(seqs: Iterable[int]) -> str:
     """Seqs as a person reads them: sorted, each run of three or more consecutive seqs as one
     range (``1-5, 9, 12-200000``; a pair stays ``3, 4``), ``none`` for no seqs. O(n log n)
     in the seqs given, whatever values they hold."""
@@ -106,7 +106,7 @@ def _seq_ranges(seqs: Iterable[int]) -> str:
     return ", ".join(parts)
 
 
-class _Bar:
+class ProgressBar:
     """A progress bar's handle: call it with how many more units are done; :meth:`stage`
     starts the next stage of the same work on the same line (its own name, from zero)."""
 
@@ -129,24 +129,26 @@ class _Bar:
 
 
 @contextmanager
-def _progress(total: int, what: str, *, unit: str = "event", least: int = 1000) -> Iterator[_Bar]:
+def progress_bar(
+    total: int, what: str, *, unit: str = "event", least: int = 1000
+) -> Iterator[ProgressBar]:
     """A progress bar on stderr when it is a terminal and tqdm is there, for ``least`` units
     or more; a handle that shows nothing otherwise. (Only the command line shows one: the
     library never prints.)"""
     stream = sys.stderr
     if total < least or not stream.isatty():
-        yield _Bar()
+        yield ProgressBar()
         return
     try:
         from tqdm import tqdm  # the `cli` extra
     except ImportError:
-        yield _Bar()
+        yield ProgressBar()
         return
     with tqdm(total=total, desc=what, unit=unit, file=stream, leave=False) as bar:
-        yield _Bar(bar)
+        yield ProgressBar(bar)
 
 
-def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def where_query(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """The ``--where KEY=VALUE`` pairs as one query: every key once, since all must match.
 
     Raises:
@@ -164,34 +166,34 @@ def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return fields
 
 
-def _where(store: Store) -> str:
+def store_name(store: Store) -> str:
     return str(getattr(store, "url", "the store"))
 
 
-async def _stored(store: Store, session_id: str) -> Stored:
+async def read_stored(store: Store, session_id: str) -> Stored:
     stored = await store.read(session_id)
     if not stored.count:
-        raise CommandError(f"no session {session_id!r} in {_where(store)}")
+        raise CommandError(f"no session {session_id!r} in {store_name(store)}")
     return stored
 
 
-async def _read(store: Store, session_id: str) -> Log:
-    stored = await _stored(store, session_id)
+async def read_log(store: Store, session_id: str) -> Log:
+    stored = await read_stored(store, session_id)
     return Log.restore(stored.events, count=stored.count, horizon=stored.horizon)
 
 
-def _listing_store(store: Store) -> ListingStore:
+def listing_store(store: Store) -> ListingStore:
     if not lists_sessions(store):
-        raise CommandError(f"{_where(store)} cannot list sessions by metadata and time")
+        raise CommandError(f"{store_name(store)} cannot list sessions by metadata and time")
     return store
 
 
-def _vacuums(store: Store) -> TypeGuard[VacuumingStore]:
+def vacuums(store: Store) -> TypeGuard[VacuumingStore]:
     """:func:`supports`, as a guard mypy narrows the store by."""
     return supports(store, VacuumingStore)
 
 
-def _gap_horizon(seqs: Sequence[int]) -> int:
+def gap_horizon(seqs: Sequence[int]) -> int:
     """One past the highest gap in increasing ``seqs``, 0 when they have none (or none at all).
 
     O(len(seqs)): the seqs' values, which may be far apart, never bound the work.
@@ -202,7 +204,7 @@ def _gap_horizon(seqs: Sequence[int]) -> int:
     return seqs[0] if seqs else 0
 
 
-def _export_header(stored: Stored) -> dict[str, Any] | None:
+def export_header(stored: Stored) -> dict[str, Any] | None:
     """The first record of an export, ``{"session": ...}``, when the events alone do not say
     what the session is: its count (a snapshot dropped the newest events), its horizon (one
     past the highest gap in the seqs, unless a snapshot left it higher), its idempotency keys
@@ -210,7 +212,7 @@ def _export_header(stored: Stored) -> dict[str, Any] | None:
     it). None for a session its events describe, whose export is its events alone."""
     seqs = [event.seq for event in stored.events]
     count = seqs[-1] + 1 if seqs else 0
-    described = stored.count == count and stored.horizon == _gap_horizon(seqs)
+    described = stored.count == count and stored.horizon == gap_horizon(seqs)
     if described and not stored.keys and not stored.kept:
         return None
     return {

@@ -13,12 +13,12 @@ import attrs
 from nous_session._json import dumps
 from nous_session.cli._common import (
     CommandError,
-    _emit,
-    _message_text,
-    _seq_ranges,
-    _snippet,
-    _stored,
-    _where,
+    emit,
+    message_text,
+    read_stored,
+    seq_ranges,
+    snippet,
+    store_name,
 )
 from nous_session.erasure import Erasure, check_seqs, erase_event, now, select_events
 from nous_session.event import Event, EventType, replace_entries, to_message
@@ -34,7 +34,7 @@ TEXT_WIDTH = 40
 
 
 @attrs.frozen
-class _Choice:
+class Choice:
     """The events to erase, as the arguments chose them.
 
     Attributes:
@@ -87,7 +87,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
         raise CommandError("--inherited goes with --all")
 
 
-def _choose(args: argparse.Namespace, stored: Stored | None) -> _Choice:
+def _choose(args: argparse.Namespace, stored: Stored | None) -> Choice:
     """The events the arguments choose; ``stored``: the session, read (needed for
     ``--role``/``--name``).
 
@@ -96,10 +96,10 @@ def _choose(args: argparse.Namespace, stored: Stored | None) -> _Choice:
         CommandError: SEQs were given with ``--role``/``--name`` and none of them matches.
     """
     if args.all:
-        return _Choice(None)
+        return Choice(None)
     criteria = _criteria(args)
     if not criteria:
-        return _Choice(tuple(args.seqs))
+        return Choice(tuple(args.seqs))
     assert stored is not None
     # The summaries that copy the chosen messages: alone, the store adds them and names them
     # (Erasure.summaries); with SEQs, a SEQ that is one of them is chosen too, so that no SEQ
@@ -108,7 +108,7 @@ def _choose(args: argparse.Namespace, stored: Stored | None) -> _Choice:
         select_events(stored.events, role=args.role, name=args.name, summaries=bool(args.seqs))
     )
     if not args.seqs:
-        return _Choice(tuple(sorted(chosen)), criteria=criteria)
+        return Choice(tuple(sorted(chosen)), criteria=criteria)
     # Both: only those of the SEQs that --role/--name choose (what "erase 3 5 9 --name alice"
     # means). A seq the session does not have is an error, as it is without --role/--name.
     given = check_seqs(args.seqs, stored.count, session_id=args.session)
@@ -121,7 +121,7 @@ def _choose(args: argparse.Namespace, stored: Stored | None) -> _Choice:
         for seq in given
         if seq in held and erase_event(held[seq], reason=args.reason, at=at) is held[seq]
     )
-    choice = _Choice(
+    choice = Choice(
         tuple(seq for seq in given if seq in chosen),
         unmatched=tuple(seq for seq in given if seq not in chosen and seq in held),
         unheld=tuple(seq for seq in given if seq not in held),
@@ -129,21 +129,21 @@ def _choose(args: argparse.Namespace, stored: Stored | None) -> _Choice:
     )
     if not choice.seqs:
         raise CommandError(
-            f"none of the SEQs given ({_seq_ranges(given)}) is chosen by {criteria}:"
+            f"none of the SEQs given ({seq_ranges(given)}) is chosen by {criteria}:"
             f" nothing to erase (`erase {shlex.quote(args.session)} {criteria}` without SEQs"
             " shows the events it chooses)"
         )
     return choice
 
 
-async def _erase(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def erase_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if not _erases(store):
-        raise CommandError(f"{_where(store)} cannot erase events")
+        raise CommandError(f"{store_name(store)} cannot erase events")
     _check_arguments(args)
     dry_run = not args.yes
     stored = None
     if dry_run or args.role is not None or args.name is not None:
-        stored = await _stored(store, args.session)  # what a dry run describes
+        stored = await read_stored(store, args.session)  # what a dry run describes
     choice = _choose(args, stored)
     if choice.seqs is None:
         result = await store.erase_session(
@@ -152,16 +152,16 @@ async def _erase(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     else:
         result = await store.erase(args.session, choice.seqs, reason=args.reason, dry_run=dry_run)
     if args.json:
-        _emit(out, result.to_json())
+        emit(out, result.to_json())
     else:
         events = {} if stored is None else {event.seq: event for event in stored.events}
-        for line in _erasure_lines(result, choice, events):
+        for line in erasure_lines(result, choice, events):
             out.write(line + "\n")
     if not dry_run and not result.proven:
         raise CommandError(f"erased, but it is not proven that no copy remains: {result.detail}")
 
 
-def _erasure_lines(result: Erasure, choice: _Choice, events: Mapping[int, Event]) -> Iterator[str]:
+def erasure_lines(result: Erasure, choice: Choice, events: Mapping[int, Event]) -> Iterator[str]:
     """What ``erase`` prints: the seqs (as ranges), in a dry run each event described (the
     first :data:`DETAILED`), the summaries erased with the events they cover, the seqs given
     but not erased, the other sessions, and what was proven.
@@ -173,24 +173,24 @@ def _erasure_lines(result: Erasure, choice: _Choice, events: Mapping[int, Event]
     """
     session = repr(result.session_id)
     if result.dry_run:
-        yield f"would erase {len(result.erased)} events of {session}: {_seq_ranges(result.erased)}"
+        yield f"would erase {len(result.erased)} events of {session}: {seq_ranges(result.erased)}"
         yield from _detail(result.erased, events)
     else:
-        yield f"erased {len(result.erased)} events of {session}: {_seq_ranges(result.erased)}"
+        yield f"erased {len(result.erased)} events of {session}: {seq_ranges(result.erased)}"
     if result.summaries:
         cover = "cover" if result.dry_run else "covered"
-        yield f"with them, the summaries that {cover} them: {_seq_ranges(result.summaries)}"
+        yield f"with them, the summaries that {cover} them: {seq_ranges(result.summaries)}"
     if choice.unmatched:
-        yield f"not erased: {_seq_ranges(choice.unmatched)} (not chosen by {choice.criteria})"
+        yield f"not erased: {seq_ranges(choice.unmatched)} (not chosen by {choice.criteria})"
     if choice.unheld:
         yield (
-            f"not erased: {_seq_ranges(choice.unheld)} (no longer held by {session}: a snapshot"
+            f"not erased: {seq_ranges(choice.unheld)} (no longer held by {session}: a snapshot"
             f" dropped them, so {choice.criteria} cannot be checked)"
         )
     if result.already:
-        yield f"erased before: {_seq_ranges(result.already)}"
+        yield f"erased before: {seq_ranges(result.already)}"
     if result.absent:
-        yield f"held nowhere any more (a snapshot dropped them): {_seq_ranges(result.absent)}"
+        yield f"held nowhere any more (a snapshot dropped them): {seq_ranges(result.absent)}"
     if result.sessions:
         yield f"also in: {', '.join(repr(name) for name in result.sessions)}"
     if result.dry_run:
@@ -221,18 +221,18 @@ def _describe(event: Event | None) -> tuple[str, str, str]:
         return "?", "", "(held by another session, not this one)"
     if event.is_surface:
         message = to_message(event)
-        kind, name, text = message.role.value, message.name or "", _message_text(message)
+        kind, name, text = message.role.value, message.name or "", message_text(message)
         if event.op is not None:
             kind += " (replace)"  # one message over a range: an edit or a summary
     elif event.type is EventType.REPLACE:
         messages = [to_message(entry) for entry in replace_entries(event)]
         kind = "replace"
         name = ", ".join(dict.fromkeys(message.name for message in messages if message.name))
-        text = " | ".join(_message_text(message) for message in messages)
+        text = " | ".join(message_text(message) for message in messages)
         if len(messages) != 1:
             text = f"({len(messages)} messages) {text}"
     else:
         kind, name = str(event.type), ""
         data = {key: value for key, value in event.data.items() if key != OP_KEY}
         text = dumps(data).decode() if data else ""
-    return _snippet(kind, 20), _snippet(name, 20), _snippet(text, TEXT_WIDTH)
+    return snippet(kind, 20), snippet(name, 20), snippet(text, TEXT_WIDTH)

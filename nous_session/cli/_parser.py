@@ -16,7 +16,7 @@ _JSON_LINES = "one JSON object per line"
 _JSON_OBJECT = "as one JSON object"
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nous-session",
         description="Inspect, audit and maintain nous_session stores.",

@@ -16,20 +16,20 @@ import anyio
 from nous_session._json import dumps, loads
 from nous_session.cli._common import (
     CommandError,
-    _clip,
-    _emit,
-    _event_line,
-    _export_header,
-    _fields,
-    _listing_store,
-    _message_json,
-    _message_lines,
-    _progress,
-    _read,
-    _seq_ranges,
-    _stamp,
-    _stored,
-    _where,
+    clip,
+    emit,
+    event_line,
+    export_header,
+    listing_store,
+    message_json,
+    message_lines,
+    progress_bar,
+    read_log,
+    read_stored,
+    seq_ranges,
+    stamp,
+    store_name,
+    where_query,
 )
 from nous_session.codec import to_json
 from nous_session.event import Event, EventType
@@ -59,16 +59,16 @@ def _entry_line(entry: SessionEntry) -> str:
     record = entry.metadata
     tags = ",".join(sorted(record.tags))
     return (
-        f"{_clip(entry.session_id, 32):<32} {entry.count:>7}  "
-        f"{entry.active.strftime('%Y-%m-%d %H:%M:%S')}  {_clip(record.owner or '-', 16):<16} "
-        f"{_clip(record.app or '-', 12):<12} {_clip(record.title or '', 30)}"
-        + (f"  [{_clip(tags, 30)}]" if tags else "")
+        f"{clip(entry.session_id, 32):<32} {entry.count:>7}  "
+        f"{entry.active.strftime('%Y-%m-%d %H:%M:%S')}  {clip(record.owner or '-', 16):<16} "
+        f"{clip(record.app or '-', 12):<12} {clip(record.title or '', 30)}"
+        + (f"  [{clip(tags, 30)}]" if tags else "")
     ).rstrip()
 
 
 async def _listing(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    page = await _listing_store(store).list_sessions(
-        where=_fields(args.where),
+    page = await listing_store(store).list_sessions(
+        where=where_query(args.where),
         tags=args.tag,
         order=args.order or "active",
         descending=not args.ascending,
@@ -77,12 +77,12 @@ async def _listing(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     )
     if args.json:
         for entry in page.sessions:
-            _emit(out, _entry_json(entry))
+            emit(out, _entry_json(entry))
         if page.cursor is not None:
-            _emit(out, {"cursor": page.cursor})
+            emit(out, {"cursor": page.cursor})
         return
     if not page.sessions:
-        out.write(f"no matching sessions in {_where(store)}\n")
+        out.write(f"no matching sessions in {store_name(store)}\n")
         return
     out.write(f"{'SESSION':<32} {'COUNT':>7}  {'ACTIVE':<19}  {'OWNER':<16} {'APP':<12} TITLE\n")
     for entry in page.sessions:
@@ -91,7 +91,7 @@ async def _listing(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"more: --cursor {page.cursor}\n")
 
 
-async def _sessions(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def sessions_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if args.where or args.tag or args.order or args.limit or args.cursor or args.ascending:
         await _listing(store, args, out)
         return
@@ -107,35 +107,35 @@ async def _sessions(store: Store, args: argparse.Namespace, out: TextIO) -> None
                 row["horizon"] = info.horizon
             if info.parent is not None:
                 row.update(parent=info.parent, fork_point=info.fork_point)
-            _emit(out, row)
+            emit(out, row)
         return
     if not infos:
-        out.write(f"no sessions in {_where(store)}\n")
+        out.write(f"no sessions in {store_name(store)}\n")
         return
     out.write(f"{'SESSION':<40} {'COUNT':>8} {'HELD':>8}  FORKED FROM\n")
     for info in infos:
         lineage = "" if info.parent is None else f"  {info.parent} @ {info.fork_point}"
-        out.write(f"{_clip(info.session_id, 40):<40} {info.count:>8} {info.held:>8}{lineage}\n")
+        out.write(f"{clip(info.session_id, 40):<40} {info.count:>8} {info.held:>8}{lineage}\n")
 
 
-async def _metadata(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def metadata_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if args.set is not None:
-        await _set_metadata(store, args.session, args.set, out)
+        await set_metadata(store, args.session, args.set, out)
         return
     if args.update is not None:
-        await _set_metadata(store, args.session, args.update, out, update=True)
+        await set_metadata(store, args.session, args.update, out, update=True)
         return
-    log = await _read(store, args.session)
+    log = await read_log(store, args.session)
     record = metadata_of(log.events()) or SessionMetadata()
     if args.json:
-        _emit(out, record.to_json())
+        emit(out, record.to_json())
         return
     for key, value in record.to_json().items():
         shown = ", ".join(sorted(record.tags)) if key == "tags" else value
         out.write(f"{key + ':':<8} {shown if isinstance(shown, str) else dumps(shown).decode()}\n")
 
 
-async def _set_metadata(
+async def set_metadata(
     store: Store, session_id: str, text: str, out: TextIO, *, update: bool = False
 ) -> None:
     """Set the session's metadata to the JSON record ``text`` (``update``: only the fields it
@@ -151,7 +151,7 @@ async def _set_metadata(
         ) from None
     if not isinstance(given, dict):
         raise CommandError(f"the metadata must be a JSON object, got {text!r}")
-    await _stored(store, session_id)
+    await read_stored(store, session_id)
     async with SessionActor.open(session_id=session_id, store=store) as session:
         if update:
             current = session.metadata or SessionMetadata()
@@ -183,12 +183,12 @@ def _retention(
         idle_for=args.idle_for,
         older_than=args.older_than,
         action=action,
-        where=_fields(args.where),
+        where=where_query(args.where),
         tags=args.tag,
     )
 
 
-async def _retain(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def retain_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     action: Literal["delete", "snapshot"] = args.action or "delete"
     if args.idle_for is None and args.older_than is None:
         raise CommandError("retain needs --idle-for, --older-than or both")
@@ -198,8 +198,8 @@ async def _retain(store: Store, args: argparse.Namespace, out: TextIO) -> None:
         report = await _retention(store, args, action)()
     if args.json:
         for entry in report.selected if report.dry_run else ():
-            _emit(out, _entry_json(entry))
-        _emit(
+            emit(out, _entry_json(entry))
+        emit(
             out,
             {
                 "action": report.action,
@@ -237,7 +237,9 @@ async def _retain_with_progress(
     # A session that left the selection meanwhile is simply not selected the second time.
     policy = _retention(store, args, action)
     preview = await policy()
-    with _progress(len(preview.selected), f"retain ({action})", unit="session", least=1) as advance:
+    with progress_bar(
+        len(preview.selected), f"retain ({action})", unit="session", least=1
+    ) as advance:
         try:
             return await policy(dry_run=False, progress=lambda _done, _total: advance(1))
         except anyio.get_cancelled_exc_class() as cancelled:
@@ -247,17 +249,17 @@ async def _retain_with_progress(
             raise
 
 
-async def _events(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    log = await _read(store, args.session)
+async def events_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    log = await read_log(store, args.session)
     for event in log.since(args.since):
         if args.json:
-            _emit(out, to_json(event))
+            emit(out, to_json(event))
         else:
-            out.write(_event_line(event) + "\n")
+            out.write(event_line(event) + "\n")
 
 
-async def _messages(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    log = await _read(store, args.session)
+async def messages_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    log = await read_log(store, args.session)
     if args.as_of is not None:
         if args.as_of >= log.count:
             raise CommandError(f"--as-of {args.as_of} is past the newest seq ({log.count - 1})")
@@ -265,12 +267,12 @@ async def _messages(store: Store, args: argparse.Namespace, out: TextIO) -> None
     rows = log.derive_indexed()
     if args.json:
         for seq, message in rows:
-            _emit(out, _message_json(seq, message))
+            emit(out, message_json(seq, message))
         return
     if not rows:
         out.write(f"no messages on the surface of {args.session!r}\n")
         return
-    for line in _message_lines(rows):
+    for line in message_lines(rows):
         out.write(line + "\n")
 
 
@@ -278,7 +280,7 @@ def _describe_op(event: Event) -> str:
     if event.type is EventType.ERASURE:
         seqs = event.data.get("seqs")
         listed = (
-            _seq_ranges(seq for seq in seqs if type(seq) is int) if isinstance(seqs, list) else ""
+            seq_ranges(seq for seq in seqs if type(seq) is int) if isinstance(seqs, list) else ""
         )
         return f"erase seqs {listed} ({event.data.get('reason')})"
     op = event.op
@@ -299,14 +301,14 @@ def _describe_op(event: Event) -> str:
     return f"uncompact the replace at seq {op.seq}"
 
 
-async def _history(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    stored = await _stored(store, args.session)
+async def history_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    stored = await read_stored(store, args.session)
     operations = [
         event for event in stored.events if event.op is not None or event.type is EventType.ERASURE
     ]
     if args.json:
         if stored.parent is not None or stored.horizon:
-            _emit(
+            emit(
                 out,
                 {
                     "session_id": args.session,
@@ -316,7 +318,7 @@ async def _history(store: Store, args: argparse.Namespace, out: TextIO) -> None:
                 },
             )
         for event in operations:
-            _emit(out, {**to_json(event), "operation": _describe_op(event)})
+            emit(out, {**to_json(event), "operation": _describe_op(event)})
         return
     if stored.parent is not None:
         out.write(f"forked from {stored.parent!r} at seq {stored.fork_point}\n")
@@ -325,10 +327,10 @@ async def _history(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if not operations:
         out.write("no surface operations or erasures\n")
     for event in operations:
-        out.write(f"{event.seq:>6}  {_stamp(event)}  {_describe_op(event)}\n")
+        out.write(f"{event.seq:>6}  {stamp(event)}  {_describe_op(event)}\n")
 
 
-async def _tail(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+async def tail_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     from nous_session.stores import follow
 
     cursor = args.since
@@ -340,21 +342,21 @@ async def _tail(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     async with aclosing(follow(store, args.session, since=cursor, interval=args.interval)) as feed:
         async for event in feed:
             if args.json:
-                _emit(out, to_json(event))
+                emit(out, to_json(event))
             else:
-                out.write(_event_line(event) + "\n")
+                out.write(event_line(event) + "\n")
             out.flush()
 
 
-async def _export(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    stored = await _stored(store, args.session)
+async def export_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    stored = await read_stored(store, args.session)
     events = Log.restore(stored.events, count=stored.count, horizon=stored.horizon).events()
     lines: list[bytes] = []
-    header = _export_header(stored)
-    if header is not None:  # what the events alone do not say: see _export_header
+    header = export_header(stored)
+    if header is not None:  # what the events alone do not say: see export_header
         lines.append(dumps({"session": header}) + b"\n")
         lines.extend(dumps({"kept": to_json(event)}) + b"\n" for event in stored.kept)
-    with _progress(len(events), "export") as advance:
+    with progress_bar(len(events), "export") as advance:
         for start in range(0, len(events), 1000):
             chunk = events[start : start + 1000]
             lines.extend(dumps(to_json(event)) + b"\n" for event in chunk)
@@ -367,8 +369,8 @@ async def _export(store: Store, args: argparse.Namespace, out: TextIO) -> None:
             out.write(line.decode())
 
 
-async def _stats(store: Store, args: argparse.Namespace, out: TextIO) -> None:
-    stored = await _stored(store, args.session)
+async def stats_command(store: Store, args: argparse.Namespace, out: TextIO) -> None:
+    stored = await read_stored(store, args.session)
     log = Log.restore(stored.events, count=stored.count, horizon=stored.horizon)
     events = log.events()
     surface = log.derive_messages()
@@ -387,7 +389,7 @@ async def _stats(store: Store, args: argparse.Namespace, out: TextIO) -> None:
     if stored.parent is not None:
         figures.update(parent=stored.parent, fork_point=stored.fork_point)
     if args.json:
-        _emit(out, figures)
+        emit(out, figures)
         return
     for key, value in figures.items():
         if key == "types":

@@ -82,7 +82,7 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
             else:
                 out.append(merge({"role": "user", "content": blocks}, extras))
         elif role is Role.TOOL:
-            block = _tool_result(message, notes, i, ids.result_id(i, message))
+            block = tool_result_block(message, notes, i, ids.result_id(i, message))
             turn = extras.get(TURN)
             if (
                 out
@@ -115,7 +115,7 @@ def _system_content(message: Message, notes: Notes, i: int) -> str | list[Any]:
     blocks = []
     for j, part in enumerate(content):
         if type(part) is TextPart or type(part) is OtherPart:
-            blocks.append(_block(part, notes, i, j, "system"))
+            blocks.append(part_block(part, notes, i, j, "system"))
         else:
             notes.drop(
                 i, f"{part_kind(part)} (part {j})", f"{PROVIDER} system prompts hold text only"
@@ -148,15 +148,15 @@ def _blocks(message: Message, notes: Notes, i: int, context: str, ids: CallIds |
         if isinstance(item, Placed):
             if ids is not None:  # elsewhere, unsupported() has noted the calls
                 ident = ids.call_id(i, item.index, item.call)
-                blocks.append(_tool_use(item.call, ident, notes, i, item.index))
+                blocks.append(tool_use_block(item.call, ident, notes, i, item.index))
             continue
-        block = _block(item, notes, i, j, context)
+        block = part_block(item, notes, i, j, context)
         if block is not None:
             blocks.append(block)
     return blocks
 
 
-def _tool_use(call: ToolCall, ident: str, notes: Notes, i: int, k: int) -> dict[str, Any]:
+def tool_use_block(call: ToolCall, ident: str, notes: Notes, i: int, k: int) -> dict[str, Any]:
     notes.foreign(i, f"tool call {k} ({call.name})", call.provider_data)
     call_item_fields(call, notes, i, k)
     block = {
@@ -208,11 +208,11 @@ def _own_block(part: Part, what: str, notes: Notes, i: int, context: str) -> dic
     return {"type": "redacted_thinking", "data": part.data}
 
 
-_block: Final = partial(write_part, _own_block)
+part_block: Final = partial(write_part, _own_block)
 """Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
-def _tool_result(message: Message, notes: Notes, i: int, ident: str) -> dict[str, Any]:
+def tool_result_block(message: Message, notes: Notes, i: int, ident: str) -> dict[str, Any]:
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": ident}
     content = message.content
     if content is not None:

@@ -62,7 +62,7 @@ _SNAKE: Final = {camel: snake for snake, camel in _CAMEL.items()}
 _NESTED: Final = ("inlineData", "fileData", "functionResponse", "functionCall")
 
 
-def _camel(value: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def camel_cased(value: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A part with the SDK's snake_case structural keys renamed to the API's camelCase, and
     the snake_case names it had (sorted), for :func:`_recase` to give back."""
     snake: set[str] = set()
@@ -153,7 +153,7 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
                 notes.add("message 0 is a developer message; sent as the system instruction")
             key = extras.get(SYSTEM_KEY)
             key = key if key == "systemInstruction" else "system_instruction"
-            payload[key] = merge({"parts": _parts(message, notes, i)}, extras)
+            payload[key] = merge({"parts": message_parts(message, notes, i)}, extras)
         elif role is Role.TOOL:
             part = _response(message, notes, i, names.answer(message, notes, i))
             turn = extras.get(TURN)
@@ -168,14 +168,16 @@ def dump(messages: Sequence[Message], notes: Notes) -> dict[str, JSON]:
         elif role is Role.ASSISTANT:
             for call in message.tool_calls:
                 names.called(call)
-            contents.append(merge({"role": "model", "parts": _parts(message, notes, i)}, extras))
+            contents.append(
+                merge({"role": "model", "parts": message_parts(message, notes, i)}, extras)
+            )
         else:
             if role is not Role.USER:
                 notes.add(
                     f"message {i} is a {role.value} message; sent as user: {PROVIDER} takes "
                     "instructions only before the conversation"
                 )
-            parts = _parts(message, notes, i)
+            parts = message_parts(message, notes, i)
             if extras.get(TURN) == "join" and contents and _is_user(contents[-1]):
                 contents[-1]["parts"].extend(parts)
             else:
@@ -189,7 +191,7 @@ def _is_user(content: dict[str, Any]) -> bool:
     return content.get("role", "user") in ("user", "function")  # no role: the user's
 
 
-def _parts(message: Message, notes: Notes, i: int) -> list[Any]:
+def message_parts(message: Message, notes: Notes, i: int) -> list[Any]:
     model = message.role is Role.ASSISTANT
     content = message.content
     parts: list[Any] = []
@@ -207,11 +209,11 @@ def _parts(message: Message, notes: Notes, i: int) -> list[Any]:
 
 
 def _call(call: ToolCall, notes: Notes, i: int, k: int) -> dict[str, Any]:
-    written = _camel_call(call, notes, i, k)
+    written = camel_call(call, notes, i, k)
     return _recase(written, own(call.provider_data, PROVIDER).get(SNAKE))
 
 
-def _camel_call(call: ToolCall, notes: Notes, i: int, k: int) -> dict[str, Any]:
+def camel_call(call: ToolCall, notes: Notes, i: int, k: int) -> dict[str, Any]:
     notes.foreign(i, f"tool call {k} ({call.name})", call.provider_data)
     call_item_fields(call, notes, i, k)
     function: dict[str, Any] = {"name": call.name, "args": arguments_object(call, notes, i, k)}
@@ -241,7 +243,7 @@ def _media(part: ImagePart, notes: Notes, i: int, what: str) -> dict[str, Any] |
 
 
 def _part(part: Part, notes: Notes, i: int, j: int, model: bool) -> dict[str, Any] | None:
-    written = _camel_part(part, notes, i, j, model)
+    written = camel_part(part, notes, i, j, model)
     snake = own(getattr(part, "provider_data", None) or {}, PROVIDER).get(SNAKE)
     return None if written is None else _recase(written, snake)
 
@@ -268,16 +270,16 @@ def _own_camel_part(
     return None
 
 
-_camel_part: Final = partial(write_part, _own_camel_part)
+camel_part: Final = partial(write_part, _own_camel_part)
 """Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
 def _response(message: Message, notes: Notes, i: int, name: str) -> dict[str, Any]:
-    written = _camel_response(message, notes, i, name)
+    written = camel_response(message, notes, i, name)
     return _recase(written, own(message.provider_data, PROVIDER).get(SNAKE))
 
 
-def _camel_response(message: Message, notes: Notes, i: int, name: str) -> dict[str, Any]:
+def camel_response(message: Message, notes: Notes, i: int, name: str) -> dict[str, Any]:
     notes.foreign(i, "the tool result", message.provider_data)
     extras = own(message.provider_data, PROVIDER)
     content = message.content

@@ -25,7 +25,7 @@ from nous_session.formats._tool_calls import CallIds, Placed, arguments_text, el
 from nous_session.message import Message, Role, ToolCall
 
 PROVIDER: Final = "openai-responses"
-_ROLES: Final = {"system": Role.SYSTEM, "developer": Role.DEVELOPER, "user": Role.USER}
+ROLES: Final = {"system": Role.SYSTEM, "developer": Role.DEVELOPER, "user": Role.USER}
 _CONTENT_TYPES: Final = frozenset(
     {"output_text", "input_text", "refusal", "input_image", "input_file", "input_audio"}
 )
@@ -47,11 +47,11 @@ def dump(messages: Sequence[Message], notes: Notes) -> list[dict[str, JSON]]:
     out: list[dict[str, JSON]] = []
     for i, message in enumerate(messages):
         notes.foreign(i, None, message.provider_data)
-        out.extend(_items(message, notes, i, ids))
+        out.extend(message_items(message, notes, i, ids))
     return out
 
 
-def _items(message: Message, notes: Notes, i: int, ids: CallIds) -> list[dict[str, Any]]:
+def message_items(message: Message, notes: Notes, i: int, ids: CallIds) -> list[dict[str, Any]]:
     role = message.role
     extras = own(message.provider_data, PROVIDER)
     if role is Role.ASSISTANT:
@@ -78,7 +78,7 @@ def _content(message: Message, notes: Notes, i: int, context: str) -> str | list
     content = text_or_parts(message)
     if isinstance(content, str):
         return content
-    written = (_block(part, notes, i, j, context) for j, part in enumerate(content))
+    written = (content_part(part, notes, i, j, context) for j, part in enumerate(content))
     return [block for block in written if block is not None]
 
 
@@ -108,7 +108,7 @@ def _own_block(
     return None
 
 
-_block: Final = partial(write_part, _own_block)
+content_part: Final = partial(write_part, _own_block)
 """Part ``j`` of message ``i`` written for the provider (see :func:`write_part`)."""
 
 
@@ -129,7 +129,7 @@ def _assistant(
                 notes.foreign(i, "a text part", part.provider_data)
             text: Any = "".join(part.text for part in texts)
         else:
-            text = [_block(part, notes, i, -1, "assistant") for part in run]
+            text = [content_part(part, notes, i, -1, "assistant") for part in run]
         item = {"role": "assistant", "content": text}
         items.append(merge(item, extras) if first else item)
         first = False
@@ -145,7 +145,7 @@ def _assistant(
         if isinstance(element, Placed):
             flush()
             ident = ids.call_id(i, element.index, element.call)
-            items.append(_call(element.call, ident, notes, i, element.index))
+            items.append(call_item(element.call, ident, notes, i, element.index))
             continue
         if isinstance(element, parts.TextPart | parts.OtherPart):
             run.append(element)
@@ -157,7 +157,7 @@ def _assistant(
                 items.append(copy_object(element.data))
         elif isinstance(element, parts.ThinkingPart):
             flush()
-            reasoning = _reasoning(element, notes, i, j)
+            reasoning = reasoning_item(element, notes, i, j)
             if reasoning is not None:
                 items.append(reasoning)
         elif isinstance(element, parts.ProviderPart):
@@ -174,7 +174,7 @@ def _assistant(
     return items
 
 
-def _reasoning(part: parts.ThinkingPart, notes: Notes, i: int, j: int) -> dict[str, Any] | None:
+def reasoning_item(part: parts.ThinkingPart, notes: Notes, i: int, j: int) -> dict[str, Any] | None:
     what = f"thinking (part {j})"
     if part.provider not in (None, PROVIDER):
         notes.drop(i, what, f"it is {part.provider}'s; {PROVIDER} takes only its own reasoning")
@@ -195,7 +195,7 @@ def _reasoning(part: parts.ThinkingPart, notes: Notes, i: int, j: int) -> dict[s
     return merge(item, own(part.provider_data, PROVIDER))
 
 
-def _call(call: ToolCall, ident: str, notes: Notes, i: int, k: int) -> dict[str, Any]:
+def call_item(call: ToolCall, ident: str, notes: Notes, i: int, k: int) -> dict[str, Any]:
     notes.foreign(i, f"tool call {k} ({call.name})", call.provider_data)
     item = {
         "type": "function_call",

@@ -28,10 +28,10 @@ import attrs
 from nous_session.formats._anthropic_writing import (
     IN_MESSAGES,
     PROVIDER,
-    _block,
-    _tool_result,
-    _tool_use,
     dump,
+    part_block,
+    tool_result_block,
+    tool_use_block,
 )
 from nous_session.formats._common import (
     Notes,
@@ -194,7 +194,7 @@ class _Reader:
             is_error=block.get("is_error") is True,
             created_at=self.created_at,
         )
-        default = _tool_result(plain, Notes(PROVIDER), 0, ident)
+        default = tool_result_block(plain, Notes(PROVIDER), 0, ident)
         return attrs.evolve(plain, provider_data=with_extras(diff(block, default), PROVIDER))
 
     def item(self, block: object, where: Path) -> Part | ToolCall:
@@ -205,7 +205,7 @@ class _Reader:
         name = need(PROVIDER, block, "name", str, where)
         arguments = need(PROVIDER, block, "input", dict, where)
         plain = ToolCall(ident, name, arguments)
-        default = _tool_use(plain, ident, Notes(PROVIDER), 0, 0)
+        default = tool_use_block(plain, ident, Notes(PROVIDER), 0, 0)
         return attrs.evolve(plain, provider_data=with_extras(diff(block, default), PROVIDER))
 
     def part(self, block: object, where: Path, context: str) -> Part:
@@ -234,7 +234,7 @@ class _Reader:
             )
         else:
             return ProviderPart(PROVIDER, block)
-        default = _block(plain, Notes(PROVIDER), 0, 0, context)
+        default = part_block(plain, Notes(PROVIDER), 0, 0, context)
         assert default is not None
         return attrs.evolve(plain, provider_data=with_extras(diff(block, default), PROVIDER))
 

@@ -50,12 +50,12 @@ from nous_session.formats._gemini_writing import (
     PROVIDER,
     SNAKE,
     SYSTEM_KEY,
-    _camel,
-    _camel_call,
-    _camel_part,
-    _camel_response,
-    _parts,
+    camel_call,
+    camel_cased,
+    camel_part,
+    camel_response,
     dump,
+    message_parts,
 )
 from nous_session.formats._tool_calls import arrange
 from nous_session.message import Message, Role, ToolCall
@@ -139,7 +139,7 @@ class _Reader:
             self.part(part, (*where, "parts", k), model=False) for k, part in enumerate(read)
         )
         plain = Message(Role.SYSTEM, _simple(parts), created_at=self.created_at)
-        default = {"parts": _parts(plain, Notes(PROVIDER), 0)}
+        default = {"parts": message_parts(plain, Notes(PROVIDER), 0)}
         extras = diff(content, default)
         return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))
 
@@ -152,7 +152,7 @@ class _Reader:
             content_parts, calls = arrange(items)
             text = None if calls and not content_parts else _simple(content_parts, bool(calls))
             plain = Message(Role.ASSISTANT, text, tool_calls=calls, created_at=self.created_at)
-            default = {"role": "model", "parts": _parts(plain, Notes(PROVIDER), 0)}
+            default = {"role": "model", "parts": message_parts(plain, Notes(PROVIDER), 0)}
             extras = diff(content, default)
             out.append(attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER)))
             return
@@ -179,7 +179,7 @@ class _Reader:
         append_user_turn(out, produced, extras, PROVIDER, self.created_at)
 
     def response(self, raw: dict[str, Any], where: Path) -> Message:
-        part, snake = _camel(raw)
+        part, snake = camel_cased(raw)
         function = need(PROVIDER, part, "functionResponse", dict, where)
         inner = (*where, "functionResponse")
         name = need(PROVIDER, function, "name", str, inner)
@@ -216,12 +216,12 @@ class _Reader:
             created_at=self.created_at,
             provider_data=with_extras(hints, PROVIDER),
         )
-        default = _camel_response(plain, Notes(PROVIDER), 0, name)
+        default = camel_response(plain, Notes(PROVIDER), 0, name)
         extras = {**hints, **_extras(part, default, snake)}
         return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))
 
     def item(self, raw: dict[str, Any], where: Path) -> Part | ToolCall:
-        part, snake = _camel(raw)
+        part, snake = camel_cased(raw)
         if "functionCall" not in part:
             return self.part(raw, where, model=True)
         function = need(PROVIDER, part, "functionCall", dict, where)
@@ -234,12 +234,12 @@ class _Reader:
         if type(arguments) is not dict:
             fail(PROVIDER, (*inner, "args"), "must be an object")
         plain = ToolCall(ident, name, arguments)
-        default = _camel_call(plain, Notes(PROVIDER), 0, 0)
+        default = camel_call(plain, Notes(PROVIDER), 0, 0)
         extras = _extras(part, default, snake)
         return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))
 
     def part(self, raw: dict[str, Any], where: Path, model: bool) -> Part:
-        part, snake = _camel(need_object(PROVIDER, raw, where, "a part"))
+        part, snake = camel_cased(need_object(PROVIDER, raw, where, "a part"))
         plain: Part
         if "text" in part:
             text = need(PROVIDER, part, "text", str, where)
@@ -259,7 +259,7 @@ class _Reader:
             plain = image
         else:
             return ProviderPart(PROVIDER, raw)
-        default = _camel_part(plain, Notes(PROVIDER), 0, 0, model)
+        default = camel_part(plain, Notes(PROVIDER), 0, 0, model)
         assert default is not None
         extras = _extras(part, default, snake)
         return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))

@@ -41,13 +41,13 @@ from nous_session.formats._common import (
     with_extras,
 )
 from nous_session.formats._openai_responses_writing import (
-    _ROLES,
     PROVIDER,
-    _block,
-    _call,
-    _items,
-    _reasoning,
+    ROLES,
+    call_item,
+    content_part,
     dump,
+    message_items,
+    reasoning_item,
 )
 from nous_session.formats._tool_calls import CallIds, arrange
 from nous_session.message import Message, Role, ToolCall
@@ -87,7 +87,7 @@ def load(payload: object, created_at: datetime) -> list[Message]:
                     out.extend(reader.group(group))
                     group = []
                 group.append((where, item))
-            elif role in _ROLES:
+            elif role in ROLES:
                 out.extend(reader.group(group))
                 group = []
                 out.append(reader.input_message(item, where))
@@ -115,8 +115,8 @@ class _Reader:
 
     def input_message(self, item: dict[str, Any], where: Path) -> Message:
         content = self.content(item, where, "input")
-        plain = Message(_ROLES[item["role"]], content, created_at=self.created_at)
-        default = _items(plain, Notes(PROVIDER), 0, CallIds(Notes(PROVIDER)))[0]
+        plain = Message(ROLES[item["role"]], content, created_at=self.created_at)
+        default = message_items(plain, Notes(PROVIDER), 0, CallIds(Notes(PROVIDER)))[0]
         return attrs.evolve(plain, provider_data=with_extras(diff(item, default), PROVIDER))
 
     def output(self, item: dict[str, Any], where: Path) -> Message:
@@ -133,7 +133,7 @@ class _Reader:
             name=name if type(name) is str else None,
             created_at=self.created_at,
         )
-        default = _items(plain, Notes(PROVIDER), 0, CallIds(Notes(PROVIDER)))[0]
+        default = message_items(plain, Notes(PROVIDER), 0, CallIds(Notes(PROVIDER)))[0]
         return attrs.evolve(plain, provider_data=with_extras(diff(item, default), PROVIDER))
 
     def content(
@@ -162,7 +162,7 @@ class _Reader:
                 return ProviderPart(PROVIDER, block)
         else:
             return ProviderPart(PROVIDER, block)
-        default = _block(plain, Notes(PROVIDER), 0, 0, context)
+        default = content_part(plain, Notes(PROVIDER), 0, 0, context)
         assert default is not None
         extras = diff(block, default)
         if context == "assistant":  # the entry, even empty, marks a part that came in a list
@@ -174,7 +174,7 @@ class _Reader:
             return []
         items = [item for _, item in group]
         message = self.assistant(group)
-        if same(_items(message, Notes(PROVIDER), 0, CallIds(Notes(PROVIDER))), items):
+        if same(message_items(message, Notes(PROVIDER), 0, CallIds(Notes(PROVIDER))), items):
             return [message]
         # A run this reading cannot give back as one message (a message item with an empty
         # content list among other items, say): one message per item, each exact.
@@ -206,7 +206,7 @@ class _Reader:
         plain = Message(Role.ASSISTANT, content, tool_calls=calls, created_at=self.created_at)
         if message_item is None:
             return plain
-        emitted = _items(plain, Notes(PROVIDER), 0, CallIds(Notes(PROVIDER)))
+        emitted = message_items(plain, Notes(PROVIDER), 0, CallIds(Notes(PROVIDER)))
         default = next((item for item in emitted if _is_message(item)), {})
         extras = diff(message_item, default)
         return attrs.evolve(plain, provider_data=with_extras(extras, PROVIDER))
@@ -232,7 +232,7 @@ class _Reader:
             id=ident,
             provider=PROVIDER,
         )
-        default = _reasoning(plain, Notes(PROVIDER), 0, 0)
+        default = reasoning_item(plain, Notes(PROVIDER), 0, 0)
         assert default is not None
         return attrs.evolve(plain, provider_data=with_extras(diff(item, default), PROVIDER))
 
@@ -248,5 +248,5 @@ class _Reader:
             item_id=item_id if type(item_id) is str else None,
             status=status if type(status) is str else None,
         )
-        default = _call(plain, ident, Notes(PROVIDER), 0, 0)
+        default = call_item(plain, ident, Notes(PROVIDER), 0, 0)
         return attrs.evolve(plain, provider_data=with_extras(diff(item, default), PROVIDER))

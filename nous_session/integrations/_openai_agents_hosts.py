@@ -21,12 +21,12 @@ from nous_session.stores.memory import MemoryStore
 _logger = get_logger("nous_session.openai_agents")
 
 
-class _SharedPortal:
+class SharedPortal:
     """A portal shared by every NousSession of one store URL (or Store object), closed with
     the last of them."""
 
     _lock: Final = threading.Lock()
-    _by_key: Final[dict[object, _SharedPortal]] = {}
+    _by_key: Final[dict[object, SharedPortal]] = {}
 
     def __init__(self, key: object, portal: SessionsPortal) -> None:
         self.key = key
@@ -34,7 +34,7 @@ class _SharedPortal:
         self.users = 0
 
     @classmethod
-    def acquire(cls, key: object, store: Store | str) -> _SharedPortal:
+    def acquire(cls, key: object, store: Store | str) -> SharedPortal:
         with cls._lock:
             found = cls._by_key.get(key)
             if found is None or found.portal.closed:
@@ -52,12 +52,12 @@ class _SharedPortal:
         self.portal.close()
 
 
-class _SharedMemory:
+class SharedMemory:
     """The MemoryStore of a ``"memory:"`` URL, shared by every NousSession naming it (on
     every loop and the portal), dropped with the last of them."""
 
     _lock: Final = threading.Lock()
-    _by_url: Final[dict[str, _SharedMemory]] = {}
+    _by_url: Final[dict[str, SharedMemory]] = {}
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -65,7 +65,7 @@ class _SharedMemory:
         self.users = 0
 
     @classmethod
-    def acquire(cls, url: str) -> _SharedMemory:
+    def acquire(cls, url: str) -> SharedMemory:
         with cls._lock:
             found = cls._by_url.get(url)
             if found is None:
@@ -80,7 +80,7 @@ class _SharedMemory:
                 del self._by_url[self.url]
 
 
-class _LoopSessions:
+class LoopSessions:
     """The :class:`Sessions` registry of one store on one asyncio event loop, for the
     NousSessions called from that loop, run by a task of its own on the loop.
 
@@ -88,14 +88,14 @@ class _LoopSessions:
     whatever task runs the agent, and the registry must outlive each call (its actors keep
     the session's log between calls). So it is a task of the loop, kept here, that ends when
     the last session using it closes, or when the loop's run ends: only loops run by
-    :class:`asyncio.Runner` get one (see :func:`_run_by_asyncio_runner`), and when its main
+    :class:`asyncio.Runner` get one (see :func:`run_by_asyncio_runner`), and when its main
     coroutine returns, ``asyncio.run`` cancels every task left and waits for them, so the
     registry closes its actors and its store on the way out, before the loop closes.
     """
 
     _lock: Final = threading.Lock()
     _by_loop: Final[
-        weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, _LoopSessions]]
+        weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[object, LoopSessions]]
     ] = weakref.WeakKeyDictionary()
 
     def __init__(self, loop: asyncio.AbstractEventLoop, key: object, store: Store | str) -> None:
@@ -120,7 +120,7 @@ class _LoopSessions:
     @classmethod
     def acquire(
         cls, loop: asyncio.AbstractEventLoop, key: object, store: Store | str
-    ) -> _LoopSessions:
+    ) -> LoopSessions:
         """The loop's registry of the store (made now if need be), with one user more; from
         the loop's own thread."""
         with cls._lock:
@@ -190,10 +190,10 @@ class _LoopSessions:
 
 
 _closing_tasks: Final[set[asyncio.Task[None]]] = set()
-"""The registries' tasks, held until done (see _LoopSessions.__init__)."""
+"""The registries' tasks, held until done (see LoopSessions.__init__)."""
 
 
-def _run_by_asyncio_runner(loop: asyncio.AbstractEventLoop) -> bool:
+def run_by_asyncio_runner(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether ``loop`` belongs to an :class:`asyncio.Runner` running it now (``asyncio.run``,
     anyio's and uvloop's ``run``, anyio's pytest plugin), looked up on the calling thread's
     stack: an object running the loop there is the Runner, or holds it as ``_runner``.

@@ -69,10 +69,10 @@ from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider, to_provider
 from nous_session.integrations._common import missing_extra, named_store
 from nous_session.integrations._openai_agents_hosts import (
-    _LoopSessions,
-    _run_by_asyncio_runner,
-    _SharedMemory,
-    _SharedPortal,
+    LoopSessions,
+    SharedMemory,
+    SharedPortal,
+    run_by_asyncio_runner,
 )
 from nous_session.message import Message, Role
 from nous_session.parts import ProviderPart
@@ -273,7 +273,7 @@ class NousSession:
         self._closed = False
         # The explicit choice, or None: then each call picks (see _where).
         self._given: SessionsPortal | Sessions | None = sessions
-        self._memory: _SharedMemory | None = None
+        self._memory: SharedMemory | None = None
         if sessions is not None:
             store = None
         elif (store := named_store(store)) is None:
@@ -282,16 +282,16 @@ class NousSession:
         elif isinstance(store, str):
             if isinstance(open_store(store), MemoryStore):  # a bad URL raises here
                 # "memory:": one store shared by the sessions naming it, on every loop.
-                self._memory = _SharedMemory.acquire(store)
+                self._memory = SharedMemory.acquire(store)
                 store = self._memory.store
         elif not all(callable(getattr(store, name, None)) for name in ("load", "commit", "aclose")):
             raise ValueError(f"store must be a Store or a store URL, got {store!r}")
         self._store: Store | str | None = store
         self._lock = threading.Lock()  # guards the two below: sessions close from any thread
-        self._shared: _SharedPortal | None = None  # the portal, once a call needed it
-        self._hosts: set[_LoopSessions] = set()  # the loop registries this session uses
+        self._shared: SharedPortal | None = None  # the portal, once a call needed it
+        self._hosts: set[LoopSessions] = set()  # the loop registries this session uses
         # The last loop called from and its registry, as one value (read without the lock).
-        self._local: tuple[asyncio.AbstractEventLoop, _LoopSessions] | None = None
+        self._local: tuple[asyncio.AbstractEventLoop, LoopSessions] | None = None
         # Each surface message's items, serialised, by (event seq, index among the messages
         # with that seq): events never change, so an entry never goes stale.
         self._items: dict[tuple[int, int], bytes] = {}
@@ -579,9 +579,9 @@ class NousSession:
     async def _where(self) -> SessionsPortal | Sessions:
         """Where this call runs (see :meth:`_pick`), the loop's registry open."""
         where = self._pick()
-        return await where.ready() if isinstance(where, _LoopSessions) else where
+        return await where.ready() if isinstance(where, LoopSessions) else where
 
-    def _pick(self) -> SessionsPortal | Sessions | _LoopSessions:
+    def _pick(self) -> SessionsPortal | Sessions | LoopSessions:
         """Where this call runs, with no await: the given portal or registry; else, from a
         loop an asyncio.Runner runs, that loop's registry of the store (made now if need be,
         and then perhaps still opening); else the portal."""
@@ -594,9 +594,9 @@ class NousSession:
         local = self._local
         if local is not None and local[0] is loop and local[1].serving:
             return local[1].sessions  # the common case: no lock, no await
-        if not _run_by_asyncio_runner(loop):
+        if not run_by_asyncio_runner(loop):
             return self._portal()
-        host = _LoopSessions.acquire(loop, self._store_key(), self._own_store())
+        host = LoopSessions.acquire(loop, self._store_key(), self._own_store())
         with self._lock:
             if self._closed:
                 host.release()
@@ -617,7 +617,7 @@ class NousSession:
             if self._closed:
                 raise _closed_error(self)
             if self._shared is None or self._shared.portal.closed:
-                self._shared = _SharedPortal.acquire(self._store_key(), self._own_store())
+                self._shared = SharedPortal.acquire(self._store_key(), self._own_store())
             return self._shared.portal
 
     def _own_store(self) -> Store | str:
@@ -632,12 +632,12 @@ class NousSession:
     async def _call(
         self,
         fn: Callable[[SessionActor], Awaitable[T]],
-        where: SessionsPortal | Sessions | _LoopSessions | None = None,
+        where: SessionsPortal | Sessions | LoopSessions | None = None,
     ) -> T:
         self._check_open()
         if where is None:
             where = self._pick()
-        sessions = await where.ready() if isinstance(where, _LoopSessions) else where
+        sessions = await where.ready() if isinstance(where, LoopSessions) else where
         if isinstance(sessions, Sessions):
             async with sessions.use(self.session_id) as actor:
                 return await fn(actor)
@@ -646,7 +646,7 @@ class NousSession:
     async def _mutate(
         self,
         fn: Callable[[SessionActor], Awaitable[T]],
-        where: SessionsPortal | Sessions | _LoopSessions | None = None,
+        where: SessionsPortal | Sessions | LoopSessions | None = None,
     ) -> T:
         """Run a write and wait for its outcome even if the caller is cancelled meanwhile;
         the cancellation is raised once the outcome is known (as the SDK's own sessions do),

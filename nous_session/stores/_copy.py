@@ -102,10 +102,10 @@ async def copy_sessions(
                 target, session_id, stored
             )
             if why is not None:
-                await _commit_whole(target, session_id, stored)
+                await commit_whole(target, session_id, stored)
             await _check(target, session_id, stored, linked=why is None)
         except BaseException as error:
-            await _undo(target, session_id, stored, error)
+            await undo(target, session_id, stored, error)
             raise
         if why is None:
             forked.append(session_id)
@@ -187,7 +187,7 @@ async def _fork_in_target(target: Store, session_id: str, stored: Stored) -> str
     return None
 
 
-async def _commit_whole(target: Store, session_id: str, stored: Stored) -> None:
+async def commit_whole(target: Store, session_id: str, stored: Stored) -> None:
     """Write the session as one whole session: its events (and the kept ones, dropped again
     by a second commit that keeps them aside), its count, its horizon and its keys."""
     kept = [event for event in stored.kept if event.seq < stored.horizon]
@@ -247,7 +247,7 @@ def _gap_horizon(events: Sequence[Event]) -> int:
     return events[0].seq if events else 0
 
 
-async def _undo(target: Store, session_id: str, stored: Stored, error: BaseException) -> None:
+async def undo(target: Store, session_id: str, stored: Stored, error: BaseException) -> None:
     """After a failed copy of a session: delete what the target holds of it when all of that
     is the copy's (every event it holds is the source's at that seq, kept ones too), so that
     no part-written session is left for a second run to skip; one someone else wrote stays."""

@@ -753,9 +753,9 @@ def test_store_is_taken_after_the_verb_too(stored: tuple[str, Path]) -> None:
 
 def test_every_verb_describes_itself_and_names_store() -> None:
     """Each verb's --help has a description and the --store option (10 of 17 had none)."""
-    from nous_session.cli._parser import _parser
+    from nous_session.cli._parser import build_parser
 
-    parser = _parser()
+    parser = build_parser()
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert len(verbs.choices) >= 17
     for name, verb in verbs.choices.items():
@@ -970,23 +970,23 @@ def test_the_erase_dry_run_describes_each_event(travel: Path) -> None:
 
 
 def test_snippets_are_one_line_of_forty_characters() -> None:
-    from nous_session.cli._common import _snippet
+    from nous_session.cli._common import snippet
 
-    assert _snippet("a\nb\tc\r\nd") == "a b c  d"
-    assert _snippet("x" * 40) == "x" * 40
-    assert _snippet("x" * 41) == "x" * 39 + "…"
-    assert _snippet("bell\x07 and \x1b[2J") == "bell\ufffd and \ufffd[2J"
+    assert snippet("a\nb\tc\r\nd") == "a b c  d"
+    assert snippet("x" * 40) == "x" * 40
+    assert snippet("x" * 41) == "x" * 39 + "…"
+    assert snippet("bell\x07 and \x1b[2J") == "bell\ufffd and \ufffd[2J"
 
 
 def test_seqs_print_as_ranges() -> None:
-    from nous_session.cli._common import _seq_ranges
+    from nous_session.cli._common import seq_ranges
 
-    assert _seq_ranges([]) == "none"
-    assert _seq_ranges([7]) == "7"
-    assert _seq_ranges([3, 4]) == "3, 4"
-    assert _seq_ranges([*range(1, 6), 9, *range(12, 200_001)]) == "1-5, 9, 12-200000"
-    assert _seq_ranges([9, 1, 2, 3, 2, 12, 13, 14, 20]) == "1-3, 9, 12-14, 20"
-    assert _seq_ranges([0, 2**63 - 2, 2**63 - 1]) == f"0, {2**63 - 2}, {2**63 - 1}"
+    assert seq_ranges([]) == "none"
+    assert seq_ranges([7]) == "7"
+    assert seq_ranges([3, 4]) == "3, 4"
+    assert seq_ranges([*range(1, 6), 9, *range(12, 200_001)]) == "1-5, 9, 12-200000"
+    assert seq_ranges([9, 1, 2, 3, 2, 12, 13, 14, 20]) == "1-3, 9, 12-14, 20"
+    assert seq_ranges([0, 2**63 - 2, 2**63 - 1]) == f"0, {2**63 - 2}, {2**63 - 1}"
 
 
 def test_a_long_erase_prints_ranges_and_details_twenty(tmp_path: Path) -> None:
@@ -1016,20 +1016,20 @@ def test_erase_names_the_summaries_it_erases_with_what_they_cover() -> None:
     with it), in a dry run and when done, as ranges; no line when there are none."""
     from datetime import UTC, datetime
 
-    from nous_session.cli._erasing import _Choice, _erasure_lines
+    from nous_session.cli._erasing import Choice, erasure_lines
     from nous_session.erasure import Erasure
 
     at = datetime(2026, 1, 1, tzinfo=UTC)
     would = Erasure("s", "r", at, (1, 6, 8, 9, 10), sessions=("f",), dry_run=True)
     would = attrs.evolve(would, summaries=(6, 8, 9, 10))
-    lines = list(_erasure_lines(would, _Choice((1,)), {}))
+    lines = list(erasure_lines(would, Choice((1,)), {}))
     assert lines[0] == "would erase 5 events of 's': 1, 6, 8-10"
     assert "with them, the summaries that cover them: 6, 8-10" in lines
     assert lines.index("with them, the summaries that cover them: 6, 8-10") < lines.index(
         "also in: 'f'"
     )
     done = attrs.evolve(would, dry_run=False, proven=True, detail="scrubbed")
-    lines = list(_erasure_lines(done, _Choice((1,)), {}))
+    lines = list(erasure_lines(done, Choice((1,)), {}))
     assert lines == [
         "erased 5 events of 's': 1, 6, 8-10",
         "with them, the summaries that covered them: 6, 8-10",
@@ -1037,7 +1037,7 @@ def test_erase_names_the_summaries_it_erases_with_what_they_cover() -> None:
         "proven: scrubbed",
     ]
     none = attrs.evolve(done, summaries=())
-    assert not [line for line in _erasure_lines(none, _Choice((1,)), {}) if "summar" in line]
+    assert not [line for line in erasure_lines(none, Choice((1,)), {}) if "summar" in line]
 
 
 def test_erase_by_role_names_the_summaries_the_store_erases_with_them(

@@ -447,13 +447,13 @@ async def test_sqlite_without_vacuum_a_copy_an_earlier_delete_left_survives(
     a rebuild removes."""
     import nous_session.stores.sqlite._schema as sqlite_module
 
-    opened = sqlite_module._wal
+    opened = sqlite_module.enable_wal
 
     def without_secure_delete(connection: sqlite3.Connection, busy_timeout: float) -> None:
         opened(connection, busy_timeout)
         connection.execute("PRAGMA secure_delete = OFF")
 
-    monkeypatch.setattr(sqlite_module, "_wal", without_secure_delete)
+    monkeypatch.setattr(sqlite_module, "enable_wal", without_secure_delete)
     path = tmp_path / "s.sqlite3"
     secret = _secret()
     async with SQLiteStore(path) as store:

@@ -29,8 +29,8 @@ from nous_session.metadata import SessionMetadata
 from nous_session.retention import apply, parse_duration
 from nous_session.stores import MemoryStore, Store
 from nous_session.stores.sqlite import SCHEMA_VERSION, SQLiteStore
-from nous_session.stores.sqlite._schema import _MIGRATIONS
-from nous_session.stores.sqlite._sql import _listing
+from nous_session.stores.sqlite._schema import MIGRATIONS
+from nous_session.stores.sqlite._sql import listing
 from nous_session.testing import ListingConformance
 
 psycopg = pytest.importorskip("psycopg")
@@ -207,7 +207,7 @@ async def test_sqlite_serves_owner_newest_first_from_an_index(tmp_path: Path) ->
         ):
             # The first page, and a later one (after a cursor's position).
             for shown in (query, attrs.evolve(query, after=(2**62, "s5"))):
-                statement, parameters = _listing(shown)
+                statement, parameters = listing(shown)
                 plan = " ".join(
                     str(row[3])
                     for row in connection.execute("EXPLAIN QUERY PLAN " + statement, parameters)
@@ -217,7 +217,7 @@ async def test_sqlite_serves_owner_newest_first_from_an_index(tmp_path: Path) ->
                 assert "TEMP B-TREE" not in plan, plan  # no sort: the index gives the order
         async with SQLiteStore(path, read_only=True) as reader:
             page = await reader.list_sessions(where={"owner": "u1"}, limit=2)
-        statement, parameters = _listing(
+        statement, parameters = listing(
             ListQuery.make(where={"owner": "u1"}, limit=2, cursor=page.cursor)
         )
         plan = str(connection.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall())
@@ -269,7 +269,7 @@ def test_a_version_2_file_gets_times_from_its_events(tmp_path: Path) -> None:
     with closing(sqlite3.connect(path)) as connection:
         connection.execute("CREATE TABLE nous_schema (version INTEGER NOT NULL)")
         for step in (0, 1):
-            for statement in _MIGRATIONS[step]:
+            for statement in MIGRATIONS[step]:
                 connection.execute(statement)
         connection.execute("INSERT INTO nous_schema VALUES (2)")
         connection.execute("INSERT INTO nous_sessions (name, count, held) VALUES ('old', 2, 2)")
@@ -505,7 +505,7 @@ async def test_a_metadata_event_must_hold_a_valid_record() -> None:
 def test_a_version_2_postgres_schema_gets_times_from_its_events(schema: str) -> None:
     from psycopg import sql
 
-    from nous_session.stores.postgres._schema import _MIGRATIONS as PG_MIGRATIONS
+    from nous_session.stores.postgres._schema import MIGRATIONS as PG_MIGRATIONS
 
     first = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
     last = first + timedelta(days=3)

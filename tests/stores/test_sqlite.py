@@ -355,7 +355,7 @@ def test_switching_to_wal_waits_for_another_process_like_the_busy_handler(tmp_pa
 
     connection = sqlite3.connect(path, timeout=0, isolation_level=None, factory=Counting)
     try:
-        sqlite_schema._wal(connection, busy_timeout=30)
+        sqlite_schema.enable_wal(connection, busy_timeout=30)
         assert len(attempts) == 3
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
@@ -370,7 +370,7 @@ def test_switching_to_wal_gives_up_at_the_busy_timeout(tmp_path: Path) -> None:
     connection = sqlite3.connect(path, timeout=0, isolation_level=None)
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
-            sqlite_schema._wal(connection, busy_timeout=0.05)
+            sqlite_schema.enable_wal(connection, busy_timeout=0.05)
     finally:
         connection.close()
         holder.execute("COMMIT")
@@ -439,7 +439,7 @@ async def test_a_failed_read_leaves_no_transaction_open_on_either_read_path(
     reader = SQLiteStore(path, read_only=True)
     try:
         await writer.commit("s", expected_count=0, events=events)
-        rows = sqlite_rows._rows
+        rows = sqlite_rows.view
         failing = {"on": True}
 
         def flaky(*args: Any, **kwargs: Any) -> Any:
@@ -447,7 +447,7 @@ async def test_a_failed_read_leaves_no_transaction_open_on_either_read_path(
                 raise sqlite3.OperationalError("disk I/O error")
             return rows(*args, **kwargs)
 
-        monkeypatch.setattr(sqlite_rows, "_rows", flaky)
+        monkeypatch.setattr(sqlite_rows, "view", flaky)
         for store in (writer, reader):
             with pytest.raises(StoreError, match="disk I/O error"):
                 await store.load("s")
@@ -477,7 +477,7 @@ async def test_a_commit_between_the_count_and_the_rows_is_not_seen_by_the_read(
     reader = SQLiteStore(path, read_only=True) if read_only else writer
     try:
         await writer.commit("s", expected_count=0, events=events)
-        rows = sqlite_rows._rows
+        rows = sqlite_rows.view
         between = {"on": True}
 
         def another_process_commits_first(
@@ -501,7 +501,7 @@ async def test_a_commit_between_the_count_and_the_rows_is_not_seen_by_the_read(
                     other.close()
             return rows(connection, row, *args)
 
-        monkeypatch.setattr(sqlite_rows, "_rows", another_process_commits_first)
+        monkeypatch.setattr(sqlite_rows, "view", another_process_commits_first)
         assert [event.seq for event in await reader.load("s")] == [0, 1]
         assert not between["on"]  # the commit did land between the two queries
         # The next read sees it, whole.

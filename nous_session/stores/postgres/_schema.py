@@ -20,7 +20,7 @@ SCHEMA_VERSION: Final = 5
 _MIGRATION_LOCK: Final = 0x6E6F7573  # "nous"
 
 
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     0: (
         """CREATE TABLE {schema}.nous_sessions (
                name  text PRIMARY KEY,
@@ -144,7 +144,7 @@ def migrate(connection: psycopg.Connection[Any], schema_name: str) -> None:
         table, has = f"{schema_name}.nous_schema", f"schema {schema_name!r} has version"
         version = migration_start(rows, SCHEMA_VERSION, table, has)
         for step in range(version, SCHEMA_VERSION):
-            for statement in _MIGRATIONS[step]:
+            for statement in MIGRATIONS[step]:
                 connection.execute(sql.SQL(statement).format(schema=schema))
         # Leases live apart from the sessions' history: a table any version may add.
         connection.execute(sql.SQL(LEASES_TABLE).format(schema=schema))

@@ -22,19 +22,19 @@ from nous_session.stores.base import (
     moved_keys,
     place,
 )
-from nous_session.stores.sqlite._errors import _translated
+from nous_session.stores.sqlite._errors import translated_error
 from nous_session.stores.sqlite._keys import fetcher, refuse_sealed_session, session_key
-from nous_session.stores.sqlite._rows import _ROW_SEQ, _now, _release_shared, _row, _rows
+from nous_session.stores.sqlite._rows import ROW_SEQ, now_micros, release_shared, row_of, view
 from nous_session.stores.sqlite._sql import (
-    _ADVANCE,
-    _ADVANCE_AT_HORIZON,
-    _ADVANCE_KNOWN,
-    _ADVANCE_KNOWN_AT_HORIZON,
-    _TOUCH,
+    ADVANCE,
+    ADVANCE_AT_HORIZON,
+    ADVANCE_KNOWN,
+    ADVANCE_KNOWN_AT_HORIZON,
+    TOUCH,
 )
 
 
-class _CommitJob:
+class CommitJob:
     """A commit's write job: one object where a closure would hold a cell per argument.
 
     Hundreds of sessions' commits wait in the writer at once, and every object alive then is
@@ -68,7 +68,7 @@ class _CommitJob:
             )
         except sqlite3.Error as error:
             what = f"commit to session {commit.session_id!r} in {self.path}"
-            raise _translated(error, what) from error
+            raise translated_error(error, what) from error
 
 
 _ACTIVE_STEP: Final = 1_000_000  # microseconds: how far behind the last-active time may lag
@@ -137,7 +137,7 @@ def write_commit(
                 uid = commit.expected_uid  # the row must have it (else: the full path says)
             moved = (
                 connection.execute(
-                    _ADVANCE_KNOWN if expected_horizon is None else _ADVANCE_KNOWN_AT_HORIZON,
+                    ADVANCE_KNOWN if expected_horizon is None else ADVANCE_KNOWN_AT_HORIZON,
                     (count, len(records), sid, session_id, uid, expected_count, kid)
                     if expected_horizon is None
                     else (
@@ -156,7 +156,7 @@ def write_commit(
         else:
             expected_uid = commit.expected_uid
             found = connection.execute(
-                _ADVANCE if expected_horizon is None else _ADVANCE_AT_HORIZON,
+                ADVANCE if expected_horizon is None else ADVANCE_AT_HORIZON,
                 (count, len(records), session_id, expected_count, kid, expected_uid)
                 if expected_horizon is None
                 else (
@@ -174,8 +174,8 @@ def write_commit(
                 sid, uid = found
                 _keep_id(ids, session_id, sid, uid)
         if moved:
-            now = _now()
-            connection.execute(_TOUCH, (now, sid, now - _ACTIVE_STEP))
+            now = now_micros()
+            connection.execute(TOUCH, (now, sid, now - _ACTIVE_STEP))
             if keyring is not None and kid is not None:
                 _insert_sealed(connection, keyring, sid, kid, records)
             elif len(records) == 1:
@@ -190,7 +190,7 @@ def write_commit(
                 )
             return uid
         # No row moved: the full path below says what the conflict is (or reads the key).
-    row = _row(connection, session_id)
+    row = row_of(connection, session_id)
     stored = 0 if row is None else row.count
     if stored != expected_count:
         raise ConflictError(
@@ -212,7 +212,7 @@ def write_commit(
         horizon=horizon,
         expected_horizon=expected_horizon,
     )
-    now = _now()
+    now = now_micros()
     if row is None:
         uid = secrets.token_hex(8)  # as a fork's, lower(hex(randomblob(8))): 16 hex digits
         made = connection.execute(
@@ -233,7 +233,7 @@ def write_commit(
     deleted = 0
     if dropped:
         if row is not None:
-            _release_shared(connection, row, session_id, min(dropped))
+            release_shared(connection, row, session_id, min(dropped))
         if kept:
             connection.executemany(
                 "INSERT INTO nous_kept (sid, seq, record, kid) SELECT sid, seq, record, kid"
@@ -314,7 +314,7 @@ def rebase_in(
     stored since the caller's count, then write the events after it."""
     session_id, expected_count, listed = commit.session_id, commit.expected_count, commit.events
     keys, commit_id = commit.keys, commit.commit_id
-    row = _row(connection, session_id)
+    row = row_of(connection, session_id)
     stored = 0 if row is None else row.count
     if stored < expected_count:
         raise ConflictError(
@@ -326,7 +326,7 @@ def rebase_in(
     others: list[Event] = []
     between: dict[str, tuple[int, int]] = {}
     if shift and row is not None:
-        found = _rows(connection, row, expected_count)
+        found = view(connection, row, expected_count)
         # A rebase never writes past a hole: the batch would land after rows that
         # are missing, and the session could not be opened again.
         check_held(
@@ -336,7 +336,7 @@ def rebase_in(
             horizon=row.horizon,
             since=expected_count,
             where=path,
-            seq=_ROW_SEQ,
+            seq=ROW_SEQ,
         )
         named = place(session_id, path)
         if keyring is not None:

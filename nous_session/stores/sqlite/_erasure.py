@@ -21,7 +21,7 @@ from nous_session.stores._sealed import CryptoErasure, Keyring, kid_of
 from nous_session.stores.base import (
     place,
 )
-from nous_session.stores.sqlite._errors import _errors
+from nous_session.stores.sqlite._errors import translated_errors
 from nous_session.stores.sqlite._host import StoreFile
 from nous_session.stores.sqlite._keyed import truncated_wal
 from nous_session.stores.sqlite._keys import (
@@ -30,7 +30,7 @@ from nous_session.stores.sqlite._keys import (
     rebuild_key_table,
     stored_kid,
 )
-from nous_session.stores.sqlite._rows import _inherited, _row, _rows
+from nous_session.stores.sqlite._rows import inherited, row_of, view
 from nous_session.stores.sqlite._sql import CHILDREN, FORGET_METADATA, OWN_KEPT_SEQS
 
 # How a crypto-erasure scrubbed the keys, as its result says.
@@ -55,15 +55,15 @@ class _FileCopies:
     plain: list[bool] = attrs.field(factory=list)
 
     def row(self, name: str) -> SessionRow[int] | None:
-        return _row(self.connection, name)
+        return row_of(self.connection, name)
 
     def held(self, row: SessionRow[Any], low: int) -> Iterable[int]:
-        yield from (seq for seq, _ in _rows(self.connection, row, low))
-        yield from (seq for seq, _ in _inherited(self.connection, row, low)[1] if seq >= low)
+        yield from (seq for seq, _ in view(self.connection, row, low))
+        yield from (seq for seq, _ in inherited(self.connection, row, low)[1] if seq >= low)
         yield from (seq for (seq,) in self.connection.execute(OWN_KEPT_SEQS, (row.key, low)))
 
     def events(self, name: str, row: SessionRow[Any]) -> list[Event]:
-        rows, named = _rows(self.connection, row, 0), place(name, self.path)
+        rows, named = view(self.connection, row, 0), place(name, self.path)
         if self.keyring is not None:
             rows = self.keyring.open_rows(rows, fetcher(self.connection), named)
         return decode_rows(rows, named)
@@ -72,7 +72,7 @@ class _FileCopies:
         return self.connection.execute(CHILDREN, (row.uid,)).fetchall()
 
     def copies(self, member: str, seq: int) -> list[tuple[_Copy, Event]]:
-        found = _row(self.connection, member)
+        found = row_of(self.connection, member)
         assert found is not None
         copies: list[tuple[_Copy, Event]] = []
         for table in ("nous_events", "nous_kept"):
@@ -171,7 +171,7 @@ def _scrub(connection: sqlite3.Connection, rewrite: bool, path: str) -> tuple[bo
         temp_store = connection.execute("PRAGMA temp_store").fetchone()[0]
         connection.execute("PRAGMA temp_store = MEMORY")  # no temporary copy on disk
         try:
-            with _errors(f"VACUUM of {path} failed"):
+            with translated_errors(f"VACUUM of {path} failed"):
                 connection.execute("VACUUM")
         finally:
             connection.execute(f"PRAGMA temp_store = {int(temp_store)}")
@@ -219,7 +219,7 @@ class FileErasure(Erasing, StoreFile):
         def vacuum(connection: sqlite3.Connection) -> None:
             # Outside any transaction (VACUUM cannot run in one): the writer's read path.
             self._check_file()
-            with _errors(f"cannot vacuum {self.path}"):
+            with translated_errors(f"cannot vacuum {self.path}"):
                 connection.execute("VACUUM")
                 connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
@@ -253,7 +253,7 @@ class FileErasure(Erasing, StoreFile):
         def erase(connection: sqlite3.Connection) -> Erasure:
             if not dry_run:
                 self._check_file()
-            with _errors(what):
+            with translated_errors(what):
                 done, crypto = _erase_rows(connection, request, self.path, self._keyring)
             if dry_run:
                 return attrs.evolve(done, detail="dry run: nothing was changed")

@@ -9,12 +9,12 @@ from contextlib import contextmanager
 from nous_session.errors import ConflictError, StoreError
 
 
-def _describe(error: BaseException) -> str:
+def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
 @contextmanager
-def _errors(what: str) -> Iterator[None]:
+def translated_errors(what: str) -> Iterator[None]:
     """Translate sqlite3's errors, in the one place this store does it.
 
     A clash on a primary key (another writer holds one of these seqs, or the key) is a
@@ -23,27 +23,27 @@ def _errors(what: str) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as error:
-        raise _translated(error, what) from error
+        raise translated_error(error, what) from error
 
 
-def _translated(error: sqlite3.Error, what: str) -> StoreError:
-    """The error :func:`_errors` raises for ``error``."""
+def translated_error(error: sqlite3.Error, what: str) -> StoreError:
+    """The error :func:`translated_errors` raises for ``error``."""
     if isinstance(error, sqlite3.IntegrityError):
         return ConflictError(
-            f"{what}: another writer holds one of these seqs or keys ({_describe(error)})"
+            f"{what}: another writer holds one of these seqs or keys ({describe(error)})"
         )
-    return StoreError(f"{what}: {_describe(error)}")
+    return StoreError(f"{what}: {describe(error)}")
 
 
 @contextmanager
 def _write(connection: sqlite3.Connection, what: str) -> Iterator[None]:
     """One write transaction, its errors translated."""
-    with _errors(what), _transaction(connection):
+    with translated_errors(what), immediate_transaction(connection):
         yield
 
 
 @contextmanager
-def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+def immediate_transaction(connection: sqlite3.Connection) -> Iterator[None]:
     """BEGIN IMMEDIATE (take the write lock now), then COMMIT, or ROLLBACK on any error."""
     connection.execute("BEGIN IMMEDIATE")
     try:

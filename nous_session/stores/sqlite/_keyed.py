@@ -10,10 +10,10 @@ from datetime import datetime
 from nous_session.encryption import KeyProvider
 from nous_session.errors import StoreError
 from nous_session.listing import to_micros
-from nous_session.stores.sqlite._errors import _errors
+from nous_session.stores.sqlite._errors import translated_errors
 from nous_session.stores.sqlite._host import StoreFile
 from nous_session.stores.sqlite._keys import rewrap_keys
-from nous_session.stores.sqlite._rows import _row, delete_row
+from nous_session.stores.sqlite._rows import delete_row, row_of
 
 __all__ = ["KeyedFile", "truncated_wal"]
 
@@ -25,7 +25,7 @@ def truncated_wal(connection: sqlite3.Connection, failed: str) -> bool:
     Raises:
         StoreError: the checkpoint failed (``failed`` says what, the error why).
     """
-    with _errors(f"{failed} failed"):
+    with translated_errors(f"{failed} failed"):
         busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     return not busy
 
@@ -66,7 +66,7 @@ class KeyedFile(StoreFile):
                 ).fetchone()
                 if found is None or tuple(found) != idle:
                     return None
-            row = _row(connection, session_id)
+            row = row_of(connection, session_id)
             if row is None:
                 return None
             return delete_row(connection, row, session_id, self._keyring)
@@ -115,7 +115,7 @@ class KeyedFile(StoreFile):
             secure = connection.execute("PRAGMA secure_delete").fetchone()[0]
             connection.execute("PRAGMA secure_delete = ON")
             try:
-                with _errors(f"cannot re-wrap the data keys of {self.path}"):
+                with translated_errors(f"cannot re-wrap the data keys of {self.path}"):
                     connection.execute("BEGIN IMMEDIATE")
                     try:
                         count = rewrap_keys(connection, keyring, provider)

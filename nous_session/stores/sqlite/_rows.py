@@ -27,7 +27,7 @@ from nous_session.stores.base import (
 from nous_session.stores.sqlite._keys import copy_holders, fetcher, hold, release_keys
 from nous_session.stores.sqlite._sql import FORK, KEPT_OF, KEYS_FROM
 
-_ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
+ROW_SEQ: Final[Callable[[tuple[int, bytes]], int]] = itemgetter(0)
 
 
 _ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares, uid, parent_uid"
@@ -36,7 +36,7 @@ _ROW_COLUMNS: Final = "id, count, held, horizon, parent, fork_point, shares, uid
 _Row = SessionRow[int]
 
 
-def _now() -> int:
+def now_micros() -> int:
     """The store's clock: microseconds since the epoch."""
     return time.time_ns() // 1000
 
@@ -48,7 +48,7 @@ def _make_row(found: Sequence[Any]) -> _Row:
     )
 
 
-def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
+def row_of(connection: sqlite3.Connection, session_id: str) -> _Row | None:
     found = connection.execute(
         f"SELECT {_ROW_COLUMNS} FROM nous_sessions WHERE name = ?", (session_id,)
     ).fetchone()
@@ -58,10 +58,10 @@ def _row(connection: sqlite3.Connection, session_id: str) -> _Row | None:
 def _ranges(connection: sqlite3.Connection, row: _Row) -> list[tuple[int, int, int]]:
     """Where a session's events are: ``(sid, lowest seq, highest seq)`` per session of its
     sharing lineage, oldest ancestor first (see :func:`~nous_session.stores._lineage.lineage`)."""
-    return lineage(row, lambda name: _row(connection, name))
+    return lineage(row, lambda name: row_of(connection, name))
 
 
-def _rows(
+def view(
     connection: sqlite3.Connection, row: _Row, since: int, upto: int | None = None
 ) -> list[tuple[int, bytes]]:
     """The (seq, record) rows of a session's events with ``since <= seq <= upto``."""
@@ -86,7 +86,7 @@ def _rows(
     return rows
 
 
-def _inherited(
+def inherited(
     connection: sqlite3.Connection, row: _Row, since: int
 ) -> tuple[list[tuple[str, int, int]], list[tuple[int, bytes]]]:
     """The idempotency keys (key, first seq, count) with first seq >= ``since``, and the kept
@@ -114,7 +114,7 @@ def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
     events it inherits, and stop it sharing. The fork holds rows under the copies' data keys
     from then on: the key holders table says so."""
     copied = 0
-    keys, kept = _inherited(connection, row, 0)
+    keys, kept = inherited(connection, row, 0)
     connection.executemany(
         "INSERT OR IGNORE INTO nous_keys (sid, key, seq, n) VALUES (?, ?, ?, ?)",
         [(row.key, key, seq, n) for key, seq, n in keys],
@@ -140,16 +140,14 @@ def _own_copy(connection: sqlite3.Connection, row: _Row) -> None:
     )
 
 
-def _release_shared(
-    connection: sqlite3.Connection, row: _Row, session_id: str, lowest: int
-) -> None:
+def release_shared(connection: sqlite3.Connection, row: _Row, session_id: str, lowest: int) -> None:
     """Before rows from seq ``lowest`` on are dropped from a session: its forks that share
     any of them, and the session itself if it shares them from its parent, get copies."""
     for (child_name,) in connection.execute(
         "SELECT name FROM nous_sessions WHERE parent = ? AND shares AND fork_point >= ?",
         (session_id, lowest),
     ).fetchall():
-        child = _row(connection, child_name)
+        child = row_of(connection, child_name)
         assert child is not None
         _own_copy(connection, child)
     if row.shares and row.fork_point is not None and lowest <= row.fork_point:
@@ -185,19 +183,19 @@ def read_stored(
         CorruptRecordError: a row cannot be decoded (the error names session and seq).
     """
     connection.execute("BEGIN")  # one snapshot of the file for every query
-    row = _row(connection, session_id)
+    row = row_of(connection, session_id)
     if row is None:
         connection.execute("COMMIT")
         return Stored((), 0) if full else Stored([], 0)
-    rows = _rows(connection, row, since)
+    rows = view(connection, row, since)
     keys: list[tuple[str, int, int]] = []
     kept: list[tuple[int, bytes]] = []
     if full:
         keys = connection.execute(KEYS_FROM, (row.key, since)).fetchall()
         kept = connection.execute(KEPT_OF, (row.key,)).fetchall() if since == 0 else []
         if row.shares:
-            inherited, inherited_kept = _inherited(connection, row, since)
-            keys = inherited + keys  # the fork's own keys come after
+            inherited_keys, inherited_kept = inherited(connection, row, since)
+            keys = inherited_keys + keys  # the fork's own keys come after
             if since == 0:
                 kept = sorted(inherited_kept + kept)
     if keyring is not None:  # in the same snapshot: the keys of the rows read are there
@@ -224,8 +222,8 @@ def fork_row(
     Raises:
         ValueError: as ``fork``.
     """
-    parent = fork_parent(_row(connection, session_id), session_id, at)
-    existing = _row(connection, new_session_id)
+    parent = fork_parent(row_of(connection, session_id), session_id, at)
+    existing = row_of(connection, new_session_id)
     if existing is not None:
         if existing.count:
             raise fork_exists(new_session_id)
@@ -236,12 +234,12 @@ def fork_row(
             "SELECT meta, meta_seq FROM nous_sessions WHERE id = ?", (parent.key,)
         ).fetchone(),
         at,
-        lambda: _rows(connection, parent, 0, at),
+        lambda: view(connection, parent, 0, at),
         named,
         keyring,
         fetcher(connection),
     )
-    now = _now()
+    now = now_micros()
     connection.execute(
         FORK,
         (
@@ -279,14 +277,14 @@ def delete_row(
     transaction, and destroy the data keys no other session holds rows under (see
     :func:`~nous_session.stores.sqlite._keys.release_keys`). Returns how many keys were
     destroyed."""
-    _release_shared(connection, row, session_id, 0)
+    release_shared(connection, row, session_id, 0)
     for table in ("nous_events", "nous_keys", "nous_commits", "nous_kept"):
         connection.execute(f"DELETE FROM {table} WHERE sid = ?", (row.key,))
     connection.execute("DELETE FROM nous_sessions WHERE id = ?", (row.key,))
     # Its forks are linked to the session it was forked from (still that one), at the lower
     # fork point: what they hold up to it is that session's history, and erasing there must
     # reach them.
-    parent = None if row.parent is None else _row(connection, row.parent)
+    parent = None if row.parent is None else row_of(connection, row.parent)
     if parent is not None and parent.uid == row.parent_uid and row.fork_point is not None:
         connection.execute(
             "UPDATE nous_sessions SET parent = ?, parent_uid = ?, fork_point = min(fork_point, ?)"

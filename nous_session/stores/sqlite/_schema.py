@@ -14,7 +14,7 @@ import attrs
 
 from nous_session.errors import StoreError
 from nous_session.stores._common import check_schema_version, migration_start
-from nous_session.stores.sqlite._errors import _describe, _errors, _transaction
+from nous_session.stores.sqlite._errors import describe, immediate_transaction, translated_errors
 from nous_session.stores.sqlite._feed import beside
 
 SCHEMA_VERSION: Final = 5
@@ -55,8 +55,8 @@ erasure scans only these sessions' rows, by session; a delete destroys the keys 
 session holds."""
 
 
-# _MIGRATIONS[v] takes a file from schema version v to v + 1.
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+# MIGRATIONS[v] takes a file from schema version v to v + 1.
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     0: (
         """CREATE TABLE nous_sessions (
                id    INTEGER PRIMARY KEY,
@@ -148,7 +148,7 @@ _OURS: Final = frozenset(
 )
 
 
-class _File:
+class FileIdentity:
     """The identity (device, inode) of the file a store opened, to notice it being replaced."""
 
     __slots__ = ("identity", "path")
@@ -181,14 +181,14 @@ class _File:
 
 
 @attrs.frozen
-class _Opener:
+class Opener:
     """Opens the store's connection for writing: the file, WAL, durability, the schema."""
 
     path: str
     synchronous: str
     busy_timeout: float
     adopt: bool
-    file: _File
+    file: FileIdentity
 
     def __call__(self) -> sqlite3.Connection:
         path = self.path
@@ -196,8 +196,8 @@ class _Opener:
             if path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise StoreError(f"cannot open {path}: {_describe(error)}") from error
-        with _errors(f"cannot open {path}"):
+            raise StoreError(f"cannot open {path}: {describe(error)}") from error
+        with translated_errors(f"cannot open {path}"):
             connection = sqlite3.connect(
                 path,
                 timeout=self.busy_timeout,
@@ -207,8 +207,8 @@ class _Opener:
         try:
             # Before anything changes the file (even its journal mode): is it ours to use?
             current = _check_ours(connection, path, adopt=self.adopt)
-            with _errors(f"cannot open {path}"):
-                _wal(connection, self.busy_timeout)
+            with translated_errors(f"cannot open {path}"):
+                enable_wal(connection, self.busy_timeout)
                 connection.execute(f"PRAGMA synchronous={self.synchronous}")
             if not current:
                 _migrate(connection, path)
@@ -219,7 +219,7 @@ class _Opener:
         return connection
 
 
-def _wal(connection: sqlite3.Connection, busy_timeout: float) -> None:
+def enable_wal(connection: sqlite3.Connection, busy_timeout: float) -> None:
     """Put the file in WAL mode, waiting up to ``busy_timeout`` for other processes.
 
     SQLite answers ``PRAGMA journal_mode=WAL`` with SQLITE_BUSY at once, without calling its
@@ -250,7 +250,7 @@ def _check_ours(connection: sqlite3.Connection, path: str, *, adopt: bool) -> bo
         needs no migration (read without taking the write lock, which another process's
         writer may hold: an open that changes nothing need not wait for it).
     """
-    with _errors(f"cannot open {path}"):
+    with translated_errors(f"cannot open {path}"):
         tables = {
             name
             for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -267,13 +267,16 @@ def _check_ours(connection: sqlite3.Connection, path: str, *, adopt: bool) -> bo
 
 
 def _migrate(connection: sqlite3.Connection, path: str) -> None:
-    with _errors(f"cannot open {path} as a nous_session store"), _transaction(connection):
+    with (
+        translated_errors(f"cannot open {path} as a nous_session store"),
+        immediate_transaction(connection),
+    ):
         connection.execute("CREATE TABLE IF NOT EXISTS nous_schema (version INTEGER NOT NULL)")
         rows = connection.execute("SELECT version FROM nous_schema").fetchall()
         has = f"{path} has schema version"
         version = migration_start(rows, SCHEMA_VERSION, f"{path}: nous_schema", has)
         for step in range(version, SCHEMA_VERSION):
-            for statement in _MIGRATIONS[step]:
+            for statement in MIGRATIONS[step]:
                 connection.execute(statement)
             if step == 1:
                 _set_horizons(connection)
@@ -313,7 +316,7 @@ def open_read_only(path: str, busy_timeout: float) -> tuple[sqlite3.Connection, 
     # connection to close removes it), so the file is read as immutable: nothing made.
     immutable = not os.path.exists(beside(path, "-wal"))
     flags = "mode=ro&immutable=1" if immutable else "mode=ro"
-    with _errors(f"cannot open {path}"):
+    with translated_errors(f"cannot open {path}"):
         connection = sqlite3.connect(
             f"file:{quote(os.path.abspath(path))}?{flags}",
             uri=True,
@@ -322,7 +325,7 @@ def open_read_only(path: str, busy_timeout: float) -> tuple[sqlite3.Connection, 
             check_same_thread=False,
         )
     try:
-        with _errors(f"cannot read {path}"):
+        with translated_errors(f"cannot read {path}"):
             tables = {
                 name
                 for (name,) in connection.execute(

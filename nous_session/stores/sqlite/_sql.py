@@ -10,7 +10,7 @@ from nous_session.listing import ListQuery
 _ORDER_COLUMNS: Final = {"active": "active", "created": "created"}
 
 
-def _listing(query: ListQuery) -> tuple[str, list[Any]]:
+def listing(query: ListQuery) -> tuple[str, list[Any]]:
     """The SELECT (and its parameters) for a listing: one page and one more row.
 
     The owner filter and the order are the leading columns of an index (owner, time, name),
@@ -92,32 +92,32 @@ def _json_match(wanted: object) -> str:
 # records under, or NULL for a store without encryption. An erasure replaces a session's key:
 # a commit sealed under the old one (or in plain text into an encrypted session) moves nothing
 # and takes the full path, which reads the stored key.
-_ADVANCE: Final = (
+ADVANCE: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
     " WHERE name = ? AND count = ? AND kid IS ? AND uid = coalesce(?, uid) RETURNING id, uid"
 )
 
 
-_ADVANCE_AT_HORIZON: Final = (
+ADVANCE_AT_HORIZON: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
     " WHERE name = ? AND count = ? AND horizon = ? AND kid IS ? AND uid = coalesce(?, uid)"
     " RETURNING id, uid"
 )
 
 
-_ADVANCE_KNOWN: Final = (
+ADVANCE_KNOWN: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
     " WHERE id = ? AND name = ? AND uid = ? AND count = ? AND kid IS ?"
 )
 
 
-_ADVANCE_KNOWN_AT_HORIZON: Final = (
+ADVANCE_KNOWN_AT_HORIZON: Final = (
     "UPDATE nous_sessions SET count = ?, held = held + ?"
     " WHERE id = ? AND name = ? AND uid = ? AND count = ? AND horizon = ? AND kid IS ?"
 )
 
 
-_TOUCH: Final = "UPDATE nous_sessions SET active = ? WHERE id = ? AND active <= ?"
+TOUCH: Final = "UPDATE nous_sessions SET active = ? WHERE id = ? AND active <= ?"
 
 
 # Erasure: a session's own kept seqs, its forks, and an erased metadata record's copies.

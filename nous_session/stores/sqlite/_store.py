@@ -36,9 +36,9 @@ from nous_session.stores.base import (
     check_session_id,
     check_since,
 )
-from nous_session.stores.sqlite._commit import _CommitJob, rebase_in
+from nous_session.stores.sqlite._commit import CommitJob, rebase_in
 from nous_session.stores.sqlite._erasure import FileErasure
-from nous_session.stores.sqlite._errors import _errors
+from nous_session.stores.sqlite._errors import translated_errors
 from nous_session.stores.sqlite._feed import DEFAULT_POLL, ChangeMonitor, OwnCommits
 from nous_session.stores.sqlite._keyed import KeyedFile
 from nous_session.stores.sqlite._leases import FileLeases
@@ -47,8 +47,8 @@ from nous_session.stores.sqlite._rows import (
     read_stored,
     sessions_info,
 )
-from nous_session.stores.sqlite._schema import _File, _Opener, open_read_only
-from nous_session.stores.sqlite._sql import _listing
+from nous_session.stores.sqlite._schema import FileIdentity, Opener, open_read_only
+from nous_session.stores.sqlite._sql import listing
 from nous_session.stores.sqlite._writer import SQLiteWriter
 
 __all__ = ["SQLiteStore", "writer_of"]
@@ -90,7 +90,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
     encryption: Encryption | None = attrs.field(default=None, kw_only=True)
     _keyring: Keyring | None = attrs.field(default=None, init=False)
     _connection: sqlite3.Connection | None = attrs.field(default=None, init=False)
-    _file: _File = attrs.field(init=False)
+    _file: FileIdentity = attrs.field(init=False)
     _immutable: bool = attrs.field(default=False, init=False)
     _limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
     _writer: SQLiteWriter | None = attrs.field(default=None, init=False)
@@ -105,7 +105,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
     _own: OwnCommits | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._file = _File(self.path)
+        self._file = FileIdentity(self.path)
         if self.synchronous not in ("FULL", "NORMAL", "OFF", "EXTRA"):
             raise ValueError(
                 f"synchronous must be FULL, NORMAL, OFF or EXTRA, got {self.synchronous!r}"
@@ -155,7 +155,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
             raise StoreError(f"the store {self.url} is open read-only")
 
         def job(connection: sqlite3.Connection) -> T:
-            with _errors(what):
+            with translated_errors(what):
                 return function(connection)
 
         return await self._writer_thread().write(job)
@@ -164,7 +164,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         if self._writer is None:
             # The writer's thread holds the opener, not the store, so that a store nobody
             # closed can still be garbage-collected (and warn).
-            opener = _Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)
+            opener = Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)
             # The file is checked once per write transaction, before any of its writes runs.
             self._own = OwnCommits(self.path)
             self._writer = SQLiteWriter(opener, check=self._file.check, fence=self._own)
@@ -193,7 +193,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         if self.read_only:
             connection, self._immutable = open_read_only(self.path, self.busy_timeout)
             return connection
-        return _Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)()
+        return Opener(self.path, self.synchronous, self.busy_timeout, self.adopt, self._file)()
 
     def _check_file(self) -> None:
         """Refuse to write once the path no longer names the file this store opened: the
@@ -212,7 +212,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         check_since(since)
 
         def load(connection: sqlite3.Connection) -> Sequence[Event]:
-            with _errors(f"cannot read session {session_id!r} from {self.path}"):
+            with translated_errors(f"cannot read session {session_id!r} from {self.path}"):
                 return read_stored(
                     connection, session_id, since, self.path, full=False, keyring=self._keyring
                 ).events
@@ -230,7 +230,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         check_since(since)
 
         def read(connection: sqlite3.Connection) -> Stored:
-            with _errors(f"cannot read session {session_id!r} from {self.path}"):
+            with translated_errors(f"cannot read session {session_id!r} from {self.path}"):
                 return read_stored(
                     connection, session_id, since, self.path, full=True, keyring=self._keyring
                 )
@@ -246,7 +246,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         if self.read_only:
             raise StoreError(f"the store {self.url} is open read-only")
         return await self._writer_thread().write(
-            _CommitJob(self.path, commit, records, metadata, self._ids, self._keyring)
+            CommitJob(self.path, commit, records, metadata, self._ids, self._keyring)
         )
 
     async def _commit_rebased(self, commit: Commit) -> Rebased:
@@ -265,7 +265,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         """
 
         def committed(connection: sqlite3.Connection) -> tuple[int, int] | None:
-            with _errors(f"cannot read session {session_id!r} from {self.path}"):
+            with translated_errors(f"cannot read session {session_id!r} from {self.path}"):
                 found = connection.execute(
                     "SELECT c.seq, c.n FROM nous_commits c JOIN nous_sessions s ON s.id = c.sid"
                     " WHERE s.name = ? AND c.commit_id = ?",
@@ -286,16 +286,16 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
         through its parent: a range count, as fits an administrative listing)."""
 
         def sessions(connection: sqlite3.Connection) -> list[SessionInfo]:
-            with _errors(f"cannot list sessions in {self.path}"):
+            with translated_errors(f"cannot list sessions in {self.path}"):
                 return sessions_info(connection)
 
         return await self._run(sessions)
 
     async def _list(self, query: ListQuery) -> list[SessionEntry]:
-        statement, parameters = _listing(query)
+        statement, parameters = listing(query)
 
-        def listing(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            with _errors(f"cannot list sessions in {self.path}"):
+        def page(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            with translated_errors(f"cannot list sessions in {self.path}"):
                 return connection.execute(statement, parameters).fetchall()
 
         return [
@@ -307,7 +307,7 @@ class SQLiteStore(KeyedFile, FileErasure, FileLeases, FeedStore):
                 count,
                 parent,
             )
-            for name, count, parent, meta, created, active in await self._run(listing)
+            for name, count, parent, meta, created, active in await self._run(page)
         ]
 
     # The change feed --------------------------------------------------------------------------
