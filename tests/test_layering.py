@@ -130,7 +130,7 @@ def test_no_import_cycle() -> None:
 
     def visit(module: str, path: list[str]) -> None:
         if module in path:
-            cycles.append(path[path.index(module) :] + [module])
+            cycles.append([*path[path.index(module) :], module])
             return
         if module in done:
             return

@@ -6,25 +6,22 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
 )
 
 from nous_session.integrations._langgraph_threads import Threads
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 _AWAITED_ON_LOOP_THREAD = (
     "NousSessionSaver was awaited from another event loop on the thread of the loop it was "
@@ -36,6 +33,45 @@ _SYNC_ON_LOOP_THREAD = (
     "loop's own thread they would deadlock: use the async ones (graph.ainvoke, graph.astream, "
     "saver.aget_tuple, ...)"
 )
+
+
+def _blocking(
+    method: Callable[Concatenate[Any, _P], Coroutine[Any, Any, _T]],
+) -> Callable[Concatenate[SyncSaver, _P], _T]:
+    """The synchronous method of the saver's async ``method`` (LangGraph's pairs have the same
+    parameters): the saver's own override of ``method``, run on its loop from another
+    thread."""
+    name = method.__name__
+
+    def blocking(self: SyncSaver, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        function: Callable[_P, Coroutine[Any, Any, _T]] = getattr(self, name)
+        return self._sync(function, *args, **kwargs)
+
+    return _named(blocking, method, "")
+
+
+def _blocking_listing(
+    method: Callable[Concatenate[Any, _P], AsyncIterator[_T]],
+) -> Callable[Concatenate[SyncSaver, _P], Iterator[_T]]:
+    """:func:`_blocking` for an async iterator ``method``: the listing is read whole on the
+    saver's loop, then handed out."""
+    name = method.__name__
+
+    def blocking(self: SyncSaver, /, *args: _P.args, **kwargs: _P.kwargs) -> Iterator[_T]:
+        function: Callable[_P, AsyncIterator[_T]] = getattr(self, name)
+        return iter(self._sync(self._collected, functools.partial(function, *args, **kwargs)))
+
+    return _named(blocking, method, " (read at once)")
+
+
+def _named(blocking: _F, method: Callable[..., Any], note: str) -> _F:
+    """``blocking``, named and documented as the synchronous pair of the async ``method``,
+    whose signature it reports (``inspect.signature``)."""
+    name = method.__name__
+    blocking.__name__ = blocking.__qualname__ = name.removeprefix("a")
+    blocking.__doc__ = f":meth:`{name}`, from a thread other than the saver's event loop{note}."
+    functools.update_wrapper(blocking, method, assigned=(), updated=())  # __wrapped__ only
+    return blocking
 
 
 class SyncSaver(BaseCheckpointSaver[str]):
@@ -71,18 +107,9 @@ class SyncSaver(BaseCheckpointSaver[str]):
         if threading.get_ident() == self._loop_thread:
             raise RuntimeError(why)
 
-    async def _listed(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-    ) -> list[CheckpointTuple]:
-        """:meth:`alist`'s checkpoints, read whole (for a caller on another loop or thread)."""
-        return [
-            item async for item in self.alist(config, filter=filter, before=before, limit=limit)
-        ]
+    async def _collected(self, items: Callable[[], AsyncIterator[_T]]) -> list[_T]:
+        """Every item of ``items()``, read whole (for a caller on another loop or thread)."""
+        return [item async for item in items()]
 
     # The sync interface -----------------------------------------------------------------------
 
@@ -94,53 +121,11 @@ class SyncSaver(BaseCheckpointSaver[str]):
             functools.partial(function, *args, **kwargs), token=self._token
         )
 
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """:meth:`aget_tuple`, from a thread other than the saver's event loop."""
-        return self._sync(self.aget_tuple, config)
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,  # LangGraph's name
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """:meth:`alist`, from a thread other than the saver's event loop (read at once)."""
-        return iter(self._sync(self._listed, config, filter=filter, before=before, limit=limit))
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`aput`, from a thread other than the saver's event loop."""
-        return self._sync(self.aput, config, checkpoint, metadata, new_versions)
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`aput_writes`, from a thread other than the saver's event loop."""
-        self._sync(self.aput_writes, config, writes, task_id, task_path)
-
-    def delete_thread(self, thread_id: str) -> None:
-        """:meth:`adelete_thread`, from a thread other than the saver's event loop."""
-        self._sync(self.adelete_thread, thread_id)
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`adelete_for_runs`, from a thread other than the saver's event loop."""
-        self._sync(self.adelete_for_runs, run_ids)
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`acopy_thread`, from a thread other than the saver's event loop."""
-        self._sync(self.acopy_thread, source_thread_id, target_thread_id)
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`aprune`, from a thread other than the saver's event loop."""
-        self._sync(self.aprune, thread_ids, strategy=strategy)
+    list = _blocking_listing(BaseCheckpointSaver.alist)
+    get_tuple = _blocking(BaseCheckpointSaver.aget_tuple)
+    put = _blocking(BaseCheckpointSaver.aput)
+    put_writes = _blocking(BaseCheckpointSaver.aput_writes)
+    delete_thread = _blocking(BaseCheckpointSaver.adelete_thread)
+    delete_for_runs = _blocking(BaseCheckpointSaver.adelete_for_runs)
+    copy_thread = _blocking(BaseCheckpointSaver.acopy_thread)
+    prune = _blocking(BaseCheckpointSaver.aprune)

@@ -355,9 +355,10 @@ class NousSessionSaver(StoreHost, SyncSaver):
         by metadata equal to ``filter``'s items, and to ids below ``before``'s."""
         if anyio.lowlevel.current_token() != self._token:
             # On another loop: read the whole listing on the saver's, then hand it out.
-            listed = self._from_other_loop(
-                self._listed, config, filter=filter, before=before, limit=limit
+            listing = functools.partial(
+                self.alist, config, filter=filter, before=before, limit=limit
             )
+            listed = self._from_other_loop(self._collected, listing)
             for item in await listed:
                 yield item
             return

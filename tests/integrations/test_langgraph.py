@@ -528,6 +528,47 @@ async def test_the_sync_methods_reach_the_saver_from_a_worker_thread_on_either_l
         assert after == []
 
 
+@pytest.mark.anyio
+async def test_every_sync_method_is_its_async_pair_run_from_a_worker_thread() -> None:
+    """The sync methods are made from LangGraph's async ones: each reports its pair's signature
+    (inspect reads it), and copy, delete by run and delete reach the saver's loop too."""
+    import inspect
+
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    config: Any = {"configurable": {"thread_id": "a", "checkpoint_ns": ""}}
+    checkpoint: Any = {
+        "v": 4,
+        "id": "1f0",
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": {},
+        "channel_versions": {},
+        "versions_seen": {},
+        "updated_channels": None,
+    }
+    names = ["get_tuple", "list", "put", "put_writes", "delete_thread", "delete_for_runs"]
+    async with NousSessionSaver.open() as saver:
+        for name in [*names, "copy_thread", "prune"]:
+            method = getattr(saver, name)
+            assert inspect.signature(method) == inspect.signature(getattr(saver, f"a{name}"))
+            assert method.__name__ == name
+            assert f":meth:`a{name}`" in (method.__doc__ or "")
+            assert getattr(BaseCheckpointSaver, name) is not getattr(type(saver), name)
+
+        def work() -> list[Any]:
+            saver.put(config, checkpoint, {"step": 0}, {})
+            saver.copy_thread("a", "b")
+            saver.delete_for_runs(["no-such-run"])
+            copied = saver.get_tuple({"configurable": {"thread_id": "b", "checkpoint_ns": ""}})
+            saver.delete_thread("a")
+            return [copied, saver.get_tuple(config)]
+
+        copied, deleted = await anyio.to_thread.run_sync(work)
+        assert copied is not None
+        assert copied.checkpoint["id"] == "1f0"
+        assert deleted is None
+
+
 @pytest.fixture(params=["asyncio", "trio"])
 def far_saver(request: pytest.FixtureRequest) -> Iterator[tuple[NousSessionSaver, Any]]:
     """A saver opened on an event loop of its own (a portal's, in another thread), and that
