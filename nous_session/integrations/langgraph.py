@@ -167,13 +167,12 @@ class NousSessionSaver(StoreHost, SyncSaver):
     def __init__(
         self,
         key: object,
-        *,
         store: Store,
-        task_group: anyio.abc.TaskGroup,
+        threads: Threads,
+        *,
         serde: SerializerProtocol | None,
         session_prefix: str,
         messages_channel: str | None,
-        max_open_threads: int,
         catch_up: bool,
     ) -> None:
         if key is not _OPEN_KEY:
@@ -188,7 +187,7 @@ class NousSessionSaver(StoreHost, SyncSaver):
         self._catch_up = catch_up
         # Shared with the copies LangGraph makes of a checkpointer (with_allowlist): a copy
         # of a closed saver is closed too.
-        self._threads = Threads(store, task_group, max_open_threads)
+        self._threads = threads
         self._token = anyio.lowlevel.current_token()
         self._loop_thread = threading.get_ident()
 
@@ -231,20 +230,20 @@ class NousSessionSaver(StoreHost, SyncSaver):
         if type(max_open_threads) is not int or max_open_threads < 1:
             raise ValueError(f"max_open_threads must be an int >= 1, got {max_open_threads!r}")
         async with opened_store(store) as resolved, anyio.create_task_group() as task_group:
-            saver = cls(
-                _OPEN_KEY,
-                store=resolved,
-                task_group=task_group,
-                serde=serde,
-                session_prefix=session_prefix,
-                messages_channel=messages_channel,
-                max_open_threads=max_open_threads,
-                catch_up=catch_up,
-            )
+            # The block owns the thread table: its sessions' tasks run in the block's group.
+            threads = Threads(resolved, task_group, max_open_threads)
             try:
-                yield saver
+                yield cls(
+                    _OPEN_KEY,
+                    resolved,
+                    threads,
+                    serde=serde,
+                    session_prefix=session_prefix,
+                    messages_channel=messages_channel,
+                    catch_up=catch_up,
+                )
             finally:
-                saver._threads.close()
+                threads.close()
 
     def session_id(self, thread_id: object) -> str:
         """The id of the session that holds ``thread_id``."""
