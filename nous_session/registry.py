@@ -39,7 +39,6 @@ import functools
 import inspect
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
@@ -51,8 +50,9 @@ import anyio.from_thread
 import attrs
 
 from nous_session._logging import get_logger
-from nous_session._loops import Done, current_clock
-from nous_session.actor import SessionActor, check_options, close, closing, host
+from nous_session._loops import current_clock
+from nous_session._registry_entries import Entries, Entry
+from nous_session.actor import SessionActor, check_options, host
 from nous_session.compaction import CompactionPolicy
 from nous_session.errors import SessionClosedError
 from nous_session.event import MAX_EVENT_SIZE
@@ -90,27 +90,6 @@ class SessionsStatistics:
     closed_lru: int
 
 
-@attrs.define(eq=False)
-class _Entry:
-    """One session's actor, from the moment someone asks for it until it has closed.
-
-    It is in the registry (and holds its callers' leases) before its actor exists, so nothing
-    can close an actor between its opening and the caller that asked for it.
-    """
-
-    session_id: str
-    actor: SessionActor | None = None  # set once the actor runs
-    error: Exception | None = None  # why it could not open
-    # The library's one-shot events, not anyio's: an anyio.Event is an asyncio.Event with a
-    # deque, some 800 bytes, and every open session has two.
-    ready: Done = attrs.field(factory=Done)  # set: opened, or failed to
-    gone: Done = attrs.field(factory=Done)  # set: it closed and left the registry
-    closing: bool = False  # the actor is told to close (nothing waits for it: a flag)
-    leases: int = 0
-    used_at: float = 0.0
-    requests: int = 0  # the actor's request counter when last looked at: a change is use
-
-
 class _Use:
     """What :meth:`Sessions.use` returns: the session's actor, leased for an ``async with``
     block. A plain async context manager rather than a generator-based one: it is on the path
@@ -128,7 +107,7 @@ class _Use:
         self._registry = registry
         self._session_id = session_id
         self._metadata = metadata
-        self._entry: _Entry | None = None
+        self._entry: Entry | None = None
 
     async def __aenter__(self) -> SessionActor:
         if self._entry is not None:
@@ -136,9 +115,10 @@ class _Use:
         registry = self._registry
         metadata = self._metadata
         record = None if metadata is None else SessionMetadata.coerce(metadata)
-        entry = registry._entries.get(self._session_id)
-        if entry is not None and registry._usable(entry):
-            registry._lease(entry)
+        table = registry._table
+        entry = table.by_id.get(self._session_id)
+        if entry is not None and table.usable(entry):
+            table.lease(entry)
         else:
             entry = await registry._acquire(self._session_id)
         actor = entry.actor
@@ -242,27 +222,14 @@ class Sessions:
         if follow not in (None, True, False):
             raise ValueError(f"follow must be None, True or False, got {follow!r}")
         self._idle_timeout = float(idle_timeout)
-        self._max_open = max_open
         # How every session's actor opens, but for its session id.
         self._host_actor = functools.partial(
             host, store=self._store, follow=follow, options=options
         )
-        # Every session's current entry: opening, open or closing (one actor per session).
-        self._entries: dict[str, _Entry] = {}
-        # The open, unleased entries not told to close, least recently used first: eviction
-        # takes from the front, so it costs O(1) whatever the number open.
-        self._idle: OrderedDict[str, _Entry] = OrderedDict()
-        self._live = 0  # entries opening or open, not told to close: what max_open counts
-        self._open = 0  # of those, the ones whose actor runs
-        self._leased = 0  # of those, the ones with a lease
+        self._table = Entries(max_open)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._wake_reaper: anyio.Event  # made on entering: an Event belongs to an event loop
-        # The event loop's clock, bound on entering: read at every get() and use().
-        self._now: Callable[[], float] = anyio.current_time
         self._state: Literal["new", "open", "closed"] = "new"
-        self._opened = 0
-        self._closed_idle = 0
-        self._closed_lru = 0
 
     # Opening and closing ----------------------------------------------------------------------
 
@@ -271,7 +238,7 @@ class Sessions:
             raise RuntimeError("a Sessions registry can be entered once")
         self._state = "open"
         self._wake_reaper = anyio.Event()
-        self._now = current_clock()
+        self._table.now = current_clock()
         self._exit_stack = self._run()
         try:
             await self._exit_stack.__aenter__()
@@ -307,8 +274,8 @@ class Sessions:
                     # opening included: their actors close as soon as they have opened. The
                     # task group waits for them and for the reaper, which sees the state.
                     self._state = "closed"
-                    for entry in list(self._entries.values()):
-                        self._close(entry)
+                    for entry in list(self._table.by_id.values()):
+                        self._table.close(entry)
                     self._wake_reaper.set()
         finally:
             self._task_group = None
@@ -343,10 +310,11 @@ class Sessions:
             async with self.use(session_id, metadata=metadata):
                 pass  # set while leased; the get below finds the actor open
             return await self.get(session_id)
-        entry = self._entries.get(session_id)
-        if entry is not None and entry.actor is not None and self._usable(entry):
+        table = self._table
+        entry = table.by_id.get(session_id)
+        if entry is not None and entry.actor is not None and table.usable(entry):
             # The common case, with no await: nothing can close it before the caller has it.
-            self._touch(entry)
+            table.touch(entry)
             return entry.actor
         entry = await self._acquire(session_id)
         # Released keeping this one: it becomes the most recently used, and the eviction
@@ -375,24 +343,7 @@ class Sessions:
         """
         return _Use(self, session_id, metadata)
 
-    def _usable(self, entry: _Entry) -> bool:
-        """Whether ``entry``'s actor runs and nothing is closing it; an actor that stopped or
-        began to close by itself (its task failed, its session was deleted) is told to close,
-        so that the next caller gets a new one."""
-        actor = entry.actor
-        if actor is None or entry.closing:
-            return False
-        if closing(actor):
-            self._close(entry)
-            return False
-        return True
-
-    def _touch(self, entry: _Entry) -> None:
-        entry.used_at = self._now()
-        if not entry.leases:
-            self._idle.move_to_end(entry.session_id)
-
-    async def _acquire(self, session_id: str) -> _Entry:
+    async def _acquire(self, session_id: str) -> Entry:
         """The session's entry with a lease taken for the caller and its actor open; opened
         now if need be. The lease is taken with no await after finding or making the entry."""
         try:
@@ -402,22 +353,20 @@ class Sessions:
         while True:
             if self._state != "open" or self._task_group is None:
                 raise SessionClosedError(f"the Sessions registry is {self._state}")
-            entry = self._entries.get(session_id)
+            table = self._table
+            entry = table.by_id.get(session_id)
             if entry is not None and entry.closing:
                 # Its old actor is still closing (one actor per session at a time).
                 await entry.gone.wait()
                 continue
-            evicted: list[_Entry] = []
+            evicted: list[Entry] = []
             mine = entry is None
             if entry is None:
-                entry = _Entry(session_id)
-                self._entries[session_id] = entry
-                self._live += 1
-                self._lease(entry)
+                entry = table.add(session_id)
                 self._task_group.start_soon(self._host, entry)
-                evicted = self._evict()
+                evicted = table.evict()
             else:
-                self._lease(entry)  # opening for another caller, or open
+                table.lease(entry)  # opening for another caller, or open
             try:
                 await entry.ready.wait()
                 # On return at most max_open actors are open (or leased): wait for those
@@ -427,8 +376,8 @@ class Sessions:
             except BaseException:
                 self._release(entry)
                 raise
-            if self._usable(entry):
-                self._touch(entry)
+            if table.usable(entry):
+                table.touch(entry)
                 return entry
             self._release(entry)
             if mine and entry.error is not None:
@@ -437,40 +386,14 @@ class Sessions:
             # look again; a failure is tried anew for each caller.
             await entry.gone.wait()
 
-    def _lease(self, entry: _Entry) -> None:
-        if not entry.leases and entry.actor is not None and not entry.closing:
-            del self._idle[entry.session_id]
-            self._leased += 1
-        entry.leases += 1
-
-    def _release(self, entry: _Entry, *, keep: bool = False) -> None:
-        """Drop a lease; an actor no longer leased becomes the most recently used idle one,
-        and the registry comes back down towards ``max_open`` (not closing ``entry`` if
-        ``keep``)."""
-        entry.leases -= 1
-        entry.used_at = self._now()
-        if not entry.leases and entry.actor is not None and not entry.closing:
-            self._leased -= 1
-            self._idle[entry.session_id] = entry
+    def _release(self, entry: Entry, *, keep: bool = False) -> None:
+        """Drop a lease, and bring the registry back down towards ``max_open`` (not closing
+        ``entry`` if ``keep``)."""
+        self._table.release(entry)
         if self._state == "open":
-            self._evict(keep=entry if keep else None)
+            self._table.evict(keep=entry if keep else None)
 
-    def _close(self, entry: _Entry) -> bool:
-        """Tell ``entry``'s actor to close, keeping the counts; False if it was told already."""
-        if entry.closing:
-            return False
-        entry.closing = True
-        self._live -= 1
-        if entry.actor is not None:
-            close(entry.actor)  # its task commits what is queued, then ends
-            self._open -= 1
-            if entry.leases:
-                self._leased -= 1
-            else:
-                del self._idle[entry.session_id]
-        return True
-
-    async def _host(self, entry: _Entry) -> None:
+    async def _host(self, entry: Entry) -> None:
         """Run one actor, in this task (:func:`~nous_session.actor.host`: an open session
         runs no task but this one), until its entry is told to close.
 
@@ -482,7 +405,7 @@ class Sessions:
         """
         try:
             await self._host_actor(
-                functools.partial(self._started, entry), session_id=entry.session_id
+                functools.partial(self._table.started, entry), session_id=entry.session_id
             )
         except Exception as error:
             if entry.actor is None:
@@ -490,62 +413,12 @@ class Sessions:
             else:
                 _logger.exception("nous_session.registry_actor_failed", session_id=entry.session_id)
         finally:
-            self._close(entry)
-            if self._entries.get(entry.session_id) is entry:
-                del self._entries[entry.session_id]
+            self._table.close(entry)
+            self._table.remove(entry)
             entry.ready.set()
             entry.gone.set()
 
-    def _started(self, entry: _Entry, actor: SessionActor) -> None:
-        """``entry``'s actor takes requests: count it, and hand it to its callers (or close it
-        at once, if the entry was told to close while it opened)."""
-        entry.actor = actor
-        entry.used_at = self._now()
-        self._opened += 1
-        if entry.closing:
-            close(actor)
-        else:
-            self._open += 1
-            if entry.leases:
-                self._leased += 1
-            else:  # its callers were cancelled while it opened
-                self._idle[entry.session_id] = entry
-        entry.ready.set()
-
     # Closing idle actors ----------------------------------------------------------------------
-
-    def _evict(self, keep: _Entry | None = None) -> list[_Entry]:
-        """Close least recently used unleased actors until at most ``max_open`` are open or
-        opening, none is left unleased, or the next is ``keep``; return those told to close.
-
-        O(1) per actor closed: they are taken from the front of the LRU order.
-        """
-        closing = []
-        while self._live > self._max_open and self._idle:
-            entry = next(iter(self._idle.values()))
-            if entry is keep:
-                break
-            self._close(entry)
-            self._closed_lru += 1
-            closing.append(entry)
-        return closing
-
-    def _busy(self, entry: _Entry, now: float) -> bool:
-        actor = entry.actor
-        assert actor is not None  # only open entries are idle
-        if actor.closed:
-            return False
-        stats = actor.statistics()
-        if stats.requests != entry.requests:
-            entry.requests = stats.requests
-            entry.used_at = now
-            self._idle.move_to_end(entry.session_id)  # taking requests is use
-        return bool(
-            stats.subscribers
-            or stats.queue_depth
-            or stats.compaction_in_flight
-            or now - entry.used_at < self._idle_timeout
-        )
 
     async def _reap(self) -> None:
         """Close idle actors, looking again at half the idle timeout at the latest.
@@ -554,11 +427,7 @@ class Sessions:
         once per half ``idle_timeout``, never per open.
         """
         while self._state == "open":
-            now = self._now()
-            for entry in list(self._idle.values()):
-                if not entry.closing and not self._busy(entry, now):
-                    self._close(entry)
-                    self._closed_idle += 1
+            self._table.close_idle(self._idle_timeout)
             with anyio.move_on_after(self._idle_timeout / 2):
                 await self._wake_reaper.wait()
 
@@ -571,21 +440,22 @@ class Sessions:
 
     def __contains__(self, session_id: object) -> bool:
         """Whether the session's actor is open now (opened, and not told to close)."""
-        entry = self._entries.get(session_id) if isinstance(session_id, str) else None
+        entry = self._table.by_id.get(session_id) if isinstance(session_id, str) else None
         return entry is not None and entry.actor is not None and not entry.closing
 
     def statistics(self) -> SessionsStatistics:
         """Counters and gauges; see :class:`SessionsStatistics`. O(1): kept as counts."""
+        table = self._table
         return SessionsStatistics(
-            open=self._open,
-            leased=self._leased,
-            opened=self._opened,
-            closed_idle=self._closed_idle,
-            closed_lru=self._closed_lru,
+            open=table.open,
+            leased=table.leased,
+            opened=table.opened,
+            closed_idle=table.closed_idle,
+            closed_lru=table.closed_lru,
         )
 
     def __repr__(self) -> str:
-        return f"<Sessions {self._state} open={self._open} store={self._store!r}>"
+        return f"<Sessions {self._state} open={self._table.open} store={self._store!r}>"
 
 
 class SessionsPortal:

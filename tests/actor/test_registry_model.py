@@ -437,12 +437,12 @@ def _check_registry(sessions: Sessions, holders: list[_Holder], closing: bool) -
     for holder in holders:
         assert not holder.actor.closed, f"the held actor of {holder.session_id!r} closed"
         assert holder.session_id in sessions
-    entries = list(sessions._entries.values())
+    entries = list(sessions._table.by_id.values())
     running = [e for e in entries if e.actor is not None and not e.closing]
     leased = [e for e in running if e.leases]
     stats = sessions.statistics()
     assert (stats.open, stats.leased) == (len(running), len(leased)), (stats, entries)
-    assert {e.session_id for e in running if not e.leases} == set(sessions._idle)
+    assert {e.session_id for e in running if not e.leases} == set(sessions._table.idle)
     assert stats.open <= max(MAX_OPEN, stats.leased + 1), stats
 
 
