@@ -31,9 +31,9 @@ from operator import attrgetter
 from typing import Any, Final, TypeVar, overload
 
 from nous_session._logging import get_logger
+from nous_session._snapshot_rule import partition
 from nous_session.errors import InvalidEventError
 from nous_session.event import (
-    OPERATION_TYPES,
     SURFACE_TYPES,
     Event,
     EventType,
@@ -52,9 +52,6 @@ _logger = get_logger()
 T = TypeVar("T")
 _SEQ: Final = attrgetter("seq")
 _SURFACE: Final = frozenset(SURFACE_TYPES)
-_OPERATION: Final = frozenset(OPERATION_TYPES)
-_BUILT_IN: Final = frozenset(EventType)
-_ALWAYS_KEPT: Final = frozenset({EventType.METADATA, EventType.ERASURE})
 _POSITION: Final = attrgetter("position")
 
 
@@ -157,6 +154,24 @@ class _Fold:
         self.surface = surface
         self.length = length
 
+    @classmethod
+    def at_horizon(cls, kept: Iterable[Event], horizon: int) -> _Fold:
+        """The surface at a snapshot's ``horizon``, from the ``kept`` events below it: every
+        entry-bearing one, by position.
+
+        A snapshot keeps, below its horizon, exactly the events then on the surface (and
+        events that never reach it), so no operation before the horizon is replayed.
+        """
+        entries: list[Event] = []
+        for event in kept:
+            if event.type in _SURFACE:
+                entries.append(event)
+            elif event.type is EventType.REPLACE:
+                entries.extend(replace_entries(event))
+        entries.sort(key=_POSITION)  # stable: a replace's messages keep their order
+        positions = [entry.position for entry in entries]
+        return cls(horizon, _Surface(entries, positions, [], []), len(entries))
+
     def extended(self, log: Log, events: Iterable[Event], count: int) -> _Fold:
         """Fold ``events`` (all of ``log``'s, with seq >= self.count, in seq order)."""
         surface, length = self.surface, self.length
@@ -177,7 +192,7 @@ class _Fold:
             elif isinstance(op, Remove):
                 surface, length = _splice(surface, length, op.start, op.stop, [])
             elif isinstance(op, Rewind):
-                before = log._prefix_fold(op.to)
+                before = _prefix_fold(log, op.to)
                 surface, length = before.surface.fork(before.length), before.length
             else:  # Uncompact
                 surface, length = _uncompact(log, surface, length, op.seq)
@@ -252,7 +267,7 @@ def _uncompact(log: Log, surface: _Surface, length: int, seq: int) -> tuple[_Sur
     if target is None:
         return surface, length
     op: Any = target.op
-    before = log._prefix_fold(seq - 1)
+    before = _prefix_fold(log, seq - 1)
     low = bisect_left(before.surface.positions, op.start, 0, before.length)
     high = bisect_right(before.surface.positions, op.stop, 0, before.length)
     restored = before.surface.events[low:high]
@@ -277,28 +292,27 @@ def _uncompact_target(log: Log, surface: _Surface, length: int, seq: int) -> Eve
     return target
 
 
-class _Coverage:
-    """A union of closed integer intervals, for the backwards sweep of :meth:`Log.shadowed`."""
+def _why_not_uncompact(log: Log, seq: int) -> str:
+    """Why un-compacting the event at ``seq`` does not apply to ``log`` (for its error)."""
+    if seq < log._horizon:
+        return f"it is before the horizon {log._horizon} (a snapshot dropped its history)"
+    index = log._index(seq)
+    if index >= log._held or log._events[index].seq != seq:
+        return "no such event is held"
+    target = log._events[index]
+    if type(target.op) is not Replace:
+        return f"it is a {target.type} event, not a replace"
+    if not any(entry.seq == seq for entry in log.surface()):
+        return "it is not on the surface"
+    return "the surface inside its range has changed since"
 
-    __slots__ = ("_starts", "_stops")
 
-    def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._stops: list[int] = []
-
-    def covers(self, point: int) -> bool:
-        index = bisect_right(self._starts, point) - 1
-        return index >= 0 and point <= self._stops[index]
-
-    def add(self, start: int, stop: int) -> None:
-        starts, stops = self._starts, self._stops
-        low = bisect_left(stops, start - 1)  # first interval that could touch or overlap
-        high = bisect_right(starts, stop + 1)  # one past the last such interval
-        if low < high:
-            start = min(start, starts[low])
-            stop = max(stop, stops[high - 1])
-        starts[low:high] = [start]
-        stops[low:high] = [stop]
+def _prefix_fold(log: Log, seq: int) -> _Fold:
+    """The fold of ``log`` as it was when ``seq`` was its newest event (-1: empty): what a
+    rewind or an uncompact folds back to."""
+    if seq < 0:
+        return _empty_fold()
+    return log.upto(max(seq, log._horizon - 1))._folded()
 
 
 def _empty_fold() -> _Fold:
@@ -433,22 +447,9 @@ class Log:
         if _uncompact_target(self, fold.surface, fold.length, op.seq) is None:
             raise InvalidEventError(
                 f"event {event.seq} ({event.type}): cannot uncompact seq {op.seq}: "
-                + self._why_not_uncompact(op.seq)
+                + _why_not_uncompact(self, op.seq)
             )
         return event
-
-    def _why_not_uncompact(self, seq: int) -> str:
-        if seq < self._horizon:
-            return f"it is before the horizon {self._horizon} (a snapshot dropped its history)"
-        index = self._index(seq)
-        if index >= self._held or self._events[index].seq != seq:
-            return "no such event is held"
-        target = self._events[index]
-        if type(target.op) is not Replace:
-            return f"it is a {target.type} event, not a replace"
-        if not any(entry.seq == seq for entry in self.surface()):
-            return "it is not on the surface"
-        return "the surface inside its range has changed since"
 
     def _push(self, event: Event) -> Log:
         events, held = self._events, self._held
@@ -552,18 +553,9 @@ class Log:
                 ``count``.
         """
         new = list(events)
-        previous = self._count - 1
-        for event in new:
-            if type(event) is not Event:
-                raise InvalidEventError(f"expected Events, got {type(event).__name__}")
-            if event.seq <= previous:
-                raise InvalidEventError(
-                    f"events must have increasing seqs from {self._count}: "
-                    f"{event.seq} follows {previous}"
-                )
-            previous = event.seq
         if not new:
             return self
+        previous = _last_in_order(new, self._count)
         backing, held = self._events, self._held
         if len(backing) == held:
             backing.extend(new)
@@ -621,33 +613,15 @@ class Log:
     def _folded(self) -> _Fold:
         fold = self._fold
         if fold is None:
-            fold = _empty_fold() if self._horizon == 0 else self._base_fold()
+            fold = (
+                _empty_fold()
+                if self._horizon == 0
+                else _Fold.at_horizon(self._events[: self._index(self._horizon)], self._horizon)
+            )
         if fold.count != self._count:
             fold = fold.extended(self, self.since(fold.count), self._count)
             self._fold = fold  # a cache: any thread may fill it; every result is equal
         return fold
-
-    def _base_fold(self) -> _Fold:
-        """The surface at the horizon: every held entry-bearing event below it, by position.
-
-        A snapshot keeps, below its horizon, exactly the events then on the surface (and
-        events that never reach it), so no operation before the horizon is replayed.
-        """
-        entries: list[Event] = []
-        for event in self._events[: self._index(self._horizon)]:
-            if event.type in _SURFACE:
-                entries.append(event)
-            elif event.type is EventType.REPLACE:
-                entries.extend(replace_entries(event))
-        entries.sort(key=_POSITION)  # stable: a replace's messages keep their order
-        positions = [entry.position for entry in entries]
-        return _Fold(self._horizon, _Surface(entries, positions, [], []), len(entries))
-
-    def _prefix_fold(self, seq: int) -> _Fold:
-        """The fold of this log as it was when ``seq`` was its newest event (-1: empty)."""
-        if seq < 0:
-            return _empty_fold()
-        return self.upto(max(seq, self._horizon - 1))._folded()
 
     def surface(self) -> Sequence[Event]:
         """The surface entries, in the order the model sees them.
@@ -689,35 +663,8 @@ class Log:
         return self._partition()[1]
 
     def _partition(self) -> tuple[list[Event], list[Event]]:
-        """(kept, dropped) by a snapshot.
-
-        Kept: every event on the surface now, every custom, metadata and erasure event, and every
-        bookkeeping event that no later range operation covers. Dropped: surface events and
-        replaces no longer on the surface, the operations that are not (removes, rewinds,
-        uncompacts), and bookkeeping events inside a range replaced or removed after them.
-        """
-        on_surface = {entry.seq for entry in self.surface()}
-        # Sweep newest to oldest, so the coverage holds exactly the range operations
-        # appended after the event in hand.
-        coverage = _Coverage()
-        live: list[Event] = []
-        dropped: list[Event] = []
-        for index in range(self._held - 1, -1, -1):
-            event = self._events[index]
-            op = event.op
-            kind = event.type
-            if kind in _SURFACE or kind in _OPERATION:
-                keep = event.seq in on_surface
-            elif (type(kind) is str and kind not in _BUILT_IN) or kind in _ALWAYS_KEPT:
-                keep = True  # custom, metadata and erasure events: always kept
-            else:
-                keep = not coverage.covers(event.seq)
-            (live if keep else dropped).append(event)
-            if type(op) is Replace or type(op) is Remove:
-                coverage.add(op.start, op.stop)
-        live.reverse()
-        dropped.reverse()
-        return live, dropped
+        """(kept, dropped) by a snapshot (see :func:`~nous_session._snapshot_rule.partition`)."""
+        return partition(self.events(), {entry.seq for entry in self.surface()})
 
     # Deriving new values --------------------------------------------------------------------
 
@@ -775,6 +722,24 @@ class Log:
     def __repr__(self) -> str:
         horizon = f" horizon={self._horizon}" if self._horizon else ""
         return f"<Log count={self._count} held={self._held}{horizon}>"
+
+
+def _last_in_order(events: list[Event], count: int) -> int:
+    """The last seq of ``events``, checked to be Events with seqs increasing from ``count``.
+
+    Raises:
+        InvalidEventError: they are not.
+    """
+    previous = count - 1
+    for event in events:
+        if type(event) is not Event:
+            raise InvalidEventError(f"expected Events, got {type(event).__name__}")
+        if event.seq <= previous:
+            raise InvalidEventError(
+                f"events must have increasing seqs from {count}: {event.seq} follows {previous}"
+            )
+        previous = event.seq
+    return previous
 
 
 def _check_seq(seq: object) -> int:
