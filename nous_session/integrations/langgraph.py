@@ -329,26 +329,16 @@ class NousSessionSaver(StoreHost, SyncSaver):
         remaining = limit
         for thread_id, session_id in threads:
             index = await self._threads.index(session_id)
-            for ns, held in list(index.checkpoints.items()):
-                if want_ns is not None and ns != want_ns:
-                    continue
-                for checkpoint_id in sorted(held, reverse=True):
-                    if (want_id and checkpoint_id != want_id) or (
-                        before_id and checkpoint_id >= before_id
-                    ):
+            for ns, data in index.listed(want_ns, want_id, before_id):
+                if filter:
+                    metadata = load(self.serde, data["metadata"])
+                    if not all(metadata.get(k) == v for k, v in filter.items()):
                         continue
-                    data = held.get(checkpoint_id)
-                    if data is None:
-                        continue  # deleted while this listing was being read
-                    if filter:
-                        metadata = load(self.serde, data["metadata"])
-                        if not all(metadata.get(k) == v for k, v in filter.items()):
-                            continue
-                    if remaining is not None:
-                        if remaining <= 0:
-                            return
-                        remaining -= 1
-                    yield checkpoint_tuple(self.serde, thread_id, ns, data, index)
+                if remaining is not None:
+                    if remaining <= 0:
+                        return
+                    remaining -= 1
+                yield checkpoint_tuple(self.serde, thread_id, ns, data, index)
 
     @_any_loop
     async def aput(
