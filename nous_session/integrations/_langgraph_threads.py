@@ -4,7 +4,7 @@ recently used idle ones closed beyond a bound) and the index of what its events 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -80,6 +80,22 @@ class Index:
     def latest(self, ns: str) -> str | None:
         held = self.checkpoints.get(ns)
         return max(held) if held else None
+
+    def listed(
+        self, ns: str | None, checkpoint_id: str | None, before: str | None
+    ) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """The checkpoints (namespace, event data), newest first in each namespace: only
+        ``ns``'s when given, only the one ``checkpoint_id`` names when given, only ids below
+        ``before`` when given. Read as the caller goes: one deleted meanwhile is left out."""
+        for held_ns, held in list(self.checkpoints.items()):
+            if ns is not None and held_ns != ns:
+                continue
+            for held_id in sorted(held, reverse=True):
+                if (checkpoint_id and held_id != checkpoint_id) or (before and held_id >= before):
+                    continue
+                data = held.get(held_id)
+                if data is not None:  # else deleted while the caller was reading
+                    yield held_ns, data
 
 
 def version_key(version: Any) -> Any:

@@ -57,20 +57,12 @@ rebasing commit, so they never conflict, and each read first catches up with the
 
 from __future__ import annotations
 
-import base64
 import functools
-import hashlib
 import random
 import threading
-from collections.abc import (
-    AsyncIterator,
-    Callable,
-    Coroutine,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Concatenate, Final, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 import anyio
 import anyio.abc
@@ -80,13 +72,6 @@ import anyio.lowlevel
 from nous_session.integrations._common import StoreHost, missing_extra, opened_store
 
 try:
-    from langchain_core.messages import (
-        AIMessage,
-        BaseMessage,
-        HumanMessage,
-        SystemMessage,
-        ToolMessage,
-    )
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
         WRITES_IDX_MAP,
@@ -94,32 +79,32 @@ try:
         Checkpoint,
         CheckpointMetadata,
         CheckpointTuple,
-        PendingWrite,
         get_checkpoint_id,
-        get_checkpoint_metadata,
-        writes_sort_key,
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
 except ImportError as error:  # pragma: no cover - the extra is installed for the tests
     raise missing_extra(__name__, "LangGraph", "langgraph") from error
 
-from nous_session._json import JSON, dumps
-from nous_session._logging import get_logger
+from nous_session._json import JSON
 from nous_session.actor import SessionActor
-from nous_session.errors import InvalidEventError, OutcomeUnknownError, StoreError
-from nous_session.event import EventType, message_event
+from nous_session.event import EventType
+from nous_session.integrations._langgraph_records import (
+    checkpoint_record,
+    checkpoint_tuple,
+    dump,
+    load,
+    thread_config,
+)
+from nous_session.integrations._langgraph_surface import MessagesProjection
 from nous_session.integrations._langgraph_sync import SyncSaver
 from nous_session.integrations._langgraph_threads import (
     CHECKPOINT_EVENT,
     DELETED_EVENT,
     WRITES_EVENT,
-    Index,
     Thread,
     Threads,
-    version_key,
 )
 from nous_session.integrations._listing import listed_ids
-from nous_session.message import Message, ToolCall
 from nous_session.metadata import SessionMetadata
 from nous_session.stores.base import Store
 
@@ -135,8 +120,6 @@ LISTED_APP: Final = "langgraph"
 """The ``app`` of a thread's session metadata, and the ``extra`` key holding the saver's
 session prefix: how the saver lists its threads through the store's index."""
 
-_LANGGRAPH_ID: Final = "langgraph_id"
-_logger = get_logger()
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
@@ -183,7 +166,7 @@ class NousSessionSaver(StoreHost, SyncSaver):
         # Each thread's session says it is one of this saver's (for listing every thread
         # through the store's index instead of reading every session id).
         self._record = SessionMetadata(app=LISTED_APP, extra={LISTED_APP: session_prefix})
-        self._messages_channel = messages_channel
+        self._surface = MessagesProjection(messages_channel)
         self._catch_up = catch_up
         # Shared with the copies LangGraph makes of a checkpointer (with_allowlist): a copy
         # of a closed saver is closed too.
@@ -289,40 +272,6 @@ class NousSessionSaver(StoreHost, SyncSaver):
             ]
         return found
 
-    # Values -----------------------------------------------------------------------------------
-
-    def _dump(self, value: Any) -> tuple[str, str]:
-        kind, data = self.serde.dumps_typed(value)
-        return kind, base64.b64encode(data).decode("ascii")
-
-    def _load(self, typed: Sequence[Any]) -> Any:
-        return self.serde.loads_typed((typed[0], base64.b64decode(typed[1])))
-
-    def _tuple(
-        self, thread_id: object, ns: str, data: Mapping[str, Any], index: Index
-    ) -> CheckpointTuple:
-        checkpoint_id = data["id"]
-        checkpoint = cast(dict[str, Any], self._load(data["checkpoint"]))
-        values: dict[str, Any] = {}
-        for channel, version in checkpoint["channel_versions"].items():
-            typed = index.blobs.get((ns, channel, version_key(version)))
-            if typed is not None and typed[0] != "empty":
-                values[channel] = self._load(typed)
-        checkpoint["channel_values"] = values
-        stored = index.writes.get((ns, checkpoint_id), {})
-        ordered = sorted(stored.items(), key=lambda item: writes_sort_key(item[1][3], *item[0]))
-        pending: list[PendingWrite] = [
-            (task_id, channel, self._load(typed)) for _, (task_id, channel, typed, _) in ordered
-        ]
-        parent = data["parent"]
-        return CheckpointTuple(
-            config=_config(thread_id, ns, checkpoint_id),
-            checkpoint=cast(Checkpoint, checkpoint),
-            metadata=cast(CheckpointMetadata, self._load(data["metadata"])),
-            parent_config=None if parent is None else _config(thread_id, ns, parent),
-            pending_writes=pending,
-        )
-
     # The async interface ----------------------------------------------------------------------
 
     @_any_loop
@@ -339,7 +288,7 @@ class NousSessionSaver(StoreHost, SyncSaver):
             index = thread.indexed()
         checkpoint_id = get_checkpoint_id(config) or index.latest(ns)
         data = index.checkpoints.get(ns, {}).get(checkpoint_id) if checkpoint_id else None
-        return None if data is None else self._tuple(thread_id, ns, data, index)
+        return None if data is None else checkpoint_tuple(self.serde, thread_id, ns, data, index)
 
     async def alist(
         self,
@@ -380,26 +329,16 @@ class NousSessionSaver(StoreHost, SyncSaver):
         remaining = limit
         for thread_id, session_id in threads:
             index = await self._threads.index(session_id)
-            for ns, held in list(index.checkpoints.items()):
-                if want_ns is not None and ns != want_ns:
-                    continue
-                for checkpoint_id in sorted(held, reverse=True):
-                    if (want_id and checkpoint_id != want_id) or (
-                        before_id and checkpoint_id >= before_id
-                    ):
+            for ns, data in index.listed(want_ns, want_id, before_id):
+                if filter:
+                    metadata = load(self.serde, data["metadata"])
+                    if not all(metadata.get(k) == v for k, v in filter.items()):
                         continue
-                    data = held.get(checkpoint_id)
-                    if data is None:
-                        continue  # deleted while this listing was being read
-                    if filter:
-                        metadata = self._load(data["metadata"])
-                        if not all(metadata.get(k) == v for k, v in filter.items()):
-                            continue
-                    if remaining is not None:
-                        if remaining <= 0:
-                            return
-                        remaining -= 1
-                    yield self._tuple(thread_id, ns, data, index)
+                if remaining is not None:
+                    if remaining <= 0:
+                        return
+                    remaining -= 1
+                yield checkpoint_tuple(self.serde, thread_id, ns, data, index)
 
     @_any_loop
     async def aput(
@@ -414,55 +353,28 @@ class NousSessionSaver(StoreHost, SyncSaver):
         conf = config["configurable"]
         thread_id = conf["thread_id"]
         ns = conf.get("checkpoint_ns", "")
-        rest = cast(dict[str, Any], checkpoint.copy())
-        values: dict[str, Any] = rest.pop("channel_values")
-        blobs: list[JSON] = [
-            [
-                channel,
-                version,
-                *(self._dump(values[channel]) if channel in values else ("empty", "")),
-            ]
-            for channel, version in new_versions.items()
-        ]
-        merged = get_checkpoint_metadata(config, metadata)
-        data: dict[str, JSON] = {
-            "ns": ns,
-            "id": checkpoint["id"],
-            "parent": conf.get("checkpoint_id"),
-            "checkpoint": list(self._dump(rest)),
-            "metadata": list(self._dump(merged)),
-            "blobs": blobs,
-        }
-        run_id = merged.get("run_id")
-        if isinstance(run_id, str):
-            data["run_id"] = run_id  # readable, and found without decoding
-        digest = hashlib.sha256(dumps(data)).hexdigest()
+        data, digest = checkpoint_record(self.serde, config, checkpoint, metadata, new_versions)
         async with self._use(thread_id) as thread:
             actor = thread.actor
             assert actor is not None
             index = thread.indexed()
             held = index.checkpoints.get(ns, {}).get(checkpoint["id"])
             if held is not None and held.get("digest") == digest:
-                return _config(thread_id, ns, checkpoint["id"])  # this very one: stored
+                return thread_config(thread_id, ns, checkpoint["id"])  # this very one: stored
             # Keyed by what it stores and what it overwrites (an earlier version of the
             # checkpoint, or deletions since): a put tried again after its commit's outcome
             # was unknown stores it once, while putting it over a later one stores it anew.
             over = "" if held is None else str(held.get("digest"))
             key = f"lg:{digest}:{over}:{index.deletions}"
-            items: list[tuple[Any, ...]] = [(CHECKPOINT_EVENT, {**data, "digest": digest})]
+            items: list[tuple[Any, ...]] = [(CHECKPOINT_EVENT, data)]
             if actor.metadata != self._record:  # its first checkpoint (in this version)
                 items.append((EventType.METADATA, {"metadata": self._record.to_json()}))
-            replacement = None
-            projected = self._projection(actor, ns, values)
-            if projected is not None:
-                if projected[0]:
-                    replacement = projected[1]
-                else:  # new messages: in the checkpoint's commit
-                    items.extend(_message_items(projected[1]))
+            new, replacement = self._surface.change(actor, ns, checkpoint["channel_values"])
+            items.extend(new)  # new messages: in the checkpoint's commit
             await actor.append_many(items, key=key)
             if replacement is not None:
-                await self._replace_surface(actor, replacement)
-        return _config(thread_id, ns, checkpoint["id"])
+                await self._surface.replace(actor, replacement)
+        return thread_config(thread_id, ns, checkpoint["id"])
 
     @_any_loop
     async def aput_writes(
@@ -485,7 +397,7 @@ class NousSessionSaver(StoreHost, SyncSaver):
                 idx = WRITES_IDX_MAP.get(channel, position)
                 if idx >= 0 and (task_id, idx) in stored:
                     continue
-                items.append([idx, channel, *self._dump(value)])
+                items.append([idx, channel, *dump(self.serde, value)])
             if items:
                 await thread.actor.append(
                     WRITES_EVENT,
@@ -579,108 +491,5 @@ class NousSessionSaver(StoreHost, SyncSaver):
             number = int(current.split(".")[0])
         return f"{number + 1:032}.{random.random():016}"  # a tie-breaker, not a secret
 
-    # The surface ------------------------------------------------------------------------------
-
-    def _projection(
-        self, actor: SessionActor, ns: str, values: Mapping[str, Any]
-    ) -> tuple[bool, list[Message]] | None:
-        """What a root checkpoint's messages change on the surface: ``(False, new)`` to
-        append ``new``, ``(True, all)`` to replace the surface with ``all``, None for nothing
-        (no messages channel, nothing new, or messages that cannot be projected: the
-        checkpoint is what matters, so a projection never fails it)."""
-        if ns or self._messages_channel is None:
-            return None
-        messages = values.get(self._messages_channel)
-        if not isinstance(messages, list) or not all(
-            isinstance(item, BaseMessage) for item in messages
-        ):
-            return None
-        try:
-            projected = [_to_message(item) for item in messages]
-            for message in projected:
-                message_event(message)  # refuses what no store could hold
-        except (ValueError, TypeError, KeyError) as error:
-            _logger.warning(
-                "nous_session.langgraph_messages_not_projected",
-                session_id=actor.session_id,
-                error=repr(error),
-            )
-            return None
-        shown = [message.to_json() for message in actor.messages()]
-        if [message.to_json() for message in projected[: len(shown)]] == shown:
-            if len(projected) == len(shown):
-                return None
-            return False, projected[len(shown) :]
-        return True, projected
-
-    async def _replace_surface(self, actor: SessionActor, messages: list[Message]) -> None:
-        """Put ``messages`` on the surface in place of what it shows (after the checkpoint's
-        commit: a failure here is logged, and the checkpoint stays)."""
-        try:
-            surface = actor.log.surface()
-            if not surface:
-                await actor.append_many(_message_items(messages))
-            else:
-                await actor.replace(surface[0].position, surface[-1].position, messages)
-        except (StoreError, OutcomeUnknownError, InvalidEventError) as error:
-            _logger.warning(
-                "nous_session.langgraph_surface_not_replaced",
-                session_id=actor.session_id,
-                error=repr(error),
-            )
-
 
 _OPEN_KEY: Final = object()
-
-
-def _config(thread_id: object, ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
-def _message_items(messages: list[Message]) -> list[tuple[Any, ...]]:
-    """``append_many`` items for ``messages``, each timed at its ``created_at``."""
-    return [(*message_event(message), message.created_at) for message in messages]
-
-
-def _text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "".join(
-        part if isinstance(part, str) else str(part.get("text", ""))
-        for part in content
-        if isinstance(part, str) or part.get("type") == "text"
-    )
-
-
-def _to_message(message: BaseMessage) -> Message:
-    """The nous_session message a LangChain message stands for (text, tool calls and tool
-    results; its LangChain id in ``metadata["langgraph_id"]``)."""
-    metadata: dict[str, JSON] = {_LANGGRAPH_ID: message.id}
-    text = _text(message)
-    if isinstance(message, AIMessage):
-        calls = [
-            ToolCall(call["id"] or f"call_{index}", call["name"], call["args"])
-            for index, call in enumerate(message.tool_calls)
-        ]
-        return Message.assistant(text or None, tool_calls=calls, metadata=metadata)
-    if isinstance(message, ToolMessage):
-        return Message.tool(
-            message.tool_call_id,
-            text,
-            name=message.name,
-            is_error=message.status == "error",
-            metadata=metadata,
-        )
-    if isinstance(message, SystemMessage):
-        return Message.system(text, metadata=metadata)
-    if isinstance(message, HumanMessage):
-        return Message.user(text, metadata=metadata)
-    metadata["langgraph_type"] = message.type
-    return Message.user(text, metadata=metadata)
