@@ -18,6 +18,7 @@ import anyio
 
 from nous_session.event import Event
 from nous_session.stores._copy import CopyError, CopyReport, copy_sessions
+from nous_session.stores._followed import Followed
 from nous_session.stores.base import (
     FollowingStore,
     ForkingStore,
@@ -123,19 +124,25 @@ async def follow(
 
     A store with its own change feed (a :class:`~nous_session.stores.base.FollowingStore`, as
     PostgreSQL's LISTEN/NOTIFY gives) is used as is; any other store is polled every
-    ``interval`` seconds with ``load(since=cursor)``, which costs one indexed range read per
+    ``interval`` seconds with ``read(since=cursor)``, which costs one indexed range read per
     poll.
+
+    Raises:
+        SessionDeletedError: the session was deleted, or deleted and made again under its id,
+            while it was followed: the stream ends there (the new session's events are not
+            this one's). A store that gives no identity (``Stored.uid``) is seen deleted only
+            when its count goes down.
+        StoreError: the store could not be read.
     """
     if supports(store, FollowingStore):
         async with aclosing(store.follow(session_id, since=since)) as followed:
             async for event in followed:
                 yield event
         return
-    cursor = since
+    reads = Followed(store, session_id, since)
     while True:
-        events = await store.load(session_id, since=cursor)
+        events = await reads.read()
         for event in events:
-            cursor = event.seq + 1
             yield event
         if not events:
             await anyio.sleep(interval)

@@ -11,12 +11,14 @@ from typing import Any, ClassVar, NamedTuple, Self, Unpack
 from nous_session.errors import ConflictError, StoreError
 from nous_session.event import Event
 from nous_session.listing import ListArguments, ListQuery, SessionEntry, SessionPage
+from nous_session.stores._followed import Followed
+from nous_session.stores._watch import Known
 from nous_session.stores.base import (
     Rebased,
+    Stored,
     check_commit_arguments,
     check_rebase_arguments,
     check_session_id,
-    check_since,
 )
 
 __all__ = [
@@ -269,30 +271,36 @@ class StoreBase:
 class FeedStore(StoreBase):
     """A store with a change feed (``watch``): :meth:`follow` reads through it."""
 
-    def watch(self, session_id: str) -> AsyncGenerator[int, None]:
-        """The session's heads as commits land (see the store's own ``watch``)."""
+    def watch(self, session_id: str, *, known: Known | None = None) -> AsyncGenerator[int, None]:
+        """The session's heads as commits land, past what ``known`` says the watcher holds
+        (see the store's own ``watch``)."""
         raise NotImplementedError
 
-    async def load(self, session_id: str, *, since: int = 0) -> Sequence[Event]:
-        """The session's held events with seq >= ``since`` (see the store's own ``load``)."""
+    async def read(self, session_id: str, *, since: int = 0) -> Stored:
+        """The session from ``since`` on, with its count and identity (see the store's own
+        ``read``)."""
         raise NotImplementedError
 
     async def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
         """Yield the session's events from ``since`` on, then each one committed later by any
         process, in seq order and at most once (through the store's ``watch``, across its
-        reconnections: a head of ``-1`` means read everything since the last event)."""
-        check_since(since)
-        cursor = since
-        watcher = self.watch(session_id)
+        reconnections: a head of ``-1`` means read everything since the last event).
+
+        Raises:
+            SessionDeletedError: the session was deleted, or deleted and made again, while it
+                was followed: the stream ends (see :func:`nous_session.stores.follow`).
+        """
+        followed = Followed(self, session_id, since)
+        # Told what the follow holds, the feed says -1 for a session deleted before the
+        # watch began too (SQLite's first head is what it reads; PostgreSQL's is -1).
+        watcher = self.watch(session_id, known=followed.holds)
         try:
-            for event in await self.load(session_id, since=cursor):
-                cursor = event.seq + 1
+            for event in await followed.read():
                 yield event
             async for head in watcher:
-                if head != -1 and head <= cursor:
+                if head != -1 and head <= followed.cursor:
                     continue
-                for event in await self.load(session_id, since=cursor):
-                    cursor = event.seq + 1
+                for event in await followed.read():
                     yield event
         finally:
             await watcher.aclose()
