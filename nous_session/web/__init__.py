@@ -22,7 +22,6 @@ from nous_session.web._app import (
     MAX_BODY_SIZE,
     RUN_LEASE_TTL,
     Access,
-    Agent,
     Authorize,
     SessionStreams,
     create_app,
@@ -30,6 +29,7 @@ from nous_session.web._app import (
 )
 from nous_session.web._live import Draft, LiveToolCall, live_message, live_tool_call
 from nous_session.web._native import compaction_source, event_json, event_stream
+from nous_session.web._run_host import Agent
 from nous_session.web._sse import (
     PING_SECONDS,
     RETRY_MS,

@@ -20,9 +20,16 @@ import anyio
 from nous_session import Message, SessionActor, ToolCall
 from nous_session.web._agui import METADATA_KEY
 
-__all__ = ["Draft", "LiveChannel", "LiveToolCall", "live_message", "live_tool_call"]
+__all__ = [
+    "Draft",
+    "LiveChannel",
+    "LiveChannels",
+    "LiveToolCall",
+    "live_message",
+    "live_tool_call",
+]
 
-# The channel of the thread whose agent this task runs (set by SessionStreams for the agent).
+# The channel of the thread whose agent this task runs (set by RunHost for the agent).
 current_channel: ContextVar[LiveChannel | None] = ContextVar(
     "nous_session.web.live_channel", default=None
 )
@@ -91,7 +98,7 @@ class LiveChannel:
         self.drafts: dict[str, ChannelDraft] = {}
         self.abandoned: dict[str, None] = {}  # ids of drafts dropped uncommitted, oldest first
         self.version = 0
-        self.users = 0  # streams and runs holding the channel (SessionStreams drops it at 0)
+        self.users = 0  # streams and runs holding the channel (LiveChannels drops it at 0)
         self._changed: anyio.Event | None = None
 
     def changed(self) -> anyio.Event:
@@ -133,6 +140,30 @@ class LiveChannel:
             while len(self.abandoned) > _ABANDONED_KEPT:
                 del self.abandoned[next(iter(self.abandoned))]
         self._notify()
+
+
+class LiveChannels:
+    """The live channels of one server's threads: a thread's exists while a stream or a run
+    holds it, so the runs' drafts reach the streams following the same thread."""
+
+    __slots__ = ("_channels",)
+
+    def __init__(self) -> None:
+        self._channels: dict[str, LiveChannel] = {}
+
+    @asynccontextmanager
+    async def hold(self, thread_id: str) -> AsyncIterator[LiveChannel]:
+        """The thread's live channel, held for the block (dropped when nobody holds it)."""
+        channel = self._channels.get(thread_id)
+        if channel is None:
+            channel = self._channels[thread_id] = LiveChannel()
+        channel.users += 1
+        try:
+            yield channel
+        finally:
+            channel.users -= 1
+            if channel.users == 0:
+                del self._channels[thread_id]
 
 
 class LiveToolCall:

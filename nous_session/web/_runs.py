@@ -90,7 +90,7 @@ class RunLease:
     Args:
         store: a store with leases.
         thread_id: the thread (the session's id).
-        worker: this worker's id (one per :class:`SessionStreams`).
+        worker: this worker's id (one per :class:`~nous_session.web._run_host.RunHost`).
         run_id: the run's id.
         ttl: seconds the lease lasts unless renewed; renewed every third of it.
     """

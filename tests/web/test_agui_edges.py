@@ -20,7 +20,7 @@ from ag_ui.core import RunAgentInput
 from nous_session import Message, SessionActor, SessionClosedError, Sessions, open_store
 from nous_session.web import SessionStreams, create_app
 from nous_session.web._agui import RUN_ERROR, RUN_FINISHED, RUN_STARTED
-from nous_session.web._app import ORPHANED
+from nous_session.web._run_host import ORPHANED
 from tests.support.asgi import http_scope
 from tests.web.test_agui_streams import BASE, parse, run_input, types
 

@@ -28,7 +28,7 @@ from nous_session.stores.memory import MemoryStore
 from nous_session.stores.sqlite import SQLiteStore
 from nous_session.web import SessionStreams
 from nous_session.web._agui import RUN_ERROR, RUN_FINISHED, RUN_STARTED
-from nous_session.web._app import ORPHANED
+from nous_session.web._run_host import ORPHANED
 from nous_session.web._runs import CLAIM_TAKEN, CLAIM_UNCONFIRMED, LEASE_NAME
 from tests.support.processes import shared_store_url
 from tests.web.test_agui_streams import BASE, parse, run_input, types
