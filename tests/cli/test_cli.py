@@ -27,6 +27,7 @@ import pytest
 
 from nous_session import CompactionPolicy, Message, SessionActor, ToolCall
 from nous_session.codec import from_json
+from nous_session.event import Event, make_event
 from nous_session.log import Log
 from nous_session.stores.sqlite import SQLiteStore
 from tests.support.processes import Lines, ending
@@ -245,6 +246,42 @@ def test_tail_follows_appends_from_another_process(tmp_path: Path) -> None:
         while tail.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert tail.returncode == 130  # interrupted, as a shell reports it
+
+
+def test_tail_ends_when_its_session_is_deleted_by_another_process(tmp_path: Path) -> None:
+    """A tail follows one session: its delete ends the tail with an error that says so (it
+    waited for ever before, and would have printed a session made again under the id)."""
+    path = tmp_path / "live.sqlite3"
+    url = f"sqlite:///{path}"
+
+    async def write() -> None:
+        async with SQLiteStore(path) as store:
+            await store.commit("live", expected_count=0, events=[_user_event(0, "one")])
+
+    async def delete() -> None:
+        async with SQLiteStore(path) as store:
+            assert await store.delete("live")
+
+    anyio.run(write)
+    with (
+        subprocess.Popen(
+            argv("tail", "live", "--json", "--interval", "0.05", store=url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as tail,
+        ending(tail),
+    ):
+        lines = Lines(tail)
+        assert orjson.loads(lines.next())["data"]["content"] == "one"
+        anyio.run(delete)
+        assert tail.wait(timeout=30) == 1
+        assert tail.stderr is not None
+        assert "session 'live' was deleted while it was followed" in tail.stderr.read()
+
+
+def _user_event(seq: int, content: str) -> Event:
+    return make_event(seq, "user_message", {"content": content})
 
 
 def interrupt_tail(url: str, delay: float) -> tuple[int | None, str]:
