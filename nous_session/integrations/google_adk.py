@@ -74,34 +74,23 @@ Needs the ``google-adk`` extra: ``pip install 'nous_session[google-adk]'``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, unquote
 
 import anyio
-import attrs
 
-from nous_session._logging import get_logger
-from nous_session.errors import ConflictError, FormatError, OutcomeUnknownError, StoreError
-from nous_session.event import EventType, message_event
-from nous_session.formats import from_provider
+from nous_session.errors import OutcomeUnknownError, StoreError
 from nous_session.integrations._common import missing_extra, named_store
-from nous_session.integrations._listing import listed_ids
-from nous_session.message import Message
 from nous_session.metadata import SessionMetadata
 from nous_session.registry import SessionsPortal
 from nous_session.stores.base import Store
 
 try:
-    from google.adk.errors._stale_session_error import StaleSessionError
     from google.adk.errors.already_exists_error import AlreadyExistsError
-    from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event as AdkEvent
     from google.adk.sessions import _session_util
     from google.adk.sessions.base_session_service import (
@@ -114,10 +103,16 @@ try:
 except ImportError as error:  # pragma: no cover - the extra is installed for the tests
     raise missing_extra(__name__, "Google ADK", "google-adk") from error
 
+from nous_session.integrations._google_adk_logs import (
+    CREATED_EVENT,
+    DELETED_EVENT,
+    EVENT_EVENT,
+    STATE_EVENT,
+    AdkLogs,
+)
+
 if TYPE_CHECKING:
     from nous_session.actor import SessionActor
-    from nous_session.event import Event
-    from nous_session.log import Log
 
 __all__ = [
     "CREATED_EVENT",
@@ -127,25 +122,8 @@ __all__ = [
     "NousSessionService",
 ]
 
-CREATED_EVENT: Final = "x.adk.created"
-"""The custom event type of a session's creation (with its session-scoped initial state)."""
-EVENT_EVENT: Final = "x.adk.event"
-"""The custom event type of one ADK ``Event``, as ADK's pydantic serialisation made it."""
-DELETED_EVENT: Final = "x.adk.deleted"
-"""The custom event type recording ``delete_session``."""
-STATE_EVENT: Final = "x.adk.state"
-"""The custom event type of an app or user state delta (in the app's or user's session)."""
-
-PROVIDER: Final = "gemini"
-_STALE: Final = (
-    "The session has been modified in storage since it was loaded. "
-    "Please reload the session before appending more events."
-)
-# A state delta to an app or user session that keeps losing to other processes gives up.
-_STATE_ATTEMPTS: Final = 32
 # Folds kept per kind (sessions; app and user states), least recently used dropped beyond.
 _CACHED: Final = 1024
-_logger = get_logger("nous_session.integrations.google_adk")
 
 
 def _part(text: str) -> str:
@@ -155,83 +133,6 @@ def _part(text: str) -> str:
 def _normal_id(session_id: str) -> str:
     # ADK's in-memory and SQLite services strip the id they are given, on every call.
     return session_id.strip() if session_id else session_id
-
-
-@attrs.define
-class _Folded:
-    """What an ADK session's events say, folded in seq order."""
-
-    count: int = 0  # events folded: every seq below this
-    alive: bool = False
-    created: int = -1  # the seq of the x.adk.created event that began the current life
-    # That creation's app and user initial state (JSON text; None: none, or written before
-    # creations recorded it), applied after it under keys of the creation.
-    shared: tuple[str | None, str | None] = (None, None)
-    state: dict[str, Any] = attrs.field(factory=dict)
-    events: list[tuple[float, str]] = attrs.field(factory=list)  # (timestamp, event JSON)
-    update_time: float = 0.0
-
-    def fold(self, events: Sequence[Event], count: int) -> None:
-        for event in events:
-            if event.seq < self.count:
-                continue
-            kind = event.type
-            data = event.data
-            if kind == CREATED_EVENT:
-                self.alive = True
-                self.created = event.seq
-                state, when = data["state"], data["time"]
-                # What this service wrote: the state as JSON text, the time as a number.
-                assert isinstance(state, str)
-                assert isinstance(when, int | float)
-                self.state = json.loads(state)
-                self.events = []
-                self.update_time = when
-                app, user = data.get("app"), data.get("user")
-                assert app is None or isinstance(app, str)
-                assert user is None or isinstance(user, str)
-                self.shared = (app, user)
-            elif kind == EVENT_EVENT and self.alive:
-                raw = data["event"]
-                assert isinstance(raw, str)  # the ADK event's JSON, as this service wrote it
-                stored = json.loads(raw)
-                timestamp = float(stored.get("timestamp", 0.0))
-                self.events.append((timestamp, raw))
-                actions = stored.get("actions") or {}
-                delta = actions.get("state_delta") or {}
-                self.state.update(_session_util.extract_state_delta(delta)["session"])
-                self.update_time = timestamp
-            elif kind == DELETED_EVENT:
-                self.alive = False
-                self.state = {}
-                self.events = []
-        self.count = max(self.count, count)
-
-
-@attrs.define
-class _FoldedState:
-    """An app's or a user's state, folded from its ``x.adk.state`` deltas."""
-
-    count: int = 0
-    state: dict[str, Any] = attrs.field(factory=dict)
-
-    def fold(self, events: Sequence[Event], count: int) -> None:
-        for event in events:
-            if event.seq >= self.count and event.type == STATE_EVENT:
-                delta = event.data["delta"]
-                assert isinstance(delta, str)  # the delta's JSON, as this service wrote it
-                self.state.update(json.loads(delta))
-        self.count = max(self.count, count)
-
-
-@attrs.frozen
-class _Read:
-    """One ADK session as read from its log, with the revision marker of that read."""
-
-    state: dict[str, Any]
-    events: list[tuple[float, str]]
-    update_time: float
-    marker: str
 
 
 class NousSessionService(BaseSessionService):
@@ -279,12 +180,7 @@ class NousSessionService(BaseSessionService):
             sessions = SessionsPortal("memory:" if named is None else named)
         self._portal = sessions
         self._prefix = prefix
-        # Folds by nous_session session id (the most recently used _CACHED of each kind; the
-        # others are folded again from their actor's log when next needed), and the locks that
-        # make a stale check and its append one step; all touched on the portal's loop only.
-        self._folds: OrderedDict[str, _Folded] = OrderedDict()
-        self._states: OrderedDict[str, _FoldedState] = OrderedDict()
-        self._locks: dict[str, tuple[anyio.Lock, int]] = {}
+        self._logs = AdkLogs(sessions, cached=_CACHED)
 
     # Ids ----------------------------------------------------------------------------------------
 
@@ -339,35 +235,12 @@ class NousSessionService(BaseSessionService):
 
         record = self._metadata(app_name, user_id)
 
-        async def create(actor: SessionActor) -> tuple[str | None, int, tuple[Any, Any]]:
-            """The new marker (None when the session exists), and the creation's seq and
-            its app and user initial state (the existing session's when it exists)."""
-            async with self._locked(sid):
-                while True:
-                    folded = self._fold(sid, actor.log)
-                    if folded.alive:
-                        return None, folded.created, folded.shared
-                    data: dict[str, Any] = {"state": json.dumps(deltas["session"]), "time": now}
-                    for scope in ("app", "user"):
-                        if deltas[scope]:
-                            data[scope] = json.dumps(deltas[scope])
-                    items: list[tuple[str, dict[str, Any]]] = [(CREATED_EVENT, data)]
-                    if record is not None and actor.metadata != record:
-                        # Who and what it belongs to, for list_sessions (the store's index).
-                        items.append((EventType.METADATA, {"metadata": record.to_json()}))
-                    try:
-                        await actor.append_many(items, expect_count=actor.log.count)
-                    except ConflictError:  # another writer came first; the actor caught up
-                        continue
-                    folded = self._fold(sid, actor.log)
-                    return str(actor.log.count), folded.created, folded.shared
-
         async def create_and_apply(
             actor: SessionActor,
         ) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
             """The creation, then its app and user state, in one call on the portal: a
             caller cancelled meanwhile leaves none of them half done."""
-            marker, created, shared = await create(actor)
+            marker, created, shared = await self._logs.create(actor, sid, deltas, now, record)
             # The creation's own app and user state (the existing one's when it exists: a
             # create that failed after its commit is finished by creating again), keyed by
             # it: applied once.
@@ -375,15 +248,11 @@ class NousSessionService(BaseSessionService):
             key = f"{sid}:adk:{created}:created"
             if marker is None:
                 if app or user:
-                    await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
-                    await self._update_state(
-                        self._user_id(app_name, user_id), user, key=f"{key}:user"
-                    )
+                    await self._update_state(app_name, user_id, app, user, key=key)
                 raise AlreadyExistsError(f"Session with id {session_id} already exists.")
             try:
-                app_state = await self._update_state(self._app_id(app_name), app, key=f"{key}:app")
-                user_state = await self._update_state(
-                    self._user_id(app_name, user_id), user, key=f"{key}:user"
+                app_state, user_state = await self._update_state(
+                    app_name, user_id, app, user, key=key
                 )
             except (StoreError, OutcomeUnknownError) as error:
                 raise OutcomeUnknownError(
@@ -415,7 +284,7 @@ class NousSessionService(BaseSessionService):
         """The session with its merged state and its events (filtered by ``config``: the
         latest ``num_recent_events``, those at or after ``after_timestamp``), or None."""
         session_id = _normal_id(session_id)
-        read = await self._read(self.session_id(app_name, user_id, session_id))
+        read = await self._logs.read(self.session_id(app_name, user_id, session_id))
         if read is None:
             return None
         events = read.events
@@ -426,8 +295,8 @@ class NousSessionService(BaseSessionService):
             if config.num_recent_events is not None:
                 recent = config.num_recent_events
                 events = events[max(0, len(events) - recent) :] if recent else []
-        app_state = await self._state(self._app_id(app_name))
-        user_state = await self._state(self._user_id(app_name, user_id))
+        app_state = await self._logs.state(self._app_id(app_name))
+        user_state = await self._logs.state(self._user_id(app_name, user_id))
         session = Session(
             app_name=app_name,
             user_id=user_id,
@@ -470,26 +339,18 @@ class NousSessionService(BaseSessionService):
         if self._metadata(app_name, user_id or "-") is None:
             where = None
 
-        async def stored(actor: SessionActor) -> list[str]:
-            store = actor.store
-            found = await listed_ids(store, where, prefix)
-            if found is None:
-                infos = await store.sessions()
-                return [info.session_id for info in infos if info.session_id.startswith(prefix)]
-            return found
-
         app_id = self._app_id(app_name)
-        app_state = await self._state(app_id)
+        app_state = await self._logs.state(app_id)
         user_states: dict[str, dict[str, Any]] = {}
         listed: list[Session] = []
-        for sid in await self._portal.acall(app_id, stored):
-            read = await self._read(sid)
+        for sid in await self._logs.session_ids(app_id, where, prefix):
+            read = await self._logs.read(sid)
             if read is None:
                 continue
             _, user_part, id_part = sid[len(f"{self._prefix}:s/") :].split("/")
             owner = unquote(user_part)
             if owner not in user_states:
-                user_states[owner] = await self._state(self._user_id(app_name, owner))
+                user_states[owner] = await self._logs.state(self._user_id(app_name, owner))
             session = Session(
                 app_name=app_name,
                 user_id=owner,
@@ -506,36 +367,11 @@ class NousSessionService(BaseSessionService):
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session: an ``x.adk.deleted`` event (its events stay in the log) and a
         remove of its surface. Nothing happens for a session that does not exist."""
-        sid = self.session_id(app_name, user_id, session_id)
-
-        async def delete(actor: SessionActor) -> None:
-            async with self._locked(sid):
-                await actor.reload()
-                while self._fold(sid, actor.log).alive:
-                    deleted = (DELETED_EVENT, {"time": time.time()})
-                    try:
-                        await actor.append_many([deleted], expect_count=actor.log.count)
-                    except ConflictError:  # another writer came first; the actor caught up
-                        continue
-                    entries = actor.log.surface()
-                    if entries:
-                        try:
-                            await actor.remove(entries[0].position, entries[-1].position)
-                        except ConflictError:  # the surface is a view
-                            pass
-                        except (StoreError, OutcomeUnknownError) as error:
-                            # The deletion is stored: a StoreError would say it was not.
-                            _logger.warning(
-                                "nous_session.adk_surface_not_removed",
-                                session_id=sid,
-                                error=str(error),
-                            )
-
-        await self._portal.acall(sid, delete)
+        await self._logs.delete(self.session_id(app_name, user_id, session_id))
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state in the app, with its keys unprefixed (``{}`` when none)."""
-        return await self._state(self._user_id(app_name, user_id))
+        return await self._logs.state(self._user_id(app_name, user_id))
 
     async def append_event(self, session: Session, event: AdkEvent) -> AdkEvent:
         """Store ``event`` in ``session`` (and apply it to the session object), as ADK's own
@@ -564,63 +400,16 @@ class NousSessionService(BaseSessionService):
             return event
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        raw = event.model_dump_json(exclude_none=True)
-        digest = hashlib.sha256(raw.encode()).hexdigest()
-        data = {
-            "id": event.id,
-            "author": event.author,
-            "invocation_id": event.invocation_id,
-            "timestamp": event.timestamp,
-            "event": raw,
-        }
-        items: list[tuple[Any, ...]] = [(EVENT_EVENT, data)]
-        items.extend((*message_event(m), m.created_at) for m in _messages(event))
         sid = self.session_id(session.app_name, session.user_id, session.id)
         marker = session._storage_update_marker
         seen = session.last_update_time
-        compacts = event.actions is not None and event.actions.compaction is not None
-
-        async def append(actor: SessionActor) -> tuple[str | None, str]:
-            async with self._locked(sid):
-                folded = self._fold(sid, actor.log)
-                if not folded.alive:
-                    raise SessionNotFoundError(f"Session {session.id} not found.")
-                count = actor.log.count
-                if marker is None and folded.update_time > seen:
-                    raise StaleSessionError(_STALE)
-                read_at = count if marker is None else _marker_count(marker)
-                if read_at is None:
-                    raise StaleSessionError(_STALE)
-                # Equal events (same id, same JSON) in one life of the session are one event.
-                key = f"adk:{folded.created}:{digest}"
-                try:
-                    # Conditional on the count the session object was read at: a commit
-                    # another writer made since, whether this actor has heard of it yet or
-                    # not, refuses the append. The key comes first: an event stored before
-                    # is answered with its events whatever the count.
-                    appended = await actor.append_many(items, key=key, expect_count=read_at)
-                except ConflictError as error:
-                    raise StaleSessionError(_STALE) from error
-                first, end = appended[0].seq, appended[-1].seq + 1
-                if first < read_at:
-                    return None, key  # the object holds it already: stored once, applied once
-                if first > read_at:
-                    # Stored before, after other writers' events this object has not seen:
-                    # it cannot take the event; a fresh read can (and applies the deltas).
-                    raise StaleSessionError(_STALE)
-                # Right on top of what the object holds: stored now, or by an earlier call
-                # that failed before the object heard of it (its outcome unknown). The object
-                # takes it, and the surface is compacted unless something came after it.
-                if compacts and actor.log.count == end:
-                    replaced = await _compact(actor, event)
-                    if replaced is not None and replaced.seq == end:
-                        end += 1
-                return str(end), key
 
         async def append_and_apply(actor: SessionActor) -> tuple[str | None, Exception | None]:
             """The event's append, then its app and user deltas, in one call on the portal:
             a caller cancelled meanwhile leaves none of them half done."""
-            new_marker, key = await append(actor)
+            new_marker, key = await self._logs.append(
+                actor, sid, event, session_id=session.id, marker=marker, seen=seen
+            )
             if event.actions is not None and event.actions.state_delta:
                 # Keyed by the event's own key: an event delivered again (after this failed,
                 # or after a crash between its commit and these) applies its app and user
@@ -628,12 +417,11 @@ class NousSessionService(BaseSessionService):
                 deltas = _session_util.extract_json_safe_state_delta(event.actions.state_delta)
                 try:
                     await self._update_state(
-                        self._app_id(session.app_name), deltas["app"], key=f"{sid}:{key}:app"
-                    )
-                    await self._update_state(
-                        self._user_id(session.app_name, session.user_id),
+                        session.app_name,
+                        session.user_id,
+                        deltas["app"],
                         deltas["user"],
-                        key=f"{sid}:{key}:user",
+                        key=f"{sid}:{key}",
                     )
                 except (StoreError, OutcomeUnknownError) as error:
                     return new_marker, error
@@ -674,112 +462,16 @@ class NousSessionService(BaseSessionService):
 
     # Helpers --------------------------------------------------------------------------------
 
-    def _locked(self, sid: str) -> _Held:
-        return _Held(self._locks, sid)
-
-    def _fold(self, sid: str, log: Log) -> _Folded:
-        folded = _cached(self._folds, sid, log, _Folded)
-        if not folded.alive and not folded.events:
-            self._folds.pop(sid, None)  # nothing to keep: folded again when next needed
-        return folded
-
-    async def _read(self, sid: str) -> _Read | None:
-        async def read(actor: SessionActor) -> _Read | None:
-            log = await actor.reload()
-            folded = self._fold(sid, log)
-            if not folded.alive:
-                return None
-            return _Read(
-                dict(folded.state), list(folded.events), folded.update_time, str(log.count)
-            )
-
-        return await self._portal.acall(sid, read)
-
-    async def _state(self, sid: str) -> dict[str, Any]:
-        async def read(actor: SessionActor) -> dict[str, Any]:
-            log = await actor.reload()
-            return dict(self._folded_state(sid, log).state)
-
-        return await self._portal.acall(sid, read)
-
-    def _folded_state(self, sid: str, log: Log) -> _FoldedState:
-        return _cached(self._states, sid, log, _FoldedState)
-
     async def _update_state(
-        self, sid: str, delta: dict[str, Any], *, key: str | None = None
-    ) -> dict[str, Any]:
-        """Apply a delta to an app's or user's state (retrying when another process wrote
-        first: a delta does not depend on what it replaces) and return the state. With
-        ``key``, a delta already applied under that key is not applied again."""
-
-        async def update(actor: SessionActor) -> dict[str, Any]:
-            if delta:
-                for attempt in range(_STATE_ATTEMPTS):
-                    try:
-                        await actor.append(STATE_EVENT, {"delta": json.dumps(delta)}, key=key)
-                        break
-                    except ConflictError:  # the actor caught up: trying again lands
-                        if attempt == _STATE_ATTEMPTS - 1:
-                            raise
-            else:
-                await actor.reload()
-            return dict(self._folded_state(sid, actor.log).state)
-
-        return await self._portal.acall(sid, update)
-
-
-class _Held:
-    """``async with``: the lock of one session id, dropped from the table when unused."""
-
-    def __init__(self, table: dict[str, tuple[anyio.Lock, int]], key: str) -> None:
-        self._table = table
-        self._key = key
-
-    async def __aenter__(self) -> None:
-        lock, users = self._table.get(self._key) or (anyio.Lock(), 0)
-        self._table[self._key] = (lock, users + 1)
-        try:
-            await lock.acquire()
-        except BaseException:
-            self._release_user()
-            raise
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._table[self._key][0].release()
-        self._release_user()
-
-    def _release_user(self) -> None:
-        lock, users = self._table[self._key]
-        if users <= 1:
-            del self._table[self._key]
-        else:
-            self._table[self._key] = (lock, users - 1)
-
-
-_F = TypeVar("_F", _Folded, _FoldedState)
-
-
-def _cached(cache: OrderedDict[str, _F], sid: str, log: Log, make: Callable[[], _F]) -> _F:
-    """The fold of ``sid`` caught up with ``log``, from ``cache`` (least recently used out)."""
-    folded = cache.get(sid)
-    if folded is None or log.count < folded.count:
-        folded = cache[sid] = make()
-        while len(cache) > _CACHED:
-            cache.popitem(last=False)
-    else:
-        cache.move_to_end(sid)
-    if log.count > folded.count:
-        folded.fold(log.since(folded.count), log.count)
-    return folded
-
-
-def _marker_count(marker: str) -> int | None:
-    """The log count a session object's storage marker names (None: not one of ours)."""
-    try:
-        count = int(marker)
-    except ValueError:
-        return None
-    return count if count >= 0 and str(count) == marker else None
+        self, app_name: str, user_id: str, app: dict[str, Any], user: dict[str, Any], *, key: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Apply deltas to the app's state, then to the user's, each keyed by ``key`` (a delta
+        applied under its key before is not applied again); the two states."""
+        app_state = await self._logs.update_state(self._app_id(app_name), app, key=f"{key}:app")
+        user_state = await self._logs.update_state(
+            self._user_id(app_name, user_id), user, key=f"{key}:user"
+        )
+        return app_state, user_state
 
 
 def _merge(
@@ -792,66 +484,3 @@ def _merge(
     for key, value in json.loads(json.dumps(dict(user_state))).items():
         merged[State.USER_PREFIX + key] = value
     return merged
-
-
-def _messages(event: AdkEvent) -> list[Message]:
-    """The surface messages an ADK event's content stands for (none when it has none, or
-    when the ``"gemini"`` format cannot read it), each naming its event."""
-    content = event.content
-    if content is None or not content.parts:
-        return []
-    payload = {"contents": [content.model_dump(mode="json", by_alias=True, exclude_none=True)]}
-    created = datetime.fromtimestamp(event.timestamp, UTC)
-    try:
-        read = from_provider(payload, PROVIDER, created_at=created)
-        tag = {
-            "adk_event_id": event.id,
-            "adk_timestamp": event.timestamp,
-            "adk_author": event.author,
-        }
-        return [attrs.evolve(message, metadata={**message.metadata, **tag}) for message in read]
-    except (FormatError, ValueError, TypeError, OverflowError, OSError):
-        return []  # not something the format reads: the event itself is kept all the same
-
-
-async def _compact(actor: SessionActor, event: AdkEvent) -> Event | None:
-    """Replace the surface entries of the events an ``EventCompaction`` covers with its
-    summary, conditional on them still being there; the replace event, or None."""
-    compaction = event.actions.compaction
-    assert compaction is not None
-    start, end = compaction.start_timestamp, compaction.end_timestamp
-    log = actor.log
-    covered: list[tuple[int, int]] = []  # (position, seq) of the surface entries covered
-    for entry, (_, message) in zip(log.surface(), log.derive_indexed(), strict=True):
-        stamp = message.metadata.get("adk_timestamp")
-        if (
-            isinstance(stamp, int | float)
-            and start <= stamp <= end
-            and message.metadata.get("adk_event_id") != event.id
-            and (not covered or covered[-1][1] != entry.seq)
-        ):
-            covered.append((entry.position, entry.seq))
-    if not covered:
-        return None
-    first, last = covered[0][0], covered[-1][0]
-    within = [entry.seq for entry in log.surface() if first <= entry.position <= last]
-    summary = _messages(
-        AdkEvent(
-            author=event.author,
-            content=compaction.compacted_content,
-            timestamp=end,
-            id=event.id,
-        )
-    )
-    try:
-        return await actor.replace(
-            first, last, summary, expect=sorted(set(within), key=within.index)
-        )
-    except ConflictError:
-        _logger.info("nous_session.adk_compaction_skipped", session_id=actor.session_id)
-    except (StoreError, OutcomeUnknownError) as error:
-        # The event is stored: the surface is a view, and keeps the compacted entries.
-        _logger.warning(
-            "nous_session.adk_compaction_failed", session_id=actor.session_id, error=str(error)
-        )
-    return None

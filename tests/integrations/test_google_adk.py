@@ -481,8 +481,8 @@ async def test_folds_beyond_the_cache_are_folded_again(monkeypatch: pytest.Monke
             assert got is not None
             assert got.state == {"user:who": name, "n": name}
             assert len(got.events) == 1
-        assert len(service._folds) <= 2
-        assert len(service._states) <= 2
+        assert len(service._logs._folds) <= 2
+        assert len(service._logs._states) <= 2
 
 
 async def test_an_event_delivered_again_after_its_state_was_lost_applies_it_once(
