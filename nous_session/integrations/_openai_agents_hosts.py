@@ -1,6 +1,7 @@
-"""Where an OpenAI Agents session's calls run: a portal shared by the sessions of one store, the
-MemoryStore of a ``"memory:"`` URL shared likewise, and the registry of the store on each
-asyncio loop that an ``asyncio.Runner`` runs. See :mod:`nous_session.integrations.openai_agents`."""
+"""Where an OpenAI Agents session's calls run. :class:`CallRouter` picks, for each call of one
+session, the registry of its store on the calling asyncio loop (a loop an ``asyncio.Runner``
+runs) or a portal shared by the sessions of the store, and runs the call there; the MemoryStore
+of a ``"memory:"`` URL is shared likewise. See :mod:`nous_session.integrations.openai_agents`."""
 
 from __future__ import annotations
 
@@ -9,14 +10,25 @@ import contextlib
 import sys
 import threading
 import weakref
+from collections.abc import Awaitable, Callable
 from types import FrameType
-from typing import Final
+from typing import TYPE_CHECKING, Final, TypeVar
+
+import anyio
+import anyio.lowlevel
 
 from nous_session._logging import get_logger
 from nous_session.errors import SessionClosedError
+from nous_session.integrations._common import named_store
 from nous_session.registry import Sessions, SessionsPortal
+from nous_session.stores import open_store
 from nous_session.stores.base import Store
 from nous_session.stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from nous_session.actor import SessionActor
+
+T = TypeVar("T")
 
 _logger = get_logger("nous_session.openai_agents")
 
@@ -223,3 +235,201 @@ def run_by_asyncio_runner(loop: asyncio.AbstractEventLoop) -> bool:
 _RUNNER_LOOPS: Final[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, bool]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+class CallRouter:
+    """Where one NousSession's calls run, and running them there.
+
+    The portal or registry given as ``sessions=``; else, for a call from an asyncio loop that
+    an :class:`asyncio.Runner` runs, that loop's :class:`LoopSessions` of the store; else the
+    store's :class:`SharedPortal`. It holds each it used (and the store of a ``"memory:"`` URL)
+    until :meth:`close` lets them go, so that they close with the last session using them.
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        session_id: str,
+        store: Store | str | None,
+        sessions: SessionsPortal | Sessions | None,
+    ) -> None:
+        """Route the calls of session ``session_id`` to ``sessions`` if given, else to the
+        registries and portal of ``store`` (None: the store ``NOUS_SESSION_STORE`` names, else
+        a private in-memory store). ``owner``: the class that errors name.
+
+        Raises:
+            ValueError: ``store`` is neither a Store nor a known store URL.
+        """
+        self._owner = owner
+        self._session_id = session_id
+        self._closed = False
+        # The explicit choice, or None: then each call picks (see pick).
+        self._given = sessions
+        self._memory: SharedMemory | None = None
+        if sessions is not None:
+            store = None
+        elif (store := named_store(store)) is None:
+            # Private: like an in-memory SQLite database, this session's own.
+            store = MemoryStore()
+        elif isinstance(store, str):
+            if isinstance(open_store(store), MemoryStore):  # a bad URL raises here
+                # "memory:": one store shared by the sessions naming it, on every loop.
+                self._memory = SharedMemory.acquire(store)
+                store = self._memory.store
+        elif not all(callable(getattr(store, name, None)) for name in ("load", "commit", "aclose")):
+            raise ValueError(f"store must be a Store or a store URL, got {store!r}")
+        self._store: Store | str | None = store
+        self._lock = threading.Lock()  # guards the two below: sessions close from any thread
+        self._shared: SharedPortal | None = None  # the portal, once a call needed it
+        self._hosts: set[LoopSessions] = set()  # the loop registries this session uses
+        # The last loop called from and its registry, as one value (read without the lock).
+        self._local: tuple[asyncio.AbstractEventLoop, LoopSessions] | None = None
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def check_open(self) -> None:
+        """Raise :class:`SessionClosedError` once :meth:`close` was called."""
+        if self._closed:
+            raise self._closed_error()
+
+    def close(self) -> None:
+        """Let go of every registry and portal used, and the shared memory store; later calls
+        raise :class:`SessionClosedError`. Idempotent; from any thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            hosts, self._hosts = self._hosts, set()
+            shared, self._shared = self._shared, None
+            self._local = None
+        for host in hosts:
+            host.release()
+        if shared is not None:
+            shared.release()
+        if self._memory is not None:
+            self._memory.release()
+
+    @property
+    def sessions(self) -> SessionsPortal | Sessions | None:
+        """The portal or registry the calling context's calls run in, once one did (see
+        ``NousSession.sessions``)."""
+        if self._given is not None:
+            return self._given
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        local = self._local
+        if loop is not None:
+            return local[1].sessions if local is not None and local[0] is loop else None
+        shared = self._shared
+        return shared.portal if shared is not None else None
+
+    def pick(self) -> SessionsPortal | Sessions | LoopSessions:
+        """Where this call runs, with no await: the given portal or registry; else, from a
+        loop an asyncio.Runner runs, that loop's registry of the store (made now if need be,
+        and then perhaps still opening); else the portal."""
+        if self._given is not None:
+            return self._given
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on an asyncio loop (trio): the portal
+            return self._portal()
+        local = self._local
+        if local is not None and local[0] is loop and local[1].serving:
+            return local[1].sessions  # the common case: no lock, no await
+        if not run_by_asyncio_runner(loop):
+            return self._portal()
+        host = LoopSessions.acquire(loop, self._store_key(), self._own_store())
+        with self._lock:
+            if self._closed:
+                host.release()
+                raise self._closed_error()
+            if host in self._hosts:
+                host.release()  # counted once per session
+            else:
+                self._hosts.add(host)
+            # Registries of loops that have ended: let them go.
+            for dead in [h for h in self._hosts if h.finished]:
+                self._hosts.discard(dead)
+                dead.release()
+        self._local = (loop, host)
+        return host
+
+    async def call(
+        self,
+        fn: Callable[[SessionActor], Awaitable[T]],
+        where: SessionsPortal | Sessions | LoopSessions | None = None,
+    ) -> T:
+        """``fn(actor)`` with the session's actor, run where :meth:`pick` says (or ``where``)."""
+        self.check_open()
+        if where is None:
+            where = self.pick()
+        sessions = await where.ready() if isinstance(where, LoopSessions) else where
+        if isinstance(sessions, Sessions):
+            async with sessions.use(self._session_id) as actor:
+                return await fn(actor)
+        return await sessions.acall(self._session_id, fn)
+
+    async def mutate(
+        self,
+        fn: Callable[[SessionActor], Awaitable[T]],
+        where: SessionsPortal | Sessions | LoopSessions | None = None,
+    ) -> T:
+        """:meth:`call` for a write: wait for its outcome even if the caller is cancelled
+        meanwhile; the cancellation is raised once the outcome is known (as the SDK's own
+        sessions do), so a cancelled caller never leaves a write half-known."""
+        self.check_open()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:  # trio: a shielded scope does the same
+            with anyio.CancelScope(shield=True):
+                result = await self.call(fn)
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            return result
+        if where is None:
+            where = self.pick()
+        waiting: asyncio.Future[T]
+        if isinstance(where, SessionsPortal) and not where.is_own_thread():
+            waiting = asyncio.wrap_future(where.start(self._session_id, fn), loop=loop)
+        else:
+            # On this loop (the registry perhaps still opening): its own task, so that
+            # cancelling the caller does not cancel it; the caller waits for it below
+            # whatever happens, so it never outlives the call.
+            waiting = loop.create_task(self.call(fn, where))
+        try:
+            # shield: a cancelled caller leaves the write running (awaiting the task itself
+            # would cancel it with the caller).
+            return await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            if waiting.done():  # the write itself was cancelled (its loop is shutting down)
+                raise
+            while not waiting.done():
+                with contextlib.suppress(asyncio.CancelledError):  # the first is raised
+                    await asyncio.wait({waiting})
+            raise
+
+    def _portal(self) -> SessionsPortal:
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            if self._shared is None or self._shared.portal.closed:
+                self._shared = SharedPortal.acquire(self._store_key(), self._own_store())
+            return self._shared.portal
+
+    def _own_store(self) -> Store | str:
+        """The store (or URL) the session was given: there is one when no sessions were."""
+        assert self._store is not None
+        return self._store
+
+    def _store_key(self) -> object:
+        """What makes two sessions' stores one: the URL, or the Store object."""
+        return self._store if isinstance(self._store, str) else id(self._store)
+
+    def _closed_error(self) -> SessionClosedError:
+        return SessionClosedError(f"{self._owner} is closed (session {self._session_id!r})")

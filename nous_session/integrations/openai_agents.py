@@ -46,13 +46,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
-import anyio.lowlevel
+import anyio.to_thread
 import attrs
 
 from nous_session._json import NotJSONError, check_text, dumps, loads
@@ -62,24 +61,16 @@ from nous_session.errors import (
     FormatError,
     InvalidEventError,
     OutcomeUnknownError,
-    SessionClosedError,
     StoreError,
 )
 from nous_session.event import EventType, message_event
 from nous_session.formats import from_provider, to_provider
-from nous_session.integrations._common import missing_extra, named_store
-from nous_session.integrations._openai_agents_hosts import (
-    LoopSessions,
-    SharedMemory,
-    SharedPortal,
-    run_by_asyncio_runner,
-)
+from nous_session.integrations._common import missing_extra
+from nous_session.integrations._openai_agents_hosts import CallRouter
 from nous_session.message import Message, Role
 from nous_session.parts import ProviderPart
 from nous_session.registry import Sessions, SessionsPortal
-from nous_session.stores import open_store
 from nous_session.stores.base import Store
-from nous_session.stores.memory import MemoryStore
 
 try:
     from agents.memory.session import _CompactionSnapshot
@@ -99,8 +90,6 @@ if TYPE_CHECKING:
     from nous_session.log import Log
 
 __all__ = ["ItemError", "NousSession", "item_event", "item_message", "message_items"]
-
-T = TypeVar("T")
 
 _logger = get_logger("nous_session.openai_agents")
 
@@ -270,28 +259,8 @@ class NousSession:
             if session_settings is not None
             else SessionSettings()
         )
-        self._closed = False
-        # The explicit choice, or None: then each call picks (see _where).
-        self._given: SessionsPortal | Sessions | None = sessions
-        self._memory: SharedMemory | None = None
-        if sessions is not None:
-            store = None
-        elif (store := named_store(store)) is None:
-            # Private: like an in-memory SQLite database, this session's own.
-            store = MemoryStore()
-        elif isinstance(store, str):
-            if isinstance(open_store(store), MemoryStore):  # a bad URL raises here
-                # "memory:": one store shared by the sessions naming it, on every loop.
-                self._memory = SharedMemory.acquire(store)
-                store = self._memory.store
-        elif not all(callable(getattr(store, name, None)) for name in ("load", "commit", "aclose")):
-            raise ValueError(f"store must be a Store or a store URL, got {store!r}")
-        self._store: Store | str | None = store
-        self._lock = threading.Lock()  # guards the two below: sessions close from any thread
-        self._shared: SharedPortal | None = None  # the portal, once a call needed it
-        self._hosts: set[LoopSessions] = set()  # the loop registries this session uses
-        # The last loop called from and its registry, as one value (read without the lock).
-        self._local: tuple[asyncio.AbstractEventLoop, LoopSessions] | None = None
+        # Where each call runs: the given sessions, or the store's registry or portal.
+        self._calls = CallRouter(type(self).__name__, session_id, store, sessions)
         # Each surface message's items, serialised, by (event seq, index among the messages
         # with that seq): events never change, so an entry never goes stale.
         self._items: dict[tuple[int, int], bytes] = {}
@@ -310,7 +279,7 @@ class NousSession:
         """
         limit = resolve_session_limit(limit, self.session_settings)
         if limit == 0:
-            self._check_open()
+            self._calls.check_open()
             return []
         if limit is not None and limit < 0:
             limit = None
@@ -321,7 +290,7 @@ class NousSession:
 
         # Exact for ints wider than 64 bits, which the SDK's own sessions keep. (loads gives
         # Any: the JSON array of the items _serialised wrote.)
-        items: list[TResponseInputItem] = loads(await self._call(read))
+        items: list[TResponseInputItem] = loads(await self._calls.call(read))
         return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -333,7 +302,7 @@ class NousSession:
             StoreError: the store failed (nothing was added).
             SessionClosedError: this session was closed.
         """
-        self._check_open()
+        self._calls.check_open()
         batch = []
         for index, item in enumerate(items):
             try:
@@ -342,7 +311,7 @@ class NousSession:
                 raise ItemError(f"item {index}: {error}") from None
         if not batch:
             return
-        sessions = self._pick()
+        sessions = self._calls.pick()
         if (
             isinstance(sessions, Sessions)
             and self.session_id in sessions  # open: use() takes it without an await
@@ -355,18 +324,19 @@ class NousSession:
                     # append_many queues the request before its first await (the engine
                     # queues only by send_nowait), so a cancellation can only land once it
                     # is queued, and then the request commits whatever happens to the
-                    # caller. Waiting for the actor's answer to a later request keeps
-                    # _mutate's rule (the outcome is known when the cancellation is raised).
+                    # caller. Waiting for the actor's answer to a later request keeps the
+                    # rule of CallRouter.mutate (the outcome is known when the cancellation is
+                    # raised).
                     try:
                         await actor.append_many(batch)
                     except asyncio.CancelledError:
                         await _answered(actor)
                         raise
                     except ConflictError:  # another writer first: caught up, try again
-                        await self._mutate(_appending(batch), sessions)
+                        await self._calls.mutate(_appending(batch), sessions)
                     return
 
-        await self._mutate(_appending(batch), sessions)
+        await self._calls.mutate(_appending(batch), sessions)
 
     # The SDK's EncryptedSession authenticates the item it pops before the pop commits (a
     # wrong key then raises InvalidToken and removes nothing) only for a SQLiteSession whose
@@ -449,7 +419,7 @@ class NousSession:
                 "nothing was removed"
             )
 
-        return await self._mutate(pop)
+        return await self._calls.mutate(pop)
 
     async def clear_session(self) -> None:
         """Take every item off the surface, in one event (they stay in the log).
@@ -475,7 +445,7 @@ class NousSession:
                 "nothing was removed"
             )
 
-        await self._mutate(clear)
+        await self._calls.mutate(clear)
 
     async def _get_compaction_snapshot(
         self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
@@ -499,7 +469,7 @@ class NousSession:
         if not _item_methods_are_ours(type(self)):
             return None
 
-        entries = _entries(await self._call(_reloaded))
+        entries = _entries(await self._calls.call(_reloaded))
         picked = _newest(entries, limit)
         every = [item for entry in picked for item in entry.items]
         extra = max(0, len(every) - limit)  # the oldest entry may hold more than was asked
@@ -512,7 +482,7 @@ class NousSession:
             head = list(expected[0].items[:offset])  # its items before `start` stay
             messages = [item_message(item) for item in [*head, *output]]
 
-            return await self._mutate(
+            return await self._calls.mutate(
                 lambda actor: _replace_newest(actor, expected, messages, prune_prefix)
             )
 
@@ -530,158 +500,25 @@ class NousSession:
         portal, that this session used closes with the last session using it (a registry
         stops on its loop, soon after). Idempotent; what was committed stays; from any
         thread."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            hosts, self._hosts = self._hosts, set()
-            shared, self._shared = self._shared, None
-            self._local = None
-        for host in hosts:
-            host.release()
-        if shared is not None:
-            shared.release()
-        if self._memory is not None:
-            self._memory.release()
+        self._calls.close()
 
     @property
     def closed(self) -> bool:
         """True once :meth:`close` was called."""
-        return self._closed
+        return self._calls.closed
 
     @property
     def sessions(self) -> SessionsPortal | Sessions | None:
         """The portal or registry the session's actor runs in (to reach it directly): the one
         given as ``sessions=``; else the registry of the calling asyncio loop, or the portal,
         once a call used it; else None."""
-        if self._given is not None:
-            return self._given
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        local = self._local
-        if loop is not None:
-            return local[1].sessions if local is not None and local[0] is loop else None
-        shared = self._shared
-        return shared.portal if shared is not None else None
+        return self._calls.sessions
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self.closed else "open"
         return f"<{type(self).__name__} {self.session_id!r} {state}>"
 
     # Helpers ----------------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise _closed_error(self)
-
-    async def _where(self) -> SessionsPortal | Sessions:
-        """Where this call runs (see :meth:`_pick`), the loop's registry open."""
-        where = self._pick()
-        return await where.ready() if isinstance(where, LoopSessions) else where
-
-    def _pick(self) -> SessionsPortal | Sessions | LoopSessions:
-        """Where this call runs, with no await: the given portal or registry; else, from a
-        loop an asyncio.Runner runs, that loop's registry of the store (made now if need be,
-        and then perhaps still opening); else the portal."""
-        if self._given is not None:
-            return self._given
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not on an asyncio loop (trio): the portal
-            return self._portal()
-        local = self._local
-        if local is not None and local[0] is loop and local[1].serving:
-            return local[1].sessions  # the common case: no lock, no await
-        if not run_by_asyncio_runner(loop):
-            return self._portal()
-        host = LoopSessions.acquire(loop, self._store_key(), self._own_store())
-        with self._lock:
-            if self._closed:
-                host.release()
-                raise _closed_error(self)
-            if host in self._hosts:
-                host.release()  # counted once per session
-            else:
-                self._hosts.add(host)
-            # Registries of loops that have ended: let them go.
-            for dead in [h for h in self._hosts if h.finished]:
-                self._hosts.discard(dead)
-                dead.release()
-        self._local = (loop, host)
-        return host
-
-    def _portal(self) -> SessionsPortal:
-        with self._lock:
-            if self._closed:
-                raise _closed_error(self)
-            if self._shared is None or self._shared.portal.closed:
-                self._shared = SharedPortal.acquire(self._store_key(), self._own_store())
-            return self._shared.portal
-
-    def _own_store(self) -> Store | str:
-        """The store (or URL) this session was given: there is one when no sessions were."""
-        assert self._store is not None
-        return self._store
-
-    def _store_key(self) -> object:
-        """What makes two sessions' stores one: the URL, or the Store object."""
-        return self._store if isinstance(self._store, str) else id(self._store)
-
-    async def _call(
-        self,
-        fn: Callable[[SessionActor], Awaitable[T]],
-        where: SessionsPortal | Sessions | LoopSessions | None = None,
-    ) -> T:
-        self._check_open()
-        if where is None:
-            where = self._pick()
-        sessions = await where.ready() if isinstance(where, LoopSessions) else where
-        if isinstance(sessions, Sessions):
-            async with sessions.use(self.session_id) as actor:
-                return await fn(actor)
-        return await sessions.acall(self.session_id, fn)
-
-    async def _mutate(
-        self,
-        fn: Callable[[SessionActor], Awaitable[T]],
-        where: SessionsPortal | Sessions | LoopSessions | None = None,
-    ) -> T:
-        """Run a write and wait for its outcome even if the caller is cancelled meanwhile;
-        the cancellation is raised once the outcome is known (as the SDK's own sessions do),
-        so a cancelled caller never leaves a write half-known."""
-        self._check_open()
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:  # trio: a shielded scope does the same
-            with anyio.CancelScope(shield=True):
-                result = await self._call(fn)
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            return result
-        if where is None:
-            where = self._pick()
-        waiting: asyncio.Future[T]
-        if isinstance(where, SessionsPortal) and not where.is_own_thread():
-            waiting = asyncio.wrap_future(where.start(self.session_id, fn), loop=loop)
-        else:
-            # On this loop (the registry perhaps still opening): its own task, so that
-            # cancelling the caller does not cancel it; the caller waits for it below
-            # whatever happens, so it never outlives the call.
-            waiting = loop.create_task(self._call(fn, where))
-        try:
-            # shield: a cancelled caller leaves the write running (awaiting the task itself
-            # would cancel it with the caller).
-            return await asyncio.shield(waiting)
-        except asyncio.CancelledError:
-            if waiting.done():  # the write itself was cancelled (its loop is shutting down)
-                raise
-            while not waiting.done():
-                with contextlib.suppress(asyncio.CancelledError):  # the first is raised
-                    await asyncio.wait({waiting})
-            raise
 
     def _serialised(self, log: Log, limit: int | None) -> bytes:
         """The latest ``limit`` items (all for None) as one JSON array, from the cache where
@@ -883,8 +720,3 @@ async def _answered(actor: SessionActor) -> None:
             await asyncio.wait({waiting})
     if not waiting.cancelled():
         waiting.exception()  # retrieved: its failure is the actor's to report, not this call's
-
-
-def _closed_error(session: NousSession) -> SessionClosedError:
-    name = type(session).__name__
-    return SessionClosedError(f"{name} is closed (session {session.session_id!r})")

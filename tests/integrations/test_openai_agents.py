@@ -656,7 +656,7 @@ def test_closing_the_last_session_of_a_loop_registry_closes_it(url: str) -> None
         registry = first.sessions
         assert registry is second.sessions  # one registry per loop and store
         assert isinstance(registry, Sessions)
-        host = first._local[1]  # type: ignore[index]
+        host = first._calls._local[1]  # type: ignore[index]
         first.close()
         assert not host.finished
         assert "b" in registry
