@@ -4,8 +4,8 @@ polling on the memory store and through the change feed on SQLite and PostgreSQL
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager
 
 import anyio
 import pytest
@@ -24,28 +24,31 @@ def _events(start: int, *texts: str) -> list[Event]:
     ]
 
 
+@asynccontextmanager
+async def _followed_past_two(writer: Store, reader: Store) -> AsyncIterator[AsyncIterator[Event]]:
+    """A follow through ``reader`` of a session ``writer`` made with two events, both read."""
+    await writer.commit("s", expected_count=0, events=_events(0, "a", "b"))
+    async with aclosing(follow(reader, "s", interval=0.01)) as feed:
+        assert [(await anext(feed)).seq, (await anext(feed)).seq] == [0, 1]
+        yield feed
+
+
 async def test_a_follow_ends_when_its_session_is_deleted(stores: Callable[[], Store]) -> None:
-    async with stores() as writer, stores() as reader:
-        await writer.commit("s", expected_count=0, events=_events(0, "a", "b"))
-        async with aclosing(follow(reader, "s", interval=0.01)) as feed:
-            assert [(await anext(feed)).seq, (await anext(feed)).seq] == [0, 1]
-            assert await writer.delete("s")
-            with anyio.fail_after(10), pytest.raises(SessionDeletedError, match="was deleted"):
-                await anext(feed)
+    async with stores() as writer, stores() as reader, _followed_past_two(writer, reader) as feed:
+        assert await writer.delete("s")
+        with anyio.fail_after(10), pytest.raises(SessionDeletedError, match="was deleted"):
+            await anext(feed)
 
 
 async def test_a_follow_never_reads_on_into_a_session_made_again_under_its_id(
     stores: Callable[[], Store],
 ) -> None:
-    async with stores() as writer, stores() as reader:
-        await writer.commit("s", expected_count=0, events=_events(0, "a", "b"))
-        async with aclosing(follow(reader, "s", interval=0.01)) as feed:
-            assert [(await anext(feed)).seq, (await anext(feed)).seq] == [0, 1]
-            assert await writer.delete("s")
-            # Made again, longer: its seq 2 would look like the followed session's next event.
-            await writer.commit("s", expected_count=0, events=_events(0, "x", "y", "z"))
-            with anyio.fail_after(10), pytest.raises(SessionDeletedError, match="made again"):
-                await anext(feed)
+    async with stores() as writer, stores() as reader, _followed_past_two(writer, reader) as feed:
+        assert await writer.delete("s")
+        # Made again, longer: its seq 2 would look like the followed session's next event.
+        await writer.commit("s", expected_count=0, events=_events(0, "x", "y", "z"))
+        with anyio.fail_after(10), pytest.raises(SessionDeletedError, match="made again"):
+            await anext(feed)
 
 
 async def test_a_follow_that_starts_before_its_session_exists_reads_it_once_made(
