@@ -414,7 +414,13 @@ class FollowingStore(Store, Protocol):
 
     def follow(self, session_id: str, *, since: int = 0) -> AsyncGenerator[Event, None]:
         """Yield the session's events from ``since`` on, then each one committed later by any
-        process, in seq order and at most once. Runs until closed."""
+        process, in seq order and at most once. Runs until closed.
+
+        Raises:
+            SessionDeletedError: the session was deleted, or deleted and made again under its
+                id (another identity, :attr:`Stored.uid`), while it was followed: the stream
+                ends there, and never yields the new session's events as the old one's.
+        """
         ...
 
 
