@@ -5,7 +5,6 @@ surface, swept newest to oldest."""
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
 from typing import Final
 
 from nous_session.event import OPERATION_TYPES, SURFACE_TYPES, Event, EventType
@@ -43,9 +42,11 @@ class Coverage:
         stops[low:high] = [stop]
 
 
-def partition(events: Sequence[Event], on_surface: set[int]) -> tuple[list[Event], list[Event]]:
-    """(kept, dropped) by a snapshot of a log holding ``events`` (in seq order) whose surface
-    entries have the seqs ``on_surface``.
+def partition(
+    events: list[Event], held: int, on_surface: set[int]
+) -> tuple[list[Event], list[Event]]:
+    """(kept, dropped) by a snapshot of a log holding ``events[:held]`` (in seq order: the
+    log's own storage, read in place) whose surface entries have the seqs ``on_surface``.
 
     Kept: every event on the surface now, every custom, metadata and erasure event, and every
     bookkeeping event that no later range operation covers. Dropped: surface events and
@@ -57,7 +58,7 @@ def partition(events: Sequence[Event], on_surface: set[int]) -> tuple[list[Event
     coverage = Coverage()
     live: list[Event] = []
     dropped: list[Event] = []
-    for index in range(len(events) - 1, -1, -1):
+    for index in range(held - 1, -1, -1):
         event = events[index]
         op = event.op
         kind = event.type

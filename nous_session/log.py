@@ -664,7 +664,7 @@ class Log:
 
     def _partition(self) -> tuple[list[Event], list[Event]]:
         """(kept, dropped) by a snapshot (see :func:`~nous_session._snapshot_rule.partition`)."""
-        return partition(self.events(), {entry.seq for entry in self.surface()})
+        return partition(self._events, self._held, {entry.seq for entry in self.surface()})
 
     # Deriving new values --------------------------------------------------------------------
 
