@@ -67,3 +67,20 @@ async def test_a_follow_that_starts_before_its_session_exists_reads_it_once_made
                     await anyio.wait_all_tasks_blocked()  # it has read an empty session
                     await writer.commit("s", expected_count=0, events=_events(0, "a", "b"))
         assert [event.data["content"] for event in seen] == ["a", "b"]
+
+
+async def test_a_follow_of_a_fork_goes_on_when_the_parent_it_shares_is_deleted(
+    stores: Callable[[], Store],
+) -> None:
+    """The fork is the session followed: its parent's delete gives it a copy of what it
+    shared, and its count and identity stay, so the follow reads on, never ending."""
+    async with stores() as writer, stores() as reader:
+        await writer.commit("parent", expected_count=0, events=_events(0, "a", "b", "c"))
+        await writer.fork("parent", "s", at=1)
+        async with aclosing(follow(reader, "s", interval=0.01)) as feed:
+            assert [(await anext(feed)).data["content"] for _ in range(2)] == ["a", "b"]
+            assert await writer.delete("parent")
+            await writer.commit("s", expected_count=2, events=_events(2, "fork's own"))
+            with anyio.fail_after(10):
+                after = await anext(feed)
+        assert (after.seq, after.data["content"]) == (2, "fork's own")
